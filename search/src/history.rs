@@ -1,0 +1,169 @@
+//! What searchers see of the sweep so far.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Params;
+
+/// Dense trial number, in creation order.
+pub type TrialId = u64;
+
+/// Whether the metric is minimised or maximised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Min,
+    Max,
+}
+
+impl Mode {
+    /// Whether `a` is strictly better than `b` in this mode.
+    ///
+    /// ```
+    /// use tune_search::Mode;
+    /// assert!(Mode::Min.better(1.0, 2.0));
+    /// assert!(Mode::Max.better(2.0, 1.0));
+    /// ```
+    pub fn better(self, a: f64, b: f64) -> bool {
+        match self {
+            Mode::Min => a < b,
+            Mode::Max => a > b,
+        }
+    }
+}
+
+/// Where a trial is in its life: `Pending -> Running -> Completed | Stopped | Failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Created, waiting for a slot (or re-queued after an interrupted run).
+    Pending,
+    Running,
+    /// Ran to its end.
+    Completed,
+    /// Ended early by the scheduler.
+    Stopped,
+    /// The objective failed (error, non-zero exit, bad metric, timeout).
+    Failed,
+}
+
+impl Status {
+    /// Completed, stopped and failed trials are final; they are never run again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Status::Completed | Status::Stopped | Status::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Stopped => "stopped",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// A searcher's view of one trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    pub id: TrialId,
+    pub params: Params,
+    pub status: Status,
+    /// The metric at the last report (Ray Tune's `scope="last"`), when there was one.
+    pub value: Option<f64>,
+    /// The step of the last report.
+    pub last_step: Option<u64>,
+}
+
+/// Every trial of the sweep, running ones included, indexed by id.
+///
+/// ```
+/// use tune_search::{History, Mode, Params, Status};
+/// let mut h = History::new(Mode::Min);
+/// h.record(0, Params::default(), Status::Running);
+/// h.report(0, 1, 3.5);
+/// h.finish(0, Status::Completed);
+/// assert_eq!(h.best().unwrap().value, Some(3.5));
+/// ```
+#[derive(Debug, Clone)]
+pub struct History {
+    mode: Mode,
+    trials: Vec<Observation>,
+}
+
+impl History {
+    pub fn new(mode: Mode) -> History {
+        History {
+            mode,
+            trials: Vec::new(),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Adds trial `id` (ids are dense: `id` must be `len()`), or replaces its params and status.
+    pub fn record(&mut self, id: TrialId, params: Params, status: Status) {
+        let obs = Observation {
+            id,
+            params,
+            status,
+            value: None,
+            last_step: None,
+        };
+        match self.trials.get_mut(id as usize) {
+            Some(slot) => *slot = obs,
+            None => {
+                debug_assert_eq!(id as usize, self.trials.len(), "trial ids are dense");
+                self.trials.push(obs);
+            }
+        }
+    }
+
+    /// Notes a report of the metric at `step`.
+    pub fn report(&mut self, id: TrialId, step: u64, value: f64) {
+        if let Some(t) = self.trials.get_mut(id as usize) {
+            t.value = Some(value);
+            t.last_step = Some(step);
+        }
+    }
+
+    pub fn set_status(&mut self, id: TrialId, status: Status) {
+        if let Some(t) = self.trials.get_mut(id as usize) {
+            t.status = status;
+        }
+    }
+
+    /// Marks the end of a trial.
+    pub fn finish(&mut self, id: TrialId, status: Status) {
+        self.set_status(id, status);
+    }
+
+    pub fn get(&self, id: TrialId) -> Option<&Observation> {
+        self.trials.get(id as usize)
+    }
+
+    pub fn len(&self) -> usize {
+        self.trials.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.trials.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Observation> {
+        self.trials.iter()
+    }
+
+    /// The completed trial with the best value (ties: the earliest).
+    pub fn best(&self) -> Option<&Observation> {
+        self.trials
+            .iter()
+            .filter(|t| t.status == Status::Completed && t.value.is_some())
+            .fold(None, |best: Option<&Observation>, t| match best {
+                Some(b) if !self.mode.better(t.value.unwrap_or(f64::NAN), b.value.unwrap_or(f64::NAN)) => Some(b),
+                _ => Some(t),
+            })
+    }
+}

@@ -1,0 +1,71 @@
+//! Search spaces and search algorithms for `tune`.
+//!
+//! A [`Space`] names each parameter's [`Domain`]; a [`Searcher`] turns the sweep's
+//! [`History`] into the [`Params`] of the next trial. Nothing here knows about storage,
+//! threads or processes, so every algorithm is a deterministic function of its seed.
+//!
+//! ```
+//! use tune_search::{History, Mode, RandomSearch, Searcher, Space};
+//! let space: Space = toml::from_str(r#"
+//!     lr = { loguniform = [1e-5, 1e-1] }
+//!     optimizer = { choice = ["sgd", "adam"] }
+//! "#).unwrap();
+//! let mut search = RandomSearch::new(space, 42);
+//! let params = search.suggest(0, &History::new(Mode::Min)).unwrap();
+//! assert!(params.f64("lr").unwrap() < 0.1);
+//! ```
+
+mod domain;
+mod grid;
+mod history;
+mod params;
+mod random;
+mod searcher;
+mod space;
+mod space_serde;
+
+pub use domain::{Domain, DomainError};
+pub use grid::{GridSearch, NoGridParams};
+pub use history::{History, Mode, Observation, Status, TrialId};
+pub use params::{ParamError, Params, Value};
+pub use random::RandomSearch;
+pub use searcher::{trial_rng, Searcher};
+pub use space::{Condition, Param, Space, SpaceBuilder, SpaceError};
+
+/// The candidate closest to `found` by edit distance, if it is close enough to be a likely typo.
+///
+/// ```
+/// assert_eq!(tune_search::did_you_mean("sampels", ["samples", "seed"]), Some("samples"));
+/// assert_eq!(tune_search::did_you_mean("zzz", ["samples"]), None);
+/// ```
+pub fn did_you_mean<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (found.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(found, c), c))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance with adjacent transpositions counted as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
+}

@@ -1,0 +1,44 @@
+//! The `Searcher` trait: how a sweep gets the parameters of its next trial.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::{History, Params, TrialId};
+
+/// Proposes parameters for new trials.
+///
+/// Suggestions are a pure function of (seed, trial id, history), so a resumed sweep needs no
+/// saved searcher state and a one-worker sweep is reproducible bit for bit.
+///
+/// ```
+/// use tune_search::{History, Mode, RandomSearch, Searcher, Space};
+/// let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+/// let mut s = RandomSearch::new(space, 7);
+/// let h = History::new(Mode::Min);
+/// assert_eq!(s.suggest(3, &h), s.suggest(3, &h));
+/// ```
+pub trait Searcher: Send {
+    /// Parameters for trial `id`, or `None` when the searcher has nothing more to propose.
+    fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params>;
+
+    /// How many trials a sweep with budget `samples` creates (grid search: samples x points).
+    fn total_trials(&self, samples: u64) -> u64 {
+        samples
+    }
+}
+
+/// The random stream of trial `id`: independent per trial, fixed by (seed, id).
+///
+/// ```
+/// use rand::Rng;
+/// let a: u64 = tune_search::trial_rng(1, 5).random();
+/// let b: u64 = tune_search::trial_rng(1, 5).random();
+/// let c: u64 = tune_search::trial_rng(1, 6).random();
+/// assert_eq!(a, b);
+/// assert_ne!(a, c);
+/// ```
+pub fn trial_rng(seed: u64, id: TrialId) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(id);
+    rng
+}
