@@ -1,1 +1,47 @@
+//! `tune`: a hyperparameter tuning orchestrator.
+//!
+//! A coordinator runs a search algorithm and a trial scheduler against a pool of workers;
+//! every trial's state is kept in an embedded store, so an interrupted sweep resumes where it
+//! stopped. Use it from the command line (`tune run space.toml`) or from Rust:
+//!
+//! ```
+//! use tune::{Mode, Space, Tuner};
+//! # let dir = tempfile::tempdir().unwrap();
+//! let space = Space::builder()
+//!     .loguniform("lr", 1e-4, 1e-1)
+//!     .choice("optimizer", ["sgd", "adam"])
+//!     .build()?;
+//! let result = Tuner::new(space)
+//!     .metric("loss", Mode::Min)
+//!     .samples(8)
+//!     .dir(dir.path().join("demo"))
+//!     .fit(|ctx| {
+//!         let lr = ctx.params().f64("lr")?;
+//!         ctx.report(1, [("loss", (lr.ln() + 5.0).abs())])?;
+//!         Ok(())
+//!     })?;
+//! println!("best: {:?}", result.best().map(|t| &t.params));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+mod coordinator;
+mod error;
+pub mod experiment;
+pub mod export;
+mod objective;
+mod progress;
+mod spec;
+pub mod store;
+mod trial;
+mod tuner;
+
+pub use coordinator::{Event, Observer, Summary};
+pub use error::TuneError;
+pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
+pub use progress::{format_line, ProgressLine};
+pub use spec::{
+    Algorithm, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec, SpecError,
+};
+pub use trial::{Trial, TrialResult};
+pub use tuner::{best_trial, TuneResult, Tuner};
+pub use tune_search::{Domain, Mode, Params, Space, SpaceBuilder, Status, TrialId, Value};

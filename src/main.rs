@@ -1,1 +1,204 @@
-fn main() {}
+//! The `tune` command line: run, resume, inspect and export sweeps.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tune::experiment::Experiment;
+use tune::{best_trial, ExperimentSpec, Status, TuneError, Tuner};
+
+/// Hyperparameter tuning: search, early stopping, durable trials, resume.
+#[derive(Parser)]
+#[command(name = "tune", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a new sweep described by a TOML file.
+    Run {
+        /// The sweep: metric, budget, search, scheduler, resources, objective, space.
+        spec: PathBuf,
+        /// Experiment folder (default: runs/<name>).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Plain progress line instead of the dashboard.
+        #[arg(long)]
+        no_tui: bool,
+        /// Overrides the spec's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Continue an interrupted (or finished) sweep: completed trials are kept, unfinished ones re-run.
+    Resume {
+        /// The experiment folder.
+        dir: PathBuf,
+        /// Raise the budget to this many samples.
+        #[arg(long)]
+        samples: Option<u64>,
+        /// Plain progress line instead of the dashboard.
+        #[arg(long)]
+        no_tui: bool,
+    },
+    /// Counts, best trial and a per-trial table.
+    Status {
+        /// The experiment folder.
+        dir: PathBuf,
+    },
+    /// Every trial, to stdout.
+    Export {
+        /// The experiment folder.
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Json,
+    Csv,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_input() { 2 } else { 1 })
+        }
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode, TuneError> {
+    match command {
+        Command::Run { spec, dir, no_tui: _, seed } => {
+            let (mut parsed, text) = ExperimentSpec::read(&spec)?;
+            if parsed.objective.is_none() {
+                return Err(TuneError::Invalid(format!(
+                    "{}: expected an [objective] table with `command = [...]`, found none",
+                    spec.display()
+                )));
+            }
+            if let Some(seed) = seed {
+                parsed.seed = seed;
+            }
+            let dir = dir.unwrap_or_else(|| Path::new("runs").join(&parsed.name));
+            println!("tune: sweep `{}` in {}", parsed.name, dir.display());
+            let result = Tuner::from_spec(parsed)
+                .dir(dir)
+                .spec_text(text)
+                .progress(true)
+                .handle_signals(true)
+                .fit_command()
+                .map_err(|e| match e {
+                    TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
+                    other => other,
+                })?;
+            Ok(finish(&result))
+        }
+        Command::Resume { dir, samples, no_tui: _ } => {
+            let mut tuner = Tuner::resume(&dir).progress(true).handle_signals(true);
+            if let Some(n) = samples {
+                tuner = tuner.samples(n);
+            }
+            println!("tune: resuming {}", dir.display());
+            let result = tuner.fit_command()?;
+            Ok(finish(&result))
+        }
+        Command::Status { dir } => {
+            let exp = Experiment::open(&dir)?;
+            quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &exp))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export { dir, format } => {
+            let exp = Experiment::open(&dir)?;
+            let spec = &exp.snapshot.meta.spec;
+            let mut out = std::io::stdout().lock();
+            let written = match format {
+                Format::Json => serde_json::to_writer_pretty(&mut out, &tune::export::to_json(&exp.snapshot.trials, &spec.metric))
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| writeln!(out)),
+                Format::Csv => tune::export::write_csv(&mut out, &exp.snapshot.trials, &spec.space, &spec.metric),
+            };
+            quiet_on_broken_pipe(written)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Prints the best trial; exit 1 when no trial completed.
+fn finish(result: &tune::TuneResult) -> ExitCode {
+    let (trials, metric, dir) = (result.trials(), result.metric(), result.dir());
+    let failed = trials.iter().filter(|t| t.status == Status::Failed).count();
+    if failed > 0 {
+        let example = trials.iter().find(|t| t.status == Status::Failed);
+        if let Some(t) = example {
+            println!("{failed} trial(s) failed; trial {}: {}", t.id, t.error.as_deref().unwrap_or("?"));
+        }
+    }
+    match result.best() {
+        Some(best) => {
+            let params: Vec<String> = best.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!(
+                "best trial {}: {metric} = {} ({})",
+                best.id,
+                best.value(metric).unwrap_or(f64::NAN),
+                params.join(", ")
+            );
+            println!("results: tune status {0} | tune export {0} --format json", dir.display());
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!("error: no trial completed; see `tune status {}`", dir.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A reader that stopped reading (`tune status | head`) is not an error.
+fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<(), TuneError> {
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(TuneError::Io {
+            context: "writing to stdout".into(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn print_status(out: &mut impl Write, exp: &Experiment) -> std::io::Result<()> {
+    let spec = &exp.snapshot.meta.spec;
+    let trials = &exp.snapshot.trials;
+    let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
+    writeln!(out, "experiment: {} ({})", spec.name, exp.dir.display())?;
+    writeln!(out, 
+        "trials: {} of {} created | {} completed, {} stopped, {} failed, {} unfinished",
+        trials.len(),
+        exp.snapshot.meta.samples,
+        count(Status::Completed),
+        count(Status::Stopped),
+        count(Status::Failed),
+        count(Status::Running) + count(Status::Pending),
+    )?;
+    match best_trial(trials, &spec.metric, spec.mode) {
+        Some(b) => writeln!(out, "best: trial {} with {} = {}", b.id, spec.metric, b.value(&spec.metric).unwrap_or(f64::NAN)),
+        None => writeln!(out, "best: none yet"),
+    }?;
+    writeln!(out, "{:>6}  {:<10} {:>14} {:>6}  params", "id", "status", &spec.metric, "step")?;
+    for t in trials {
+        let value = t.value(&spec.metric).map(|v| format!("{v:.6}")).unwrap_or_else(|| "-".into());
+        let step = t.last_step().map(|s| s.to_string()).unwrap_or_else(|| "-".into());
+        let params: Vec<String> = t.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut line = format!("{:>6}  {:<10} {:>14} {:>6}  {}", t.id, t.status.as_str(), value, step, params.join(" "));
+        if let Some(e) = &t.error {
+            line += &format!("  [{}]", e.lines().next().unwrap_or(""));
+        }
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,443 @@
+//! The coordinator: the one place that turns searcher suggestions and scheduler decisions
+//! into running trials, and worker reports into durable state.
+//!
+//! It runs as a plain loop on the caller's thread; workers (closure threads, command tasks
+//! on tokio) talk to it over one channel. Each round it handles every waiting message, writes
+//! the changes, syncs the store once (group commit), and only then answers reports and starts
+//! new trials: nothing is acknowledged or acted on before it is durable.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, watch};
+use tune_schedulers::{Decision, Scheduler};
+use tune_search::{History, Mode, Searcher, Status, TrialId};
+
+use crate::error::TuneError;
+use crate::experiment::trial_dir;
+use crate::objective::{Job, Objective, Outcome, WorkerMsg};
+use crate::store::TrialStore;
+use crate::trial::{now_ms, Trial, TrialResult};
+
+/// Something that happened in the sweep, for observers (progress line, dashboard).
+#[derive(Debug)]
+pub enum Event<'a> {
+    Started(&'a Trial),
+    Result(&'a Trial, &'a TrialResult),
+    Finished(&'a Trial),
+}
+
+/// Running counts of the sweep, kept current by the coordinator.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub metric: String,
+    pub mode: Mode,
+    /// Trials the sweep will create in all.
+    pub total: u64,
+    pub pending: u64,
+    pub running: u64,
+    pub completed: u64,
+    pub stopped: u64,
+    pub failed: u64,
+    /// The best completed trial and its value.
+    pub best: Option<(TrialId, f64)>,
+    pub started: Instant,
+}
+
+impl Summary {
+    fn count(&mut self, status: Status) -> &mut u64 {
+        match status {
+            Status::Pending => &mut self.pending,
+            Status::Running => &mut self.running,
+            Status::Completed => &mut self.completed,
+            Status::Stopped => &mut self.stopped,
+            Status::Failed => &mut self.failed,
+        }
+    }
+
+    /// Trials that will not run again.
+    pub fn finished(&self) -> u64 {
+        self.completed + self.stopped + self.failed
+    }
+}
+
+/// Receives events on the coordinator's thread; must be quick (throttle, or forward to a channel).
+pub trait Observer: Send {
+    fn on_event(&mut self, event: &Event<'_>, summary: &Summary);
+    fn on_end(&mut self, _summary: &Summary) {}
+}
+
+/// What the coordinator needs to know about an attempt in flight.
+struct InFlight {
+    attempt: u32,
+    slot: usize,
+    reports: u64,
+    /// Settled before the worker finished: a bad metric failed the trial, or it was stopped.
+    verdict: Option<Verdict>,
+}
+
+enum Verdict {
+    Failed(String),
+    Stopped,
+}
+
+/// Settings of one sweep run.
+pub(crate) struct Plan {
+    pub dir: PathBuf,
+    pub metric: String,
+    pub mode: Mode,
+    pub samples: u64,
+    pub slots: usize,
+    pub max_failures: u32,
+    pub timeout: Option<Duration>,
+}
+
+pub(crate) struct Coordinator {
+    plan: Plan,
+    store: Box<dyn TrialStore>,
+    searcher: Box<dyn Searcher>,
+    scheduler: Box<dyn Scheduler>,
+    objective: Objective,
+    observers: Vec<Box<dyn Observer>>,
+    history: History,
+    trials: Vec<Trial>,
+    budget: u64,
+    next_seq: u64,
+    queue: VecDeque<TrialId>,
+    in_flight: HashMap<TrialId, InFlight>,
+    free_slots: Vec<usize>,
+    summary: Summary,
+    tx: mpsc::UnboundedSender<WorkerMsg>,
+    rx: mpsc::UnboundedReceiver<WorkerMsg>,
+    shutdown: watch::Sender<bool>,
+    acks: Vec<(oneshot::Sender<Decision>, Decision)>,
+    to_launch: Vec<TrialId>,
+}
+
+impl Coordinator {
+    /// Takes over a loaded experiment: finished trials stay as they are, unfinished ones are
+    /// re-queued with their ids and params.
+    pub(crate) fn new(
+        plan: Plan,
+        store: Box<dyn TrialStore>,
+        trials: Vec<Trial>,
+        searcher: Box<dyn Searcher>,
+        scheduler: Box<dyn Scheduler>,
+        objective: Objective,
+        observers: Vec<Box<dyn Observer>>,
+    ) -> Coordinator {
+        let mut history = History::new(plan.mode);
+        let mut summary = Summary {
+            metric: plan.metric.clone(),
+            mode: plan.mode,
+            total: 0,
+            pending: 0,
+            running: 0,
+            completed: 0,
+            stopped: 0,
+            failed: 0,
+            best: None,
+            started: Instant::now(),
+        };
+        let mut queue = VecDeque::new();
+        let mut next_seq = 0;
+        let mut trials = trials;
+        for t in &mut trials {
+            if !t.status.is_finished() {
+                t.status = Status::Pending;
+                queue.push_back(t.id);
+            }
+            history.record(t.id, t.params.clone(), t.status);
+            if let (Some(v), Some(step)) = (t.value(&plan.metric), t.last_step()) {
+                history.report(t.id, step, v);
+            }
+            next_seq = t.results.iter().map(|r| r.seq + 1).fold(next_seq, u64::max);
+            *summary.count(t.status) += 1;
+            note_best(&mut summary, t);
+        }
+        let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
+        summary.total = budget;
+        let (tx, rx) = mpsc::unbounded_channel();
+        Coordinator {
+            free_slots: (0..plan.slots).rev().collect(),
+            plan,
+            store,
+            searcher,
+            scheduler,
+            objective,
+            observers,
+            history,
+            trials,
+            budget,
+            next_seq,
+            queue,
+            in_flight: HashMap::new(),
+            summary,
+            tx,
+            rx,
+            shutdown: watch::channel(false).0,
+            acks: Vec::new(),
+            to_launch: Vec::new(),
+        }
+    }
+
+    /// A sender that interrupts the sweep (signal handlers use it).
+    pub(crate) fn interrupter(&self) -> Interrupter {
+        Interrupter(self.shutdown.clone())
+    }
+
+    /// Runs until the budget is spent and every trial has ended, or until interrupted.
+    pub(crate) fn run(mut self, rt: &Handle) -> Result<Vec<Trial>, TuneError> {
+        let mut shutdown_rx = self.shutdown.subscribe();
+        loop {
+            let interrupted = *shutdown_rx.borrow();
+            if !interrupted {
+                self.fill_slots()?;
+            }
+            self.store.sync()?;
+            for (ack, decision) in self.acks.drain(..) {
+                let _ = ack.send(decision);
+            }
+            for id in std::mem::take(&mut self.to_launch) {
+                self.launch(id, rt);
+            }
+            if self.in_flight.is_empty() {
+                break;
+            }
+            let msg = rt.block_on(async {
+                tokio::select! {
+                    m = self.rx.recv() => m,
+                    _ = shutdown_rx.changed(), if !interrupted => None,
+                }
+            });
+            if let Some(msg) = msg {
+                self.handle(msg)?;
+            }
+            while let Ok(msg) = self.rx.try_recv() {
+                self.handle(msg)?;
+            }
+        }
+        for o in &mut self.observers {
+            o.on_end(&self.summary);
+        }
+        let unfinished = (self.trials.len() as u64) < self.budget || self.summary.pending > 0;
+        if *shutdown_rx.borrow() && unfinished {
+            return Err(TuneError::Interrupted(self.plan.dir.clone()));
+        }
+        Ok(self.trials)
+    }
+
+    fn set_status(&mut self, id: TrialId, status: Status) {
+        let old = self.trials[id as usize].status;
+        *self.summary.count(old) -= 1;
+        *self.summary.count(status) += 1;
+        self.trials[id as usize].status = status;
+        self.history.set_status(id, status);
+    }
+
+    /// Claims free slots for re-queued trials first, then for new ones while the budget lasts.
+    fn fill_slots(&mut self) -> Result<(), TuneError> {
+        while let Some(&slot) = self.free_slots.last() {
+            let id = if let Some(id) = self.queue.pop_front() {
+                id
+            } else if (self.trials.len() as u64) < self.budget {
+                let id = self.trials.len() as u64;
+                let Some(params) = self.searcher.suggest(id, &self.history) else {
+                    self.budget = id;
+                    self.summary.total = id;
+                    break;
+                };
+                self.history.record(id, params.clone(), Status::Pending);
+                self.trials.push(Trial::new(id, params));
+                self.summary.pending += 1;
+                id
+            } else {
+                break;
+            };
+            self.free_slots.pop();
+            self.set_status(id, Status::Running);
+            let t = &mut self.trials[id as usize];
+            t.attempts += 1;
+            t.started_at = Some(now_ms());
+            t.finished_at = None;
+            t.device = Some(format!("cpu:{slot}"));
+            self.store.put_trial(t)?;
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    attempt: t.attempts,
+                    slot,
+                    reports: 0,
+                    verdict: None,
+                },
+            );
+            self.to_launch.push(id);
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self, id: TrialId, rt: &Handle) {
+        let t = &self.trials[id as usize];
+        let job = Job {
+            id,
+            attempt: t.attempts,
+            params: t.params.clone(),
+            device: t.device.clone().unwrap_or_default(),
+            trial_dir: trial_dir(&self.plan.dir, id),
+            timeout: self.plan.timeout,
+            tx: self.tx.clone(),
+            shutdown: self.shutdown.subscribe(),
+        };
+        let _guard = rt.enter();
+        self.objective.launch(job);
+        emit(&mut self.observers, &Event::Started(t), &self.summary);
+    }
+
+    fn handle(&mut self, msg: WorkerMsg) -> Result<(), TuneError> {
+        match msg {
+            WorkerMsg::Report {
+                id,
+                attempt,
+                step,
+                metrics,
+                ack,
+            } => self.on_report(id, attempt, step, metrics, ack),
+            WorkerMsg::Finished { id, attempt, outcome } => self.on_finished(id, attempt, outcome),
+        }
+    }
+
+    fn on_report(
+        &mut self,
+        id: TrialId,
+        attempt: u32,
+        step: Option<u64>,
+        mut metrics: std::collections::BTreeMap<String, f64>,
+        ack: oneshot::Sender<Decision>,
+    ) -> Result<(), TuneError> {
+        let metric = &self.plan.metric;
+        let Some(run) = self
+            .in_flight
+            .get_mut(&id)
+            .filter(|r| r.attempt == attempt && r.verdict.is_none())
+        else {
+            // A late report after a decision: discarded.
+            self.acks.push((ack, Decision::Stop));
+            return Ok(());
+        };
+        run.reports += 1;
+        let step = step.unwrap_or(run.reports);
+        let value = match metrics.get(metric) {
+            None => {
+                let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
+                let found = if keys.is_empty() { "no metrics".to_string() } else { keys.join(", ") };
+                run.verdict = Some(Verdict::Failed(format!(
+                    "the report at step {step} has no `{metric}` (it had: {found})"
+                )));
+                self.acks.push((ack, Decision::Stop));
+                return Ok(());
+            }
+            Some(v) if !v.is_finite() => {
+                run.verdict = Some(Verdict::Failed(format!("`{metric}` was {v} at step {step}")));
+                self.acks.push((ack, Decision::Stop));
+                return Ok(());
+            }
+            Some(&v) => v,
+        };
+        // Other non-finite metrics are dropped: the stored form (JSON) has no NaN.
+        metrics.retain(|_, x| x.is_finite());
+        let result = TrialResult {
+            step,
+            seq: self.next_seq,
+            attempt,
+            metrics,
+        };
+        self.next_seq += 1;
+        self.store.add_result(id, &result)?;
+        self.history.report(id, step, value);
+        let decision = self.scheduler.on_result(id, step, value);
+        if decision == Decision::Stop {
+            run.verdict = Some(Verdict::Stopped);
+        }
+        self.acks.push((ack, decision));
+        let t = &mut self.trials[id as usize];
+        t.results.push(result);
+        if let Some(r) = t.results.last() {
+            emit(&mut self.observers, &Event::Result(t, r), &self.summary);
+        }
+        Ok(())
+    }
+
+    fn on_finished(&mut self, id: TrialId, attempt: u32, outcome: Outcome) -> Result<(), TuneError> {
+        let Some(run) = self.in_flight.remove(&id).filter(|r| r.attempt == attempt) else {
+            return Ok(());
+        };
+        self.free_slots.push(run.slot);
+        let t = &self.trials[id as usize];
+        let reported = t.results.last().is_some_and(|r| r.attempt == attempt);
+        let (status, error) = match (run.verdict, outcome) {
+            (_, Outcome::Interrupted) => {
+                // Left as running in the store: `resume` re-queues it.
+                self.set_status(id, Status::Pending);
+                return Ok(());
+            }
+            (Some(Verdict::Failed(reason)), _) => (Status::Failed, Some(reason)),
+            (Some(Verdict::Stopped), _) | (None, Outcome::Stopped) => (Status::Stopped, None),
+            (None, Outcome::Returned) if reported => (Status::Completed, None),
+            (None, Outcome::Returned) => (
+                Status::Failed,
+                Some(format!("the objective ended without reporting `{}`", self.plan.metric)),
+            ),
+            (None, Outcome::Failed(reason)) if t.attempts <= self.plan.max_failures => {
+                // Retried at once, same id and params (Ray Tune's max_failures).
+                self.set_status(id, Status::Pending);
+                let t = &mut self.trials[id as usize];
+                t.error = Some(reason);
+                self.store.put_trial(t)?;
+                self.queue.push_front(id);
+                return Ok(());
+            }
+            (None, Outcome::Failed(reason)) => (Status::Failed, Some(reason)),
+        };
+        self.set_status(id, status);
+        let t = &mut self.trials[id as usize];
+        t.error = error;
+        t.finished_at = Some(now_ms());
+        self.store.put_trial(t)?;
+        let value = t.value(&self.plan.metric);
+        self.history.finish(id, status);
+        self.scheduler.on_complete(id, value);
+        note_best(&mut self.summary, t);
+        emit(&mut self.observers, &Event::Finished(t), &self.summary);
+        Ok(())
+    }
+}
+
+fn note_best(summary: &mut Summary, t: &Trial) {
+    if t.status != Status::Completed {
+        return;
+    }
+    if let Some(v) = t.value(&summary.metric) {
+        if summary.best.is_none_or(|(_, b)| summary.mode.better(v, b)) {
+            summary.best = Some((t.id, v));
+        }
+    }
+}
+
+fn emit(observers: &mut [Box<dyn Observer>], event: &Event<'_>, summary: &Summary) {
+    for o in observers.iter_mut() {
+        o.on_event(event, summary);
+    }
+}
+
+/// Asks a running sweep to stop: no new trials start, running ones are ended and left for
+/// `resume`.
+#[derive(Clone)]
+pub(crate) struct Interrupter(watch::Sender<bool>);
+
+impl Interrupter {
+    pub(crate) fn interrupt(&self) {
+        let _ = self.0.send(true);
+    }
+}

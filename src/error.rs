@@ -1,0 +1,47 @@
+//! The errors of the `tune` library, each telling whether the user's input was at fault.
+
+use std::path::PathBuf;
+
+use crate::spec::SpecError;
+use crate::store::StoreError;
+
+/// Everything that can stop a sweep from starting or finishing.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error("{0}")]
+    Spec(#[from] SpecError),
+    #[error("{}: not a tune experiment ({reason})", path.display())]
+    NotAnExperiment { path: PathBuf, reason: String },
+    #[error("{} already holds an experiment; continue it with `tune resume {}`, or pass --dir for a new one", .0.display(), .0.display())]
+    ExperimentExists(PathBuf),
+    /// Bad settings given through the API or the command line.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("interrupted; continue the sweep with `tune resume {}`", .0.display())]
+    Interrupted(PathBuf),
+}
+
+impl TuneError {
+    /// Whether the user's input caused it (exit code 2) rather than the run (exit code 1).
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            TuneError::Spec(_) | TuneError::NotAnExperiment { .. } | TuneError::ExperimentExists(_) | TuneError::Invalid(_)
+        )
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> TuneError {
+        TuneError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `tune export`: every trial as JSON or CSV.
+
+use std::io::Write;
+
+use serde_json::{json, Map, Value as Json};
+use tune_search::Space;
+
+use crate::trial::{rfc3339, Trial};
+
+/// One JSON object per trial: `{"id", "status", "params", "value", "results": [{"step", "seq",
+/// <metric>: ..}, ..], "attempts", "started_at", "finished_at", "error"}`.
+///
+/// ```
+/// let t = tune::Trial::new(0, tune::Params::default());
+/// let json = tune::export::to_json(&[t], "loss");
+/// assert_eq!(json[0]["status"], "pending");
+/// assert!(json[0]["value"].is_null());
+/// ```
+pub fn to_json(trials: &[Trial], metric: &str) -> Json {
+    Json::Array(
+        trials
+            .iter()
+            .map(|t| {
+                let results: Vec<Json> = t
+                    .results
+                    .iter()
+                    .map(|r| {
+                        let mut o = Map::new();
+                        o.insert("step".into(), json!(r.step));
+                        o.insert("seq".into(), json!(r.seq));
+                        o.insert("attempt".into(), json!(r.attempt));
+                        for (k, v) in &r.metrics {
+                            o.entry(k.clone()).or_insert(json!(v));
+                        }
+                        Json::Object(o)
+                    })
+                    .collect();
+                json!({
+                    "id": t.id,
+                    "status": t.status.as_str(),
+                    "params": t.params,
+                    "value": t.value(metric),
+                    "results": results,
+                    "attempts": t.attempts,
+                    "device": t.device,
+                    "started_at": t.started_at.map(rfc3339),
+                    "finished_at": t.finished_at.map(rfc3339),
+                    "error": t.error,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// One row per trial: id, status, value, last step, attempts, times, error, then one
+/// `params.<name>` column per parameter of the space (empty where inactive).
+pub fn write_csv(out: &mut impl Write, trials: &[Trial], space: &Space, metric: &str) -> std::io::Result<()> {
+    let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
+    let mut header = vec!["id", "status", "value", "last_step", "attempts", "started_at", "finished_at", "error"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    header.extend(names.iter().map(|n| format!("params.{n}")));
+    writeln!(out, "{}", header.iter().map(|h| csv_field(h)).collect::<Vec<_>>().join(","))?;
+    for t in trials {
+        let mut row = vec![
+            t.id.to_string(),
+            t.status.as_str().to_string(),
+            t.value(metric).map(|v| v.to_string()).unwrap_or_default(),
+            t.last_step().map(|s| s.to_string()).unwrap_or_default(),
+            t.attempts.to_string(),
+            t.started_at.map(rfc3339).unwrap_or_default(),
+            t.finished_at.map(rfc3339).unwrap_or_default(),
+            t.error.clone().unwrap_or_default(),
+        ];
+        row.extend(names.iter().map(|n| t.params.get(n).map(|v| v.to_string()).unwrap_or_default()));
+        writeln!(out, "{}", row.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(","))?;
+    }
+    Ok(())
+}
+
+/// RFC 4180 quoting.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_what_needs_it() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\"\nbye"), "\"say \"\"hi\"\"\nbye\"");
+    }
+}

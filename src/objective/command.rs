@@ -1,0 +1,376 @@
+//! Command objectives: one child process per trial attempt.
+//!
+//! The protocol (DESIGN.md): the trial reports by printing lines to stdout, a JSON object
+//! (`{"step": 3, "val_loss": 0.31}`) or `key: value` pairs (`val_loss: 0.31, acc: 0.9`); after
+//! each report the coordinator writes its decision (`continue` or `stop`) as one line to the
+//! trial's stdin. A trial that ignores `stop` gets SIGTERM, then SIGKILL, and whatever it
+//! reports after the decision is discarded. Exit 0 completes the trial; anything else fails it
+//! with the tail of its stderr.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Child;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tune_schedulers::Decision;
+
+use super::{substitute, Job, Outcome, WorkerMsg};
+
+/// A command template and how to run it.
+pub(crate) struct CommandObjective {
+    /// argv with `{param}` placeholders.
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub workdir: PathBuf,
+    pub experiment_dir: PathBuf,
+    pub metric: String,
+    /// How long a trial told to stop may take before SIGTERM, and after SIGTERM before SIGKILL.
+    pub grace: Duration,
+}
+
+const STDERR_TAIL: usize = 2000;
+
+pub(super) async fn run(obj: Arc<CommandObjective>, job: Job) {
+    let outcome = run_attempt(&obj, &job).await;
+    let _ = job.tx.send(WorkerMsg::Finished {
+        id: job.id,
+        attempt: job.attempt,
+        outcome,
+    });
+}
+
+/// Why the read loop ended before the child closed its stdout.
+enum Cut {
+    Stopped,
+    TimedOut,
+    Interrupted,
+}
+
+async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
+    let argv: Vec<String> = obj.argv.iter().map(|a| substitute(a, &job.params)).collect();
+    if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
+        return Outcome::Failed(format!("cannot create {}: {e}", job.trial_dir.display()));
+    }
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir(&obj.workdir)
+        .env("TUNE_PARAMS", serde_json::to_string(&job.params).unwrap_or_default())
+        .env("TUNE_TRIAL_ID", job.id.to_string())
+        .env("TUNE_ATTEMPT", job.attempt.to_string())
+        .env("TUNE_CHECKPOINT_DIR", &job.trial_dir)
+        .env("TUNE_EXPERIMENT_DIR", &obj.experiment_dir)
+        .env_remove("TUNE_RESTORE_DIR")
+        // Python buffers a piped stdout; unbuffered, each report arrives when printed.
+        .env("PYTHONUNBUFFERED", "1")
+        .envs(&obj.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so signals reach the whole trial (a shell's children too).
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; it only asks the kernel to kill the child when the
+    // coordinator dies, so a `kill -9` of tune leaves no orphaned trials behind.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::Failed(format!("cannot start `{}` (in {}): {e}", argv[0], obj.workdir.display()))
+        }
+    };
+    let (Some(stdin), Some(stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Outcome::Failed("the child's pipes were not set up".into());
+    };
+
+    // Decisions go through their own task: a trial that never reads stdin must not block us.
+    let (decide, mut decisions) = mpsc::unbounded_channel::<Decision>();
+    let writer = tokio::spawn(async move {
+        let mut stdin = stdin;
+        while let Some(d) = decisions.recv().await {
+            let line = format!("{}\n", d.as_str());
+            if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let stderr_tail = tokio::spawn(async move {
+        let mut tail: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 2 * STDERR_TAIL {
+                tail.drain(..tail.len() - STDERR_TAIL);
+            }
+        }
+        let text = String::from_utf8_lossy(&tail).into_owned();
+        let start = text.len().saturating_sub(STDERR_TAIL);
+        let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+        text[start..].trim().to_string()
+    });
+
+    let deadline = job.timeout.map(|t| Instant::now() + t);
+    let mut shutdown = job.shutdown.clone();
+    let mut stdout = BufReader::new(stdout);
+    let mut parser = ReportParser::new(&obj.metric);
+    let mut line = Vec::new();
+    let cut = loop {
+        line.clear();
+        let read = tokio::select! {
+            r = stdout.read_until(b'\n', &mut line) => r,
+            _ = sleep_until(deadline) => break Some(Cut::TimedOut),
+            _ = until_shutdown(&mut shutdown) => break Some(Cut::Interrupted),
+        };
+        match read {
+            Ok(0) | Err(_) => break None,
+            Ok(_) => {}
+        }
+        let Some((step, metrics)) = parser.feed(&String::from_utf8_lossy(&line)) else {
+            continue;
+        };
+        let (ack, answer) = oneshot::channel();
+        let msg = WorkerMsg::Report {
+            id: job.id,
+            attempt: job.attempt,
+            step,
+            metrics,
+            ack,
+        };
+        if job.tx.send(msg).is_err() {
+            break Some(Cut::Interrupted);
+        }
+        match answer.await {
+            Ok(decision) => {
+                let _ = decide.send(decision);
+                if decision == Decision::Stop {
+                    break Some(Cut::Stopped);
+                }
+            }
+            Err(_) => break Some(Cut::Interrupted),
+        }
+    };
+
+    let outcome = match cut {
+        None => {
+            let waited = tokio::select! {
+                s = child.wait() => Some(Ok(s)),
+                _ = sleep_until(deadline) => Some(Err(Cut::TimedOut)),
+                _ = until_shutdown(&mut shutdown) => None,
+            };
+            match waited {
+                Some(Ok(Ok(status))) if status.success() => Outcome::Returned,
+                Some(Ok(Ok(status))) => Outcome::Failed(describe_exit(status, &stderr_tail.await.unwrap_or_default())),
+                Some(Ok(Err(e))) => Outcome::Failed(format!("waiting for the process failed: {e}")),
+                Some(Err(_)) => {
+                    terminate(&mut child, Duration::ZERO, obj.grace).await;
+                    timed_out(job)
+                }
+                None => {
+                    terminate(&mut child, Duration::ZERO, obj.grace).await;
+                    Outcome::Interrupted
+                }
+            }
+        }
+        Some(Cut::Stopped) => {
+            terminate(&mut child, obj.grace, obj.grace).await;
+            Outcome::Stopped
+        }
+        Some(Cut::TimedOut) => {
+            terminate(&mut child, Duration::ZERO, obj.grace).await;
+            timed_out(job)
+        }
+        Some(Cut::Interrupted) => {
+            terminate(&mut child, Duration::ZERO, obj.grace).await;
+            Outcome::Interrupted
+        }
+    };
+    writer.abort();
+    outcome
+}
+
+fn timed_out(job: &Job) -> Outcome {
+    let secs = job.timeout.map_or(0.0, |t| t.as_secs_f64());
+    Outcome::Failed(format!("timed out after {secs} s"))
+}
+
+async fn until_shutdown(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    if shutdown.wait_for(|s| *s).await.is_err() {
+        // The coordinator is gone without asking for a stop: nothing will ever ask.
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Lets the child exit within `patience`, then SIGTERM, then SIGKILL after `grace`.
+async fn terminate(child: &mut Child, patience: Duration, grace: Duration) {
+    if !patience.is_zero() && tokio::time::timeout(patience, child.wait()).await.is_ok() {
+        return;
+    }
+    let Some(pid) = child.id() else { return };
+    // The child leads its own process group (pgid = pid): signal the whole group.
+    let group = -(pid as libc::pid_t);
+    // SAFETY: kill(2) with a process group id we created; no memory is involved.
+    unsafe { libc::kill(group, libc::SIGTERM) };
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        unsafe { libc::kill(group, libc::SIGKILL) };
+        let _ = child.wait().await;
+    }
+}
+
+fn describe_exit(status: ExitStatus, stderr: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "ended abnormally".to_string(),
+    };
+    if stderr.is_empty() {
+        how
+    } else {
+        format!("{how}; stderr ends with:\n{stderr}")
+    }
+}
+
+/// Turns stdout lines into reports.
+///
+/// A JSON object line is a whole report. `key: value` lines without the metric are held and
+/// merged into the next line that has it, so `acc: 0.9` then `loss: 0.3` make one report.
+/// Any other line is the trial's own log output and is ignored.
+pub(crate) struct ReportParser {
+    metric: String,
+    held: BTreeMap<String, f64>,
+}
+
+impl ReportParser {
+    pub(crate) fn new(metric: &str) -> ReportParser {
+        ReportParser {
+            metric: metric.to_string(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// The (step, metrics) of a completed report, if `line` completes one.
+    pub(crate) fn feed(&mut self, line: &str) -> Option<(Option<u64>, BTreeMap<String, f64>)> {
+        let line = line.trim();
+        let (mut metrics, is_report) = if line.starts_with('{') {
+            (parse_json(line)?, true)
+        } else {
+            let pairs = parse_pairs(line)?;
+            let has_metric = pairs.contains_key(&self.metric);
+            (pairs, has_metric)
+        };
+        if !is_report {
+            self.held.append(&mut metrics);
+            return None;
+        }
+        let mut all = std::mem::take(&mut self.held);
+        all.append(&mut metrics);
+        let step = match all.remove("step") {
+            Some(s) if s >= 0.0 && s.fract() == 0.0 && s < 9.0e15 => Some(s as u64),
+            _ => None,
+        };
+        Some((step, all))
+    }
+}
+
+/// Numeric fields of a JSON object; Python's `NaN`/`Infinity` (not JSON) are accepted.
+fn parse_json(line: &str) -> Option<BTreeMap<String, f64>> {
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).ok().or_else(|| {
+        let fixed = line
+            .replace("-Infinity", "\"-inf\"")
+            .replace("Infinity", "\"inf\"")
+            .replace("NaN", "\"nan\"");
+        serde_json::from_str(&fixed).ok()
+    })?;
+    Some(
+        map.into_iter()
+            .filter_map(|(k, v)| {
+                let x = match &v {
+                    serde_json::Value::Number(n) => n.as_f64(),
+                    serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => s.parse().ok(),
+                    _ => None,
+                };
+                x.map(|x| (k, x))
+            })
+            .collect(),
+    )
+}
+
+/// `key: number` pairs separated by commas; `None` unless the whole line is such pairs.
+fn parse_pairs(line: &str) -> Option<BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for part in line.split(',') {
+        let (k, v) = part.split_once(':')?;
+        let k = k.trim();
+        let valid_key = !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || "_-./".contains(c));
+        if !valid_key {
+            return None;
+        }
+        out.insert(k.to_string(), v.trim().parse::<f64>().ok()?);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_pair_reports() {
+        let mut p = ReportParser::new("loss");
+        let (step, m) = p.feed(r#"{"step": 3, "loss": 0.5, "name": "x"}"#).unwrap();
+        assert_eq!(step, Some(3));
+        assert_eq!(m, BTreeMap::from([("loss".to_string(), 0.5)]));
+        assert_eq!(p.feed("Epoch 3 done"), None);
+        assert_eq!(p.feed("acc: 0.9"), None);
+        let (step, m) = p.feed("loss: 0.25, lr: 1e-3").unwrap();
+        assert_eq!(step, None);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m["acc"], 0.9);
+        assert_eq!(m["lr"], 0.001);
+    }
+
+    #[test]
+    fn json_without_the_metric_is_still_a_report() {
+        let mut p = ReportParser::new("loss");
+        let (_, m) = p.feed(r#"{"acc": 0.5}"#).unwrap();
+        assert!(!m.contains_key("loss"));
+    }
+
+    #[test]
+    fn python_non_finite_numbers_are_read() {
+        let mut p = ReportParser::new("loss");
+        let (_, m) = p.feed(r#"{"loss": NaN, "b": -Infinity}"#).unwrap();
+        assert!(m["loss"].is_nan());
+        assert_eq!(m["b"], f64::NEG_INFINITY);
+        let (_, m) = p.feed("loss: nan").unwrap();
+        assert!(m["loss"].is_nan());
+    }
+
+    #[test]
+    fn log_lines_are_not_reports() {
+        let mut p = ReportParser::new("loss");
+        for line in ["", "hello world", "time: 12:30", "loss is: 3", "{not json"] {
+            assert_eq!(p.feed(line), None, "{line}");
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! The experiment spec: what `space.toml` says, validated, and what the store freezes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tune_search::{did_you_mean, Mode, Space};
+
+/// A whole sweep: metric, budget, search, scheduler, resources, objective and space.
+///
+/// ```
+/// let spec = tune::ExperimentSpec::from_toml(r#"
+///     name = "quadratic"
+///     metric = "loss"
+///     samples = 20
+///     [objective]
+///     command = ["python3", "objective.py", "--x", "{x}"]
+///     [space]
+///     x = { uniform = [-5.0, 10.0] }
+/// "#, "space.toml".as_ref()).unwrap();
+/// assert_eq!(spec.samples, 20);
+/// assert_eq!(spec.mode, tune::Mode::Min);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// Names the experiment folder (`runs/<name>` unless `--dir` says otherwise).
+    pub name: String,
+    /// The reported key that is optimised.
+    pub metric: String,
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    /// Trials to create (grid search: repeats of the whole grid).
+    pub samples: u64,
+    #[serde(default)]
+    pub seed: u64,
+    /// How many times a failed trial is retried before it stays failed (Ray Tune's
+    /// `FailureConfig.max_failures`).
+    #[serde(default)]
+    pub max_failures: u32,
+    #[serde(default)]
+    pub search: SearchSpec,
+    #[serde(default)]
+    pub scheduler: SchedulerSpec,
+    #[serde(default)]
+    pub resources: Resources,
+    /// How a trial runs; `None` for experiments driven by a Rust closure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<ObjectiveSpec>,
+    pub space: Space,
+}
+
+fn default_mode() -> Mode {
+    Mode::Min
+}
+
+/// `[search]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSpec {
+    #[serde(default)]
+    pub algorithm: Algorithm,
+}
+
+/// The search algorithm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    #[default]
+    Random,
+    Grid,
+    Tpe,
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSpec {
+    #[serde(default)]
+    pub kind: SchedulerKind,
+}
+
+/// The trial scheduler.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulerKind {
+    #[default]
+    Fifo,
+    Median,
+    Asha,
+    Hyperband,
+    Pbt,
+}
+
+/// `[resources]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// Concurrent trials on CPU; defaults to the number of cores.
+    #[serde(default = "default_cpu_slots")]
+    pub cpu_slots: usize,
+    /// `"auto"` or a list of device ordinals; used by the `cuda` build only.
+    #[serde(default)]
+    pub gpus: Gpus,
+    #[serde(default = "one")]
+    pub trials_per_gpu: u32,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            cpu_slots: default_cpu_slots(),
+            gpus: Gpus::default(),
+            trials_per_gpu: 1,
+        }
+    }
+}
+
+fn default_cpu_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `gpus = "auto"` or `gpus = [0, 1]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Gpus {
+    #[default]
+    #[serde(with = "auto")]
+    Auto,
+    List(Vec<u32>),
+}
+
+mod auto {
+    //! The literal string "auto".
+    use serde::{de, Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("auto")
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<(), D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "auto" {
+            Ok(())
+        } else {
+            Err(de::Error::custom(format!("expected \"auto\" or a list of GPU numbers, found \"{s}\"")))
+        }
+    }
+}
+
+/// `[objective]`: a command run once per trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectiveSpec {
+    /// argv with `{param}` placeholders; never a shell string.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// A built-in Candle trainable (not available yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<String>,
+    /// Wall-clock limit of one trial attempt, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+    /// Extra environment variables for the command.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Where the command runs: relative paths are taken from the spec file's folder, which is
+    /// also the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<PathBuf>,
+}
+
+/// A spec that cannot be used: which file, where, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct SpecError {
+    pub file: PathBuf,
+    /// 1-based line and column, when the problem has a place in the file.
+    pub location: Option<(usize, usize)>,
+    pub message: String,
+    /// The offending line of the file, shown under the message.
+    pub snippet: Option<String>,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, col)) = self.location {
+            write!(f, ":{line}:{col}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let (Some(snippet), Some((line, col))) = (&self.snippet, self.location) {
+            let gutter = line.to_string().len();
+            write!(f, "\n {line} | {snippet}\n {:gutter$} | {:>col$}", "", "^")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExperimentSpec {
+    /// Reads and validates a spec file, returning it with the file's text (kept verbatim as
+    /// the experiment's frozen copy). The objective's working folder defaults to the file's.
+    pub fn read(path: &Path) -> Result<(ExperimentSpec, String), SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+            file: path.to_path_buf(),
+            location: None,
+            message: format!("cannot read the file: {e}"),
+            snippet: None,
+        })?;
+        let mut spec = Self::from_toml(&text, path)?;
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+        if let Some(obj) = spec.objective.as_mut() {
+            obj.workdir = Some(match obj.workdir.take() {
+                Some(w) if w.is_absolute() => w,
+                Some(w) => base.join(w),
+                None => base,
+            });
+        }
+        Ok((spec, text))
+    }
+
+    /// Parses and validates spec text; `file` only names the source in errors.
+    pub fn from_toml(text: &str, file: &Path) -> Result<ExperimentSpec, SpecError> {
+        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
+            let location = e.span().map(|s| line_col(text, s.start));
+            SpecError {
+                file: file.to_path_buf(),
+                location,
+                message: with_suggestion(e.message().trim()),
+                snippet: location.and_then(|(l, _)| text.lines().nth(l - 1)).map(str::to_string),
+            }
+        })?;
+        spec.validate().map_err(|(section, key, message)| {
+            let location = locate_key(text, section, key);
+            SpecError {
+                file: file.to_path_buf(),
+                location,
+                message: match section {
+                    "" => format!("`{key}`: {message}"),
+                    _ => format!("[{section}] `{key}`: {message}"),
+                },
+                snippet: location.and_then(|(l, _)| text.lines().nth(l - 1)).map(str::to_string),
+            }
+        })?;
+        Ok(spec)
+    }
+
+    /// Checks what serde cannot: ranges, features not built yet, placeholders.
+    /// Errors are (section, key, message).
+    pub fn validate(&self) -> Result<(), (&'static str, &'static str, String)> {
+        if self.name.is_empty() || self.name.contains(['/', '\\']) || self.name == "." || self.name == ".." {
+            return Err(("", "name", format!("expected a folder name without slashes, found \"{}\"", self.name)));
+        }
+        if self.metric.is_empty() {
+            return Err(("", "metric", "expected the name of a reported key, found an empty string".into()));
+        }
+        if self.samples == 0 {
+            return Err(("", "samples", "expected at least 1 trial, found 0".into()));
+        }
+        if self.resources.cpu_slots == 0 {
+            return Err(("resources", "cpu_slots", "expected at least 1 slot, found 0".into()));
+        }
+        if self.search.algorithm == Algorithm::Tpe {
+            return Err((
+                "search",
+                "algorithm",
+                "\"tpe\" is not available in this version yet; use \"random\" or \"grid\"".into(),
+            ));
+        }
+        if self.scheduler.kind != SchedulerKind::Fifo {
+            return Err((
+                "scheduler",
+                "kind",
+                format!(
+                    "\"{}\" is not available in this version yet; only \"fifo\" is",
+                    serde_json::to_value(self.scheduler.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+                ),
+            ));
+        }
+        if let Some(obj) = &self.objective {
+            if obj.builtin.is_some() {
+                return Err((
+                    "objective",
+                    "builtin",
+                    "built-in trainables are not available in this version yet; use `command`".into(),
+                ));
+            }
+            if obj.command.is_empty() {
+                return Err(("objective", "command", "expected a non-empty argv list like [\"python3\", \"train.py\"]".into()));
+            }
+            if let Some(t) = obj.timeout_s {
+                if !(t > 0.0 && t.is_finite()) {
+                    return Err(("objective", "timeout_s", format!("expected a positive number of seconds, found {t}")));
+                }
+            }
+            let names: Vec<&str> = self.space.params().iter().map(|p| p.name.as_str()).collect();
+            for arg in &obj.command {
+                for placeholder in crate::objective::placeholders(arg)
+                    .map_err(|m| ("objective", "command", m))?
+                {
+                    if !names.contains(&placeholder) {
+                        let hint = did_you_mean(placeholder, names.iter().copied())
+                            .map(|s| format!(" (did you mean `{{{s}}}`?)"))
+                            .unwrap_or_default();
+                        return Err((
+                            "objective",
+                            "command",
+                            format!("placeholder `{{{placeholder}}}` in \"{arg}\" names no parameter of [space]{hint}"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 1-based (line, column) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Where `key = ...` is written inside `[section]` (top level for ""), if it is.
+fn locate_key(text: &str, section: &str, key: &str) -> Option<(usize, usize)> {
+    let mut current = "";
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix('[') {
+            current = rest.split(']').next().unwrap_or("").trim();
+            continue;
+        }
+        if current == section {
+            if let Some(rest) = trimmed.strip_prefix(key) {
+                if rest.trim_start().starts_with('=') {
+                    return Some((i + 1, line.len() - trimmed.len() + 1));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Adds "did you mean" to serde's unknown field / variant messages.
+fn with_suggestion(message: &str) -> String {
+    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    let unknown = message.starts_with("unknown field") || message.starts_with("unknown variant");
+    match quoted.split_first() {
+        Some((found, candidates)) if unknown => match did_you_mean(found, candidates.iter().copied()) {
+            Some(s) => format!("{message} (did you mean `{s}`?)"),
+            None => message.to_string(),
+        },
+        _ => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"name = "q"
+metric = "loss"
+samples = 5
+
+[objective]
+command = ["python3", "obj.py", "--x", "{x}"]
+
+[space]
+x = { uniform = [-5.0, 10.0] }
+"#;
+
+    fn err(text: &str) -> String {
+        ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn good_spec_has_defaults() {
+        let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
+        assert_eq!(spec.mode, Mode::Min);
+        assert_eq!(spec.search.algorithm, Algorithm::Random);
+        assert_eq!(spec.scheduler.kind, SchedulerKind::Fifo);
+        assert!(spec.resources.cpu_slots >= 1);
+        assert_eq!(spec.resources.gpus, Gpus::Auto);
+    }
+
+    #[test]
+    fn malformed_toml_gives_line_and_column() {
+        let e = err("name = \"q\"\nmetric = = \"loss\"\n");
+        assert!(e.starts_with("space.toml:2:"), "{e}");
+        assert!(e.contains(" 2 | metric = = \"loss\""), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_suggest_the_right_one() {
+        let e = err(&GOOD.replace("samples", "sampels"));
+        assert!(e.starts_with("space.toml:3:1: unknown field `sampels`"), "{e}");
+        assert!(e.contains("(did you mean `samples`?)"), "{e}");
+        let e = err(&GOOD.replace("metric = \"loss\"", "metric = \"loss\"\nmode = \"mim\""));
+        assert!(e.contains("unknown variant `mim`") && e.contains("did you mean `min`?"), "{e}");
+        let e = err(&format!("{GOOD}\n[resources]\ncpu_slot = 2\n"));
+        assert!(e.contains("did you mean `cpu_slots`?"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_name_section_and_key() {
+        let e = err(&GOOD.replace("samples = 5", "samples = 0"));
+        assert_eq!(e.lines().next().unwrap(), "space.toml:3:1: `samples`: expected at least 1 trial, found 0");
+        let e = err(&GOOD.replace("{x}", "{y}"));
+        assert!(e.contains("[objective] `command`: placeholder `{y}`"), "{e}");
+        let e = err(&format!("{GOOD}\n[search]\nalgorithm = \"tpe\"\n"));
+        assert!(e.contains("[search] `algorithm`: \"tpe\" is not available"), "{e}");
+    }
+
+    #[test]
+    fn space_errors_point_at_the_parameter() {
+        let e = err(&GOOD.replace("[-5.0, 10.0]", "[10.0, -5.0]"));
+        assert!(e.starts_with("space.toml:9:"), "{e}");
+        assert!(e.contains("expected low < high, found low = 10 and high = -5"), "{e}");
+    }
+
+    #[test]
+    fn spec_round_trips_through_json() {
+        let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
+        let back: ExperimentSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(spec, back);
+    }
+}

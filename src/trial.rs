@@ -1,0 +1,90 @@
+//! The trial record: what the store keeps and the result reports.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tune_search::{Params, Status, TrialId};
+
+/// One reported result: the metrics a trial reported at a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    pub step: u64,
+    /// Position of this result among all results of the sweep, in the order received.
+    pub seq: u64,
+    /// Which attempt of the trial reported it (1 for the first run).
+    pub attempt: u32,
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// One trial: its parameters, status and results.
+///
+/// ```
+/// use tune::{Trial, Status};
+/// let t = Trial::new(0, tune::Params::default());
+/// assert_eq!(t.status, Status::Pending);
+/// assert!(t.results.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    pub id: TrialId,
+    pub status: Status,
+    pub params: Params,
+    /// How many times it was started.
+    pub attempts: u32,
+    /// Unix milliseconds.
+    pub created_at: u64,
+    pub started_at: Option<u64>,
+    pub finished_at: Option<u64>,
+    /// Why it failed (or, for a retried trial, why its last attempt failed).
+    pub error: Option<String>,
+    /// Where the last attempt ran (`cpu:0`, `cuda:1`).
+    pub device: Option<String>,
+    /// The trial it was copied from (population-based training).
+    #[serde(default)]
+    pub parent: Option<TrialId>,
+    /// Results in the order received; kept apart from the record in the store.
+    #[serde(skip)]
+    pub results: Vec<TrialResult>,
+}
+
+impl Trial {
+    pub fn new(id: TrialId, params: Params) -> Trial {
+        Trial {
+            id,
+            status: Status::Pending,
+            params,
+            attempts: 0,
+            created_at: now_ms(),
+            started_at: None,
+            finished_at: None,
+            error: None,
+            device: None,
+            parent: None,
+            results: Vec::new(),
+        }
+    }
+
+    /// The metric at the last report of the latest attempt (Ray Tune's `scope="last"`).
+    pub fn value(&self, metric: &str) -> Option<f64> {
+        self.results
+            .last()
+            .filter(|r| r.attempt == self.attempts)
+            .and_then(|r| r.metrics.get(metric).copied())
+    }
+
+    /// The step of the last report of the latest attempt.
+    pub fn last_step(&self) -> Option<u64> {
+        self.results.last().filter(|r| r.attempt == self.attempts).map(|r| r.step)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}

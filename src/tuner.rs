@@ -1,0 +1,347 @@
+//! The Rust API: `Tuner::new(space)...fit(objective)`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tune_schedulers::{Fifo, Scheduler};
+use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status};
+
+use crate::coordinator::{Coordinator, Observer, Plan};
+use crate::error::TuneError;
+use crate::experiment::Experiment;
+use crate::objective::{BoxError, CommandObjective, Objective, TrialContext};
+use crate::progress::ProgressLine;
+use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec};
+use crate::store::TrialStore;
+use crate::trial::Trial;
+
+/// Sets up and runs a sweep.
+///
+/// ```
+/// use tune::{Mode, Space, Tuner};
+/// let dir = tempfile::tempdir().unwrap();
+/// let space = Space::builder().uniform("x", -5.0, 5.0).build().unwrap();
+/// let result = Tuner::new(space)
+///     .metric("loss", Mode::Min)
+///     .samples(20)
+///     .seed(1)
+///     .dir(dir.path().join("quadratic"))
+///     .fit(|ctx| {
+///         let x = ctx.params().f64("x")?;
+///         ctx.report(1, [("loss", (x - 2.0).powi(2))])?;
+///         Ok(())
+///     })
+///     .unwrap();
+/// assert_eq!(result.trials().len(), 20);
+/// let best = result.best().unwrap();
+/// assert!((best.params.f64("x").unwrap() - 2.0).abs() < 2.0);
+/// ```
+pub struct Tuner {
+    spec: ExperimentSpec,
+    dir: Option<PathBuf>,
+    /// Continue the experiment in this folder instead of creating one.
+    resume: Option<PathBuf>,
+    /// With `resume`: raise the budget to this many samples.
+    resume_samples: Option<u64>,
+    spec_text: Option<String>,
+    observers: Vec<Box<dyn Observer>>,
+    handle_signals: bool,
+    grace: Duration,
+}
+
+impl Tuner {
+    /// A sweep over `space`; defaults: metric `loss` minimised, 10 samples, seed 0, random
+    /// search, FIFO, one slot per core, folder `runs/<name>` with a time-stamped name.
+    pub fn new(space: Space) -> Tuner {
+        let stamp = crate::trial::rfc3339(crate::trial::now_ms()).replace([':', '.'], "-");
+        Tuner::from_spec(ExperimentSpec {
+            name: format!("sweep-{}", stamp.trim_end_matches('Z')),
+            metric: "loss".into(),
+            mode: Mode::Min,
+            samples: 10,
+            seed: 0,
+            max_failures: 0,
+            search: SearchSpec::default(),
+            scheduler: SchedulerSpec::default(),
+            resources: Resources::default(),
+            objective: None,
+            space,
+        })
+    }
+
+    /// A sweep described by a spec (as read from `space.toml`).
+    pub fn from_spec(spec: ExperimentSpec) -> Tuner {
+        Tuner {
+            spec,
+            dir: None,
+            resume: None,
+            resume_samples: None,
+            spec_text: None,
+            observers: Vec::new(),
+            handle_signals: false,
+            grace: Duration::from_secs(5),
+        }
+    }
+
+    /// Continues the interrupted (or finished) experiment in `dir`: completed trials are kept,
+    /// unfinished ones re-run with their ids and params, and the budget carries on.
+    pub fn resume(dir: impl Into<PathBuf>) -> Tuner {
+        let mut t = Tuner::new(Space::default());
+        t.resume = Some(dir.into());
+        t
+    }
+
+    /// Names the experiment (and its default folder `runs/<name>`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.spec.name = name.into();
+        self
+    }
+
+    /// The reported key to optimise, and whether lower or higher is better.
+    pub fn metric(mut self, metric: impl Into<String>, mode: Mode) -> Self {
+        self.spec.metric = metric.into();
+        self.spec.mode = mode;
+        self
+    }
+
+    /// How many trials to create; with [`Tuner::resume`], the new (larger) budget.
+    pub fn samples(mut self, samples: u64) -> Self {
+        self.spec.samples = samples;
+        self.resume_samples = Some(samples);
+        self
+    }
+
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.spec.seed = seed;
+        self
+    }
+
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.spec.search.algorithm = algorithm;
+        self
+    }
+
+    /// Concurrent trials.
+    pub fn cpu_slots(mut self, slots: usize) -> Self {
+        self.spec.resources.cpu_slots = slots;
+        self
+    }
+
+    /// Retries of a failed trial before it stays failed.
+    pub fn max_failures(mut self, retries: u32) -> Self {
+        self.spec.max_failures = retries;
+        self
+    }
+
+    /// The experiment folder (default `runs/<name>`).
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Prints the progress line to stdout.
+    pub fn progress(self, on: bool) -> Self {
+        if on {
+            self.observer(ProgressLine::new())
+        } else {
+            self
+        }
+    }
+
+    /// Adds an observer of the sweep's events.
+    pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observers.push(Box::new(observer));
+        self
+    }
+
+    /// Stops cleanly on Ctrl-C / SIGTERM (leaving the sweep resumable). Off by default, since a
+    /// library should not take over a program's signals.
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.handle_signals = on;
+        self
+    }
+
+    /// Keeps `text` as the experiment's `spec.toml` (the CLI passes the user's file).
+    pub fn spec_text(mut self, text: impl Into<String>) -> Self {
+        self.spec_text = Some(text.into());
+        self
+    }
+
+    /// Runs the sweep with a closure as the objective; returns when every trial has ended.
+    pub fn fit<F>(self, objective: F) -> Result<TuneResult, TuneError>
+    where
+        F: Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync + 'static,
+    {
+        let f: Arc<crate::objective::ObjectiveFn> = Arc::new(objective);
+        self.run(|_, _| Ok(Objective::Closure(f)))
+    }
+
+    /// Runs the sweep with the spec's `[objective] command`.
+    pub fn fit_command(self) -> Result<TuneResult, TuneError> {
+        let grace = self.grace;
+        self.run(move |spec, dir| {
+            let Some(obj) = &spec.objective else {
+                return Err(TuneError::Invalid("the spec has no [objective] command to run".into()));
+            };
+            let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
+            check_program(&obj.command[0], &workdir)?;
+            Ok(Objective::Command(Arc::new(CommandObjective {
+                argv: obj.command.clone(),
+                env: obj.env.clone(),
+                workdir,
+                experiment_dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
+                metric: spec.metric.clone(),
+                grace,
+            })))
+        })
+    }
+
+    fn run(
+        self,
+        objective: impl FnOnce(&ExperimentSpec, &Path) -> Result<Objective, TuneError>,
+    ) -> Result<TuneResult, TuneError> {
+        // The objective is checked before a new experiment folder is created, so bad input
+        // leaves nothing behind.
+        let (mut exp, objective) = match &self.resume {
+            Some(dir) => {
+                let mut exp = Experiment::open(dir)?;
+                let objective = objective(&exp.snapshot.meta.spec, &exp.dir)?;
+                if let Some(n) = self.resume_samples {
+                    exp.set_samples(n)?;
+                }
+                (exp, objective)
+            }
+            None => {
+                self.spec.validate().map_err(|(section, key, msg)| {
+                    TuneError::Invalid(match section {
+                        "" => format!("{key}: {msg}"),
+                        _ => format!("{section}.{key}: {msg}"),
+                    })
+                })?;
+                let dir = self.dir.clone().unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
+                let objective = objective(&self.spec, &dir)?;
+                (Experiment::create(&dir, &self.spec, self.spec_text.as_deref())?, objective)
+            }
+        };
+        let spec = exp.snapshot.meta.spec.clone();
+        let searcher = make_searcher(&spec)?;
+        let scheduler = make_scheduler(&spec.scheduler)?;
+        let plan = Plan {
+            dir: exp.dir.clone(),
+            metric: spec.metric.clone(),
+            mode: spec.mode,
+            samples: exp.snapshot.meta.samples,
+            slots: spec.resources.cpu_slots,
+            max_failures: spec.max_failures,
+            timeout: spec.objective.as_ref().and_then(|o| o.timeout_s).map(Duration::from_secs_f64),
+        };
+        let trials = std::mem::take(&mut exp.snapshot.trials);
+        let store: Box<dyn TrialStore> = Box::new(exp.store);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| TuneError::io("starting the runtime", e))?;
+        let coordinator = Coordinator::new(plan, store, trials, searcher, scheduler, objective, self.observers);
+        if self.handle_signals {
+            let interrupter = coordinator.interrupter();
+            rt.spawn(async move {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                }
+                interrupter.interrupt();
+            });
+        }
+        let outcome = coordinator.run(rt.handle());
+        rt.shutdown_timeout(Duration::from_secs(5));
+        Ok(TuneResult {
+            dir: exp.dir,
+            metric: spec.metric,
+            mode: spec.mode,
+            trials: outcome?,
+        })
+    }
+}
+
+fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> {
+    let space = spec.space.clone();
+    Ok(match spec.search.algorithm {
+        Algorithm::Random => Box::new(RandomSearch::new(space, spec.seed)),
+        Algorithm::Grid => Box::new(GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?),
+        Algorithm::Tpe => return Err(TuneError::Invalid("search algorithm \"tpe\" is not available in this version yet".into())),
+    })
+}
+
+fn make_scheduler(spec: &SchedulerSpec) -> Result<Box<dyn Scheduler>, TuneError> {
+    match spec.kind {
+        SchedulerKind::Fifo => Ok(Box::new(Fifo)),
+        other => Err(TuneError::Invalid(format!("scheduler {other:?} is not available in this version yet; only fifo is"))),
+    }
+}
+
+/// Fails early, as bad input, when the objective's program cannot be found.
+fn check_program(program: &str, workdir: &Path) -> Result<(), TuneError> {
+    let found = if program.contains('/') {
+        workdir.join(program).is_file()
+    } else {
+        std::env::var_os("PATH")
+            .map(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
+            .unwrap_or(false)
+    };
+    if found {
+        Ok(())
+    } else if program.contains('/') {
+        Err(TuneError::Invalid(format!(
+            "[objective] `command`: `{program}` does not exist (relative to {})",
+            workdir.display()
+        )))
+    } else {
+        Err(TuneError::Invalid(format!("[objective] `command`: `{program}` was not found on PATH")))
+    }
+}
+
+/// What a finished sweep gives back: every trial, the best one, and where it all lives.
+#[derive(Debug, Clone)]
+pub struct TuneResult {
+    dir: PathBuf,
+    metric: String,
+    mode: Mode,
+    trials: Vec<Trial>,
+}
+
+impl TuneResult {
+    /// Every trial, in id order, with its results.
+    pub fn trials(&self) -> &[Trial] {
+        &self.trials
+    }
+
+    /// The completed trial with the best last-reported metric.
+    pub fn best(&self) -> Option<&Trial> {
+        best_trial(&self.trials, &self.metric, self.mode)
+    }
+
+    /// The experiment folder (pass it to `tune status` or [`Tuner::resume`]).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn metric(&self) -> &str {
+        &self.metric
+    }
+}
+
+/// The completed trial with the best value (ties: the lowest id).
+pub fn best_trial<'a>(trials: &'a [Trial], metric: &str, mode: Mode) -> Option<&'a Trial> {
+    trials
+        .iter()
+        .filter(|t| t.status == Status::Completed)
+        .filter_map(|t| t.value(metric).map(|v| (t, v)))
+        .fold(None, |best: Option<(&Trial, f64)>, (t, v)| match best {
+            Some((_, b)) if !mode.better(v, b) => best,
+            _ => Some((t, v)),
+        })
+        .map(|(t, _)| t)
+}

@@ -1,0 +1,67 @@
+//! Helpers shared by the integration tests: the real `tune` binary, spec files, exports.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value as Json;
+
+pub fn tune() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tune"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A spec file running tests/fixtures/objective.py with extra argv `extra`, and a `[space]`
+/// of `space` (TOML lines); `top` is added to the top-level keys.
+pub fn write_spec(dir: &Path, top: &str, extra: &[&str], space: &str) -> PathBuf {
+    let objective = fixture("objective.py");
+    let mut argv = vec![
+        "python3".to_string(),
+        objective.display().to_string(),
+        "--x".into(),
+        "{x}".into(),
+    ];
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    let text = format!(
+        "name = \"t\"\nmetric = \"loss\"\n{top}\n\n[objective]\ncommand = [{}]\n\n[space]\n{space}\n",
+        argv.join(", ")
+    );
+    let path = dir.join("space.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}\nstdout: {}\nstderr: {}",
+        cmd,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn export_json(dir: &Path) -> Vec<Json> {
+    let out = run_ok(tune().arg("export").arg(dir).args(["--format", "json"]));
+    match serde_json::from_slice(&out.stdout).unwrap() {
+        Json::Array(v) => v,
+        other => panic!("export is not an array: {other}"),
+    }
+}
+
+/// The objective of tests/fixtures/objective.py, computed the same way.
+pub fn quadratic(x: f64, y: f64, step: u64) -> f64 {
+    (x - 1.0) * (x - 1.0) + (y + 2.0) * (y + 2.0) + 1.0 / step as f64
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
