@@ -304,7 +304,11 @@ impl Coordinator {
                 metrics,
                 ack,
             } => self.on_report(id, attempt, step, metrics, ack),
-            WorkerMsg::Finished { id, attempt, outcome } => self.on_finished(id, attempt, outcome),
+            WorkerMsg::Finished {
+                id,
+                attempt,
+                outcome,
+            } => self.on_finished(id, attempt, outcome),
         }
     }
 
@@ -331,7 +335,11 @@ impl Coordinator {
         let value = match metrics.get(metric) {
             None => {
                 let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
-                let found = if keys.is_empty() { "no metrics".to_string() } else { keys.join(", ") };
+                let found = if keys.is_empty() {
+                    "no metrics".to_string()
+                } else {
+                    keys.join(", ")
+                };
                 run.verdict = Some(Verdict::Failed(format!(
                     "the report at step {step} has no `{metric}` (it had: {found})"
                 )));
@@ -339,7 +347,9 @@ impl Coordinator {
                 return Ok(());
             }
             Some(v) if !v.is_finite() => {
-                run.verdict = Some(Verdict::Failed(format!("`{metric}` was {v} at step {step}")));
+                run.verdict = Some(Verdict::Failed(format!(
+                    "`{metric}` was {v} at step {step}"
+                )));
                 self.acks.push((ack, Decision::Stop));
                 return Ok(());
             }
@@ -369,7 +379,12 @@ impl Coordinator {
         Ok(())
     }
 
-    fn on_finished(&mut self, id: TrialId, attempt: u32, outcome: Outcome) -> Result<(), TuneError> {
+    fn on_finished(
+        &mut self,
+        id: TrialId,
+        attempt: u32,
+        outcome: Outcome,
+    ) -> Result<(), TuneError> {
         let Some(run) = self.in_flight.remove(&id).filter(|r| r.attempt == attempt) else {
             return Ok(());
         };
@@ -387,7 +402,10 @@ impl Coordinator {
             (None, Outcome::Returned) if reported => (Status::Completed, None),
             (None, Outcome::Returned) => (
                 Status::Failed,
-                Some(format!("the objective ended without reporting `{}`", self.plan.metric)),
+                Some(format!(
+                    "the objective ended without reporting `{}`",
+                    self.plan.metric
+                )),
             ),
             (None, Outcome::Failed(reason)) if t.attempts <= self.plan.max_failures => {
                 // Retried at once, same id and params (Ray Tune's max_failures).

@@ -34,7 +34,10 @@ impl TuneError {
     pub fn is_input(&self) -> bool {
         matches!(
             self,
-            TuneError::Spec(_) | TuneError::NotAnExperiment { .. } | TuneError::ExperimentExists(_) | TuneError::Invalid(_)
+            TuneError::Spec(_)
+                | TuneError::NotAnExperiment { .. }
+                | TuneError::ExperimentExists(_)
+                | TuneError::Invalid(_)
         )
     }
 

@@ -6,7 +6,7 @@ use tune_search::TrialId;
 
 use crate::error::TuneError;
 use crate::spec::ExperimentSpec;
-use crate::store::{Meta, Snapshot, SledStore, StoreError, TrialStore};
+use crate::store::{Meta, SledStore, Snapshot, StoreError, TrialStore};
 
 /// A human-readable copy of the spec the sweep was started with.
 pub const SPEC_FILE: &str = "spec.toml";
@@ -32,35 +32,76 @@ pub struct Experiment {
 impl Experiment {
     /// Creates a new experiment in `dir`, which must not exist or be empty.
     /// `spec_text` is the original file, kept verbatim; without it the spec is written as TOML.
-    pub fn create(dir: &Path, spec: &ExperimentSpec, spec_text: Option<&str>) -> Result<Experiment, TuneError> {
+    pub fn create(
+        dir: &Path,
+        spec: &ExperimentSpec,
+        spec_text: Option<&str>,
+    ) -> Result<Experiment, TuneError> {
         if dir.join(DB_DIR).exists() {
             return Err(TuneError::ExperimentExists(dir.to_path_buf()));
         }
-        if dir.exists() && std::fs::read_dir(dir).map_err(|e| TuneError::io(format!("reading {}", dir.display()), e))?.next().is_some() {
+        if dir.exists()
+            && std::fs::read_dir(dir)
+                .map_err(|e| TuneError::io(format!("reading {}", dir.display()), e))?
+                .next()
+                .is_some()
+        {
             return Err(TuneError::Invalid(format!(
                 "{} exists and is not empty; choose another --dir for the new experiment",
                 dir.display()
             )));
         }
-        std::fs::create_dir_all(dir).map_err(|e| TuneError::io(format!("creating {}", dir.display()), e))?;
         let text = match spec_text {
             Some(t) => t.to_string(),
-            None => toml::to_string(spec).map_err(|e| TuneError::Invalid(format!("the spec cannot be written as TOML: {e}")))?,
+            None => toml::to_string(spec).map_err(|e| {
+                TuneError::Invalid(format!("the spec cannot be written as TOML: {e}"))
+            })?,
         };
-        let spec_path = dir.join(SPEC_FILE);
-        std::fs::write(&spec_path, text).map_err(|e| TuneError::io(format!("writing {}", spec_path.display()), e))?;
-        let mut store = SledStore::open(&dir.join(DB_DIR))?;
         let meta = Meta {
             format: FORMAT,
             spec: spec.clone(),
             samples: spec.samples,
         };
-        store.put_meta(&meta)?;
-        store.sync()?;
+        // Built beside `dir` and renamed into place, so a crash mid-way leaves no half-made
+        // experiment for `run` to refuse and `resume` to reject.
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let staging = dir.with_file_name(format!(".{name}.creating-{}", std::process::id()));
+        let io =
+            |what: &str, path: &Path, e| TuneError::io(format!("{what} {}", path.display()), e);
+        std::fs::create_dir_all(&staging).map_err(|e| io("creating", &staging, e))?;
+        std::fs::write(staging.join(SPEC_FILE), text)
+            .map_err(|e| io("writing", &staging.join(SPEC_FILE), e))?;
+        {
+            let mut store = SledStore::open(&staging.join(DB_DIR))?;
+            store.put_meta(&meta)?;
+            store.sync()?;
+        }
+        if dir.exists() {
+            // An empty folder the user made: replace it.
+            std::fs::remove_dir(dir).map_err(|e| io("replacing", dir, e))?;
+        }
+        std::fs::rename(&staging, dir).map_err(|e| io("moving the new experiment to", dir, e))?;
+        // sled's IO threads can hold the closed database's lock a moment longer.
+        let mut attempts = 0;
+        let store = loop {
+            match SledStore::open(&dir.join(DB_DIR)) {
+                Err(StoreError::InUse(_)) if attempts < 500 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other?,
+            }
+        };
         Ok(Experiment {
             dir: dir.to_path_buf(),
             store,
-            snapshot: Snapshot { meta, trials: Vec::new() },
+            snapshot: Snapshot {
+                meta,
+                trials: Vec::new(),
+            },
         })
     }
 
@@ -99,7 +140,9 @@ impl Experiment {
     pub fn set_samples(&mut self, samples: u64) -> Result<(), TuneError> {
         let created = self.snapshot.trials.len() as u64;
         if samples == 0 {
-            return Err(TuneError::Invalid("--samples: expected at least 1, found 0".into()));
+            return Err(TuneError::Invalid(
+                "--samples: expected at least 1, found 0".into(),
+            ));
         }
         if samples < self.snapshot.meta.samples && samples < created {
             return Err(TuneError::Invalid(format!(

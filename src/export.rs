@@ -54,14 +54,36 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
 
 /// One row per trial: id, status, value, last step, attempts, times, error, then one
 /// `params.<name>` column per parameter of the space (empty where inactive).
-pub fn write_csv(out: &mut impl Write, trials: &[Trial], space: &Space, metric: &str) -> std::io::Result<()> {
+pub fn write_csv(
+    out: &mut impl Write,
+    trials: &[Trial],
+    space: &Space,
+    metric: &str,
+) -> std::io::Result<()> {
     let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
-    let mut header = vec!["id", "status", "value", "last_step", "attempts", "started_at", "finished_at", "error"]
-        .into_iter()
-        .map(String::from)
-        .collect::<Vec<_>>();
+    let mut header = vec![
+        "id",
+        "status",
+        "value",
+        "last_step",
+        "attempts",
+        "started_at",
+        "finished_at",
+        "error",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
     header.extend(names.iter().map(|n| format!("params.{n}")));
-    writeln!(out, "{}", header.iter().map(|h| csv_field(h)).collect::<Vec<_>>().join(","))?;
+    writeln!(
+        out,
+        "{}",
+        header
+            .iter()
+            .map(|h| csv_field(h))
+            .collect::<Vec<_>>()
+            .join(",")
+    )?;
     for t in trials {
         let mut row = vec![
             t.id.to_string(),
@@ -73,8 +95,19 @@ pub fn write_csv(out: &mut impl Write, trials: &[Trial], space: &Space, metric: 
             t.finished_at.map(rfc3339).unwrap_or_default(),
             t.error.clone().unwrap_or_default(),
         ];
-        row.extend(names.iter().map(|n| t.params.get(n).map(|v| v.to_string()).unwrap_or_default()));
-        writeln!(out, "{}", row.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(","))?;
+        row.extend(
+            names
+                .iter()
+                .map(|n| t.params.get(n).map(|v| v.to_string()).unwrap_or_default()),
+        );
+        writeln!(
+            out,
+            "{}",
+            row.iter()
+                .map(|f| csv_field(f))
+                .collect::<Vec<_>>()
+                .join(",")
+        )?;
     }
     Ok(())
 }

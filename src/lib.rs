@@ -40,8 +40,9 @@ pub use error::TuneError;
 pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
 pub use progress::{format_line, ProgressLine};
 pub use spec::{
-    Algorithm, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec, SpecError,
+    Algorithm, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind, SchedulerSpec,
+    SearchSpec, SpecError,
 };
 pub use trial::{Trial, TrialResult};
-pub use tuner::{best_trial, TuneResult, Tuner};
 pub use tune_search::{Domain, Mode, Params, Space, SpaceBuilder, Status, TrialId, Value};
+pub use tuner::{best_trial, TuneResult, Tuner};

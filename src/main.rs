@@ -76,7 +76,12 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode, TuneError> {
     match command {
-        Command::Run { spec, dir, no_tui: _, seed } => {
+        Command::Run {
+            spec,
+            dir,
+            no_tui: _,
+            seed,
+        } => {
             let (mut parsed, text) = ExperimentSpec::read(&spec)?;
             if parsed.objective.is_none() {
                 return Err(TuneError::Invalid(format!(
@@ -96,12 +101,18 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                 .handle_signals(true)
                 .fit_command()
                 .map_err(|e| match e {
-                    TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
+                    TuneError::Invalid(msg) => {
+                        TuneError::Invalid(format!("{}: {msg}", spec.display()))
+                    }
                     other => other,
                 })?;
             Ok(finish(&result))
         }
-        Command::Resume { dir, samples, no_tui: _ } => {
+        Command::Resume {
+            dir,
+            samples,
+            no_tui: _,
+        } => {
             let mut tuner = Tuner::resume(&dir).progress(true).handle_signals(true);
             if let Some(n) = samples {
                 tuner = tuner.samples(n);
@@ -120,10 +131,18 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             let spec = &exp.snapshot.meta.spec;
             let mut out = std::io::stdout().lock();
             let written = match format {
-                Format::Json => serde_json::to_writer_pretty(&mut out, &tune::export::to_json(&exp.snapshot.trials, &spec.metric))
-                    .map_err(std::io::Error::from)
-                    .and_then(|_| writeln!(out)),
-                Format::Csv => tune::export::write_csv(&mut out, &exp.snapshot.trials, &spec.space, &spec.metric),
+                Format::Json => serde_json::to_writer_pretty(
+                    &mut out,
+                    &tune::export::to_json(&exp.snapshot.trials, &spec.metric),
+                )
+                .map_err(std::io::Error::from)
+                .and_then(|_| writeln!(out)),
+                Format::Csv => tune::export::write_csv(
+                    &mut out,
+                    &exp.snapshot.trials,
+                    &spec.space,
+                    &spec.metric,
+                ),
             };
             quiet_on_broken_pipe(written)?;
             Ok(ExitCode::SUCCESS)
@@ -138,23 +157,37 @@ fn finish(result: &tune::TuneResult) -> ExitCode {
     if failed > 0 {
         let example = trials.iter().find(|t| t.status == Status::Failed);
         if let Some(t) = example {
-            println!("{failed} trial(s) failed; trial {}: {}", t.id, t.error.as_deref().unwrap_or("?"));
+            println!(
+                "{failed} trial(s) failed; trial {}: {}",
+                t.id,
+                t.error.as_deref().unwrap_or("?")
+            );
         }
     }
     match result.best() {
         Some(best) => {
-            let params: Vec<String> = best.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let params: Vec<String> = best
+                .params
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             println!(
                 "best trial {}: {metric} = {} ({})",
                 best.id,
                 best.value(metric).unwrap_or(f64::NAN),
                 params.join(", ")
             );
-            println!("results: tune status {0} | tune export {0} --format json", dir.display());
+            println!(
+                "results: tune status {0} | tune export {0} --format json",
+                dir.display()
+            );
             ExitCode::SUCCESS
         }
         None => {
-            eprintln!("error: no trial completed; see `tune status {}`", dir.display());
+            eprintln!(
+                "error: no trial completed; see `tune status {}`",
+                dir.display()
+            );
             ExitCode::from(1)
         }
     }
@@ -176,7 +209,8 @@ fn print_status(out: &mut impl Write, exp: &Experiment) -> std::io::Result<()> {
     let trials = &exp.snapshot.trials;
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
     writeln!(out, "experiment: {} ({})", spec.name, exp.dir.display())?;
-    writeln!(out, 
+    writeln!(
+        out,
         "trials: {} of {} created | {} completed, {} stopped, {} failed, {} unfinished",
         trials.len(),
         exp.snapshot.meta.samples,
@@ -186,15 +220,38 @@ fn print_status(out: &mut impl Write, exp: &Experiment) -> std::io::Result<()> {
         count(Status::Running) + count(Status::Pending),
     )?;
     match best_trial(trials, &spec.metric, spec.mode) {
-        Some(b) => writeln!(out, "best: trial {} with {} = {}", b.id, spec.metric, b.value(&spec.metric).unwrap_or(f64::NAN)),
+        Some(b) => writeln!(
+            out,
+            "best: trial {} with {} = {}",
+            b.id,
+            spec.metric,
+            b.value(&spec.metric).unwrap_or(f64::NAN)
+        ),
         None => writeln!(out, "best: none yet"),
     }?;
-    writeln!(out, "{:>6}  {:<10} {:>14} {:>6}  params", "id", "status", &spec.metric, "step")?;
+    writeln!(
+        out,
+        "{:>6}  {:<10} {:>14} {:>6}  params",
+        "id", "status", &spec.metric, "step"
+    )?;
     for t in trials {
-        let value = t.value(&spec.metric).map(|v| format!("{v:.6}")).unwrap_or_else(|| "-".into());
-        let step = t.last_step().map(|s| s.to_string()).unwrap_or_else(|| "-".into());
+        let value = t
+            .value(&spec.metric)
+            .map(|v| format!("{v:.6}"))
+            .unwrap_or_else(|| "-".into());
+        let step = t
+            .last_step()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "-".into());
         let params: Vec<String> = t.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let mut line = format!("{:>6}  {:<10} {:>14} {:>6}  {}", t.id, t.status.as_str(), value, step, params.join(" "));
+        let mut line = format!(
+            "{:>6}  {:<10} {:>14} {:>6}  {}",
+            t.id,
+            t.status.as_str(),
+            value,
+            step,
+            params.join(" ")
+        );
         if let Some(e) = &t.error {
             line += &format!("  [{}]", e.lines().next().unwrap_or(""));
         }

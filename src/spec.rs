@@ -146,7 +146,9 @@ mod auto {
         if s == "auto" {
             Ok(())
         } else {
-            Err(de::Error::custom(format!("expected \"auto\" or a list of GPU numbers, found \"{s}\"")))
+            Err(de::Error::custom(format!(
+                "expected \"auto\" or a list of GPU numbers, found \"{s}\""
+            )))
         }
     }
 }
@@ -233,7 +235,9 @@ impl ExperimentSpec {
                 file: file.to_path_buf(),
                 location,
                 message: with_suggestion(e.message().trim()),
-                snippet: location.and_then(|(l, _)| text.lines().nth(l - 1)).map(str::to_string),
+                snippet: location
+                    .and_then(|(l, _)| text.lines().nth(l - 1))
+                    .map(str::to_string),
             }
         })?;
         spec.validate().map_err(|(section, key, message)| {
@@ -245,7 +249,9 @@ impl ExperimentSpec {
                     "" => format!("`{key}`: {message}"),
                     _ => format!("[{section}] `{key}`: {message}"),
                 },
-                snippet: location.and_then(|(l, _)| text.lines().nth(l - 1)).map(str::to_string),
+                snippet: location
+                    .and_then(|(l, _)| text.lines().nth(l - 1))
+                    .map(str::to_string),
             }
         })?;
         Ok(spec)
@@ -254,17 +260,36 @@ impl ExperimentSpec {
     /// Checks what serde cannot: ranges, features not built yet, placeholders.
     /// Errors are (section, key, message).
     pub fn validate(&self) -> Result<(), (&'static str, &'static str, String)> {
-        if self.name.is_empty() || self.name.contains(['/', '\\']) || self.name == "." || self.name == ".." {
-            return Err(("", "name", format!("expected a folder name without slashes, found \"{}\"", self.name)));
+        if self.name.is_empty()
+            || self.name.contains(['/', '\\'])
+            || self.name == "."
+            || self.name == ".."
+        {
+            return Err((
+                "",
+                "name",
+                format!(
+                    "expected a folder name without slashes, found \"{}\"",
+                    self.name
+                ),
+            ));
         }
         if self.metric.is_empty() {
-            return Err(("", "metric", "expected the name of a reported key, found an empty string".into()));
+            return Err((
+                "",
+                "metric",
+                "expected the name of a reported key, found an empty string".into(),
+            ));
         }
         if self.samples == 0 {
             return Err(("", "samples", "expected at least 1 trial, found 0".into()));
         }
         if self.resources.cpu_slots == 0 {
-            return Err(("resources", "cpu_slots", "expected at least 1 slot, found 0".into()));
+            return Err((
+                "resources",
+                "cpu_slots",
+                "expected at least 1 slot, found 0".into(),
+            ));
         }
         if self.search.algorithm == Algorithm::Tpe {
             return Err((
@@ -279,7 +304,10 @@ impl ExperimentSpec {
                 "kind",
                 format!(
                     "\"{}\" is not available in this version yet; only \"fifo\" is",
-                    serde_json::to_value(self.scheduler.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+                    serde_json::to_value(self.scheduler.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
                 ),
             ));
         }
@@ -288,21 +316,35 @@ impl ExperimentSpec {
                 return Err((
                     "objective",
                     "builtin",
-                    "built-in trainables are not available in this version yet; use `command`".into(),
+                    "built-in trainables are not available in this version yet; use `command`"
+                        .into(),
                 ));
             }
             if obj.command.is_empty() {
-                return Err(("objective", "command", "expected a non-empty argv list like [\"python3\", \"train.py\"]".into()));
+                return Err((
+                    "objective",
+                    "command",
+                    "expected a non-empty argv list like [\"python3\", \"train.py\"]".into(),
+                ));
             }
             if let Some(t) = obj.timeout_s {
                 if !(t > 0.0 && t.is_finite()) {
-                    return Err(("objective", "timeout_s", format!("expected a positive number of seconds, found {t}")));
+                    return Err((
+                        "objective",
+                        "timeout_s",
+                        format!("expected a positive number of seconds, found {t}"),
+                    ));
                 }
             }
-            let names: Vec<&str> = self.space.params().iter().map(|p| p.name.as_str()).collect();
+            let names: Vec<&str> = self
+                .space
+                .params()
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
             for arg in &obj.command {
-                for placeholder in crate::objective::placeholders(arg)
-                    .map_err(|m| ("objective", "command", m))?
+                for placeholder in
+                    crate::objective::placeholders(arg).map_err(|m| ("objective", "command", m))?
                 {
                     if !names.contains(&placeholder) {
                         let hint = did_you_mean(placeholder, names.iter().copied())
@@ -354,10 +396,12 @@ fn with_suggestion(message: &str) -> String {
     let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
     let unknown = message.starts_with("unknown field") || message.starts_with("unknown variant");
     match quoted.split_first() {
-        Some((found, candidates)) if unknown => match did_you_mean(found, candidates.iter().copied()) {
-            Some(s) => format!("{message} (did you mean `{s}`?)"),
-            None => message.to_string(),
-        },
+        Some((found, candidates)) if unknown => {
+            match did_you_mean(found, candidates.iter().copied()) {
+                Some(s) => format!("{message} (did you mean `{s}`?)"),
+                None => message.to_string(),
+            }
+        }
         _ => message.to_string(),
     }
 }
@@ -378,7 +422,9 @@ x = { uniform = [-5.0, 10.0] }
 "#;
 
     fn err(text: &str) -> String {
-        ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap_err().to_string()
+        ExperimentSpec::from_toml(text, Path::new("space.toml"))
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -401,10 +447,16 @@ x = { uniform = [-5.0, 10.0] }
     #[test]
     fn unknown_keys_suggest_the_right_one() {
         let e = err(&GOOD.replace("samples", "sampels"));
-        assert!(e.starts_with("space.toml:3:1: unknown field `sampels`"), "{e}");
+        assert!(
+            e.starts_with("space.toml:3:1: unknown field `sampels`"),
+            "{e}"
+        );
         assert!(e.contains("(did you mean `samples`?)"), "{e}");
         let e = err(&GOOD.replace("metric = \"loss\"", "metric = \"loss\"\nmode = \"mim\""));
-        assert!(e.contains("unknown variant `mim`") && e.contains("did you mean `min`?"), "{e}");
+        assert!(
+            e.contains("unknown variant `mim`") && e.contains("did you mean `min`?"),
+            "{e}"
+        );
         let e = err(&format!("{GOOD}\n[resources]\ncpu_slot = 2\n"));
         assert!(e.contains("did you mean `cpu_slots`?"), "{e}");
     }
@@ -412,24 +464,37 @@ x = { uniform = [-5.0, 10.0] }
     #[test]
     fn semantic_errors_name_section_and_key() {
         let e = err(&GOOD.replace("samples = 5", "samples = 0"));
-        assert_eq!(e.lines().next().unwrap(), "space.toml:3:1: `samples`: expected at least 1 trial, found 0");
+        assert_eq!(
+            e.lines().next().unwrap(),
+            "space.toml:3:1: `samples`: expected at least 1 trial, found 0"
+        );
         let e = err(&GOOD.replace("{x}", "{y}"));
-        assert!(e.contains("[objective] `command`: placeholder `{y}`"), "{e}");
+        assert!(
+            e.contains("[objective] `command`: placeholder `{y}`"),
+            "{e}"
+        );
         let e = err(&format!("{GOOD}\n[search]\nalgorithm = \"tpe\"\n"));
-        assert!(e.contains("[search] `algorithm`: \"tpe\" is not available"), "{e}");
+        assert!(
+            e.contains("[search] `algorithm`: \"tpe\" is not available"),
+            "{e}"
+        );
     }
 
     #[test]
     fn space_errors_point_at_the_parameter() {
         let e = err(&GOOD.replace("[-5.0, 10.0]", "[10.0, -5.0]"));
         assert!(e.starts_with("space.toml:9:"), "{e}");
-        assert!(e.contains("expected low < high, found low = 10 and high = -5"), "{e}");
+        assert!(
+            e.contains("expected low < high, found low = 10 and high = -5"),
+            "{e}"
+        );
     }
 
     #[test]
     fn spec_round_trips_through_json() {
         let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
-        let back: ExperimentSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        let back: ExperimentSpec =
+            serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
         assert_eq!(spec, back);
     }
 }

@@ -75,13 +75,18 @@ impl Trial {
 
     /// The step of the last report of the latest attempt.
     pub fn last_step(&self) -> Option<u64> {
-        self.results.last().filter(|r| r.attempt == self.attempts).map(|r| r.step)
+        self.results
+            .last()
+            .filter(|r| r.attempt == self.attempts)
+            .map(|r| r.step)
     }
 }
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// RFC 3339 with milliseconds, UTC.

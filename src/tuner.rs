@@ -182,7 +182,9 @@ impl Tuner {
         let grace = self.grace;
         self.run(move |spec, dir| {
             let Some(obj) = &spec.objective else {
-                return Err(TuneError::Invalid("the spec has no [objective] command to run".into()));
+                return Err(TuneError::Invalid(
+                    "the spec has no [objective] command to run".into(),
+                ));
             };
             let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
             check_program(&obj.command[0], &workdir)?;
@@ -201,16 +203,23 @@ impl Tuner {
         self,
         objective: impl FnOnce(&ExperimentSpec, &Path) -> Result<Objective, TuneError>,
     ) -> Result<TuneResult, TuneError> {
-        // The objective is checked before a new experiment folder is created, so bad input
-        // leaves nothing behind.
-        let (mut exp, objective) = match &self.resume {
+        // Objective, searcher and scheduler are built before a new experiment folder is
+        // created, so bad input leaves nothing behind.
+        let prepare = |spec: &ExperimentSpec, dir: &Path| -> Result<_, TuneError> {
+            Ok((
+                objective(spec, dir)?,
+                make_searcher(spec)?,
+                make_scheduler(&spec.scheduler)?,
+            ))
+        };
+        let (mut exp, (objective, searcher, scheduler)) = match &self.resume {
             Some(dir) => {
                 let mut exp = Experiment::open(dir)?;
-                let objective = objective(&exp.snapshot.meta.spec, &exp.dir)?;
+                let parts = prepare(&exp.snapshot.meta.spec, &exp.dir)?;
                 if let Some(n) = self.resume_samples {
                     exp.set_samples(n)?;
                 }
-                (exp, objective)
+                (exp, parts)
             }
             None => {
                 self.spec.validate().map_err(|(section, key, msg)| {
@@ -219,14 +228,18 @@ impl Tuner {
                         _ => format!("{section}.{key}: {msg}"),
                     })
                 })?;
-                let dir = self.dir.clone().unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
-                let objective = objective(&self.spec, &dir)?;
-                (Experiment::create(&dir, &self.spec, self.spec_text.as_deref())?, objective)
+                let dir = self
+                    .dir
+                    .clone()
+                    .unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
+                let parts = prepare(&self.spec, &dir)?;
+                (
+                    Experiment::create(&dir, &self.spec, self.spec_text.as_deref())?,
+                    parts,
+                )
             }
         };
         let spec = exp.snapshot.meta.spec.clone();
-        let searcher = make_searcher(&spec)?;
-        let scheduler = make_scheduler(&spec.scheduler)?;
         let plan = Plan {
             dir: exp.dir.clone(),
             metric: spec.metric.clone(),
@@ -234,7 +247,11 @@ impl Tuner {
             samples: exp.snapshot.meta.samples,
             slots: spec.resources.cpu_slots,
             max_failures: spec.max_failures,
-            timeout: spec.objective.as_ref().and_then(|o| o.timeout_s).map(Duration::from_secs_f64),
+            timeout: spec
+                .objective
+                .as_ref()
+                .and_then(|o| o.timeout_s)
+                .map(Duration::from_secs_f64),
         };
         let trials = std::mem::take(&mut exp.snapshot.trials);
         let store: Box<dyn TrialStore> = Box::new(exp.store);
@@ -243,7 +260,15 @@ impl Tuner {
             .enable_all()
             .build()
             .map_err(|e| TuneError::io("starting the runtime", e))?;
-        let coordinator = Coordinator::new(plan, store, trials, searcher, scheduler, objective, self.observers);
+        let coordinator = Coordinator::new(
+            plan,
+            store,
+            trials,
+            searcher,
+            scheduler,
+            objective,
+            self.observers,
+        );
         if self.handle_signals {
             let interrupter = coordinator.interrupter();
             rt.spawn(async move {
@@ -270,15 +295,23 @@ fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> 
     let space = spec.space.clone();
     Ok(match spec.search.algorithm {
         Algorithm::Random => Box::new(RandomSearch::new(space, spec.seed)),
-        Algorithm::Grid => Box::new(GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?),
-        Algorithm::Tpe => return Err(TuneError::Invalid("search algorithm \"tpe\" is not available in this version yet".into())),
+        Algorithm::Grid => Box::new(
+            GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?,
+        ),
+        Algorithm::Tpe => {
+            return Err(TuneError::Invalid(
+                "search algorithm \"tpe\" is not available in this version yet".into(),
+            ))
+        }
     })
 }
 
 fn make_scheduler(spec: &SchedulerSpec) -> Result<Box<dyn Scheduler>, TuneError> {
     match spec.kind {
         SchedulerKind::Fifo => Ok(Box::new(Fifo)),
-        other => Err(TuneError::Invalid(format!("scheduler {other:?} is not available in this version yet; only fifo is"))),
+        other => Err(TuneError::Invalid(format!(
+            "scheduler {other:?} is not available in this version yet; only fifo is"
+        ))),
     }
 }
 
@@ -299,7 +332,9 @@ fn check_program(program: &str, workdir: &Path) -> Result<(), TuneError> {
             workdir.display()
         )))
     } else {
-        Err(TuneError::Invalid(format!("[objective] `command`: `{program}` was not found on PATH")))
+        Err(TuneError::Invalid(format!(
+            "[objective] `command`: `{program}` was not found on PATH"
+        )))
     }
 }
 

@@ -25,7 +25,10 @@ fn command_sweep_exports_values_equal_to_the_objective() {
     for (i, t) in trials.iter().enumerate() {
         assert_eq!(t["id"], i as u64);
         assert_eq!(t["status"], "completed");
-        let (x, y) = (t["params"]["x"].as_f64().unwrap(), t["params"]["y"].as_f64().unwrap());
+        let (x, y) = (
+            t["params"]["x"].as_f64().unwrap(),
+            t["params"]["y"].as_f64().unwrap(),
+        );
         assert!((-5.0..5.0).contains(&x) && (0.01..=10.0).contains(&y));
         let results = t["results"].as_array().unwrap();
         assert_eq!(results.len(), 3);
@@ -43,28 +46,55 @@ fn command_sweep_exports_values_equal_to_the_objective() {
         assert!(t["error"].is_null());
     }
     seqs.sort();
-    assert_eq!(seqs, (0..36).collect::<Vec<u64>>(), "seq numbers every result once");
+    assert_eq!(
+        seqs,
+        (0..36).collect::<Vec<u64>>(),
+        "seq numbers every result once"
+    );
 
     // The best line and `status` agree with the export.
     let best = trials
         .iter()
-        .min_by(|a, b| a["value"].as_f64().unwrap().total_cmp(&b["value"].as_f64().unwrap()))
+        .min_by(|a, b| {
+            a["value"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["value"].as_f64().unwrap())
+        })
         .unwrap();
-    assert!(stdout.contains(&format!("best trial {}:", best["id"])), "{stdout}");
+    assert!(
+        stdout.contains(&format!("best trial {}:", best["id"])),
+        "{stdout}"
+    );
     let status = run_ok(tune().arg("status").arg(&dir));
     let status = String::from_utf8_lossy(&status.stdout);
-    assert!(status.contains("12 completed, 0 stopped, 0 failed, 0 unfinished"), "{status}");
-    assert!(status.contains(&format!("best: trial {} with loss", best["id"])), "{status}");
+    assert!(
+        status.contains("12 completed, 0 stopped, 0 failed, 0 unfinished"),
+        "{status}"
+    );
+    assert!(
+        status.contains(&format!("best: trial {} with loss", best["id"])),
+        "{status}"
+    );
 
     // CSV: a header and one row per trial, params as columns.
     let csv = run_ok(tune().arg("export").arg(&dir).args(["--format", "csv"]));
     let csv = String::from_utf8_lossy(&csv.stdout);
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 13);
-    assert_eq!(lines[0], "id,status,value,last_step,attempts,started_at,finished_at,error,params.x,params.y");
+    assert_eq!(
+        lines[0],
+        "id,status,value,last_step,attempts,started_at,finished_at,error,params.x,params.y"
+    );
     let row: Vec<&str> = lines[1].split(',').collect();
-    assert_eq!(row[2].parse::<f64>().unwrap(), trials[0]["value"].as_f64().unwrap());
-    assert_eq!(row[8].parse::<f64>().unwrap(), trials[0]["params"]["x"].as_f64().unwrap());
+    assert_eq!(
+        row[2].parse::<f64>().unwrap(),
+        trials[0]["value"].as_f64().unwrap()
+    );
+    assert_eq!(
+        row[8].parse::<f64>().unwrap(),
+        trials[0]["params"]["x"].as_f64().unwrap()
+    );
 }
 
 #[test]
@@ -95,7 +125,14 @@ fn same_seed_gives_the_same_params_and_plain_reports_work() {
     }
     // A different seed gives different params.
     let c = tmp.path().join("c");
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&c).args(["--seed", "12"]));
+    run_ok(
+        tune()
+            .arg("run")
+            .arg(&spec)
+            .arg("--dir")
+            .arg(&c)
+            .args(["--seed", "12"]),
+    );
     assert_ne!(export_json(&c)[0]["params"], ta[0]["params"]);
 }
 
@@ -112,7 +149,10 @@ fn grid_search_repeats_every_point_samples_times() {
     run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 6);
-    let mut xs: Vec<f64> = trials.iter().map(|t| t["params"]["x"].as_f64().unwrap()).collect();
+    let mut xs: Vec<f64> = trials
+        .iter()
+        .map(|t| t["params"]["x"].as_f64().unwrap())
+        .collect();
     xs.sort_by(f64::total_cmp);
     assert_eq!(xs, vec![-1.0, -1.0, 0.0, 0.0, 1.0, 1.0]);
 }
@@ -122,7 +162,13 @@ fn expect_input_error(top: &str, extra: &[&str], space: &str, fragments: &[&str]
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), top, extra, space);
     let dir = tmp.path().join("runs/x");
-    let out = tune().arg("run").arg(&spec).arg("--dir").arg(&dir).output().unwrap();
+    let out = tune()
+        .arg("run")
+        .arg(&spec)
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     for f in fragments {
@@ -136,13 +182,55 @@ const X: &str = "x = { uniform = [-1.0, 1.0] }";
 
 #[test]
 fn bad_input_is_explained_with_exit_2() {
-    expect_input_error("samples = 2\nsampels = 3", &[], X, &["space.toml:4:1", "unknown field `sampels`", "did you mean `samples`?"]);
-    expect_input_error("samples = 2\nmode = \"maximum\"", &[], X, &["unknown variant `maximum`", "expected `min` or `max`"]);
-    expect_input_error("samples = \"2", &[], X, &["space.toml:3:13", "invalid basic string"]);
-    expect_input_error("samples = 2", &[], "x = { uniform = [1.0, -1.0] }", &["space.toml:", "expected low < high, found low = 1 and high = -1"]);
-    expect_input_error("samples = 2", &[], "x = { loguniform = [0.0, 1.0] }", &["log-scaled bounds must be positive, found low = 0"]);
-    expect_input_error("samples = 2", &[], "x = { int = [1, 4], log = true }\nz = { int = [-3, 4], log = true }", &["found low = -3"]);
-    expect_input_error("samples = 2", &[], "x = { choice = [] }", &["choice: expected at least one value, found an empty list"]);
+    expect_input_error(
+        "samples = 2\nsampels = 3",
+        &[],
+        X,
+        &[
+            "space.toml:4:1",
+            "unknown field `sampels`",
+            "did you mean `samples`?",
+        ],
+    );
+    expect_input_error(
+        "samples = 2\nmode = \"maximum\"",
+        &[],
+        X,
+        &["unknown variant `maximum`", "expected `min` or `max`"],
+    );
+    expect_input_error(
+        "samples = \"2",
+        &[],
+        X,
+        &["space.toml:3:13", "invalid basic string"],
+    );
+    expect_input_error(
+        "samples = 2",
+        &[],
+        "x = { uniform = [1.0, -1.0] }",
+        &[
+            "space.toml:",
+            "expected low < high, found low = 1 and high = -1",
+        ],
+    );
+    expect_input_error(
+        "samples = 2",
+        &[],
+        "x = { loguniform = [0.0, 1.0] }",
+        &["log-scaled bounds must be positive, found low = 0"],
+    );
+    expect_input_error(
+        "samples = 2",
+        &[],
+        "x = { int = [1, 4], log = true }\nz = { int = [-3, 4], log = true }",
+        &["found low = -3"],
+    );
+    expect_input_error(
+        "samples = 2",
+        &[],
+        "x = { choice = [] }",
+        &["choice: expected at least one value, found an empty list"],
+    );
     expect_input_error(
         "samples = 2",
         &[],
@@ -155,29 +243,58 @@ fn bad_input_is_explained_with_exit_2() {
         "o = { choice = [\"sgd\", \"adam\"] }\nx = { uniform = [0.0, 1.0], when = { o = \"rmsprop\" } }",
         &["`when` expects `o` to be \"rmsprop\"", "can only be one of [\"sgd\", \"adam\"]"],
     );
-    expect_input_error("samples = 2", &["--y", "{why}"], X, &["placeholder `{why}`", "names no parameter"]);
-    expect_input_error("samples = 2\n[search]\nalgorithm = \"grid\"", &[], X, &["grid search needs at least one parameter with a `grid` domain"]);
+    expect_input_error(
+        "samples = 2",
+        &["--y", "{why}"],
+        X,
+        &["placeholder `{why}`", "names no parameter"],
+    );
+    expect_input_error(
+        "samples = 2\n[search]\nalgorithm = \"grid\"",
+        &[],
+        X,
+        &["grid search needs at least one parameter with a `grid` domain"],
+    );
 }
 
 #[test]
 fn missing_program_and_folders_that_are_not_experiments_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), "samples = 2", &[], X);
-    let text = std::fs::read_to_string(&spec).unwrap().replace("\"python3\"", "\"no-such-program-xyz\"");
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("\"python3\"", "\"no-such-program-xyz\"");
     std::fs::write(&spec, text).unwrap();
-    let out = tune().arg("run").arg(&spec).arg("--dir").arg(tmp.path().join("r")).output().unwrap();
+    let out = tune()
+        .arg("run")
+        .arg(&spec)
+        .arg("--dir")
+        .arg(tmp.path().join("r"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("`no-such-program-xyz` was not found on PATH"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("`no-such-program-xyz` was not found on PATH"),
+        "{}",
+        stderr(&out)
+    );
 
     for verb in ["resume", "status", "export"] {
         let out = tune().arg(verb).arg(tmp.path()).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{verb}");
-        assert!(stderr(&out).contains("not a tune experiment (it has no tune.db database)"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("not a tune experiment (it has no tune.db database)"),
+            "{}",
+            stderr(&out)
+        );
     }
     let out = tune().args(["status", "/no/such/folder"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no such folder"));
-    let out = tune().args(["run", "/no/such/space.toml"]).output().unwrap();
+    let out = tune()
+        .args(["run", "/no/such/space.toml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("/no/such/space.toml: cannot read the file"));
 }
@@ -189,16 +306,32 @@ fn run_into_an_existing_experiment_refuses_with_a_hint() {
     let dir = tmp.path().join("e");
     run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
     let before = export_json(&dir);
-    let out = tune().arg("run").arg(&spec).arg("--dir").arg(&dir).output().unwrap();
+    let out = tune()
+        .arg("run")
+        .arg(&spec)
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("already holds an experiment; continue it with `tune resume"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already holds an experiment; continue it with `tune resume"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(export_json(&dir), before, "the refused run changed nothing");
 }
 
 fn statuses(trials: &[Json]) -> Vec<(f64, String, Json)> {
     trials
         .iter()
-        .map(|t| (t["params"]["x"].as_f64().unwrap(), t["status"].as_str().unwrap().to_string(), t["error"].clone()))
+        .map(|t| {
+            (
+                t["params"]["x"].as_f64().unwrap(),
+                t["status"].as_str().unwrap().to_string(),
+                t["error"].clone(),
+            )
+        })
         .collect()
 }
 
@@ -234,7 +367,13 @@ fn a_sweep_where_every_trial_fails_exits_1() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), "samples = 3", &["--behaviour", "silent"], X);
     let dir = tmp.path().join("s");
-    let out = tune().arg("run").arg(&spec).arg("--dir").arg(&dir).output().unwrap();
+    let out = tune()
+        .arg("run")
+        .arg(&spec)
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("no trial completed"));
     for t in export_json(&dir) {
@@ -246,7 +385,12 @@ fn a_sweep_where_every_trial_fails_exits_1() {
 #[test]
 fn failed_attempts_are_retried_up_to_max_failures() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = write_spec(tmp.path(), "samples = 3\nmax_failures = 1", &["--behaviour", "flaky", "--steps", "1"], X);
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 3\nmax_failures = 1",
+        &["--behaviour", "flaky", "--steps", "1"],
+        X,
+    );
     let dir = tmp.path().join("m");
     run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
     for t in export_json(&dir) {
@@ -255,24 +399,51 @@ fn failed_attempts_are_retried_up_to_max_failures() {
         assert_eq!(t["results"][0]["attempt"], 2);
     }
     // Without retries the same objective fails every trial.
-    let spec = write_spec(tmp.path(), "samples = 2", &["--behaviour", "flaky", "--steps", "1"], X);
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 2",
+        &["--behaviour", "flaky", "--steps", "1"],
+        X,
+    );
     let dir = tmp.path().join("n");
-    let out = tune().arg("run").arg(&spec).arg("--dir").arg(&dir).output().unwrap();
+    let out = tune()
+        .arg("run")
+        .arg(&spec)
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     for t in export_json(&dir) {
         assert_eq!(t["attempts"], 1);
-        assert!(t["error"].as_str().unwrap().contains("first attempt always fails"));
+        assert!(t["error"]
+            .as_str()
+            .unwrap()
+            .contains("first attempt always fails"));
     }
 }
 
 #[test]
 fn trials_past_their_timeout_are_killed_and_failed() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = write_spec(tmp.path(), "samples = 2\n[resources]\ncpu_slots = 2", &["--behaviour", "hang"], X);
-    let text = std::fs::read_to_string(&spec).unwrap().replace("[space]", "timeout_s = 1.0\n\n[space]");
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 2\n[resources]\ncpu_slots = 2",
+        &["--behaviour", "hang"],
+        X,
+    );
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("[space]", "timeout_s = 1.0\n\n[space]");
     std::fs::write(&spec, text).unwrap();
     let dir = tmp.path().join("t");
-    let out = tune().arg("run").arg(&spec).arg("--dir").arg(&dir).output().unwrap();
+    let out = tune()
+        .arg("run")
+        .arg(&spec)
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     for t in export_json(&dir) {
         assert_eq!(t["status"], "failed");

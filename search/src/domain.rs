@@ -180,7 +180,11 @@ impl Domain {
             Domain::Uniform { low, high } => {
                 // `low + u*(high-low)` can round up to `high`; stay in [low, high).
                 let x = low + rng.random::<f64>() * (high - low);
-                Value::Float(if x < high { x } else { low.max(prev_float(high)) })
+                Value::Float(if x < high {
+                    x
+                } else {
+                    low.max(prev_float(high))
+                })
             }
             Domain::LogUniform { low, high } => {
                 let x = (low.ln() + rng.random::<f64>() * (high.ln() - low.ln())).exp();
@@ -227,7 +231,9 @@ impl Domain {
     /// Whether `value` is one this domain can produce (used to check stored and user params).
     pub fn contains(&self, value: &Value) -> bool {
         match (self, value) {
-            (Domain::Uniform { low, high }, v) => v.as_f64().is_some_and(|x| *low <= x && x < *high),
+            (Domain::Uniform { low, high }, v) => {
+                v.as_f64().is_some_and(|x| *low <= x && x < *high)
+            }
             (
                 Domain::LogUniform { low, high }
                 | Domain::QUniform { low, high, .. }
@@ -308,7 +314,10 @@ mod tests {
             low: 1e-5,
             high: 1e-1,
         };
-        let xs: Vec<f64> = draws(&d, 40_000).iter().map(|v| v.as_f64().unwrap()).collect();
+        let xs: Vec<f64> = draws(&d, 40_000)
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         assert!(xs.iter().all(|x| (1e-5..=1e-1).contains(x)));
         // Each decade holds about a quarter of the mass.
         for decade in 0..4 {
@@ -325,10 +334,15 @@ mod tests {
             high: 1.0,
             q: 0.1,
         };
-        let mut seen: Vec<f64> = draws(&d, 5_000).iter().map(|v| v.as_f64().unwrap()).collect();
+        let mut seen: Vec<f64> = draws(&d, 5_000)
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         seen.sort_by(f64::total_cmp);
         seen.dedup();
-        let expected: Vec<f64> = (0..=10).map(|k| format!("{:.1}", k as f64 / 10.0).parse().unwrap()).collect();
+        let expected: Vec<f64> = (0..=10)
+            .map(|k| format!("{:.1}", k as f64 / 10.0).parse().unwrap())
+            .collect();
         assert_eq!(seen, expected);
     }
 
@@ -345,8 +359,17 @@ mod tests {
             assert_eq!(x % 5.0, 0.0);
         }
         assert_eq!(
-            Domain::QLogUniform { low: 1.0, high: 2.0, q: 5.0 }.validate(),
-            Err(DomainError::NoQuantizedValue { low: 1.0, high: 2.0, q: 5.0 })
+            Domain::QLogUniform {
+                low: 1.0,
+                high: 2.0,
+                q: 5.0
+            }
+            .validate(),
+            Err(DomainError::NoQuantizedValue {
+                low: 1.0,
+                high: 2.0,
+                q: 5.0
+            })
         );
     }
 
@@ -358,7 +381,10 @@ mod tests {
             step: 1,
             log: true,
         };
-        let vs: Vec<i64> = draws(&d, 40_000).iter().map(|v| v.as_i64().unwrap()).collect();
+        let vs: Vec<i64> = draws(&d, 40_000)
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
         // Mass of k is ln((k+0.5)/(k-0.5)) / ln(4.5/0.5).
         let total = (4.5f64 / 0.5).ln();
         for k in 1..=4 {
@@ -376,7 +402,10 @@ mod tests {
             step: 5,
             log: false,
         };
-        let mut vs: Vec<i64> = draws(&d, 2_000).iter().map(|v| v.as_i64().unwrap()).collect();
+        let mut vs: Vec<i64> = draws(&d, 2_000)
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
         vs.sort();
         vs.dedup();
         assert_eq!(vs, vec![10, 15, 20, 25, 30, 35]);
@@ -384,8 +413,14 @@ mod tests {
 
     #[test]
     fn normal_has_its_moments() {
-        let d = Domain::Normal { mu: 2.0, sigma: 3.0 };
-        let xs: Vec<f64> = draws(&d, 50_000).iter().map(|v| v.as_f64().unwrap()).collect();
+        let d = Domain::Normal {
+            mu: 2.0,
+            sigma: 3.0,
+        };
+        let xs: Vec<f64> = draws(&d, 50_000)
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
         assert!((mean - 2.0).abs() < 0.05, "{mean}");
@@ -395,14 +430,69 @@ mod tests {
     #[test]
     fn invalid_definitions_are_rejected() {
         let bad = [
-            (Domain::Uniform { low: 1.0, high: 1.0 }, "expected low < high"),
-            (Domain::LogUniform { low: 0.0, high: 1.0 }, "must be positive"),
-            (Domain::Uniform { low: f64::NAN, high: 1.0 }, "finite"),
-            (Domain::QUniform { low: 0.0, high: 1.0, q: 0.0 }, "step must be positive"),
-            (Domain::Int { low: 5, high: 2, step: 1, log: false }, "expected low < high"),
-            (Domain::Int { low: 0, high: 8, step: 1, log: true }, "must be positive"),
-            (Domain::Int { low: 1, high: 8, step: 2, log: true }, "cannot also have a step"),
-            (Domain::Normal { mu: 0.0, sigma: 0.0 }, "sigma"),
+            (
+                Domain::Uniform {
+                    low: 1.0,
+                    high: 1.0,
+                },
+                "expected low < high",
+            ),
+            (
+                Domain::LogUniform {
+                    low: 0.0,
+                    high: 1.0,
+                },
+                "must be positive",
+            ),
+            (
+                Domain::Uniform {
+                    low: f64::NAN,
+                    high: 1.0,
+                },
+                "finite",
+            ),
+            (
+                Domain::QUniform {
+                    low: 0.0,
+                    high: 1.0,
+                    q: 0.0,
+                },
+                "step must be positive",
+            ),
+            (
+                Domain::Int {
+                    low: 5,
+                    high: 2,
+                    step: 1,
+                    log: false,
+                },
+                "expected low < high",
+            ),
+            (
+                Domain::Int {
+                    low: 0,
+                    high: 8,
+                    step: 1,
+                    log: true,
+                },
+                "must be positive",
+            ),
+            (
+                Domain::Int {
+                    low: 1,
+                    high: 8,
+                    step: 2,
+                    log: true,
+                },
+                "cannot also have a step",
+            ),
+            (
+                Domain::Normal {
+                    mu: 0.0,
+                    sigma: 0.0,
+                },
+                "sigma",
+            ),
             (Domain::Choice(vec![]), "empty"),
         ];
         for (d, msg) in bad {

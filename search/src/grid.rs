@@ -63,7 +63,10 @@ impl GridSearch {
 impl Searcher for GridSearch {
     fn suggest(&mut self, id: TrialId, _history: &History) -> Option<Params> {
         let fixed = self.point(id % self.points());
-        Some(self.space.sample_with(&mut trial_rng(self.seed, id), &fixed))
+        Some(
+            self.space
+                .sample_with(&mut trial_rng(self.seed, id), &fixed),
+        )
     }
 
     fn total_trials(&self, samples: u64) -> u64 {

@@ -162,7 +162,13 @@ impl History {
             .iter()
             .filter(|t| t.status == Status::Completed && t.value.is_some())
             .fold(None, |best: Option<&Observation>, t| match best {
-                Some(b) if !self.mode.better(t.value.unwrap_or(f64::NAN), b.value.unwrap_or(f64::NAN)) => Some(b),
+                Some(b)
+                    if !self
+                        .mode
+                        .better(t.value.unwrap_or(f64::NAN), b.value.unwrap_or(f64::NAN)) =>
+                {
+                    Some(b)
+                }
                 _ => Some(t),
             })
     }

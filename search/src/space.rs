@@ -104,7 +104,8 @@ impl Space {
                     return Err(SpaceError::UnknownConditionParam {
                         param: p.name.clone(),
                         parent: c.param.clone(),
-                        suggestion: did_you_mean(&c.param, names.iter().copied()).map(str::to_string),
+                        suggestion: did_you_mean(&c.param, names.iter().copied())
+                            .map(str::to_string),
                     });
                 };
                 let Some(allowed) = parent.domain.values() else {
@@ -272,12 +273,26 @@ impl SpaceBuilder {
         self.param(name, Domain::Normal { mu, sigma })
     }
 
-    pub fn choice<V: Into<Value>>(self, name: impl Into<String>, values: impl IntoIterator<Item = V>) -> Self {
-        self.param(name, Domain::Choice(values.into_iter().map(Into::into).collect()))
+    pub fn choice<V: Into<Value>>(
+        self,
+        name: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.param(
+            name,
+            Domain::Choice(values.into_iter().map(Into::into).collect()),
+        )
     }
 
-    pub fn grid<V: Into<Value>>(self, name: impl Into<String>, values: impl IntoIterator<Item = V>) -> Self {
-        self.param(name, Domain::Grid(values.into_iter().map(Into::into).collect()))
+    pub fn grid<V: Into<Value>>(
+        self,
+        name: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.param(
+            name,
+            Domain::Grid(values.into_iter().map(Into::into).collect()),
+        )
     }
 
     /// Makes the last `int` log-scaled (other domains: use `loguniform`/`qloguniform`).
@@ -349,11 +364,15 @@ mod tests {
             match p.str("optimizer").unwrap() {
                 "sgd" => {
                     sgd += 1;
-                    assert!(p.contains("momentum") && p.contains("nesterov") && !p.contains("beta2"));
+                    assert!(
+                        p.contains("momentum") && p.contains("nesterov") && !p.contains("beta2")
+                    );
                 }
                 _ => {
                     adam += 1;
-                    assert!(!p.contains("momentum") && !p.contains("nesterov") && p.contains("beta2"));
+                    assert!(
+                        !p.contains("momentum") && !p.contains("nesterov") && p.contains("beta2")
+                    );
                 }
             }
         }
@@ -390,7 +409,12 @@ mod tests {
             .when("optimizer", "rmsprop")
             .build()
             .unwrap_err();
-        assert!(value.to_string().contains("can only be one of [\"sgd\", \"adam\"]"), "{value}");
+        assert!(
+            value
+                .to_string()
+                .contains("can only be one of [\"sgd\", \"adam\"]"),
+            "{value}"
+        );
         let numeric = Space::builder()
             .uniform("x", 0.0, 1.0)
             .uniform("m", 0.0, 1.0)
@@ -402,12 +426,18 @@ mod tests {
             Param {
                 name: "a".into(),
                 domain: Domain::Choice(vec![1.into()]),
-                when: vec![Condition { param: "b".into(), values: vec![1.into()] }],
+                when: vec![Condition {
+                    param: "b".into(),
+                    values: vec![1.into()],
+                }],
             },
             Param {
                 name: "b".into(),
                 domain: Domain::Choice(vec![1.into()]),
-                when: vec![Condition { param: "a".into(), values: vec![1.into()] }],
+                when: vec![Condition {
+                    param: "a".into(),
+                    values: vec![1.into()],
+                }],
             },
         ])
         .unwrap_err();
@@ -416,7 +446,11 @@ mod tests {
 
     #[test]
     fn duplicates_are_rejected() {
-        let err = Space::builder().uniform("x", 0.0, 1.0).int("x", 0, 1).build().unwrap_err();
+        let err = Space::builder()
+            .uniform("x", 0.0, 1.0)
+            .int("x", 0, 1)
+            .build()
+            .unwrap_err();
         assert_eq!(err, SpaceError::Duplicate("x".into()));
     }
 }

@@ -91,7 +91,8 @@ mod indexed {
     }
 }
 
-const DOMAIN_KEYS: &str = "`uniform`, `loguniform`, `quniform`, `qloguniform`, `int`, `normal`, `choice` or `grid`";
+const DOMAIN_KEYS: &str =
+    "`uniform`, `loguniform`, `quniform`, `qloguniform`, `int`, `normal`, `choice` or `grid`";
 
 impl ParamTable {
     fn into_parts(self) -> Result<(Domain, Vec<Condition>), String> {
@@ -129,11 +130,17 @@ impl ParamTable {
             found.push(("grid", Domain::Grid(v)));
         }
         let domain = match found.len() {
-            1 => found.pop().map(|(_, d)| d).unwrap_or(Domain::Choice(vec![])),
+            1 => found
+                .pop()
+                .map(|(_, d)| d)
+                .unwrap_or(Domain::Choice(vec![])),
             0 => return Err(format!("expected one of {DOMAIN_KEYS}, found none")),
             _ => {
                 let keys: Vec<String> = found.iter().map(|(k, _)| format!("`{k}`")).collect();
-                return Err(format!("expected exactly one of {DOMAIN_KEYS}, found {}", keys.join(" and ")));
+                return Err(format!(
+                    "expected exactly one of {DOMAIN_KEYS}, found {}",
+                    keys.join(" and ")
+                ));
             }
         };
         if !matches!(domain, Domain::Int { .. }) {
@@ -146,7 +153,9 @@ impl ParamTable {
                 }
             }
         }
-        domain.validate().map_err(|e| format!("{}: {e}", domain.kind()))?;
+        domain
+            .validate()
+            .map_err(|e| format!("{}: {e}", domain.kind()))?;
         let when = self
             .when
             .map(|c| c.0)
@@ -269,15 +278,49 @@ mod tests {
         let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
-            ["x", "lr", "units", "layers", "step", "optimizer", "momentum", "w", "flag", "mixed", "coarse", "even"]
+            [
+                "x",
+                "lr",
+                "units",
+                "layers",
+                "step",
+                "optimizer",
+                "momentum",
+                "w",
+                "flag",
+                "mixed",
+                "coarse",
+                "even"
+            ]
         );
-        assert_eq!(space.param("units").unwrap().domain, Domain::Int { low: 16, high: 1024, step: 1, log: true });
-        assert_eq!(space.param("w").unwrap().domain, Domain::Normal { mu: 0.0, sigma: 2.0 });
+        assert_eq!(
+            space.param("units").unwrap().domain,
+            Domain::Int {
+                low: 16,
+                high: 1024,
+                step: 1,
+                log: true
+            }
+        );
+        assert_eq!(
+            space.param("w").unwrap().domain,
+            Domain::Normal {
+                mu: 0.0,
+                sigma: 2.0
+            }
+        );
         assert_eq!(
             space.param("mixed").unwrap().domain,
-            Domain::Choice(vec![Value::Int(1), Value::Float(2.5), Value::Str("auto".into())])
+            Domain::Choice(vec![
+                Value::Int(1),
+                Value::Float(2.5),
+                Value::Str("auto".into())
+            ])
         );
-        assert_eq!(space.param("momentum").unwrap().when[0].values, vec![Value::from("sgd")]);
+        assert_eq!(
+            space.param("momentum").unwrap().when[0].values,
+            vec![Value::from("sgd")]
+        );
     }
 
     #[test]
@@ -299,11 +342,20 @@ mod tests {
     fn malformed_parameters_are_explained_at_their_line() {
         let e = err("a = { uniform = [0, 1] }\nx = { uniform = [5.0, 1.0] }\n");
         assert!(e.contains("line 2"), "{e}");
-        assert!(e.contains("uniform: expected low < high, found low = 5 and high = 1"), "{e}");
+        assert!(
+            e.contains("uniform: expected low < high, found low = 5 and high = 1"),
+            "{e}"
+        );
         let e = err("x = { loguniform = [0.0, 1.0] }");
-        assert!(e.contains("log-scaled bounds must be positive, found low = 0"), "{e}");
+        assert!(
+            e.contains("log-scaled bounds must be positive, found low = 0"),
+            "{e}"
+        );
         let e = err("x = { choice = [] }");
-        assert!(e.contains("choice: expected at least one value, found an empty list"), "{e}");
+        assert!(
+            e.contains("choice: expected at least one value, found an empty list"),
+            "{e}"
+        );
         let e = err("x = { unifrom = [0.0, 1.0] }");
         assert!(e.contains("unknown field `unifrom`"), "{e}");
         let e = err("x = { uniform = [0.0, 1.0], choice = [1] }");

@@ -88,7 +88,12 @@ impl TrialContext {
                 metrics: metrics.into_metrics(),
                 ack,
             };
-            match self.tx.send(msg).ok().and_then(|_| answer.blocking_recv().ok()) {
+            match self
+                .tx
+                .send(msg)
+                .ok()
+                .and_then(|_| answer.blocking_recv().ok())
+            {
                 Some(Decision::Continue) => None,
                 Some(Decision::Stop) => Some(Stop::Scheduler),
                 None => Some(Stop::Interrupted),
@@ -142,6 +147,10 @@ pub(super) fn launch(f: Arc<ObjectiveFn>, job: Job) {
                 Outcome::Failed(format!("the objective panicked: {msg}"))
             }
         };
-        let _ = tx.send(WorkerMsg::Finished { id, attempt, outcome });
+        let _ = tx.send(WorkerMsg::Finished {
+            id,
+            attempt,
+            outcome,
+        });
     });
 }

@@ -52,14 +52,21 @@ enum Cut {
 }
 
 async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
-    let argv: Vec<String> = obj.argv.iter().map(|a| substitute(a, &job.params)).collect();
+    let argv: Vec<String> = obj
+        .argv
+        .iter()
+        .map(|a| substitute(a, &job.params))
+        .collect();
     if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
         return Outcome::Failed(format!("cannot create {}: {e}", job.trial_dir.display()));
     }
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .current_dir(&obj.workdir)
-        .env("TUNE_PARAMS", serde_json::to_string(&job.params).unwrap_or_default())
+        .env(
+            "TUNE_PARAMS",
+            serde_json::to_string(&job.params).unwrap_or_default(),
+        )
         .env("TUNE_TRIAL_ID", job.id.to_string())
         .env("TUNE_ATTEMPT", job.attempt.to_string())
         .env("TUNE_CHECKPOINT_DIR", &job.trial_dir)
@@ -85,10 +92,15 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            return Outcome::Failed(format!("cannot start `{}` (in {}): {e}", argv[0], obj.workdir.display()))
+            return Outcome::Failed(format!(
+                "cannot start `{}` (in {}): {e}",
+                argv[0],
+                obj.workdir.display()
+            ))
         }
     };
-    let (Some(stdin), Some(stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    let (Some(stdin), Some(stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Outcome::Failed("the child's pipes were not set up".into());
     };
@@ -118,7 +130,9 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         }
         let text = String::from_utf8_lossy(&tail).into_owned();
         let start = text.len().saturating_sub(STDERR_TAIL);
-        let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+        let start = (start..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
         text[start..].trim().to_string()
     });
 
@@ -172,7 +186,10 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
             };
             match waited {
                 Some(Ok(Ok(status))) if status.success() => Outcome::Returned,
-                Some(Ok(Ok(status))) => Outcome::Failed(describe_exit(status, &stderr_tail.await.unwrap_or_default())),
+                Some(Ok(Ok(status))) => Outcome::Failed(describe_exit(
+                    status,
+                    &stderr_tail.await.unwrap_or_default(),
+                )),
                 Some(Ok(Err(e))) => Outcome::Failed(format!("waiting for the process failed: {e}")),
                 Some(Err(_)) => {
                     terminate(&mut child, Duration::ZERO, obj.grace).await;
@@ -294,19 +311,24 @@ impl ReportParser {
 
 /// Numeric fields of a JSON object; Python's `NaN`/`Infinity` (not JSON) are accepted.
 fn parse_json(line: &str) -> Option<BTreeMap<String, f64>> {
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).ok().or_else(|| {
-        let fixed = line
-            .replace("-Infinity", "\"-inf\"")
-            .replace("Infinity", "\"inf\"")
-            .replace("NaN", "\"nan\"");
-        serde_json::from_str(&fixed).ok()
-    })?;
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(line).ok().or_else(|| {
+            let fixed = line
+                .replace("-Infinity", "\"-inf\"")
+                .replace("Infinity", "\"inf\"")
+                .replace("NaN", "\"nan\"");
+            serde_json::from_str(&fixed).ok()
+        })?;
     Some(
         map.into_iter()
             .filter_map(|(k, v)| {
                 let x = match &v {
                     serde_json::Value::Number(n) => n.as_f64(),
-                    serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => s.parse().ok(),
+                    serde_json::Value::String(s)
+                        if matches!(s.as_str(), "nan" | "inf" | "-inf") =>
+                    {
+                        s.parse().ok()
+                    }
                     _ => None,
                 };
                 x.map(|x| (k, x))
@@ -321,7 +343,8 @@ fn parse_pairs(line: &str) -> Option<BTreeMap<String, f64>> {
     for part in line.split(',') {
         let (k, v) = part.split_once(':')?;
         let k = k.trim();
-        let valid_key = !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || "_-./".contains(c));
+        let valid_key =
+            !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || "_-./".contains(c));
         if !valid_key {
             return None;
         }

@@ -135,11 +135,13 @@ pub(crate) fn placeholders(arg: &str) -> Result<Vec<&str>, String> {
             continue;
         }
         if c == b'}' {
-            return Err(format!("unmatched `}}` in \"{arg}\" (write `}}}}` for a literal brace)"));
+            return Err(format!(
+                "unmatched `}}` in \"{arg}\" (write `}}}}` for a literal brace)"
+            ));
         }
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("unclosed `{{` in \"{arg}\" (write `{{{{` for a literal brace)"))?;
+        let end = after.find('}').ok_or_else(|| {
+            format!("unclosed `{{` in \"{arg}\" (write `{{{{` for a literal brace)")
+        })?;
         out.push(&after[..end]);
         rest = &after[end + 1..];
     }

@@ -26,15 +26,24 @@ pub struct SledStore {
 
 fn db_err(e: sled::Error) -> StoreError {
     let text = e.to_string();
-    if text.contains("lock") || text.contains("WouldBlock") || text.contains("temporarily unavailable") {
+    if text.contains("lock")
+        || text.contains("WouldBlock")
+        || text.contains("temporarily unavailable")
+    {
         StoreError::InUse(text)
     } else {
         StoreError::Database(text)
     }
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8], what: impl FnOnce() -> String) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|source| StoreError::Corrupt { what: what(), source })
+fn decode<T: DeserializeOwned>(
+    bytes: &[u8],
+    what: impl FnOnce() -> String,
+) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Corrupt {
+        what: what(),
+        source,
+    })
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
@@ -45,7 +54,11 @@ fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 impl SledStore {
     /// Opens (or creates) the database at `path`; fails with `InUse` if another process has it.
     pub fn open(path: &Path) -> Result<SledStore, StoreError> {
-        let db = sled::Config::new().path(path).flush_every_ms(None).open().map_err(db_err)?;
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(None)
+            .open()
+            .map_err(db_err)?;
         Ok(SledStore {
             meta: db.open_tree("meta").map_err(db_err)?,
             trials: db.open_tree("trials").map_err(db_err)?,
@@ -57,7 +70,11 @@ impl SledStore {
 
 impl TrialStore for SledStore {
     fn load(&self) -> Result<Snapshot, StoreError> {
-        let meta_bytes = self.meta.get("meta").map_err(db_err)?.ok_or(StoreError::NoMeta)?;
+        let meta_bytes = self
+            .meta
+            .get("meta")
+            .map_err(db_err)?
+            .ok_or(StoreError::NoMeta)?;
         let meta: Meta = decode(&meta_bytes, || "experiment record".into())?;
         let mut trials: Vec<Trial> = Vec::new();
         for item in self.trials.iter() {
@@ -83,7 +100,9 @@ impl TrialStore for SledStore {
     }
 
     fn put_trial(&mut self, trial: &Trial) -> Result<(), StoreError> {
-        self.trials.insert(trial.id.to_be_bytes(), encode(trial)).map_err(db_err)?;
+        self.trials
+            .insert(trial.id.to_be_bytes(), encode(trial))
+            .map_err(db_err)?;
         Ok(())
     }
 
@@ -91,7 +110,9 @@ impl TrialStore for SledStore {
         let mut key = [0u8; 16];
         key[..8].copy_from_slice(&id.to_be_bytes());
         key[8..].copy_from_slice(&result.seq.to_be_bytes());
-        self.results.insert(&key[..], encode(result)).map_err(db_err)?;
+        self.results
+            .insert(&key[..], encode(result))
+            .map_err(db_err)?;
         Ok(())
     }
 

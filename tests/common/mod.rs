@@ -12,7 +12,9 @@ pub fn tune() -> Command {
 }
 
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// A spec file running tests/fixtures/objective.py with extra argv `extra`, and a `[space]`

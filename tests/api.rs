@@ -1,0 +1,214 @@
+//! The Rust API: `Tuner::new(space)...fit(closure)` and `Tuner::resume(dir)`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tune::{Algorithm, Mode, Space, Status, Stop, TuneError, Tuner};
+
+fn space() -> Space {
+    Space::builder()
+        .uniform("x", -5.0, 5.0)
+        .choice("opt", ["sgd", "adam"])
+        .uniform("momentum", 0.0, 1.0)
+        .when("opt", "sgd")
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn fit_runs_every_trial_and_finds_the_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let result = Tuner::new(space())
+        .metric("score", Mode::Max)
+        .samples(30)
+        .seed(4)
+        .cpu_slots(4)
+        .dir(tmp.path().join("api"))
+        .fit(|ctx| {
+            let x = ctx.params().f64("x")?;
+            let opt = ctx.params().str("opt")?;
+            // Conditional parameters are there exactly when active.
+            assert_eq!(ctx.params().contains("momentum"), opt == "sgd");
+            for step in 1..=3 {
+                ctx.report(step, [("score", -(x * x) + step as f64), ("x", x)])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(result.trials().len(), 30);
+    assert!(result
+        .trials()
+        .iter()
+        .all(|t| t.status == Status::Completed && t.results.len() == 3));
+    let best = result.best().unwrap();
+    let best_x = best.params.f64("x").unwrap();
+    for t in result.trials() {
+        assert!(t.params.f64("x").unwrap().abs() >= best_x.abs());
+    }
+    assert_eq!(best.value("score"), Some(-(best_x * best_x) + 3.0));
+    assert!(result.dir().join("tune.db").is_dir());
+}
+
+#[test]
+fn errors_panics_and_bad_metrics_fail_their_trials_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let result = Tuner::new(Space::builder().int("case", 0, 4).build().unwrap())
+        .samples(40)
+        .cpu_slots(2)
+        .dir(tmp.path().join("fail"))
+        .fit(|ctx| {
+            match ctx.params().i64("case")? {
+                0 => ctx.report(1, [("loss", 1.0)])?,
+                1 => return Err("objective gave up".into()),
+                2 => panic!("boom"),
+                3 => ctx.report(1, [("loss", f64::INFINITY)])?,
+                _ => ctx.report(1, [("acc", 1.0)])?,
+            }
+            Ok(())
+        })
+        .unwrap();
+    for t in result.trials() {
+        let case = t.params.i64("case").unwrap();
+        let expected = match case {
+            0 => None,
+            1 => Some("objective gave up".to_string()),
+            2 => Some("the objective panicked: boom".to_string()),
+            3 => Some("`loss` was inf at step 1".to_string()),
+            _ => Some("the report at step 1 has no `loss` (it had: acc)".to_string()),
+        };
+        assert_eq!(t.error, expected, "case {case}");
+        let status = if case == 0 {
+            Status::Completed
+        } else {
+            Status::Failed
+        };
+        assert_eq!(t.status, status, "case {case}");
+    }
+}
+
+#[test]
+fn a_report_after_a_rejected_metric_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let later = Arc::new(AtomicUsize::new(0));
+    let seen = later.clone();
+    let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+        .samples(1)
+        .dir(tmp.path().join("r"))
+        .fit(move |ctx| {
+            let first = ctx.report(1, [("loss", f64::NAN)]);
+            assert_eq!(first, Err(Stop::Scheduler));
+            // The objective ignores the stop; its next report is refused too.
+            if ctx.report(2, [("loss", 1.0)]).is_err() {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(later.load(Ordering::SeqCst), 1);
+    let t = &result.trials()[0];
+    assert_eq!(t.status, Status::Failed);
+    assert!(t.results.is_empty());
+}
+
+#[test]
+fn retries_give_a_failed_trial_more_attempts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+        .samples(3)
+        .max_failures(2)
+        .dir(tmp.path().join("retry"))
+        .fit(|ctx| {
+            if ctx.attempt() < 3 {
+                return Err(format!("attempt {} failed", ctx.attempt()).into());
+            }
+            ctx.report(1, [("loss", 0.5)])?;
+            Ok(())
+        })
+        .unwrap();
+    for t in result.trials() {
+        assert_eq!(
+            (t.status, t.attempts, t.results[0].attempt),
+            (Status::Completed, 3, 3)
+        );
+        assert_eq!(t.error, None);
+    }
+}
+
+#[test]
+fn resume_extends_the_budget_and_keeps_finished_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("grow");
+    let objective = |ctx: &mut tune::TrialContext| -> Result<(), tune::BoxError> {
+        let x = ctx.params().f64("x")?;
+        ctx.report(1, [("loss", x * x)])?;
+        Ok(())
+    };
+    let first = Tuner::new(space())
+        .samples(5)
+        .seed(8)
+        .dir(&dir)
+        .fit(objective)
+        .unwrap();
+    let more = Tuner::resume(&dir).samples(9).fit(objective).unwrap();
+    assert_eq!(more.trials().len(), 9);
+    assert_eq!(&more.trials()[..5], first.trials());
+    // The same sweep in one go gives the same params for every id.
+    let whole = Tuner::new(space())
+        .samples(9)
+        .seed(8)
+        .dir(tmp.path().join("whole"))
+        .fit(objective)
+        .unwrap();
+    for (a, b) in more.trials().iter().zip(whole.trials()) {
+        assert_eq!(a.params, b.params);
+    }
+}
+
+#[test]
+fn bad_settings_are_input_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ok = |_: &mut tune::TrialContext| -> Result<(), tune::BoxError> { Ok(()) };
+    let err = Tuner::new(space())
+        .samples(0)
+        .dir(tmp.path().join("a"))
+        .fit(ok)
+        .unwrap_err();
+    assert!(
+        err.is_input() && err.to_string().contains("samples: expected at least 1"),
+        "{err}"
+    );
+    let err = Tuner::new(space())
+        .algorithm(Algorithm::Grid)
+        .dir(tmp.path().join("b"))
+        .fit(ok)
+        .unwrap_err();
+    assert!(
+        err.is_input() && err.to_string().contains("grid search needs"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("b").exists());
+    let err = Tuner::resume(tmp.path().join("nothing"))
+        .fit(ok)
+        .unwrap_err();
+    assert!(matches!(err, TuneError::NotAnExperiment { .. }), "{err}");
+}
+
+#[test]
+fn an_experiment_is_locked_while_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("busy");
+    let inner_dir = dir.clone();
+    let result = Tuner::new(space())
+        .samples(1)
+        .dir(&dir)
+        .fit(move |ctx| {
+            // A second process (here: a second open) cannot take the experiment over.
+            let other = tune::experiment::Experiment::open(&inner_dir);
+            let msg = other.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(msg.contains("in use by another tune process"), "{msg}");
+            ctx.report(1, [("loss", 1.0)])?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(result.trials()[0].status, Status::Completed);
+}

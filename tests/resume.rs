@@ -1,0 +1,226 @@
+//! Durability: sweeps killed with SIGKILL (or stopped with SIGTERM) and resumed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::*;
+use rand::{Rng, SeedableRng};
+use serde_json::Value as Json;
+
+const SAMPLES: u64 = 40;
+
+fn slow_sweep(dir: &Path) -> std::path::PathBuf {
+    write_spec(
+        dir,
+        &format!("samples = {SAMPLES}\nseed = 9\n[resources]\ncpu_slots = 3"),
+        &["--y", "{y}", "--steps", "3", "--sleep", "0.02"],
+        "x = { uniform = [-5.0, 5.0] }\ny = { normal = [0.0, 1.0] }",
+    )
+}
+
+fn spawn(cmd: &mut std::process::Command) -> Child {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Every trial, by id, as exported.
+fn by_id(trials: Vec<Json>) -> BTreeMap<u64, Json> {
+    let mut out = BTreeMap::new();
+    for t in trials {
+        let id = t["id"].as_u64().unwrap();
+        assert!(out.insert(id, t).is_none(), "duplicate id {id}");
+    }
+    assert!(
+        out.keys().copied().eq(0..out.len() as u64),
+        "ids are dense: {:?}",
+        out.keys()
+    );
+    out
+}
+
+#[test]
+fn sigkill_at_random_moments_then_resume_loses_nothing() {
+    let seed: u64 = rand::rng().random();
+    println!("kill schedule seed: {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = slow_sweep(tmp.path());
+    let dir = tmp.path().join("runs/k");
+
+    let mut completed: BTreeMap<u64, Json> = BTreeMap::new();
+    let mut params: BTreeMap<u64, Json> = BTreeMap::new();
+    let mut kills = 0;
+    for round in 0..6 {
+        let mut child = if dir.join("tune.db").exists() {
+            spawn(tune().arg("resume").arg(&dir))
+        } else {
+            spawn(tune().arg("run").arg(&spec).arg("--dir").arg(&dir))
+        };
+        std::thread::sleep(Duration::from_millis(rng.random_range(50..700)));
+        if child.try_wait().unwrap().is_some() {
+            break; // finished before the kill
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+        if !dir.join("tune.db").exists() {
+            continue; // killed before the experiment existed: nothing to check yet
+        }
+        let now = by_id(export_json(&dir));
+        for (id, t) in &now {
+            // Same id, same params, whatever happened.
+            let p = params.entry(*id).or_insert_with(|| t["params"].clone());
+            assert_eq!(&t["params"], p, "round {round}: trial {id} changed params");
+            let status = t["status"].as_str().unwrap();
+            assert!(
+                status == "completed" || status == "running" || status == "pending",
+                "{status}"
+            );
+        }
+        for (id, before) in &completed {
+            assert_eq!(
+                &now[id], before,
+                "round {round}: completed trial {id} changed after a kill"
+            );
+        }
+        for (id, t) in now {
+            if t["status"] == "completed" {
+                completed.insert(id, t);
+            }
+        }
+    }
+    assert!(
+        kills >= 2,
+        "the sweep finished too early to test kills ({kills})"
+    );
+
+    let out = run_ok(tune().arg("resume").arg(&dir));
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains(&format!("{SAMPLES}/{SAMPLES} done ({SAMPLES} completed)")));
+    let last = by_id(export_json(&dir));
+    assert_eq!(last.len() as u64, SAMPLES);
+    for (id, t) in &last {
+        assert_eq!(t["status"], "completed", "trial {id}");
+        if let Some(p) = params.get(id) {
+            assert_eq!(&t["params"], p);
+        }
+        // The value is the last step of the last attempt, recomputed from the params.
+        let (x, y) = (
+            t["params"]["x"].as_f64().unwrap(),
+            t["params"]["y"].as_f64().unwrap(),
+        );
+        assert_eq!(t["value"].as_f64().unwrap(), quadratic(x, y, 3));
+    }
+    for (id, before) in &completed {
+        assert_eq!(
+            &last[id], before,
+            "completed trial {id} changed by the final resume"
+        );
+    }
+    let mut seqs: Vec<u64> = last
+        .values()
+        .flat_map(|t| {
+            t["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["seq"].as_u64().unwrap())
+        })
+        .collect();
+    let n = seqs.len();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), n, "every result has its own seq");
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_resume_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = slow_sweep(tmp.path());
+    let dir = tmp.path().join("runs/t");
+    let child = spawn(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    // Wait until some trial has completed, then ask the sweep to stop.
+    let status_has_progress = || {
+        std::fs::read_dir(dir.join("trials"))
+            .map(|d| d.count() >= 6)
+            .unwrap_or(false)
+    };
+    for _ in 0..1500 {
+        if status_has_progress() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(status_has_progress(), "no trial started within 30 s");
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interrupted; continue the sweep with `tune resume"),
+        "{}",
+        stderr(&out)
+    );
+    let stopped = by_id(export_json(&dir));
+    assert!((stopped.len() as u64) < SAMPLES, "stopped before the end");
+    // Nothing failed: interrupted trials wait for the resume.
+    assert!(stopped.values().all(|t| t["status"] != "failed"));
+    run_ok(tune().arg("resume").arg(&dir));
+    let done = by_id(export_json(&dir));
+    assert_eq!(done.len() as u64, SAMPLES);
+    assert!(done.values().all(|t| t["status"] == "completed"));
+    for (id, t) in &stopped {
+        if t["status"] == "completed" {
+            assert_eq!(&done[id], t);
+        }
+    }
+}
+
+#[test]
+fn resume_with_more_samples_extends_a_finished_sweep() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 4\nseed = 2",
+        &["--steps", "1"],
+        "x = { uniform = [-1.0, 1.0] }",
+    );
+    let dir = tmp.path().join("e");
+    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    let first = export_json(&dir);
+    // Resuming a finished sweep without a new budget runs nothing.
+    run_ok(tune().arg("resume").arg(&dir));
+    assert_eq!(export_json(&dir), first);
+    run_ok(tune().arg("resume").arg(&dir).args(["--samples", "7"]));
+    let more = export_json(&dir);
+    assert_eq!(more.len(), 7);
+    assert_eq!(&more[..4], &first[..]);
+    // Trial ids 4.. get the params a 7-sample sweep would have given them.
+    let fresh = tmp.path().join("fresh");
+    let spec7 = write_spec(
+        tmp.path(),
+        "samples = 7\nseed = 2",
+        &["--steps", "1"],
+        "x = { uniform = [-1.0, 1.0] }",
+    );
+    run_ok(tune().arg("run").arg(&spec7).arg("--dir").arg(&fresh));
+    let fresh = export_json(&fresh);
+    for (a, b) in more.iter().zip(&fresh) {
+        assert_eq!(a["params"], b["params"]);
+    }
+    let out = tune()
+        .arg("resume")
+        .arg(&dir)
+        .args(["--samples", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let status = run_ok(tune().arg("status").arg(&dir));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("trials: 7 of 7 created"));
+}
