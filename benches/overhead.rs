@@ -1,1 +1,155 @@
-fn main() {}
+//! Orchestration overhead with a trivial objective, beside the peers of `../shared/bench`.
+//!
+//!     cargo bench --bench overhead                  # tune only; peer numbers as published
+//!     TUNE_PEER_PYTHON=peers-venv/bin/python cargo bench --bench overhead
+//!                                                   # also runs Optuna's storage loop now
+//!
+//! The objective is the peers' one: the sum of five uniform [0, 1] parameters, reported once.
+//! (a) a Rust closure with the sled store durable: every result is synced to disk before the
+//!     trial is acknowledged (group commit: one sync per coordinator round);
+//! (b) a command objective, `echo loss: {x0}`: one child process per trial.
+//! Each run's store is reopened afterwards and every trial checked, so nothing is counted that
+//! was not kept.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use tune::{ExperimentSpec, Mode, Space, Status, Tuner};
+
+const PEER_JOURNAL_RANDOM: f64 = 217.7;
+const PEER_SQLITE_RANDOM: f64 = 44.5;
+const PEER_RAY_DEFAULT: f64 = 0.63;
+
+fn space() -> Space {
+    (0..5)
+        .fold(Space::builder(), |b, i| b.uniform(format!("x{i}"), 0.0, 1.0))
+        .build()
+        .expect("valid space")
+}
+
+/// Checks the stored experiment: `n` completed trials, each value the sum of its params.
+fn verify(dir: &Path, n: u64) {
+    let exp = tune::experiment::Experiment::open(dir).expect("reopen");
+    let trials = &exp.snapshot.trials;
+    assert_eq!(trials.len() as u64, n, "every trial stored");
+    for t in trials {
+        assert_eq!(t.status, Status::Completed);
+        let sum: f64 = (0..5).map(|i| t.params.f64(&format!("x{i}")).unwrap()).sum();
+        assert_eq!(t.value("loss"), Some(sum));
+    }
+}
+
+fn closure_run(root: &Path, n: u64, slots: usize) -> f64 {
+    let dir = root.join(format!("closure-{slots}"));
+    let names: Vec<String> = (0..5).map(|i| format!("x{i}")).collect();
+    let start = Instant::now();
+    Tuner::new(space())
+        .metric("loss", Mode::Min)
+        .samples(n)
+        .cpu_slots(slots)
+        .dir(&dir)
+        .fit(move |ctx| {
+            let sum: f64 = names.iter().map(|k| ctx.params().f64(k).unwrap_or(0.0)).sum();
+            ctx.report(1, [("loss", sum)])?;
+            Ok(())
+        })
+        .expect("closure sweep");
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    verify(&dir, n);
+    rate
+}
+
+fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
+    let dir = root.join(format!("command-{slots}"));
+    let text = format!(
+        "name = \"ovh\"\nmetric = \"loss\"\nsamples = {n}\n[resources]\ncpu_slots = {slots}\n\
+         [objective]\ncommand = [\"echo\", \"loss: {{x0}}\"]\n[space]\n{}",
+        (0..5).map(|i| format!("x{i} = {{ uniform = [0.0, 1.0] }}\n")).collect::<String>()
+    );
+    let spec = ExperimentSpec::from_toml(&text, Path::new("bench.toml")).expect("spec");
+    let start = Instant::now();
+    let result = Tuner::from_spec(spec).dir(&dir).fit_command().expect("command sweep");
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    assert!(result.trials().iter().all(|t| t.status == Status::Completed));
+    rate
+}
+
+/// Runs Optuna's storage measurement from `../shared/bench/run_overhead.py` now, on this
+/// machine, in a scratch copy (the script writes next to itself).
+fn peer_storage(python: &str, root: &Path, storage: &str) -> Option<f64> {
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench");
+    let scratch = root.join("peers");
+    std::fs::create_dir_all(&scratch).ok()?;
+    for f in ["run_overhead.py", "adapters.py", "functions.py"] {
+        std::fs::copy(bench.join(f), scratch.join(f)).ok()?;
+    }
+    let out = scratch.join(format!("{storage}.json"));
+    let status = Command::new(python)
+        .arg(scratch.join("run_overhead.py"))
+        .args(["--single", "storage", storage, "random", "1000", "90", "--single-out"])
+        .arg(&out)
+        .status()
+        .ok()?;
+    if !status.success() {
+        eprintln!("peer run {storage} failed: {status}");
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).ok()?).ok()?;
+    json["trials_per_s"].as_f64()
+}
+
+fn max_rss_mib() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_maxrss as f64 / 1024.0
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` does not: run a smoke-sized pass then.
+    let full = std::env::args().any(|a| a == "--bench");
+    let (n_closure, n_command) = if full { (20_000, 500) } else { (500, 20) };
+    let root = tempfile::tempdir().expect("scratch dir");
+
+    println!("tune overhead: trivial objective (sum of 5 uniform params), random search, sled store durable");
+    println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    for slots in [1, 2, 4, 8, 16] {
+        let rate = closure_run(root.path(), n_closure, slots);
+        rows.push((format!("tune closure, {slots} slot(s), {n_closure} trials"), rate));
+    }
+    let rss = max_rss_mib();
+    for slots in [2, 8] {
+        let rate = command_run(root.path(), n_command, slots);
+        rows.push((format!("tune command (echo), {slots} slots, {n_command} trials"), rate));
+    }
+
+    let python = std::env::var("TUNE_PEER_PYTHON").ok();
+    let measured = python.as_deref().and_then(|py| {
+        let journal = peer_storage(py, root.path(), "journalfile")?;
+        let sqlite = peer_storage(py, root.path(), "sqlite")?;
+        Some((journal, sqlite))
+    });
+    let (journal, sqlite, source) = match measured {
+        Some((j, s)) => (j, s, "measured now, same machine"),
+        None => (PEER_JOURNAL_RANDOM, PEER_SQLITE_RANDOM, "published in shared/bench/README.md"),
+    };
+
+    println!();
+    println!("| method | trials/s | vs Optuna journal | vs Optuna SQLite | vs Ray Tune |");
+    println!("|---|---|---|---|---|");
+    for (name, rate) in &rows {
+        println!(
+            "| {name} | {rate:.1} | {:.1}x | {:.1}x | {:.0}x |",
+            rate / journal,
+            rate / sqlite,
+            rate / PEER_RAY_DEFAULT
+        );
+    }
+    println!("| optuna 5 random, JournalFileBackend, 1000 trials ({source}) | {journal:.1} | 1.0x | | |");
+    println!("| optuna 5 random, SQLite, 1000 trials ({source}) | {sqlite:.1} | | 1.0x | |");
+    println!("| ray tune 2.60 defaults, 200 trials (published) | {PEER_RAY_DEFAULT} | | | 1x |");
+    println!();
+    println!("peak RSS after the closure runs: {rss:.1} MiB");
+}

@@ -3,8 +3,8 @@
 //!
 //! It runs as a plain loop on the caller's thread; workers (closure threads, command tasks
 //! on tokio) talk to it over one channel. Each round it handles every waiting message, writes
-//! the changes, syncs the store once (group commit), and only then answers reports and starts
-//! new trials: nothing is acknowledged or acted on before it is durable.
+//! the changes, syncs the store once (group commit), and only then answers reports: nothing
+//! is acknowledged before it is durable, and a sweep that returns has synced everything.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -196,7 +196,11 @@ impl Coordinator {
             if !interrupted {
                 self.fill_slots()?;
             }
-            self.store.sync()?;
+            // Sync before acknowledging, and at the end. Launches need not wait: what a new
+            // attempt does reaches anyone only through reports, acknowledged after a later sync.
+            if !self.acks.is_empty() || self.in_flight.is_empty() {
+                self.store.sync()?;
+            }
             for (ack, decision) in self.acks.drain(..) {
                 let _ = ack.send(decision);
             }
