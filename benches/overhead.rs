@@ -23,7 +23,9 @@ const PEER_RAY_DEFAULT: f64 = 0.63;
 
 fn space() -> Space {
     (0..5)
-        .fold(Space::builder(), |b, i| b.uniform(format!("x{i}"), 0.0, 1.0))
+        .fold(Space::builder(), |b, i| {
+            b.uniform(format!("x{i}"), 0.0, 1.0)
+        })
         .build()
         .expect("valid space")
 }
@@ -35,7 +37,9 @@ fn verify(dir: &Path, n: u64) {
     assert_eq!(trials.len() as u64, n, "every trial stored");
     for t in trials {
         assert_eq!(t.status, Status::Completed);
-        let sum: f64 = (0..5).map(|i| t.params.f64(&format!("x{i}")).unwrap()).sum();
+        let sum: f64 = (0..5)
+            .map(|i| t.params.f64(&format!("x{i}")).unwrap())
+            .sum();
         assert_eq!(t.value("loss"), Some(sum));
     }
 }
@@ -50,7 +54,10 @@ fn closure_run(root: &Path, n: u64, slots: usize) -> f64 {
         .cpu_slots(slots)
         .dir(&dir)
         .fit(move |ctx| {
-            let sum: f64 = names.iter().map(|k| ctx.params().f64(k).unwrap_or(0.0)).sum();
+            let sum: f64 = names
+                .iter()
+                .map(|k| ctx.params().f64(k).unwrap_or(0.0))
+                .sum();
             ctx.report(1, [("loss", sum)])?;
             Ok(())
         })
@@ -65,13 +72,21 @@ fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
     let text = format!(
         "name = \"ovh\"\nmetric = \"loss\"\nsamples = {n}\n[resources]\ncpu_slots = {slots}\n\
          [objective]\ncommand = [\"echo\", \"loss: {{x0}}\"]\n[space]\n{}",
-        (0..5).map(|i| format!("x{i} = {{ uniform = [0.0, 1.0] }}\n")).collect::<String>()
+        (0..5)
+            .map(|i| format!("x{i} = {{ uniform = [0.0, 1.0] }}\n"))
+            .collect::<String>()
     );
     let spec = ExperimentSpec::from_toml(&text, Path::new("bench.toml")).expect("spec");
     let start = Instant::now();
-    let result = Tuner::from_spec(spec).dir(&dir).fit_command().expect("command sweep");
+    let result = Tuner::from_spec(spec)
+        .dir(&dir)
+        .fit_command()
+        .expect("command sweep");
     let rate = n as f64 / start.elapsed().as_secs_f64();
-    assert!(result.trials().iter().all(|t| t.status == Status::Completed));
+    assert!(result
+        .trials()
+        .iter()
+        .all(|t| t.status == Status::Completed));
     rate
 }
 
@@ -87,7 +102,15 @@ fn peer_storage(python: &str, root: &Path, storage: &str) -> Option<f64> {
     let out = scratch.join(format!("{storage}.json"));
     let status = Command::new(python)
         .arg(scratch.join("run_overhead.py"))
-        .args(["--single", "storage", storage, "random", "1000", "90", "--single-out"])
+        .args([
+            "--single",
+            "storage",
+            storage,
+            "random",
+            "1000",
+            "90",
+            "--single-out",
+        ])
         .arg(&out)
         .status()
         .ok()?;
@@ -113,16 +136,25 @@ fn main() {
     let root = tempfile::tempdir().expect("scratch dir");
 
     println!("tune overhead: trivial objective (sum of 5 uniform params), random search, sled store durable");
-    println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "cores: {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     let mut rows: Vec<(String, f64)> = Vec::new();
     for slots in [1, 2, 4, 8, 16] {
         let rate = closure_run(root.path(), n_closure, slots);
-        rows.push((format!("tune closure, {slots} slot(s), {n_closure} trials"), rate));
+        rows.push((
+            format!("tune closure, {slots} slot(s), {n_closure} trials"),
+            rate,
+        ));
     }
     let rss = max_rss_mib();
     for slots in [2, 8] {
         let rate = command_run(root.path(), n_command, slots);
-        rows.push((format!("tune command (echo), {slots} slots, {n_command} trials"), rate));
+        rows.push((
+            format!("tune command (echo), {slots} slots, {n_command} trials"),
+            rate,
+        ));
     }
 
     let python = std::env::var("TUNE_PEER_PYTHON").ok();
@@ -133,7 +165,11 @@ fn main() {
     });
     let (journal, sqlite, source) = match measured {
         Some((j, s)) => (j, s, "measured now, same machine"),
-        None => (PEER_JOURNAL_RANDOM, PEER_SQLITE_RANDOM, "published in shared/bench/README.md"),
+        None => (
+            PEER_JOURNAL_RANDOM,
+            PEER_SQLITE_RANDOM,
+            "published in shared/bench/README.md",
+        ),
     };
 
     println!();
@@ -147,7 +183,9 @@ fn main() {
             rate / PEER_RAY_DEFAULT
         );
     }
-    println!("| optuna 5 random, JournalFileBackend, 1000 trials ({source}) | {journal:.1} | 1.0x | | |");
+    println!(
+        "| optuna 5 random, JournalFileBackend, 1000 trials ({source}) | {journal:.1} | 1.0x | | |"
+    );
     println!("| optuna 5 random, SQLite, 1000 trials ({source}) | {sqlite:.1} | | 1.0x | |");
     println!("| ray tune 2.60 defaults, 200 trials (published) | {PEER_RAY_DEFAULT} | | | 1x |");
     println!();

@@ -24,6 +24,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// The README's Rust examples run as doctests, so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 mod coordinator;
 mod error;
 pub mod experiment;

@@ -491,6 +491,16 @@ x = { uniform = [-5.0, 10.0] }
     }
 
     #[test]
+    fn the_readme_spec_is_valid() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("```toml\n").unwrap() + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let spec = ExperimentSpec::from_toml(&readme[start..end], Path::new("README.md")).unwrap();
+        assert_eq!(spec.space.len(), 11);
+        assert_eq!(spec.objective.unwrap().env["OMP_NUM_THREADS"], "1");
+    }
+
+    #[test]
     fn spec_round_trips_through_json() {
         let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
         let back: ExperimentSpec =
