@@ -496,7 +496,7 @@ x = { uniform = [-5.0, 10.0] }
         let start = readme.find("```toml\n").unwrap() + 8;
         let end = start + readme[start..].find("```").unwrap();
         let spec = ExperimentSpec::from_toml(&readme[start..end], Path::new("README.md")).unwrap();
-        assert_eq!(spec.space.len(), 11);
+        assert_eq!(spec.space.len(), 10);
         assert_eq!(spec.objective.unwrap().env["OMP_NUM_THREADS"], "1");
     }
 
