@@ -428,7 +428,6 @@ impl Coordinator {
         t.finished_at = Some(now_ms());
         self.store.put_trial(t)?;
         let value = t.value(&self.plan.metric);
-        self.history.finish(id, status);
         self.scheduler.on_complete(id, value);
         note_best(&mut self.summary, t);
         emit(&mut self.observers, &Event::Finished(t), &self.summary);

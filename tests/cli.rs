@@ -15,7 +15,7 @@ fn command_sweep_exports_values_equal_to_the_objective() {
         "x = { uniform = [-5.0, 5.0] }\ny = { loguniform = [0.01, 10.0] }",
     );
     let dir = tmp.path().join("runs/quad");
-    let out = run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    let out = run_ok(&mut tune_run(&spec, &dir));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("12/12 done (12 completed)"), "{stdout}");
 
@@ -108,8 +108,8 @@ fn same_seed_gives_the_same_params_and_plain_reports_work() {
     );
     let a = tmp.path().join("a");
     let b = tmp.path().join("b");
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&a));
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&b));
+    run_ok(&mut tune_run(&spec, &a));
+    run_ok(&mut tune_run(&spec, &b));
     let (ta, tb) = (export_json(&a), export_json(&b));
     for (x, y) in ta.iter().zip(&tb) {
         assert_eq!(x["params"], y["params"]);
@@ -125,14 +125,7 @@ fn same_seed_gives_the_same_params_and_plain_reports_work() {
     }
     // A different seed gives different params.
     let c = tmp.path().join("c");
-    run_ok(
-        tune()
-            .arg("run")
-            .arg(&spec)
-            .arg("--dir")
-            .arg(&c)
-            .args(["--seed", "12"]),
-    );
+    run_ok(tune_run(&spec, &c).args(["--seed", "12"]));
     assert_ne!(export_json(&c)[0]["params"], ta[0]["params"]);
 }
 
@@ -146,7 +139,7 @@ fn grid_search_repeats_every_point_samples_times() {
         "x = { grid = [-1.0, 0.0, 1.0] }\ny = { uniform = [0.0, 1.0] }",
     );
     let dir = tmp.path().join("g");
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    run_ok(&mut tune_run(&spec, &dir));
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 6);
     let mut xs: Vec<f64> = trials
@@ -162,13 +155,7 @@ fn expect_input_error(top: &str, extra: &[&str], space: &str, fragments: &[&str]
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), top, extra, space);
     let dir = tmp.path().join("runs/x");
-    let out = tune()
-        .arg("run")
-        .arg(&spec)
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = tune_run(&spec, &dir).output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     for f in fragments {
@@ -265,13 +252,7 @@ fn missing_program_and_folders_that_are_not_experiments_exit_2() {
         .unwrap()
         .replace("\"python3\"", "\"no-such-program-xyz\"");
     std::fs::write(&spec, text).unwrap();
-    let out = tune()
-        .arg("run")
-        .arg(&spec)
-        .arg("--dir")
-        .arg(tmp.path().join("r"))
-        .output()
-        .unwrap();
+    let out = tune_run(&spec, &tmp.path().join("r")).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("`no-such-program-xyz` was not found on PATH"),
@@ -304,15 +285,9 @@ fn run_into_an_existing_experiment_refuses_with_a_hint() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), "samples = 1", &["--steps", "1"], X);
     let dir = tmp.path().join("e");
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    run_ok(&mut tune_run(&spec, &dir));
     let before = export_json(&dir);
-    let out = tune()
-        .arg("run")
-        .arg(&spec)
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = tune_run(&spec, &dir).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("already holds an experiment; continue it with `tune resume"),
@@ -346,7 +321,7 @@ fn bad_metrics_and_crashes_fail_only_their_trials() {
         let spec = write_spec(tmp.path(), "samples = 10\nseed = 1", &["--behaviour", behaviour], "x = { uniform = [-1.0, 1.0] }");
         let dir = tmp.path().join("f");
         // Some trials completed, so the sweep succeeds overall.
-        let out = run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+        let out = run_ok(&mut tune_run(&spec, &dir));
         assert!(String::from_utf8_lossy(&out.stdout).contains("trial(s) failed"));
         let trials = export_json(&dir);
         assert_eq!(trials.len(), 10, "{behaviour}: the sweep went on");
@@ -367,13 +342,7 @@ fn a_sweep_where_every_trial_fails_exits_1() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(tmp.path(), "samples = 3", &["--behaviour", "silent"], X);
     let dir = tmp.path().join("s");
-    let out = tune()
-        .arg("run")
-        .arg(&spec)
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = tune_run(&spec, &dir).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("no trial completed"));
     for t in export_json(&dir) {
@@ -392,7 +361,7 @@ fn failed_attempts_are_retried_up_to_max_failures() {
         X,
     );
     let dir = tmp.path().join("m");
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    run_ok(&mut tune_run(&spec, &dir));
     for t in export_json(&dir) {
         assert_eq!(t["status"], "completed");
         assert_eq!(t["attempts"], 2);
@@ -406,13 +375,7 @@ fn failed_attempts_are_retried_up_to_max_failures() {
         X,
     );
     let dir = tmp.path().join("n");
-    let out = tune()
-        .arg("run")
-        .arg(&spec)
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = tune_run(&spec, &dir).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     for t in export_json(&dir) {
         assert_eq!(t["attempts"], 1);
@@ -437,13 +400,7 @@ fn trials_past_their_timeout_are_killed_and_failed() {
         .replace("[space]", "timeout_s = 1.0\n\n[space]");
     std::fs::write(&spec, text).unwrap();
     let dir = tmp.path().join("t");
-    let out = tune()
-        .arg("run")
-        .arg(&spec)
-        .arg("--dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = tune_run(&spec, &dir).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     for t in export_json(&dir) {
         assert_eq!(t["status"], "failed");

@@ -60,7 +60,7 @@ fn sigkill_at_random_moments_then_resume_loses_nothing() {
         let mut child = if dir.join("tune.db").exists() {
             spawn(tune().arg("resume").arg(&dir))
         } else {
-            spawn(tune().arg("run").arg(&spec).arg("--dir").arg(&dir))
+            spawn(&mut tune_run(&spec, &dir))
         };
         std::thread::sleep(Duration::from_millis(rng.random_range(50..700)));
         if child.try_wait().unwrap().is_some() {
@@ -144,7 +144,7 @@ fn sigterm_stops_cleanly_and_resume_finishes() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = slow_sweep(tmp.path());
     let dir = tmp.path().join("runs/t");
-    let child = spawn(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    let child = spawn(&mut tune_run(&spec, &dir));
     // Wait until some trial has completed, then ask the sweep to stop.
     let status_has_progress = || {
         std::fs::read_dir(dir.join("trials"))
@@ -192,7 +192,7 @@ fn resume_with_more_samples_extends_a_finished_sweep() {
         "x = { uniform = [-1.0, 1.0] }",
     );
     let dir = tmp.path().join("e");
-    run_ok(tune().arg("run").arg(&spec).arg("--dir").arg(&dir));
+    run_ok(&mut tune_run(&spec, &dir));
     let first = export_json(&dir);
     // Resuming a finished sweep without a new budget runs nothing.
     run_ok(tune().arg("resume").arg(&dir));
@@ -209,7 +209,7 @@ fn resume_with_more_samples_extends_a_finished_sweep() {
         &["--steps", "1"],
         "x = { uniform = [-1.0, 1.0] }",
     );
-    run_ok(tune().arg("run").arg(&spec7).arg("--dir").arg(&fresh));
+    run_ok(&mut tune_run(&spec7, &fresh));
     let fresh = export_json(&fresh);
     for (a, b) in more.iter().zip(&fresh) {
         assert_eq!(a["params"], b["params"]);

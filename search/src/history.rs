@@ -82,7 +82,7 @@ pub struct Observation {
 /// let mut h = History::new(Mode::Min);
 /// h.record(0, Params::default(), Status::Running);
 /// h.report(0, 1, 3.5);
-/// h.finish(0, Status::Completed);
+/// h.set_status(0, Status::Completed);
 /// assert_eq!(h.best().unwrap().value, Some(3.5));
 /// ```
 #[derive(Debug, Clone)]
@@ -129,15 +129,11 @@ impl History {
         }
     }
 
+    /// Moves a trial to `status` (started, finished, re-queued).
     pub fn set_status(&mut self, id: TrialId, status: Status) {
         if let Some(t) = self.trials.get_mut(id as usize) {
             t.status = status;
         }
-    }
-
-    /// Marks the end of a trial.
-    pub fn finish(&mut self, id: TrialId, status: Status) {
-        self.set_status(id, status);
     }
 
     pub fn get(&self, id: TrialId) -> Option<&Observation> {

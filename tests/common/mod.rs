@@ -11,6 +11,13 @@ pub fn tune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tune"))
 }
 
+/// `tune run SPEC --dir DIR`.
+pub fn tune_run(spec: &Path, dir: &Path) -> Command {
+    let mut cmd = tune();
+    cmd.arg("run").arg(spec).arg("--dir").arg(dir);
+    cmd
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
