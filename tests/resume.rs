@@ -14,12 +14,45 @@ use serde_json::Value as Json;
 const SAMPLES: u64 = 40;
 
 fn slow_sweep(dir: &Path) -> std::path::PathBuf {
-    write_spec(
+    let spec = write_spec(
         dir,
         &format!("samples = {SAMPLES}\nseed = 9\n[resources]\ncpu_slots = 3"),
         &["--y", "{y}", "--steps", "3", "--sleep", "0.02"],
         "x = { uniform = [-5.0, 5.0] }\ny = { normal = [0.0, 1.0] }",
-    )
+    );
+    let ack_log = dir.join("acks.log");
+    let text = std::fs::read_to_string(&spec).unwrap().replace(
+        "[space]",
+        &format!(
+            "env = {{ ACK_LOG = {:?} }}\n\n[space]",
+            ack_log.display().to_string()
+        ),
+    );
+    std::fs::write(&spec, text).unwrap();
+    spec
+}
+
+/// Every result a trial saw acknowledged (fixture's ACK_LOG) is in the store, as reported.
+fn assert_acknowledged_results_kept(tmp: &Path, trials: &BTreeMap<u64, Json>) -> usize {
+    let log = std::fs::read_to_string(tmp.join("acks.log")).unwrap_or_default();
+    let mut n = 0;
+    for line in log.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (id, attempt, step, loss): (u64, u64, u64, f64) = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        let kept = trials.get(&id).is_some_and(|t| {
+            t["results"].as_array().unwrap().iter().any(|r| {
+                r["attempt"] == attempt && r["step"] == step && r["loss"].as_f64() == Some(loss)
+            })
+        });
+        assert!(kept, "acknowledged result lost: {line}");
+        n += 1;
+    }
+    n
 }
 
 fn spawn(cmd: &mut std::process::Command) -> Child {
@@ -56,6 +89,7 @@ fn sigkill_at_random_moments_then_resume_loses_nothing() {
     let mut completed: BTreeMap<u64, Json> = BTreeMap::new();
     let mut params: BTreeMap<u64, Json> = BTreeMap::new();
     let mut kills = 0;
+    let mut acked = 0;
     for round in 0..6 {
         let mut child = if dir.join("tune.db").exists() {
             spawn(tune().arg("resume").arg(&dir))
@@ -73,6 +107,7 @@ fn sigkill_at_random_moments_then_resume_loses_nothing() {
             continue; // killed before the experiment existed: nothing to check yet
         }
         let now = by_id(export_json(&dir));
+        acked = assert_acknowledged_results_kept(tmp.path(), &now);
         for (id, t) in &now {
             // Same id, same params, whatever happened.
             let p = params.entry(*id).or_insert_with(|| t["params"].clone());
@@ -99,12 +134,14 @@ fn sigkill_at_random_moments_then_resume_loses_nothing() {
         kills >= 2,
         "the sweep finished too early to test kills ({kills})"
     );
+    assert!(acked > 0, "no acknowledged result was checked after a kill");
 
     let out = run_ok(tune().arg("resume").arg(&dir));
     assert!(String::from_utf8_lossy(&out.stdout)
         .contains(&format!("{SAMPLES}/{SAMPLES} done ({SAMPLES} completed)")));
     let last = by_id(export_json(&dir));
     assert_eq!(last.len() as u64, SAMPLES);
+    assert!(assert_acknowledged_results_kept(tmp.path(), &last) >= 2 * SAMPLES as usize);
     for (id, t) in &last {
         assert_eq!(t["status"], "completed", "trial {id}");
         if let Some(p) = params.get(id) {
