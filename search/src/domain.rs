@@ -254,7 +254,7 @@ impl Domain {
 }
 
 /// The largest float below `x` (for `x > 0` or `x <= 0` alike).
-fn prev_float(x: f64) -> f64 {
+pub(crate) fn prev_float(x: f64) -> f64 {
     if x > 0.0 {
         f64::from_bits(x.to_bits() - 1)
     } else if x == 0.0 {
@@ -266,7 +266,7 @@ fn prev_float(x: f64) -> f64 {
 
 /// Removes the binary noise of `k*q` (0.30000000000000004 -> 0.3) by rounding to the number
 /// of decimals `q` has, so quantized values print as the user wrote the grid.
-fn round_to_q(x: f64, q: f64) -> f64 {
+pub(crate) fn round_to_q(x: f64, q: f64) -> f64 {
     let decimals = (0..=12)
         .find(|&d| {
             let scaled = q * 10f64.powi(d);

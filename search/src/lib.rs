@@ -23,6 +23,7 @@ mod random;
 mod searcher;
 mod space;
 mod space_serde;
+mod tpe;
 
 pub use domain::{Domain, DomainError};
 pub use grid::{GridSearch, NoGridParams};
@@ -31,6 +32,7 @@ pub use params::{ParamError, Params, Value};
 pub use random::RandomSearch;
 pub use searcher::{trial_rng, Searcher};
 pub use space::{Condition, Param, Space, SpaceBuilder, SpaceError};
+pub use tpe::{Tpe, TpeOptions};
 
 /// The candidate closest to `found` by edit distance, if it is close enough to be a likely typo.
 ///

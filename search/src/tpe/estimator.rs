@@ -1,0 +1,437 @@
+//! The Parzen estimator: a weighted mixture with one kernel per observation plus a prior
+//! kernel, over the internal coordinates of a group of parameters.
+//!
+//! Numeric dimensions use normal kernels truncated to the domain; categorical ones use
+//! Optuna's categorical kernel (the observed choice gets the extra mass). In multivariate mode a
+//! component is a product over all dimensions, so samples keep the correlations between
+//! parameters that good observations share.
+
+use rand::Rng;
+
+use super::numerics::{log_mass, logsumexp, truncnorm_std, LN_SQRT_2PI};
+
+/// One dimension of the internal space.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum DimSpec {
+    /// Internal coordinates in [low, high] (log for log domains, widened by half a step for
+    /// discrete ones); `range` scales the bandwidth; the prior kernel is N(prior_mu, prior_sigma).
+    Numeric {
+        low: f64,
+        high: f64,
+        range: f64,
+        prior_mu: f64,
+        prior_sigma: f64,
+    },
+    /// Choice indices 0..n.
+    Categorical { n: usize },
+}
+
+/// How kernel widths are chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Bandwidth {
+    /// Optuna's multivariate rule: sigma = 0.2 * n^(-1/(d+4)) * range for every kernel.
+    Multivariate,
+    /// Hyperopt/Optuna's univariate rule: the larger distance to the neighbouring observations.
+    Univariate { consider_endpoints: bool },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct EstimatorOptions {
+    pub prior_weight: f64,
+    pub magic_clip: bool,
+    pub bandwidth: Bandwidth,
+}
+
+#[derive(Debug, Clone)]
+enum Kernel {
+    Numeric {
+        low: f64,
+        high: f64,
+        mus: Vec<f64>,
+        sigmas: Vec<f64>,
+        /// -ln(sigma) - ln(sqrt(2 pi)) - ln(mass of the kernel inside [low, high]).
+        log_norm: Vec<f64>,
+    },
+    Categorical {
+        n: usize,
+        /// Row-major: component k, choice c at `k * n + c`.
+        log_probs: Vec<f64>,
+    },
+}
+
+/// A mixture density over a group of dimensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Parzen {
+    log_weights: Vec<f64>,
+    cumulative: Vec<f64>,
+    kernels: Vec<Kernel>,
+}
+
+impl Parzen {
+    /// `obs[d][k]` is dimension `d` of observation `k`; `weights[k]` its (unnormalised) weight.
+    pub(crate) fn new(
+        specs: &[DimSpec],
+        obs: &[Vec<f64>],
+        weights: &[f64],
+        opts: EstimatorOptions,
+    ) -> Parzen {
+        let n = weights.len();
+        let mut w: Vec<f64> = weights.to_vec();
+        w.push(opts.prior_weight);
+        let total: f64 = w.iter().sum();
+        let log_weights: Vec<f64> = w.iter().map(|x| (x / total).ln()).collect();
+        let mut acc = 0.0;
+        let cumulative = w
+            .iter()
+            .map(|x| {
+                acc += x / total;
+                acc
+            })
+            .collect();
+        let kernels = specs
+            .iter()
+            .zip(obs)
+            .map(|(spec, values)| match *spec {
+                DimSpec::Numeric {
+                    low,
+                    high,
+                    range,
+                    prior_mu,
+                    prior_sigma,
+                } => {
+                    let mut sigmas = match opts.bandwidth {
+                        Bandwidth::Multivariate => {
+                            let s = 0.2
+                                * (n.max(1) as f64).powf(-1.0 / (specs.len() as f64 + 4.0))
+                                * range;
+                            vec![s; n]
+                        }
+                        Bandwidth::Univariate { consider_endpoints } => {
+                            neighbour_sigmas(values, low, high, prior_mu, consider_endpoints)
+                        }
+                    };
+                    let max_sigma = range;
+                    let min_sigma = if opts.magic_clip {
+                        range / (1.0 + n as f64 + 1.0).min(100.0)
+                    } else {
+                        f64::EPSILON * range
+                    };
+                    for s in &mut sigmas {
+                        *s = s.clamp(min_sigma, max_sigma);
+                    }
+                    let mut mus = values.clone();
+                    mus.push(prior_mu);
+                    sigmas.push(prior_sigma);
+                    let log_norm = mus
+                        .iter()
+                        .zip(&sigmas)
+                        .map(|(&m, &s)| {
+                            -s.ln() - LN_SQRT_2PI - log_mass((low - m) / s, (high - m) / s)
+                        })
+                        .collect();
+                    Kernel::Numeric {
+                        low,
+                        high,
+                        mus,
+                        sigmas,
+                        log_norm,
+                    }
+                }
+                DimSpec::Categorical { n: choices } => {
+                    // Optuna: every kernel row starts at prior_weight / kernels, the observed
+                    // choice gets +1, rows are normalised; the prior row stays uniform.
+                    let kernels = n + 1;
+                    let base = opts.prior_weight / kernels as f64;
+                    let mut log_probs = Vec::with_capacity(kernels * choices);
+                    for k in 0..kernels {
+                        let observed = values.get(k).map(|&v| v as usize);
+                        let row_total =
+                            base * choices as f64 + f64::from(u8::from(observed.is_some()));
+                        for c in 0..choices {
+                            let p = base + f64::from(u8::from(observed == Some(c)));
+                            log_probs.push((p / row_total).ln());
+                        }
+                    }
+                    Kernel::Categorical {
+                        n: choices,
+                        log_probs,
+                    }
+                }
+            })
+            .collect();
+        Parzen {
+            log_weights,
+            cumulative,
+            kernels,
+        }
+    }
+
+    /// Draws one point into `out` (one value per dimension).
+    pub(crate) fn sample<R: Rng + ?Sized>(&self, rng: &mut R, out: &mut [f64]) {
+        let u: f64 = rng.random();
+        let k = self
+            .cumulative
+            .partition_point(|&c| c <= u)
+            .min(self.cumulative.len() - 1);
+        for (kernel, slot) in self.kernels.iter().zip(out.iter_mut()) {
+            *slot = match kernel {
+                Kernel::Numeric {
+                    low,
+                    high,
+                    mus,
+                    sigmas,
+                    ..
+                } => {
+                    let (m, s) = (mus[k], sigmas[k]);
+                    let z = truncnorm_std((low - m) / s, (high - m) / s, rng.random());
+                    (m + s * z).clamp(*low, *high)
+                }
+                Kernel::Categorical { n, log_probs } => {
+                    let row = &log_probs[k * n..(k + 1) * n];
+                    let mut u: f64 = rng.random();
+                    let mut pick = n - 1;
+                    for (c, lp) in row.iter().enumerate() {
+                        u -= lp.exp();
+                        if u < 0.0 {
+                            pick = c;
+                            break;
+                        }
+                    }
+                    pick as f64
+                }
+            };
+        }
+    }
+
+    /// ln density at `x`; `scratch` is reused between calls to avoid allocation.
+    pub(crate) fn log_pdf(&self, x: &[f64], scratch: &mut Vec<f64>) -> f64 {
+        scratch.clear();
+        scratch.extend_from_slice(&self.log_weights);
+        for (kernel, &xd) in self.kernels.iter().zip(x) {
+            match kernel {
+                Kernel::Numeric {
+                    mus,
+                    sigmas,
+                    log_norm,
+                    ..
+                } => {
+                    for (((acc, &m), &s), &ln) in
+                        scratch.iter_mut().zip(mus).zip(sigmas).zip(log_norm)
+                    {
+                        let z = (xd - m) / s;
+                        *acc += ln - 0.5 * z * z;
+                    }
+                }
+                Kernel::Categorical { n, log_probs } => {
+                    let c = xd as usize;
+                    for (k, acc) in scratch.iter_mut().enumerate() {
+                        *acc += log_probs[k * n + c];
+                    }
+                }
+            }
+        }
+        logsumexp(scratch)
+    }
+}
+
+/// Univariate widths: for each observation, the larger gap to its sorted neighbours (the prior
+/// mean counts as an observation; the bounds close the ends).
+fn neighbour_sigmas(
+    values: &[f64],
+    low: f64,
+    high: f64,
+    prior_mu: f64,
+    consider_endpoints: bool,
+) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..=values.len()).collect();
+    let at = |i: usize| {
+        if i < values.len() {
+            values[i]
+        } else {
+            prior_mu
+        }
+    };
+    order.sort_by(|&i, &j| at(i).total_cmp(&at(j)));
+    let sorted: Vec<f64> = std::iter::once(low)
+        .chain(order.iter().map(|&i| at(i)))
+        .chain(std::iter::once(high))
+        .collect();
+    let m = order.len();
+    let mut sorted_sigmas: Vec<f64> = (1..=m)
+        .map(|i| (sorted[i] - sorted[i - 1]).max(sorted[i + 1] - sorted[i]))
+        .collect();
+    if !consider_endpoints && m >= 2 {
+        sorted_sigmas[0] = sorted[2] - sorted[1];
+        sorted_sigmas[m - 1] = sorted[m] - sorted[m - 1];
+    }
+    let mut sigmas = vec![0.0; values.len()];
+    for (rank, &i) in order.iter().enumerate() {
+        if i < values.len() {
+            sigmas[i] = sorted_sigmas[rank];
+        }
+    }
+    sigmas
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    const UNIT: DimSpec = DimSpec::Numeric {
+        low: 0.0,
+        high: 1.0,
+        range: 1.0,
+        prior_mu: 0.5,
+        prior_sigma: 1.0,
+    };
+
+    fn opts(bandwidth: Bandwidth) -> EstimatorOptions {
+        EstimatorOptions {
+            prior_weight: 1.0,
+            magic_clip: true,
+            bandwidth,
+        }
+    }
+
+    /// Integrates exp(log_pdf) over [0, 1] with the midpoint rule.
+    fn mass(p: &Parzen) -> f64 {
+        let n = 20_000;
+        let mut scratch = Vec::new();
+        (0..n)
+            .map(|i| {
+                p.log_pdf(&[(i as f64 + 0.5) / n as f64], &mut scratch)
+                    .exp()
+            })
+            .sum::<f64>()
+            / n as f64
+    }
+
+    #[test]
+    fn truncated_mixture_integrates_to_one() {
+        for bw in [
+            Bandwidth::Multivariate,
+            Bandwidth::Univariate {
+                consider_endpoints: false,
+            },
+        ] {
+            let p = Parzen::new(
+                &[UNIT],
+                &[vec![0.02, 0.3, 0.31, 0.97]],
+                &[1.0, 1.0, 2.0, 1.0],
+                opts(bw),
+            );
+            assert!((mass(&p) - 1.0).abs() < 1e-6, "{bw:?}: {}", mass(&p));
+        }
+    }
+
+    #[test]
+    fn hand_checked_single_kernel_density() {
+        // One observation at 0.25, multivariate 1-D: sigma = 0.2 * 1^(-1/5) * 1 = 0.2, raised by
+        // the magic clip to 1 / min(100, 1 + 1 + 1) = 1/3; weight 1/2. Prior N(0.5, 1), weight
+        // 1/2. Both truncated to [0, 1].
+        let p = Parzen::new(
+            &[UNIT],
+            &[vec![0.25]],
+            &[1.0],
+            opts(Bandwidth::Multivariate),
+        );
+        let phi = |z: f64| (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        let cdf = |z: f64| super::super::numerics::ndtr(z);
+        let x = 0.4;
+        let s = 1.0 / 3.0;
+        let k1 = phi((x - 0.25) / s) / s / (cdf(0.75 / s) - cdf(-0.25 / s));
+        let k2 = phi(x - 0.5) / (cdf(0.5) - cdf(-0.5));
+        let expected = 0.5 * k1 + 0.5 * k2;
+        let got = p.log_pdf(&[x], &mut Vec::new()).exp();
+        assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
+    }
+
+    #[test]
+    fn univariate_widths_are_neighbour_gaps() {
+        // Sorted with the prior mean 0.5: [0(low), 0.1, 0.2, 0.5, 0.9, 1(high)].
+        let s = neighbour_sigmas(&[0.9, 0.1, 0.2], 0.0, 1.0, 0.5, false);
+        // 0.1: first -> gap to next (0.1); 0.2: max(0.1, 0.3); 0.9: last -> gap to previous (0.4).
+        assert_eq!(s.len(), 3);
+        assert!(
+            (s[1] - 0.1).abs() < 1e-12 && (s[2] - 0.3).abs() < 1e-12 && (s[0] - 0.4).abs() < 1e-12,
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn magic_clip_bounds_the_widths() {
+        // Ten identical observations: neighbour gaps are 0, clipped up to range / min(100, 12).
+        let p = Parzen::new(
+            &[UNIT],
+            &[vec![0.5; 10]],
+            &[1.0; 10],
+            opts(Bandwidth::Univariate {
+                consider_endpoints: false,
+            }),
+        );
+        let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
+            unreachable!()
+        };
+        assert!(
+            sigmas[..10].iter().all(|&s| (s - 1.0 / 12.0).abs() < 1e-12),
+            "{sigmas:?}"
+        );
+        assert_eq!(sigmas[10], 1.0);
+    }
+
+    #[test]
+    fn categorical_kernel_matches_optuna() {
+        // Two observations (choices 0 and 2) of 3 choices, prior weight 1 => 3 kernels, base 1/3.
+        let p = Parzen::new(
+            &[DimSpec::Categorical { n: 3 }],
+            &[vec![0.0, 2.0]],
+            &[1.0, 1.0],
+            opts(Bandwidth::Multivariate),
+        );
+        let mut scratch = Vec::new();
+        // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2, row1 = [1/3, 1/3, 4/3] / 2.
+        let expect = [
+            (4.0 / 6.0 + 1.0 / 6.0 + 1.0 / 3.0) / 3.0,
+            (1.0 / 6.0 + 1.0 / 6.0 + 1.0 / 3.0) / 3.0,
+        ];
+        assert!((p.log_pdf(&[0.0], &mut scratch).exp() - expect[0]).abs() < 1e-12);
+        assert!((p.log_pdf(&[1.0], &mut scratch).exp() - expect[1]).abs() < 1e-12);
+        let total: f64 = (0..3)
+            .map(|c| p.log_pdf(&[c as f64], &mut scratch).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn samples_follow_the_mixture() {
+        let p = Parzen::new(
+            &[UNIT, DimSpec::Categorical { n: 2 }],
+            &[vec![0.1], vec![1.0]],
+            &[20.0],
+            opts(Bandwidth::Multivariate),
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = [0.0; 2];
+        let (mut near, mut ones) = (0, 0);
+        for _ in 0..10_000 {
+            p.sample(&mut rng, &mut out);
+            assert!((0.0..=1.0).contains(&out[0]));
+            near += usize::from(out[0] < 0.5);
+            ones += usize::from(out[1] == 1.0);
+        }
+        // Component 0 (weight 20/21) sits at 0.1 with sigma 1/3 (clipped up from 0.2) and picks
+        // choice 1 with p = (1+1/2)/(1+2/2); the prior N(0.5, 1) is symmetric about 0.5.
+        let cdf = super::super::numerics::ndtr;
+        let s = 1.0 / 3.0;
+        let below = (cdf(0.4 / s) - cdf(-0.1 / s)) / (cdf(0.9 / s) - cdf(-0.1 / s));
+        let p_near = 20.0 / 21.0 * below + 1.0 / 21.0 * 0.5;
+        assert!(
+            (near as f64 / 10_000.0 - p_near).abs() < 0.015,
+            "{near} vs {p_near}"
+        );
+        let p1 = 20.0 / 21.0 * 0.75 + 1.0 / 21.0 * 0.5;
+        assert!((ones as f64 / 10_000.0 - p1).abs() < 0.02, "{ones}");
+    }
+}

@@ -1,0 +1,515 @@
+//! Tree-structured Parzen Estimator (Bergstra et al. 2011), as Optuna 5 runs it.
+//!
+//! The policy lives here: which trials are "good" (the best `gamma(n)`), how they are
+//! weighted, how the space is cut into groups, how candidates are chosen. The mixture itself is
+//! in `estimator.rs`, the numerics in `numerics.rs`, the coordinate transforms in `coords.rs`.
+
+mod coords;
+mod estimator;
+mod numerics;
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{trial_rng, Condition, History, Mode, Params, Searcher, Space, Status, TrialId};
+use coords::{dim_spec, from_internal, to_internal};
+use estimator::{Bandwidth, DimSpec, EstimatorOptions, Parzen};
+
+/// TPE settings; the defaults are Optuna 5's (multivariate, with a constant liar on top).
+///
+/// ```
+/// let o = tune_search::TpeOptions::default();
+/// assert_eq!((o.n_startup_trials, o.n_ei_candidates), (10, 24));
+/// assert_eq!(o.gamma(100), 10);
+/// assert_eq!(o.gamma(1000), 25);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TpeOptions {
+    /// Random trials before the model is used.
+    pub n_startup_trials: usize,
+    /// Candidates drawn from the good-trial density; the best ratio l/g wins.
+    pub n_ei_candidates: usize,
+    /// The good set is the best `min(ceil(gamma_fraction * n), gamma_max)` trials.
+    pub gamma_fraction: f64,
+    pub gamma_max: usize,
+    /// Trials beyond the newest `linear_forgetting` get weights ramping down with age.
+    pub linear_forgetting: usize,
+    pub prior_weight: f64,
+    pub consider_magic_clip: bool,
+    pub consider_endpoints: bool,
+    /// One joint density over the parameters of a group (Optuna 5's default); otherwise one
+    /// density per parameter.
+    pub multivariate: bool,
+    /// Conditional parameters are modelled in groups that are active together.
+    pub group: bool,
+    /// Running trials count as bad, so parallel workers do not all propose the same point.
+    pub constant_liar: bool,
+}
+
+impl Default for TpeOptions {
+    fn default() -> Self {
+        TpeOptions {
+            n_startup_trials: 10,
+            n_ei_candidates: 24,
+            gamma_fraction: 0.1,
+            gamma_max: 25,
+            linear_forgetting: 25,
+            prior_weight: 1.0,
+            consider_magic_clip: true,
+            consider_endpoints: false,
+            multivariate: true,
+            group: true,
+            constant_liar: true,
+        }
+    }
+}
+
+impl TpeOptions {
+    /// gamma(n) = min(ceil(fraction * n), max).
+    pub fn gamma(&self, n: usize) -> usize {
+        ((self.gamma_fraction * n as f64).ceil() as usize).min(self.gamma_max)
+    }
+
+    /// Optuna's weights for `n` trials in id order: 1 for the newest `linear_forgetting`, a
+    /// linear ramp from 1/n up to 1 for the older ones.
+    pub fn weights(&self, n: usize) -> Vec<f64> {
+        let flat = self.linear_forgetting;
+        if n < flat {
+            return vec![1.0; n];
+        }
+        let ramp = n - flat;
+        let mut w: Vec<f64> = (0..ramp)
+            .map(|i| {
+                if ramp == 1 {
+                    1.0 / n as f64
+                } else {
+                    1.0 / n as f64 + (1.0 - 1.0 / n as f64) * i as f64 / (ramp - 1) as f64
+                }
+            })
+            .collect();
+        w.extend(std::iter::repeat_n(1.0, flat));
+        w
+    }
+}
+
+/// Parameters sampled together: same activation condition.
+#[derive(Debug, Clone)]
+struct Group {
+    /// Indices into the space's parameters.
+    params: Vec<usize>,
+    specs: Vec<DimSpec>,
+    when: Vec<Condition>,
+    /// Whether other parameters with the same `when` may join.
+    shared: bool,
+}
+
+/// The TPE searcher.
+///
+/// ```
+/// use tune_search::{History, Mode, Params, Searcher, Space, Status, Tpe, TpeOptions, Value};
+/// let space = Space::builder().uniform("x", -5.0, 5.0).build().unwrap();
+/// let mut tpe = Tpe::new(space, 0, TpeOptions::default());
+/// let mut h = History::new(Mode::Min);
+/// for id in 0..30 {
+///     let p = tpe.suggest(id, &h).unwrap();
+///     let x = p.f64("x").unwrap();
+///     h.record(id, p, Status::Running);
+///     h.report(id, 1, (x - 1.0) * (x - 1.0));
+///     h.set_status(id, Status::Completed);
+/// }
+/// let best = h.best().unwrap().params.f64("x").unwrap();
+/// assert!((best - 1.0).abs() < 0.5);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Tpe {
+    space: Space,
+    seed: u64,
+    opts: TpeOptions,
+    groups: Vec<Group>,
+    /// Internal coordinates of each trial's params (NaN where inactive), by trial id.
+    coords: Vec<Option<Vec<f64>>>,
+}
+
+impl Tpe {
+    pub fn new(space: Space, seed: u64, opts: TpeOptions) -> Tpe {
+        let groups = make_groups(&space, &opts);
+        Tpe {
+            space,
+            seed,
+            opts,
+            groups,
+            coords: Vec::new(),
+        }
+    }
+
+    /// Internal coordinates of trial `id` (computed once: a trial's params never change).
+    fn coords_of(&mut self, id: TrialId, params: &Params) -> &[f64] {
+        let i = id as usize;
+        if self.coords.len() <= i {
+            self.coords.resize(i + 1, None);
+        }
+        let space = &self.space;
+        self.coords[i].get_or_insert_with(|| {
+            space
+                .params()
+                .iter()
+                .map(|p| {
+                    params
+                        .get(&p.name)
+                        .and_then(|v| to_internal(&p.domain, v))
+                        .unwrap_or(f64::NAN)
+                })
+                .collect()
+        })
+    }
+}
+
+fn make_groups(space: &Space, opts: &TpeOptions) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, p) in space.params().iter().enumerate() {
+        // Multivariate: unconditional parameters share one group; with `group`, so do
+        // parameters with the same `when`. Everything else is modelled on its own.
+        let shared = opts.multivariate && (opts.group || p.when.is_empty());
+        match groups
+            .iter_mut()
+            .find(|g| shared && g.shared && g.when == p.when)
+        {
+            Some(g) => {
+                g.params.push(i);
+                g.specs.push(dim_spec(&p.domain));
+            }
+            None => groups.push(Group {
+                params: vec![i],
+                specs: vec![dim_spec(&p.domain)],
+                when: p.when.clone(),
+                shared,
+            }),
+        }
+    }
+    // Parents before children: a group is sampled once its conditions can be checked.
+    let position = |g: &Group| {
+        g.when
+            .iter()
+            .filter_map(|c| space.params().iter().position(|p| p.name == c.param))
+            .max()
+            .map_or(0, |i| i + 1)
+    };
+    groups.sort_by_key(|g| position(g));
+    groups
+}
+
+/// Trial ids split into the good (`below`) and the rest (`above`), each in id order.
+struct Split {
+    below: Vec<TrialId>,
+    above: Vec<TrialId>,
+}
+
+/// Optuna's split: completed trials by value, then stopped ones by deepest step and value;
+/// the best gamma(n) are good; running trials (constant liar) are always bad.
+fn split(history: &History, opts: &TpeOptions) -> (usize, Split) {
+    let sign = if history.mode() == Mode::Max {
+        -1.0
+    } else {
+        1.0
+    };
+    let mut complete: Vec<(f64, TrialId)> = Vec::new();
+    let mut stopped: Vec<(u64, f64, TrialId)> = Vec::new();
+    let mut running: Vec<TrialId> = Vec::new();
+    for t in history.iter() {
+        match (t.status, t.value) {
+            (Status::Completed, Some(v)) => complete.push((sign * v, t.id)),
+            (Status::Stopped, Some(v)) => stopped.push((t.last_step.unwrap_or(0), sign * v, t.id)),
+            (Status::Running | Status::Pending, _) if opts.constant_liar => running.push(t.id),
+            _ => {}
+        }
+    }
+    let finished = complete.len() + stopped.len();
+    complete.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    stopped.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let n_below = opts.gamma(finished + running.len());
+    let ranked: Vec<TrialId> = complete
+        .iter()
+        .map(|c| c.1)
+        .chain(stopped.iter().map(|s| s.2))
+        .collect();
+    let cut = n_below.min(ranked.len());
+    let mut below = ranked[..cut].to_vec();
+    let mut above: Vec<TrialId> = ranked[cut..].iter().copied().chain(running).collect();
+    below.sort_unstable();
+    above.sort_unstable();
+    (finished, Split { below, above })
+}
+
+impl Searcher for Tpe {
+    fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
+        let mut rng = trial_rng(self.seed, id);
+        let (finished, split) = split(history, &self.opts);
+        if finished < self.opts.n_startup_trials {
+            return Some(self.space.sample(&mut rng));
+        }
+        for t in history.iter() {
+            self.coords_of(t.id, &t.params);
+        }
+        let est_opts = |dims: usize| EstimatorOptions {
+            prior_weight: self.opts.prior_weight,
+            magic_clip: self.opts.consider_magic_clip,
+            bandwidth: if self.opts.multivariate && dims > 0 {
+                Bandwidth::Multivariate
+            } else {
+                Bandwidth::Univariate {
+                    consider_endpoints: self.opts.consider_endpoints,
+                }
+            },
+        };
+        let mut params = Params::default();
+        let mut scratch = Vec::new();
+        for group in &self.groups {
+            let first = &self.space.params()[group.params[0]];
+            if !self.space.is_active(first, &params) {
+                continue;
+            }
+            // The trials in which every parameter of the group was active.
+            let gather = |ids: &[TrialId]| -> (Vec<Vec<f64>>, usize) {
+                let rows: Vec<&Vec<f64>> = ids
+                    .iter()
+                    .filter_map(|&i| self.coords[i as usize].as_ref())
+                    .filter(|c| group.params.iter().all(|&p| !c[p].is_nan()))
+                    .collect();
+                let cols = group
+                    .params
+                    .iter()
+                    .map(|&p| rows.iter().map(|c| c[p]).collect())
+                    .collect();
+                (cols, rows.len())
+            };
+            let (below, nb) = gather(&split.below);
+            let (above, na) = gather(&split.above);
+            let opts = est_opts(if self.opts.multivariate {
+                group.params.len()
+            } else {
+                0
+            });
+            let l = Parzen::new(&group.specs, &below, &self.opts.weights(nb), opts);
+            let g = Parzen::new(&group.specs, &above, &self.opts.weights(na), opts);
+            let mut candidate = vec![0.0; group.params.len()];
+            let mut best: Option<(f64, Vec<f64>)> = None;
+            for _ in 0..self.opts.n_ei_candidates.max(1) {
+                l.sample(&mut rng, &mut candidate);
+                // Score the value the candidate stands for (the centre of its bin).
+                for (x, &p) in candidate.iter_mut().zip(&group.params) {
+                    let domain = &self.space.params()[p].domain;
+                    *x = to_internal(domain, &from_internal(domain, *x)).unwrap_or(*x);
+                }
+                let score =
+                    l.log_pdf(&candidate, &mut scratch) - g.log_pdf(&candidate, &mut scratch);
+                if best
+                    .as_ref()
+                    .is_none_or(|(b, _)| score.partial_cmp(b) == Some(Ordering::Greater))
+                {
+                    best = Some((score, candidate.clone()));
+                }
+            }
+            let (_, chosen) = best?;
+            for (&p, &x) in group.params.iter().zip(&chosen) {
+                let param = &self.space.params()[p];
+                params.insert(param.name.clone(), from_internal(&param.domain, x));
+            }
+        }
+        Some(params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        space: &Space,
+        opts: TpeOptions,
+        seed: u64,
+        n: u64,
+        f: impl Fn(&Params) -> f64,
+    ) -> History {
+        let mut tpe = Tpe::new(space.clone(), seed, opts);
+        let mut h = History::new(Mode::Min);
+        for id in 0..n {
+            let p = tpe.suggest(id, &h).unwrap();
+            let v = f(&p);
+            h.record(id, p, Status::Running);
+            h.report(id, 1, v);
+            h.set_status(id, Status::Completed);
+        }
+        h
+    }
+
+    #[test]
+    fn gamma_and_weights_tables() {
+        let o = TpeOptions::default();
+        let gammas: Vec<usize> = [0, 1, 9, 10, 11, 100, 249, 250, 251, 10_000]
+            .iter()
+            .map(|&n| o.gamma(n))
+            .collect();
+        assert_eq!(gammas, vec![0, 1, 1, 1, 2, 10, 25, 25, 25, 25]);
+        assert_eq!(o.weights(3), vec![1.0; 3]);
+        assert_eq!(o.weights(25), vec![1.0; 25]);
+        // numpy.linspace(1/30, 1, 5) then 25 ones.
+        let w = o.weights(30);
+        let expect = [
+            1.0 / 30.0,
+            0.275,
+            0.5166666666666667,
+            0.7583333333333333,
+            1.0,
+        ];
+        for (a, b) in w[..5].iter().zip(expect) {
+            assert!((a - b).abs() < 1e-12, "{w:?}");
+        }
+        assert!(w[5..].iter().all(|&x| x == 1.0));
+    }
+
+    #[test]
+    fn identical_seed_and_history_give_identical_suggestions() {
+        let space = Space::builder()
+            .uniform("x", 0.0, 1.0)
+            .int("n", 1, 64)
+            .log()
+            .choice("c", ["a", "b"])
+            .build()
+            .unwrap();
+        let f = |p: &Params| p.f64("x").unwrap() + p.i64("n").unwrap() as f64 / 64.0;
+        let h = run(&space, TpeOptions::default(), 3, 25, f);
+        let mut a = Tpe::new(space.clone(), 3, TpeOptions::default());
+        let mut b = Tpe::new(space.clone(), 3, TpeOptions::default());
+        // `b` has seen other histories first: caches must not change its answer.
+        let _ = b.suggest(5, &History::new(Mode::Min));
+        assert_eq!(a.suggest(25, &h), b.suggest(25, &h));
+        assert_ne!(a.suggest(25, &h), a.suggest(26, &h));
+        let mut c = Tpe::new(space, 4, TpeOptions::default());
+        assert_ne!(a.suggest(25, &h), c.suggest(25, &h));
+    }
+
+    #[test]
+    fn startup_trials_are_random_draws() {
+        let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+        let mut tpe = Tpe::new(space.clone(), 9, TpeOptions::default());
+        let mut random = crate::RandomSearch::new(space, 9);
+        let h = History::new(Mode::Min);
+        assert_eq!(tpe.suggest(0, &h), random.suggest(0, &h));
+    }
+
+    #[test]
+    fn conditional_parameters_only_when_active() {
+        let space = Space::builder()
+            .choice("opt", ["sgd", "adam"])
+            .uniform("momentum", 0.0, 1.0)
+            .when("opt", "sgd")
+            .uniform("beta", 0.0, 1.0)
+            .when("opt", "adam")
+            .uniform("x", -1.0, 1.0)
+            .build()
+            .unwrap();
+        for opts in [
+            TpeOptions::default(),
+            TpeOptions {
+                group: false,
+                ..TpeOptions::default()
+            },
+            TpeOptions {
+                multivariate: false,
+                ..TpeOptions::default()
+            },
+        ] {
+            let h = run(&space, opts, 1, 60, |p| {
+                let x = p.f64("x").unwrap();
+                match p.str("opt").unwrap() {
+                    "sgd" => x * x + (p.f64("momentum").unwrap() - 0.9).powi(2),
+                    _ => 1.0 + x * x + p.f64("beta").unwrap(),
+                }
+            });
+            for t in h.iter() {
+                let sgd = t.params.str("opt").unwrap() == "sgd";
+                assert_eq!(t.params.contains("momentum"), sgd);
+                assert_eq!(t.params.contains("beta"), !sgd);
+            }
+            // The model learns that sgd is better.
+            let late_sgd = h
+                .iter()
+                .skip(30)
+                .filter(|t| t.params.str("opt").unwrap() == "sgd")
+                .count();
+            assert!(late_sgd > 20, "{late_sgd}");
+        }
+    }
+
+    #[test]
+    fn every_domain_stays_in_bounds_and_improves_on_random() {
+        let space: Space = toml_space(
+            r#"
+            a = { uniform = [-5.0, 10.0] }
+            b = { loguniform = [1e-5, 1e-1] }
+            c = { int = [16, 1024], log = true }
+            d = { int = [1, 8] }
+            e = { quniform = [0.0, 1.0, 0.1] }
+            f = { qloguniform = [1, 1000, 10] }
+            g = { normal = [0.0, 2.0] }
+            h = { choice = ["x", "y", "z"] }
+            "#,
+        );
+        let f = |p: &Params| {
+            (p.f64("a").unwrap() - 2.0).powi(2)
+                + (p.f64("b").unwrap().log10() + 3.0).powi(2)
+                + ((p.i64("c").unwrap() as f64).log2() - 8.0).powi(2)
+                + (p.i64("d").unwrap() - 3).pow(2) as f64
+                + (p.f64("e").unwrap() - 0.7).powi(2)
+                + (p.f64("f").unwrap() / 100.0 - 1.0).powi(2)
+                + (p.f64("g").unwrap() - 1.0).powi(2)
+                + if p.str("h").unwrap() == "y" { 0.0 } else { 1.0 }
+        };
+        let best = |h: &History| h.best().unwrap().value.unwrap();
+        let mut tpe_wins = 0;
+        for seed in 0..5 {
+            let h = run(&space, TpeOptions::default(), seed, 120, f);
+            for t in h.iter() {
+                for p in space.params() {
+                    assert!(
+                        p.domain.contains(t.params.get(&p.name).unwrap()),
+                        "{}: {:?}",
+                        p.name,
+                        t.params.get(&p.name)
+                    );
+                }
+            }
+            let startup_only = TpeOptions {
+                n_startup_trials: 1000,
+                ..TpeOptions::default()
+            };
+            let r = run(&space, startup_only, seed, 120, f);
+            tpe_wins += usize::from(best(&h) < best(&r));
+        }
+        assert!(tpe_wins >= 4, "TPE beat random on {tpe_wins}/5 seeds");
+    }
+
+    #[test]
+    fn constant_liar_spreads_parallel_suggestions() {
+        let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+        let mut h = run(&space, TpeOptions::default(), 2, 20, |p| {
+            (p.f64("x").unwrap() - 0.3).abs()
+        });
+        let mut tpe = Tpe::new(space, 2, TpeOptions::default());
+        // Four workers ask in turn while the others' trials still run.
+        let mut xs = Vec::new();
+        for id in 20..24 {
+            let p = tpe.suggest(id, &h).unwrap();
+            xs.push(p.f64("x").unwrap());
+            h.record(id, p, Status::Running);
+        }
+        xs.sort_by(f64::total_cmp);
+        assert!(xs.windows(2).all(|w| w[1] - w[0] > 1e-9), "{xs:?}");
+    }
+
+    fn toml_space(text: &str) -> Space {
+        toml::from_str(text).unwrap()
+    }
+}
