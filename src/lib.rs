@@ -49,5 +49,7 @@ pub use spec::{
     SearchSpec, SpecError,
 };
 pub use trial::{Trial, TrialResult};
-pub use tune_search::{Domain, Mode, Params, Space, SpaceBuilder, Status, TrialId, Value};
+pub use tune_search::{
+    Domain, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
+};
 pub use tuner::{best_trial, TuneResult, Tuner};

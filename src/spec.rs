@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tune_search::{did_you_mean, Mode, Space};
+use tune_search::{did_you_mean, Mode, Space, TpeOptions};
 
 /// A whole sweep: metric, budget, search, scheduler, resources, objective and space.
 ///
@@ -55,12 +55,78 @@ fn default_mode() -> Mode {
     Mode::Min
 }
 
-/// `[search]`.
+/// `[search]`: the algorithm and, for TPE, any option of [`TpeOptions`] by its name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSpec {
     #[serde(default)]
     pub algorithm: Algorithm,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_startup_trials: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_ei_candidates: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gamma_fraction: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gamma_max: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_forgetting: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_weight: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consider_magic_clip: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consider_endpoints: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multivariate: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constant_liar: Option<bool>,
+}
+
+impl SearchSpec {
+    /// TPE's options: the defaults, overridden by what the spec sets.
+    ///
+    /// ```
+    /// let s = tune::SearchSpec { n_ei_candidates: Some(64), ..Default::default() };
+    /// assert_eq!(s.tpe_options().n_ei_candidates, 64);
+    /// assert_eq!(s.tpe_options().n_startup_trials, 10);
+    /// ```
+    pub fn tpe_options(&self) -> TpeOptions {
+        let d = TpeOptions::default();
+        TpeOptions {
+            n_startup_trials: self.n_startup_trials.unwrap_or(d.n_startup_trials),
+            n_ei_candidates: self.n_ei_candidates.unwrap_or(d.n_ei_candidates),
+            gamma_fraction: self.gamma_fraction.unwrap_or(d.gamma_fraction),
+            gamma_max: self.gamma_max.unwrap_or(d.gamma_max),
+            linear_forgetting: self.linear_forgetting.unwrap_or(d.linear_forgetting),
+            prior_weight: self.prior_weight.unwrap_or(d.prior_weight),
+            consider_magic_clip: self.consider_magic_clip.unwrap_or(d.consider_magic_clip),
+            consider_endpoints: self.consider_endpoints.unwrap_or(d.consider_endpoints),
+            multivariate: self.multivariate.unwrap_or(d.multivariate),
+            group: self.group.unwrap_or(d.group),
+            constant_liar: self.constant_liar.unwrap_or(d.constant_liar),
+        }
+    }
+
+    /// The TPE options the spec sets (they only apply to `algorithm = "tpe"`).
+    fn tpe_keys_set(&self) -> Vec<&'static str> {
+        let set = [
+            ("n_startup_trials", self.n_startup_trials.is_some()),
+            ("n_ei_candidates", self.n_ei_candidates.is_some()),
+            ("gamma_fraction", self.gamma_fraction.is_some()),
+            ("gamma_max", self.gamma_max.is_some()),
+            ("linear_forgetting", self.linear_forgetting.is_some()),
+            ("prior_weight", self.prior_weight.is_some()),
+            ("consider_magic_clip", self.consider_magic_clip.is_some()),
+            ("consider_endpoints", self.consider_endpoints.is_some()),
+            ("multivariate", self.multivariate.is_some()),
+            ("group", self.group.is_some()),
+            ("constant_liar", self.constant_liar.is_some()),
+        ];
+        set.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect()
+    }
 }
 
 /// The search algorithm.
@@ -291,11 +357,32 @@ impl ExperimentSpec {
                 "expected at least 1 slot, found 0".into(),
             ));
         }
-        if self.search.algorithm == Algorithm::Tpe {
+        if self.search.algorithm != Algorithm::Tpe {
+            if let Some(key) = self.search.tpe_keys_set().first() {
+                return Err(("search", key, "applies to algorithm = \"tpe\" only".into()));
+            }
+        }
+        let tpe = self.search.tpe_options();
+        if !(tpe.gamma_fraction > 0.0 && tpe.gamma_fraction <= 1.0) {
             return Err((
                 "search",
-                "algorithm",
-                "\"tpe\" is not available in this version yet; use \"random\" or \"grid\"".into(),
+                "gamma_fraction",
+                format!("expected a number in (0, 1], found {}", tpe.gamma_fraction),
+            ));
+        }
+        if tpe.gamma_max == 0 || tpe.n_ei_candidates == 0 {
+            let key = if tpe.gamma_max == 0 {
+                "gamma_max"
+            } else {
+                "n_ei_candidates"
+            };
+            return Err(("search", key, "expected at least 1, found 0".into()));
+        }
+        if !(tpe.prior_weight > 0.0 && tpe.prior_weight.is_finite()) {
+            return Err((
+                "search",
+                "prior_weight",
+                format!("expected a positive number, found {}", tpe.prior_weight),
             ));
         }
         if self.scheduler.kind != SchedulerKind::Fifo {
@@ -473,11 +560,19 @@ x = { uniform = [-5.0, 10.0] }
             e.contains("[objective] `command`: placeholder `{y}`"),
             "{e}"
         );
-        let e = err(&format!("{GOOD}\n[search]\nalgorithm = \"tpe\"\n"));
+        let e = err(&format!("{GOOD}\n[search]\nn_ei_candidates = 48\n"));
         assert!(
-            e.contains("[search] `algorithm`: \"tpe\" is not available"),
+            e.contains("[search] `n_ei_candidates`: applies to algorithm = \"tpe\" only"),
             "{e}"
         );
+        let e = err(&format!(
+            "{GOOD}\n[search]\nalgorithm = \"tpe\"\ngamma_fraction = 1.5\n"
+        ));
+        assert!(e.contains("space.toml:13:1: [search] `gamma_fraction`: expected a number in (0, 1], found 1.5"), "{e}");
+        let e = err(&format!(
+            "{GOOD}\n[search]\nalgorithm = \"tpe\"\nn_startup = 5\n"
+        ));
+        assert!(e.contains("did you mean `n_startup_trials`?"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tune_schedulers::{Fifo, Scheduler};
-use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status};
+use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
 use crate::coordinator::{Coordinator, Observer, Plan};
 use crate::error::TuneError;
@@ -298,11 +298,7 @@ fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> 
         Algorithm::Grid => Box::new(
             GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?,
         ),
-        Algorithm::Tpe => {
-            return Err(TuneError::Invalid(
-                "search algorithm \"tpe\" is not available in this version yet".into(),
-            ))
-        }
+        Algorithm::Tpe => Box::new(Tpe::new(space, spec.seed, spec.search.tpe_options())),
     })
 }
 

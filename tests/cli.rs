@@ -407,3 +407,45 @@ fn trials_past_their_timeout_are_killed_and_failed() {
         assert_eq!(t["error"], "timed out after 1 s");
     }
 }
+
+#[test]
+fn tpe_through_the_cli_with_every_domain_and_concurrent_slots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 36\nseed = 3\n[search]\nalgorithm = \"tpe\"\nn_startup_trials = 6\n[resources]\ncpu_slots = 3",
+        &["--y", "{y}", "--steps", "1"],
+        r#"x = { uniform = [-5.0, 5.0] }
+y = { normal = [-2.0, 1.0] }
+lr = { loguniform = [1e-5, 1e-1] }
+units = { int = [16, 1024], log = true }
+layers = { int = [1, 8] }
+even = { int = [2, 10], step = 2 }
+drop = { quniform = [0.0, 0.5, 0.1] }
+batch = { qloguniform = [8, 512, 8] }
+opt = { choice = ["sgd", "adam"] }
+momentum = { uniform = [0.5, 0.99], when = { opt = "sgd" } }
+flag = { grid = [true, false] }"#,
+    );
+    let dir = tmp.path().join("tpe");
+    run_ok(&mut tune_run(&spec, &dir));
+    let (parsed, _) = tune::ExperimentSpec::read(&spec).unwrap();
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 36);
+    for t in &trials {
+        assert_eq!(t["status"], "completed");
+        let params: tune::Params = serde_json::from_value(t["params"].clone()).unwrap();
+        for p in parsed.space.params() {
+            match params.get(&p.name) {
+                Some(v) => assert!(p.domain.contains(v), "{} = {v:?}", p.name),
+                None => assert_eq!(p.name, "momentum"),
+            }
+        }
+        assert_eq!(params.contains("momentum"), params.str("opt").unwrap() == "sgd");
+    }
+    // The model phase finds better points than the random start (x near 1, y near -2).
+    let value = |t: &Json| t["value"].as_f64().unwrap();
+    let start = trials[..6].iter().map(value).fold(f64::INFINITY, f64::min);
+    let later = trials[6..].iter().map(value).fold(f64::INFINITY, f64::min);
+    assert!(later < start, "{later} vs {start}");
+}

@@ -34,10 +34,12 @@ pub use searcher::{trial_rng, Searcher};
 pub use space::{Condition, Param, Space, SpaceBuilder, SpaceError};
 pub use tpe::{Tpe, TpeOptions};
 
-/// The candidate closest to `found` by edit distance, if it is close enough to be a likely typo.
+/// The candidate closest to `found` by edit distance, if it is close enough to be a likely
+/// typo, or a candidate that `found` abbreviates (`n_startup` for `n_startup_trials`).
 ///
 /// ```
 /// assert_eq!(tune_search::did_you_mean("sampels", ["samples", "seed"]), Some("samples"));
+/// assert_eq!(tune_search::did_you_mean("n_startup", ["n_startup_trials", "seed"]), Some("n_startup_trials"));
 /// assert_eq!(tune_search::did_you_mean("zzz", ["samples"]), None);
 /// ```
 pub fn did_you_mean<'a>(
@@ -47,8 +49,11 @@ pub fn did_you_mean<'a>(
     let limit = (found.chars().count() / 3).max(1);
     candidates
         .into_iter()
-        .map(|c| (edit_distance(found, c), c))
-        .filter(|&(d, _)| d <= limit)
+        .filter_map(|c| {
+            let d = edit_distance(found, c);
+            let abbreviates = found.chars().count() >= 4 && c.starts_with(found);
+            (d <= limit || abbreviates).then_some((if abbreviates { 0 } else { d }, c))
+        })
         .min_by_key(|&(d, _)| d)
         .map(|(_, c)| c)
 }
