@@ -441,7 +441,10 @@ flag = { grid = [true, false] }"#,
                 None => assert_eq!(p.name, "momentum"),
             }
         }
-        assert_eq!(params.contains("momentum"), params.str("opt").unwrap() == "sgd");
+        assert_eq!(
+            params.contains("momentum"),
+            params.str("opt").unwrap() == "sgd"
+        );
     }
     // The model phase finds better points than the random start (x near 1, y near -2).
     let value = |t: &Json| t["value"].as_f64().unwrap();

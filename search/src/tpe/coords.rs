@@ -2,12 +2,16 @@
 //!
 //! Log domains are modelled in log space; discrete numeric domains (int, quantized) as a
 //! continuous interval widened by half a step on each side, so every value owns an equal-width
-//! bin; choices by their index.
+//! bin; choices by their index. An unbounded normal domain is modelled in the quantile space of
+//! its prior, u = Phi((x - mu) / sigma) in [0, 1]: with unbounded coordinates the ratio l/g
+//! tends to the ratio of the prior weights wherever data is missing, which pulls TPE into tails
+//! that data never covers.
 
 use crate::domain::{prev_float, round_to_q};
 use crate::{Domain, Value};
 
 use super::estimator::DimSpec;
+use super::numerics::{ndtr, ndtri};
 
 /// The number of quantized steps `k` in `low + k*q <= high` (as [`Domain::sample`] counts them).
 fn q_steps(low: f64, high: f64, q: f64) -> f64 {
@@ -51,14 +55,7 @@ pub(crate) fn dim_spec(domain: &Domain) -> DimSpec {
             log: true,
             ..
         } => numeric((low as f64 - 0.5).ln(), (high as f64 + 0.5).ln()),
-        Domain::Normal { mu, sigma } => DimSpec::Numeric {
-            low: f64::NEG_INFINITY,
-            high: f64::INFINITY,
-            // An unbounded domain has no range: kernels scale with the prior's +-2 sigma.
-            range: 4.0 * sigma,
-            prior_mu: mu,
-            prior_sigma: sigma,
-        },
+        Domain::Normal { .. } => numeric(0.0, 1.0),
         Domain::Choice(ref v) | Domain::Grid(ref v) => DimSpec::Categorical { n: v.len() },
     }
 }
@@ -70,6 +67,7 @@ pub(crate) fn to_internal(domain: &Domain, value: &Value) -> Option<f64> {
         Domain::LogUniform { .. } | Domain::QLogUniform { .. } | Domain::Int { log: true, .. } => {
             value.as_f64().filter(|x| *x > 0.0).map(f64::ln)
         }
+        Domain::Normal { mu, sigma } => value.as_f64().map(|x| ndtr((x - mu) / sigma)),
         _ => value.as_f64(),
     }
 }
@@ -110,7 +108,9 @@ pub(crate) fn from_internal(domain: &Domain, x: f64) -> Value {
             log: true,
             ..
         } => Value::Int((x.exp().round() as i64).clamp(low, high)),
-        Domain::Normal { .. } => Value::Float(x),
+        Domain::Normal { mu, sigma } => {
+            Value::Float(mu + sigma * ndtri(x.clamp(1e-12, 1.0 - 1e-12)))
+        }
         Domain::Choice(ref v) | Domain::Grid(ref v) => v[(x as usize).min(v.len() - 1)].clone(),
     }
 }
@@ -185,13 +185,17 @@ mod tests {
             &Domain::Choice(vec!["a".into(), true.into(), 3.into()]),
             &["a".into(), true.into(), 3.into()],
         );
-        round_trip(
-            &Domain::Normal {
-                mu: 0.0,
-                sigma: 1.0,
-            },
-            &[(-7.5).into(), 2.0.into()],
-        );
+        // A normal value goes through its prior's CDF and back: exact up to the CDF's precision.
+        let normal = Domain::Normal {
+            mu: 1.0,
+            sigma: 2.0,
+        };
+        for x in [-7.5, 0.3, 1.0, 6.0] {
+            let u = to_internal(&normal, &Value::Float(x)).unwrap();
+            assert!((0.0..=1.0).contains(&u));
+            let back = from_internal(&normal, u).as_f64().unwrap();
+            assert!((back - x).abs() < 1e-6, "{x} -> {back}");
+        }
     }
 
     #[test]

@@ -26,20 +26,14 @@ pub(crate) enum DimSpec {
     Categorical { n: usize },
 }
 
-/// How kernel widths are chosen.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Bandwidth {
-    /// Optuna's multivariate rule: sigma = 0.2 * n^(-1/(d+4)) * range for every kernel.
-    Multivariate,
-    /// Hyperopt/Optuna's univariate rule: the larger distance to the neighbouring observations.
-    Univariate { consider_endpoints: bool },
-}
-
+/// Kernel widths follow Optuna 5 in every mode: per dimension, the larger distance from an
+/// observation to its sorted neighbours (the bounds close the ends), clipped by the magic clip
+/// to [range / min(100, kernels + 1), range].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct EstimatorOptions {
     pub prior_weight: f64,
     pub magic_clip: bool,
-    pub bandwidth: Bandwidth,
+    pub consider_endpoints: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -99,17 +93,7 @@ impl Parzen {
                     prior_mu,
                     prior_sigma,
                 } => {
-                    let mut sigmas = match opts.bandwidth {
-                        Bandwidth::Multivariate => {
-                            let s = 0.2
-                                * (n.max(1) as f64).powf(-1.0 / (specs.len() as f64 + 4.0))
-                                * range;
-                            vec![s; n]
-                        }
-                        Bandwidth::Univariate { consider_endpoints } => {
-                            neighbour_sigmas(values, low, high, prior_mu, consider_endpoints)
-                        }
-                    };
+                    let mut sigmas = neighbour_sigmas(values, low, high, opts.consider_endpoints);
                     let max_sigma = range;
                     let min_sigma = if opts.magic_clip {
                         range / (1.0 + n as f64 + 1.0).min(100.0)
@@ -234,26 +218,13 @@ impl Parzen {
     }
 }
 
-/// Univariate widths: for each observation, the larger gap to its sorted neighbours (the prior
-/// mean counts as an observation; the bounds close the ends).
-fn neighbour_sigmas(
-    values: &[f64],
-    low: f64,
-    high: f64,
-    prior_mu: f64,
-    consider_endpoints: bool,
-) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..=values.len()).collect();
-    let at = |i: usize| {
-        if i < values.len() {
-            values[i]
-        } else {
-            prior_mu
-        }
-    };
-    order.sort_by(|&i, &j| at(i).total_cmp(&at(j)));
+/// For each observation, the larger gap to its sorted neighbours, the bounds closing the ends;
+/// without `consider_endpoints` the outermost observations use their inner gap only.
+fn neighbour_sigmas(values: &[f64], low: f64, high: f64, consider_endpoints: bool) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
     let sorted: Vec<f64> = std::iter::once(low)
-        .chain(order.iter().map(|&i| at(i)))
+        .chain(order.iter().map(|&i| values[i]))
         .chain(std::iter::once(high))
         .collect();
     let m = order.len();
@@ -264,17 +235,16 @@ fn neighbour_sigmas(
         sorted_sigmas[0] = sorted[2] - sorted[1];
         sorted_sigmas[m - 1] = sorted[m] - sorted[m - 1];
     }
-    let mut sigmas = vec![0.0; values.len()];
+    let mut sigmas = vec![0.0; m];
     for (rank, &i) in order.iter().enumerate() {
-        if i < values.len() {
-            sigmas[i] = sorted_sigmas[rank];
-        }
+        sigmas[i] = sorted_sigmas[rank];
     }
     sigmas
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::numerics::ndtr;
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -287,13 +257,11 @@ mod tests {
         prior_sigma: 1.0,
     };
 
-    fn opts(bandwidth: Bandwidth) -> EstimatorOptions {
-        EstimatorOptions {
-            prior_weight: 1.0,
-            magic_clip: true,
-            bandwidth,
-        }
-    }
+    const OPTS: EstimatorOptions = EstimatorOptions {
+        prior_weight: 1.0,
+        magic_clip: true,
+        consider_endpoints: false,
+    };
 
     /// Integrates exp(log_pdf) over [0, 1] with the midpoint rule.
     fn mass(p: &Parzen) -> f64 {
@@ -308,69 +276,54 @@ mod tests {
             / n as f64
     }
 
+    fn phi(z: f64) -> f64 {
+        (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt()
+    }
+
     #[test]
     fn truncated_mixture_integrates_to_one() {
-        for bw in [
-            Bandwidth::Multivariate,
-            Bandwidth::Univariate {
-                consider_endpoints: false,
-            },
-        ] {
-            let p = Parzen::new(
-                &[UNIT],
-                &[vec![0.02, 0.3, 0.31, 0.97]],
-                &[1.0, 1.0, 2.0, 1.0],
-                opts(bw),
-            );
-            assert!((mass(&p) - 1.0).abs() < 1e-6, "{bw:?}: {}", mass(&p));
+        for obs in [vec![0.02, 0.3, 0.31, 0.97], vec![0.5], vec![]] {
+            let w = vec![1.0; obs.len()];
+            let p = Parzen::new(&[UNIT], &[obs.clone()], &w, OPTS);
+            assert!((mass(&p) - 1.0).abs() < 1e-6, "{obs:?}: {}", mass(&p));
         }
     }
 
     #[test]
     fn hand_checked_single_kernel_density() {
-        // One observation at 0.25, multivariate 1-D: sigma = 0.2 * 1^(-1/5) * 1 = 0.2, raised by
-        // the magic clip to 1 / min(100, 1 + 1 + 1) = 1/3; weight 1/2. Prior N(0.5, 1), weight
-        // 1/2. Both truncated to [0, 1].
-        let p = Parzen::new(
-            &[UNIT],
-            &[vec![0.25]],
-            &[1.0],
-            opts(Bandwidth::Multivariate),
-        );
-        let phi = |z: f64| (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
-        let cdf = |z: f64| super::super::numerics::ndtr(z);
-        let x = 0.4;
-        let s = 1.0 / 3.0;
-        let k1 = phi((x - 0.25) / s) / s / (cdf(0.75 / s) - cdf(-0.25 / s));
-        let k2 = phi(x - 0.5) / (cdf(0.5) - cdf(-0.5));
+        // One observation at 0.25 in [0, 1]: sigma = max(0.25 - 0, 1 - 0.25) = 0.75 (inside the
+        // clip [1/3, 1]), weight 1/2; the prior N(0.5, 1), weight 1/2; both truncated to [0, 1].
+        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS);
+        let (x, s) = (0.4, 0.75);
+        let k1 = phi((x - 0.25) / s) / s / (ndtr(0.75 / s) - ndtr(-0.25 / s));
+        let k2 = phi(x - 0.5) / (ndtr(0.5) - ndtr(-0.5));
         let expected = 0.5 * k1 + 0.5 * k2;
         let got = p.log_pdf(&[x], &mut Vec::new()).exp();
         assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
     }
 
     #[test]
-    fn univariate_widths_are_neighbour_gaps() {
-        // Sorted with the prior mean 0.5: [0(low), 0.1, 0.2, 0.5, 0.9, 1(high)].
-        let s = neighbour_sigmas(&[0.9, 0.1, 0.2], 0.0, 1.0, 0.5, false);
-        // 0.1: first -> gap to next (0.1); 0.2: max(0.1, 0.3); 0.9: last -> gap to previous (0.4).
-        assert_eq!(s.len(), 3);
+    fn widths_are_neighbour_gaps() {
+        // Sorted: [0 (low), 0.1, 0.2, 0.6, 0.9, 1 (high)].
+        let s = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], 0.0, 1.0, false);
+        // 0.1: first -> gap to next (0.1); 0.2: max(0.1, 0.4); 0.6: max(0.4, 0.3); 0.9: last -> 0.3.
+        let expect = [0.3, 0.1, 0.4, 0.4];
         assert!(
-            (s[1] - 0.1).abs() < 1e-12 && (s[2] - 0.3).abs() < 1e-12 && (s[0] - 0.4).abs() < 1e-12,
+            s.iter().zip(expect).all(|(a, b)| (a - b).abs() < 1e-12),
             "{s:?}"
+        );
+        // With endpoints the outer ones see the bounds too: 0.9 -> max(0.3, 0.1).
+        let e = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], 0.0, 1.0, true);
+        assert!(
+            (e[1] - 0.1).abs() < 1e-12 && (e[0] - 0.3).abs() < 1e-12,
+            "{e:?}"
         );
     }
 
     #[test]
     fn magic_clip_bounds_the_widths() {
-        // Ten identical observations: neighbour gaps are 0, clipped up to range / min(100, 12).
-        let p = Parzen::new(
-            &[UNIT],
-            &[vec![0.5; 10]],
-            &[1.0; 10],
-            opts(Bandwidth::Univariate {
-                consider_endpoints: false,
-            }),
-        );
+        // Ten identical observations: gaps are 0, clipped up to range / min(100, 1 + 11).
+        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS);
         let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
             unreachable!()
         };
@@ -388,10 +341,11 @@ mod tests {
             &[DimSpec::Categorical { n: 3 }],
             &[vec![0.0, 2.0]],
             &[1.0, 1.0],
-            opts(Bandwidth::Multivariate),
+            OPTS,
         );
         let mut scratch = Vec::new();
-        // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2, row1 = [1/3, 1/3, 4/3] / 2.
+        // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2,
+        // row1 = [1/3, 1/3, 4/3] / 2, prior = 1/3 each.
         let expect = [
             (4.0 / 6.0 + 1.0 / 6.0 + 1.0 / 3.0) / 3.0,
             (1.0 / 6.0 + 1.0 / 6.0 + 1.0 / 3.0) / 3.0,
@@ -405,33 +359,38 @@ mod tests {
     }
 
     #[test]
-    fn samples_follow_the_mixture() {
+    fn samples_follow_the_product_mixture() {
         let p = Parzen::new(
             &[UNIT, DimSpec::Categorical { n: 2 }],
-            &[vec![0.1], vec![1.0]],
-            &[20.0],
-            opts(Bandwidth::Multivariate),
+            &[vec![0.1, 0.15], vec![1.0, 1.0]],
+            &[10.0, 10.0],
+            OPTS,
         );
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut out = [0.0; 2];
         let (mut near, mut ones) = (0, 0);
-        for _ in 0..10_000 {
+        let n = 20_000;
+        for _ in 0..n {
             p.sample(&mut rng, &mut out);
             assert!((0.0..=1.0).contains(&out[0]));
             near += usize::from(out[0] < 0.5);
             ones += usize::from(out[1] == 1.0);
         }
-        // Component 0 (weight 20/21) sits at 0.1 with sigma 1/3 (clipped up from 0.2) and picks
-        // choice 1 with p = (1+1/2)/(1+2/2); the prior N(0.5, 1) is symmetric about 0.5.
-        let cdf = super::super::numerics::ndtr;
-        let s = 1.0 / 3.0;
-        let below = (cdf(0.4 / s) - cdf(-0.1 / s)) / (cdf(0.9 / s) - cdf(-0.1 / s));
-        let p_near = 20.0 / 21.0 * below + 1.0 / 21.0 * 0.5;
+        // Two components (weight 10/21 each) at 0.1 and 0.15 with width = their gap 0.05,
+        // clipped up to 1 / min(100, 1 + 3) = 0.25; both pick choice 1 with p = (1 + 1/3) / (1 + 2/3).
+        // The prior N(0.5, 1), weight 1/21, is symmetric about 0.5 and uniform over the choices.
+        let s = 0.25;
+        let below =
+            |m: f64| (ndtr((0.5 - m) / s) - ndtr(-m / s)) / (ndtr((1.0 - m) / s) - ndtr(-m / s));
+        let p_near = 10.0 / 21.0 * (below(0.1) + below(0.15)) + 1.0 / 21.0 * 0.5;
         assert!(
-            (near as f64 / 10_000.0 - p_near).abs() < 0.015,
+            (near as f64 / n as f64 - p_near).abs() < 0.01,
             "{near} vs {p_near}"
         );
-        let p1 = 20.0 / 21.0 * 0.75 + 1.0 / 21.0 * 0.5;
-        assert!((ones as f64 / 10_000.0 - p1).abs() < 0.02, "{ones}");
+        let p_one = 20.0 / 21.0 * 0.8 + 1.0 / 21.0 * 0.5;
+        assert!(
+            (ones as f64 / n as f64 - p_one).abs() < 0.01,
+            "{ones} vs {p_one}"
+        );
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{trial_rng, Condition, History, Mode, Params, Searcher, Space, Status, TrialId};
 use coords::{dim_spec, from_internal, to_internal};
-use estimator::{Bandwidth, DimSpec, EstimatorOptions, Parzen};
+use estimator::{DimSpec, EstimatorOptions, Parzen};
 
 /// TPE settings; the defaults are Optuna 5's (multivariate, with a constant liar on top).
 ///
@@ -228,7 +228,8 @@ fn split(history: &History, opts: &TpeOptions) -> (usize, Split) {
     let finished = complete.len() + stopped.len();
     complete.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     stopped.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let n_below = opts.gamma(finished + running.len());
+    // Like Optuna, gamma counts finished trials only; the liars only join the bad side.
+    let n_below = opts.gamma(finished);
     let ranked: Vec<TrialId> = complete
         .iter()
         .map(|c| c.1)
@@ -252,16 +253,10 @@ impl Searcher for Tpe {
         for t in history.iter() {
             self.coords_of(t.id, &t.params);
         }
-        let est_opts = |dims: usize| EstimatorOptions {
+        let est_opts = EstimatorOptions {
             prior_weight: self.opts.prior_weight,
             magic_clip: self.opts.consider_magic_clip,
-            bandwidth: if self.opts.multivariate && dims > 0 {
-                Bandwidth::Multivariate
-            } else {
-                Bandwidth::Univariate {
-                    consider_endpoints: self.opts.consider_endpoints,
-                }
-            },
+            consider_endpoints: self.opts.consider_endpoints,
         };
         let mut params = Params::default();
         let mut scratch = Vec::new();
@@ -286,13 +281,8 @@ impl Searcher for Tpe {
             };
             let (below, nb) = gather(&split.below);
             let (above, na) = gather(&split.above);
-            let opts = est_opts(if self.opts.multivariate {
-                group.params.len()
-            } else {
-                0
-            });
-            let l = Parzen::new(&group.specs, &below, &self.opts.weights(nb), opts);
-            let g = Parzen::new(&group.specs, &above, &self.opts.weights(na), opts);
+            let l = Parzen::new(&group.specs, &below, &self.opts.weights(nb), est_opts);
+            let g = Parzen::new(&group.specs, &above, &self.opts.weights(na), est_opts);
             let mut candidate = vec![0.0; group.params.len()];
             let mut best: Option<(f64, Vec<f64>)> = None;
             for _ in 0..self.opts.n_ei_candidates.max(1) {

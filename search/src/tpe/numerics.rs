@@ -20,6 +20,11 @@ pub(crate) fn ndtr(z: f64) -> f64 {
     }
 }
 
+/// The standard normal quantile function, the inverse of [`ndtr`], for p in (0, 1).
+pub(crate) fn ndtri(p: f64) -> f64 {
+    -SQRT2 * erfc_inv(2.0 * p)
+}
+
 /// ln(P(a <= Z <= b)) for a standard normal Z and a < b (either may be infinite).
 pub(crate) fn log_mass(a: f64, b: f64) -> f64 {
     // Mirror to the lower tail, where `ndtr` keeps its relative precision.
@@ -34,8 +39,7 @@ pub(crate) fn truncnorm_std(a: f64, b: f64, u: f64) -> f64 {
     }
     let (pa, pb) = (ndtr(a), ndtr(b));
     let p = (pa + u * (pb - pa)).clamp(f64::MIN_POSITIVE, 1.0 - f64::EPSILON);
-    let x = -SQRT2 * erfc_inv(2.0 * p);
-    x.clamp(a, b)
+    ndtri(p).clamp(a, b)
 }
 
 /// ln(sum(exp(xs))), stable; -inf for an empty slice.

@@ -1,0 +1,169 @@
+//! The six benchmark functions of `../shared/bench/functions.py`, bit-exact with it (the
+//! reference values in tests/functions.rs were printed by the Python file).
+//!
+//! Every function is minimised; the operations follow the Python order so rounding matches
+//! (numpy sums arrays under 8 elements left to right).
+
+#![allow(dead_code)]
+
+use std::f64::consts::{E, PI};
+
+use tune_search::{Params, Space};
+
+/// A benchmark function with its space, known minimum and evaluation budget.
+pub struct Benchmark {
+    pub name: &'static str,
+    pub space: Space,
+    pub f: fn(&Params) -> f64,
+    pub known_min: f64,
+    pub budget: u64,
+}
+
+fn x(p: &Params, i: usize) -> f64 {
+    p.f64(&format!("x{i}")).expect("benchmark parameter")
+}
+
+pub fn branin(p: &Params) -> f64 {
+    let (x0, x1) = (x(p, 0), x(p, 1));
+    let (a, b, c, r, s, t) = (
+        1.0,
+        5.1 / (4.0 * (PI * PI)),
+        5.0 / PI,
+        6.0,
+        10.0,
+        1.0 / (8.0 * PI),
+    );
+    let inner = x1 - b * (x0 * x0) + c * x0 - r;
+    a * (inner * inner) + s * (1.0 - t) * x0.cos() + s
+}
+
+const H6_ALPHA: [f64; 4] = [1.0, 1.2, 3.0, 3.2];
+const H6_A: [[f64; 6]; 4] = [
+    [10.0, 3.0, 17.0, 3.5, 1.7, 8.0],
+    [0.05, 10.0, 17.0, 0.1, 8.0, 14.0],
+    [3.0, 3.5, 1.7, 10.0, 17.0, 8.0],
+    [17.0, 8.0, 0.05, 10.0, 0.1, 14.0],
+];
+const H6_P: [[f64; 6]; 4] = [
+    [1312.0, 1696.0, 5569.0, 124.0, 8283.0, 5886.0],
+    [2329.0, 4135.0, 8307.0, 3736.0, 1004.0, 9991.0],
+    [2348.0, 1451.0, 3522.0, 2883.0, 3047.0, 6650.0],
+    [4047.0, 8828.0, 8732.0, 5743.0, 1091.0, 381.0],
+];
+
+pub fn hartmann6(p: &Params) -> f64 {
+    let mut total = 0.0;
+    for i in 0..4 {
+        let mut inner = 0.0;
+        for j in 0..6 {
+            // numpy: 1e-4 * P, then (x - P)**2, then A * that.
+            let d = x(p, j) - 1e-4 * H6_P[i][j];
+            inner += H6_A[i][j] * (d * d);
+        }
+        total += H6_ALPHA[i] * (-inner).exp();
+    }
+    -total
+}
+
+pub fn rosenbrock4(p: &Params) -> f64 {
+    let v: Vec<f64> = (0..4).map(|i| x(p, i)).collect();
+    let mut total = 0.0;
+    for i in 0..3 {
+        let a = v[i + 1] - v[i] * v[i];
+        let b = 1.0 - v[i];
+        total += 100.0 * (a * a) + b * b;
+    }
+    total
+}
+
+pub fn ackley5(p: &Params) -> f64 {
+    let v: Vec<f64> = (0..5).map(|i| x(p, i)).collect();
+    let (a, b, c) = (20.0, 0.2, 2.0 * PI);
+    let mean_sq = v.iter().fold(0.0, |s, x| s + x * x) / 5.0;
+    let mean_cos = v.iter().fold(0.0, |s, x| s + (c * x).cos()) / 5.0;
+    -a * (-b * mean_sq.sqrt()).exp() - mean_cos.exp() + a + E
+}
+
+pub fn log_bowl(p: &Params) -> f64 {
+    let lr = p.f64("lr").expect("lr").log10() + 3.0;
+    let wd = p.f64("wd").expect("wd").log10() + 4.0;
+    lr * lr + wd * wd
+}
+
+pub fn mixed_opt_net(p: &Params) -> f64 {
+    let (off, lr_opt, layers_opt, units_opt) = match p.str("optimizer").expect("optimizer") {
+        "sgd" => (0.30, -1.0, 2, 6.0),
+        "adam" => (0.00, -3.0, 4, 8.0),
+        _ => (0.15, -2.5, 6, 7.0),
+    };
+    let lr = p.f64("lr").expect("lr").log10() - lr_opt;
+    let layers = (p.i64("layers").expect("layers") - layers_opt) as f64;
+    let units = (p.i64("units").expect("units") as f64).log2() - units_opt;
+    off + lr * lr + 0.05 * (layers * layers) + 0.1 * (units * units)
+}
+
+fn space(toml: &str) -> Space {
+    toml::from_str(toml).expect("benchmark space")
+}
+
+fn boxed(dim: usize, low: f64, high: f64) -> Space {
+    (0..dim)
+        .fold(Space::builder(), |b, i| {
+            b.uniform(format!("x{i}"), low, high)
+        })
+        .build()
+        .expect("benchmark space")
+}
+
+/// The six functions, in the order of the peers' table.
+pub fn all() -> Vec<Benchmark> {
+    vec![
+        Benchmark {
+            name: "Branin",
+            space: space("x0 = { uniform = [-5.0, 10.0] }\nx1 = { uniform = [0.0, 15.0] }"),
+            f: branin,
+            known_min: 5.0 / (4.0 * PI),
+            budget: 100,
+        },
+        Benchmark {
+            name: "Hartmann6",
+            space: boxed(6, 0.0, 1.0),
+            f: hartmann6,
+            known_min: -3.322368011415515,
+            budget: 200,
+        },
+        Benchmark {
+            name: "Rosenbrock4D",
+            space: boxed(4, -5.0, 10.0),
+            f: rosenbrock4,
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Ackley5D",
+            space: boxed(5, -32.768, 32.768),
+            f: ackley5,
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "LogBowl_lr_wd",
+            space: space("lr = { loguniform = [1e-6, 1.0] }\nwd = { loguniform = [1e-8, 1e-1] }"),
+            f: log_bowl,
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "MixedOptNet",
+            space: space(
+                "optimizer = { choice = [\"sgd\", \"adam\", \"rmsprop\"] }\n\
+                 lr = { loguniform = [1e-5, 1.0] }\n\
+                 layers = { int = [1, 8] }\n\
+                 units = { int = [16, 1024], log = true }",
+            ),
+            f: mixed_opt_net,
+            known_min: 0.0,
+            budget: 100,
+        },
+    ]
+}

@@ -1,0 +1,124 @@
+//! Search quality: median final simple regret over 20 seeds on the six functions of
+//! `../shared/bench/functions.py`, beside the peers' published table.
+//!
+//!     cargo bench --bench search_quality
+//!
+//! Each run is sequential (one trial at a time) with the function's budget (100; Hartmann6:
+//! 200), like `run_quality.py`. Regret = best value found - known minimum.
+
+#[path = "common/functions.rs"]
+mod functions;
+
+use tune_search::{History, Mode, RandomSearch, Searcher, Space, Status, Tpe, TpeOptions};
+
+/// Peer medians from ../shared/bench/README.md: optuna random, optuna TPE (5.0 default =
+/// multivariate), optuna TPE independent, hyperopt TPE.
+const PEERS: [(&str, [f64; 4]); 6] = [
+    ("Branin", [0.38, 0.0188, 0.05, 0.268]),
+    ("Hartmann6", [1.064, 0.0307, 0.11, 0.356]),
+    ("Rosenbrock4D", [858.8, 24.1, 129.9, 393.0]),
+    ("Ackley5D", [17.1, 6.95, 11.37, 14.01]),
+    ("LogBowl_lr_wd", [0.0672, 0.00148, 0.00583, 0.0234]),
+    ("MixedOptNet", [0.16, 0.15, 0.0226, 0.0664]),
+];
+
+fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
+    let mut h = History::new(Mode::Min);
+    let mut best = f64::INFINITY;
+    for id in 0..b.budget {
+        let p = searcher.suggest(id, &h).expect("a suggestion");
+        let v = (b.f)(&p);
+        best = best.min(v);
+        h.record(id, p, Status::Running);
+        h.report(id, 1, v);
+        h.set_status(id, Status::Completed);
+    }
+    best - b.known_min
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        0.5 * (xs[n / 2 - 1] + xs[n / 2])
+    }
+}
+
+fn main() {
+    let seeds: u64 = if std::env::args().any(|a| a == "--bench") {
+        20
+    } else {
+        3
+    };
+    type Make = fn(Space, u64) -> Box<dyn Searcher>;
+    let methods: [(&str, Make); 3] = [
+        ("tune random", |s, seed| {
+            Box::new(RandomSearch::new(s, seed))
+        }),
+        ("tune tpe", |s, seed| {
+            Box::new(Tpe::new(s, seed, TpeOptions::default()))
+        }),
+        ("tune tpe independent", |s, seed| {
+            Box::new(Tpe::new(
+                s,
+                seed,
+                TpeOptions {
+                    multivariate: false,
+                    ..TpeOptions::default()
+                },
+            ))
+        }),
+    ];
+    println!("median final regret over {seeds} seeds (lower is better); peers from shared/bench/README.md");
+    println!();
+    print!("| function (budget) |");
+    for (name, _) in &methods {
+        print!(" {name} |");
+    }
+    println!(" optuna random | optuna tpe | optuna tpe indep. | hyperopt tpe | best peer | tune tpe vs best |");
+    println!(
+        "|---|{}---|---|---|---|---|---|",
+        "---|".repeat(methods.len())
+    );
+    let started = std::time::Instant::now();
+    let mut wins = 0;
+    for b in functions::all() {
+        let medians: Vec<f64> = methods
+            .iter()
+            .map(|(_, make)| {
+                median(
+                    (0..seeds)
+                        .map(|s| final_regret(make(b.space.clone(), s).as_mut(), &b))
+                        .collect(),
+                )
+            })
+            .collect();
+        let peers = PEERS
+            .iter()
+            .find(|(n, _)| *n == b.name)
+            .map(|(_, p)| *p)
+            .expect("peer row");
+        let best_peer = peers.iter().copied().fold(f64::INFINITY, f64::min);
+        let tpe = medians[1];
+        wins += usize::from(tpe < best_peer);
+        print!("| {} ({}) |", b.name, b.budget);
+        for m in &medians {
+            print!(" {m:.4} |");
+        }
+        for p in peers {
+            print!(" {p} |");
+        }
+        println!(
+            " {best_peer} | {:.2}x {} |",
+            tpe / best_peer,
+            if tpe < best_peer { "better" } else { "WORSE" }
+        );
+    }
+    println!();
+    println!(
+        "tune tpe beats the best peer on {wins}/6 functions ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+}
