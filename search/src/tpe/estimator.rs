@@ -63,11 +63,14 @@ pub(crate) struct Parzen {
 
 impl Parzen {
     /// `obs[d][k]` is dimension `d` of observation `k`; `weights[k]` its (unnormalised) weight.
+    /// With `memo`, observation `k` is trial `ids[k]` and dimension `d` is parameter
+    /// `params[d]`, and kernel normalisers are looked up instead of recomputed.
     pub(crate) fn new(
         specs: &[DimSpec],
         obs: &[Vec<f64>],
         weights: &[f64],
         opts: EstimatorOptions,
+        mut memo: Option<(&mut NormMemo, &[u64], &[usize])>,
     ) -> Parzen {
         let n = weights.len();
         let mut w: Vec<f64> = weights.to_vec();
@@ -85,7 +88,8 @@ impl Parzen {
         let kernels = specs
             .iter()
             .zip(obs)
-            .map(|(spec, values)| match *spec {
+            .enumerate()
+            .map(|(d, (spec, values))| match *spec {
                 DimSpec::Numeric {
                     low,
                     high,
@@ -109,8 +113,16 @@ impl Parzen {
                     let log_norm = mus
                         .iter()
                         .zip(&sigmas)
-                        .map(|(&m, &s)| {
-                            -s.ln() - LN_SQRT_2PI - log_mass((low - m) / s, (high - m) / s)
+                        .enumerate()
+                        .map(|(k, (&m, &s))| {
+                            let compute =
+                                || -s.ln() - LN_SQRT_2PI - log_mass((low - m) / s, (high - m) / s);
+                            match memo.as_mut() {
+                                Some((memo, ids, params)) if k < n => {
+                                    memo.get(ids[k], params[d], s, compute)
+                                }
+                                _ => compute(),
+                            }
                         })
                         .collect();
                     Kernel::Numeric {
@@ -218,11 +230,47 @@ impl Parzen {
     }
 }
 
+/// Kernel normalisers by (trial, parameter), valid for the width they were computed with.
+///
+/// A kernel's mean (the trial's value) and its domain never change, and neighbour-gap widths
+/// rarely do, so most normalisers (two erfc each) are reused from one suggestion to the next.
+/// A hit returns exactly what recomputation would, so suggestions stay a pure function of
+/// (seed, id, history).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NormMemo {
+    stride: usize,
+    /// (sigma, log_norm) at `trial * stride + param`; NaN sigma = empty.
+    entries: Vec<(f64, f64)>,
+}
+
+impl NormMemo {
+    pub(crate) fn new(params: usize) -> NormMemo {
+        NormMemo {
+            stride: params,
+            entries: Vec::new(),
+        }
+    }
+
+    fn get(&mut self, trial: u64, param: usize, sigma: f64, compute: impl FnOnce() -> f64) -> f64 {
+        let i = trial as usize * self.stride + param;
+        if self.entries.len() <= i {
+            self.entries.resize(i + 1, (f64::NAN, 0.0));
+        }
+        let (s, v) = self.entries[i];
+        if s.to_bits() == sigma.to_bits() {
+            return v;
+        }
+        let v = compute();
+        self.entries[i] = (sigma, v);
+        v
+    }
+}
+
 /// For each observation, the larger gap to its sorted neighbours, the bounds closing the ends;
 /// without `consider_endpoints` the outermost observations use their inner gap only.
 fn neighbour_sigmas(values: &[f64], low: f64, high: f64, consider_endpoints: bool) -> Vec<f64> {
     let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+    order.sort_unstable_by(|&i, &j| values[i].total_cmp(&values[j]).then(i.cmp(&j)));
     let sorted: Vec<f64> = std::iter::once(low)
         .chain(order.iter().map(|&i| values[i]))
         .chain(std::iter::once(high))
@@ -284,7 +332,7 @@ mod tests {
     fn truncated_mixture_integrates_to_one() {
         for obs in [vec![0.02, 0.3, 0.31, 0.97], vec![0.5], vec![]] {
             let w = vec![1.0; obs.len()];
-            let p = Parzen::new(&[UNIT], &[obs.clone()], &w, OPTS);
+            let p = Parzen::new(&[UNIT], &[obs.clone()], &w, OPTS, None);
             assert!((mass(&p) - 1.0).abs() < 1e-6, "{obs:?}: {}", mass(&p));
         }
     }
@@ -293,7 +341,7 @@ mod tests {
     fn hand_checked_single_kernel_density() {
         // One observation at 0.25 in [0, 1]: sigma = max(0.25 - 0, 1 - 0.25) = 0.75 (inside the
         // clip [1/3, 1]), weight 1/2; the prior N(0.5, 1), weight 1/2; both truncated to [0, 1].
-        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS);
+        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS, None);
         let (x, s) = (0.4, 0.75);
         let k1 = phi((x - 0.25) / s) / s / (ndtr(0.75 / s) - ndtr(-0.25 / s));
         let k2 = phi(x - 0.5) / (ndtr(0.5) - ndtr(-0.5));
@@ -323,7 +371,7 @@ mod tests {
     #[test]
     fn magic_clip_bounds_the_widths() {
         // Ten identical observations: gaps are 0, clipped up to range / min(100, 1 + 11).
-        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS);
+        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS, None);
         let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
             unreachable!()
         };
@@ -342,6 +390,7 @@ mod tests {
             &[vec![0.0, 2.0]],
             &[1.0, 1.0],
             OPTS,
+            None,
         );
         let mut scratch = Vec::new();
         // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2,
@@ -365,6 +414,7 @@ mod tests {
             &[vec![0.1, 0.15], vec![1.0, 1.0]],
             &[10.0, 10.0],
             OPTS,
+            None,
         );
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut out = [0.0; 2];

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{trial_rng, Condition, History, Mode, Params, Searcher, Space, Status, TrialId};
 use coords::{dim_spec, from_internal, to_internal};
-use estimator::{DimSpec, EstimatorOptions, Parzen};
+use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen};
 
 /// TPE settings; the defaults are Optuna 5's (multivariate, with a constant liar on top).
 ///
@@ -130,12 +130,15 @@ pub struct Tpe {
     groups: Vec<Group>,
     /// Internal coordinates of each trial's params (NaN where inactive), by trial id.
     coords: Vec<Option<Vec<f64>>>,
+    /// Normalisers of the bad-trial kernels (the many), reused between suggestions.
+    norms: NormMemo,
 }
 
 impl Tpe {
     pub fn new(space: Space, seed: u64, opts: TpeOptions) -> Tpe {
         let groups = make_groups(&space, &opts);
         Tpe {
+            norms: NormMemo::new(space.len()),
             space,
             seed,
             opts,
@@ -226,8 +229,8 @@ fn split(history: &History, opts: &TpeOptions) -> (usize, Split) {
         }
     }
     let finished = complete.len() + stopped.len();
-    complete.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    stopped.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    complete.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    stopped.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
     // Like Optuna, gamma counts finished trials only; the liars only join the bad side.
     let n_below = opts.gamma(finished);
     let ranked: Vec<TrialId> = complete
@@ -266,23 +269,41 @@ impl Searcher for Tpe {
                 continue;
             }
             // The trials in which every parameter of the group was active.
-            let gather = |ids: &[TrialId]| -> (Vec<Vec<f64>>, usize) {
-                let rows: Vec<&Vec<f64>> = ids
+            let coords = &self.coords;
+            let gather = |ids: &[TrialId]| -> (Vec<Vec<f64>>, Vec<TrialId>) {
+                let rows: Vec<(TrialId, &Vec<f64>)> = ids
                     .iter()
-                    .filter_map(|&i| self.coords[i as usize].as_ref())
-                    .filter(|c| group.params.iter().all(|&p| !c[p].is_nan()))
+                    .filter_map(|&i| coords[i as usize].as_ref().map(|c| (i, c)))
+                    .filter(|(_, c)| group.params.iter().all(|&p| !c[p].is_nan()))
                     .collect();
                 let cols = group
                     .params
                     .iter()
-                    .map(|&p| rows.iter().map(|c| c[p]).collect())
+                    .map(|&p| rows.iter().map(|(_, c)| c[p]).collect())
                     .collect();
-                (cols, rows.len())
+                (cols, rows.iter().map(|(i, _)| *i).collect())
             };
-            let (below, nb) = gather(&split.below);
-            let (above, na) = gather(&split.above);
-            let l = Parzen::new(&group.specs, &below, &self.opts.weights(nb), est_opts);
-            let g = Parzen::new(&group.specs, &above, &self.opts.weights(na), est_opts);
+            let (below, below_ids) = gather(&split.below);
+            let (above, above_ids) = gather(&split.above);
+            let memo = Some((
+                &mut self.norms,
+                above_ids.as_slice(),
+                group.params.as_slice(),
+            ));
+            let l = Parzen::new(
+                &group.specs,
+                &below,
+                &self.opts.weights(below_ids.len()),
+                est_opts,
+                None,
+            );
+            let g = Parzen::new(
+                &group.specs,
+                &above,
+                &self.opts.weights(above_ids.len()),
+                est_opts,
+                memo,
+            );
             let mut candidate = vec![0.0; group.params.len()];
             let mut best: Option<(f64, Vec<f64>)> = None;
             for _ in 0..self.opts.n_ei_candidates.max(1) {
