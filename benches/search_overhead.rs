@@ -21,26 +21,29 @@ fn objective(p: &Params) -> f64 {
     p.iter().filter_map(|(_, v)| v.as_f64()).sum()
 }
 
-/// Mean ms per trial in each window [end - 100, end).
-fn windows(searcher: &mut dyn Searcher, ends: &[u64]) -> Vec<f64> {
+/// (mean, median) ms per trial in each window [end - 100, end). The median is shown too
+/// because a shared machine adds spikes the mean keeps.
+fn windows(searcher: &mut dyn Searcher, ends: &[u64]) -> Vec<(f64, f64)> {
     let mut h = History::new(Mode::Min);
     let mut out = Vec::new();
     let mut id = 0;
     for &end in ends {
-        let mut window_start = None;
+        let mut times = Vec::new();
         while id < end {
-            if id == end - 100 {
-                window_start = Some(Instant::now());
-            }
+            let start = Instant::now();
             let p = searcher.suggest(id, &h).expect("suggestion");
             let v = objective(&p);
             h.record(id, p, Status::Running);
             h.report(id, 1, v);
             h.set_status(id, Status::Completed);
+            if id >= end - 100 {
+                times.push(1000.0 * start.elapsed().as_secs_f64());
+            }
             id += 1;
         }
-        let elapsed = window_start.map_or(0.0, |t| t.elapsed().as_secs_f64());
-        out.push(1000.0 * elapsed / 100.0);
+        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        times.sort_by(f64::total_cmp);
+        out.push((mean, times[times.len() / 2]));
     }
     out
 }
@@ -65,7 +68,7 @@ fn main() {
         &ends,
     );
     let random = windows(&mut RandomSearch::new(space, 0), &ends);
-    println!("| window | tune tpe | optuna tpe | hyperopt tpe | tune tpe vs optuna | tune random | optuna random |");
+    println!("| window | tune tpe mean (median) | optuna tpe | hyperopt tpe | tune tpe vs optuna | tune random | optuna random |");
     println!("|---|---|---|---|---|---|---|");
     for (i, end) in ends.iter().enumerate() {
         let peer = |row: &[f64; 3]| match end {
@@ -76,16 +79,17 @@ fn main() {
         };
         let show = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
         let ratio =
-            peer(&OPTUNA_TPE).map_or("-".to_string(), |o| format!("{:.0}x faster", o / tpe[i]));
+            peer(&OPTUNA_TPE).map_or("-".to_string(), |o| format!("{:.0}x faster", o / tpe[i].0));
         println!(
-            "| {}-{} | {:.3} | {} | {} | {} | {:.4} | {} |",
+            "| {}-{} | {:.3} ({:.3}) | {} | {} | {} | {:.4} | {} |",
             end - 100,
             end,
-            tpe[i],
+            tpe[i].0,
+            tpe[i].1,
             show(peer(&OPTUNA_TPE)),
             show(peer(&HYPEROPT_TPE)),
             ratio,
-            random[i],
+            random[i].0,
             show(peer(&OPTUNA_RANDOM)),
         );
     }

@@ -43,6 +43,7 @@ enum Kernel {
         high: f64,
         mus: Vec<f64>,
         sigmas: Vec<f64>,
+        inv_sigmas: Vec<f64>,
         /// -ln(sigma) - ln(sqrt(2 pi)) - ln(mass of the kernel inside [low, high]).
         log_norm: Vec<f64>,
     },
@@ -61,6 +62,31 @@ pub(crate) struct Parzen {
     kernels: Vec<Kernel>,
 }
 
+impl Kernel {
+    /// `acc[k] +=` component `k`'s log density along this dimension at `x`, for every `k`.
+    fn add_terms(&self, x: f64, acc: &mut [f64]) {
+        match self {
+            Kernel::Numeric {
+                mus,
+                inv_sigmas,
+                log_norm,
+                ..
+            } => {
+                for (((a, m), is), ln) in acc.iter_mut().zip(mus).zip(inv_sigmas).zip(log_norm) {
+                    let z = (x - m) * is;
+                    *a += ln - 0.5 * z * z;
+                }
+            }
+            Kernel::Categorical { n, log_probs } => {
+                let c = x as usize;
+                for (a, row) in acc.iter_mut().zip(log_probs.chunks_exact(*n)) {
+                    *a += row[c];
+                }
+            }
+        }
+    }
+}
+
 impl Parzen {
     /// `obs[d][k]` is dimension `d` of observation `k`; `weights[k]` its (unnormalised) weight.
     /// With `memo`, observation `k` is trial `ids[k]` and dimension `d` is parameter
@@ -71,6 +97,7 @@ impl Parzen {
         weights: &[f64],
         opts: EstimatorOptions,
         mut memo: Option<(&mut NormMemo, &[u64], &[usize])>,
+        orders: Option<&[Vec<usize>]>,
     ) -> Parzen {
         let n = weights.len();
         let mut w: Vec<f64> = weights.to_vec();
@@ -97,7 +124,9 @@ impl Parzen {
                     prior_mu,
                     prior_sigma,
                 } => {
-                    let mut sigmas = neighbour_sigmas(values, low, high, opts.consider_endpoints);
+                    let order = orders.map(|o| o[d].as_slice());
+                    let mut sigmas =
+                        neighbour_sigmas(values, order, low, high, opts.consider_endpoints);
                     let max_sigma = range;
                     let min_sigma = if opts.magic_clip {
                         range / (1.0 + n as f64 + 1.0).min(100.0)
@@ -129,6 +158,7 @@ impl Parzen {
                         low,
                         high,
                         mus,
+                        inv_sigmas: sigmas.iter().map(|s| 1.0 / s).collect(),
                         sigmas,
                         log_norm,
                     }
@@ -200,34 +230,25 @@ impl Parzen {
     }
 
     /// ln density at `x`; `scratch` is reused between calls to avoid allocation.
-    pub(crate) fn log_pdf(&self, x: &[f64], scratch: &mut Vec<f64>) -> f64 {
-        scratch.clear();
-        scratch.extend_from_slice(&self.log_weights);
-        for (kernel, &xd) in self.kernels.iter().zip(x) {
-            match kernel {
-                Kernel::Numeric {
-                    mus,
-                    sigmas,
-                    log_norm,
-                    ..
-                } => {
-                    for (((acc, &m), &s), &ln) in
-                        scratch.iter_mut().zip(mus).zip(sigmas).zip(log_norm)
-                    {
-                        let z = (xd - m) / s;
-                        *acc += ln - 0.5 * z * z;
-                    }
-                }
-                Kernel::Categorical { n, log_probs } => {
-                    let c = xd as usize;
-                    for (k, acc) in scratch.iter_mut().enumerate() {
-                        *acc += log_probs[k * n + c];
-                    }
-                }
-            }
+    ///
+    /// Dimension-major over contiguous arrays, so the compiler vectorises each pass. (Pruning
+    /// far components does not pay: late in a sweep most bad trials crowd the region the good
+    /// density samples from.)
+    pub(crate) fn log_pdf(&self, x: &[f64], scratch: &mut Scratch) -> f64 {
+        let terms = &mut scratch.terms;
+        terms.clear();
+        terms.extend_from_slice(&self.log_weights);
+        for (kern, &xd) in self.kernels.iter().zip(x) {
+            kern.add_terms(xd, terms);
         }
-        logsumexp(scratch)
+        logsumexp(terms)
     }
+}
+
+/// Buffers reused by [`Parzen::log_pdf`].
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    terms: Vec<f64>,
 }
 
 /// Kernel normalisers by (trial, parameter), valid for the width they were computed with.
@@ -267,10 +288,23 @@ impl NormMemo {
 }
 
 /// For each observation, the larger gap to its sorted neighbours, the bounds closing the ends;
-/// without `consider_endpoints` the outermost observations use their inner gap only.
-fn neighbour_sigmas(values: &[f64], low: f64, high: f64, consider_endpoints: bool) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_unstable_by(|&i, &j| values[i].total_cmp(&values[j]).then(i.cmp(&j)));
+/// without `consider_endpoints` the outermost observations use their inner gap only. `order`
+/// (indices by value, then index) is computed here unless the caller already has it.
+fn neighbour_sigmas(
+    values: &[f64],
+    order: Option<&[usize]>,
+    low: f64,
+    high: f64,
+    consider_endpoints: bool,
+) -> Vec<f64> {
+    let order: Vec<usize> = match order {
+        Some(o) => o.to_vec(),
+        None => {
+            let mut o: Vec<usize> = (0..values.len()).collect();
+            o.sort_unstable_by(|&i, &j| values[i].total_cmp(&values[j]).then(i.cmp(&j)));
+            o
+        }
+    };
     let sorted: Vec<f64> = std::iter::once(low)
         .chain(order.iter().map(|&i| values[i]))
         .chain(std::iter::once(high))
@@ -314,7 +348,7 @@ mod tests {
     /// Integrates exp(log_pdf) over [0, 1] with the midpoint rule.
     fn mass(p: &Parzen) -> f64 {
         let n = 20_000;
-        let mut scratch = Vec::new();
+        let mut scratch = Scratch::default();
         (0..n)
             .map(|i| {
                 p.log_pdf(&[(i as f64 + 0.5) / n as f64], &mut scratch)
@@ -332,7 +366,7 @@ mod tests {
     fn truncated_mixture_integrates_to_one() {
         for obs in [vec![0.02, 0.3, 0.31, 0.97], vec![0.5], vec![]] {
             let w = vec![1.0; obs.len()];
-            let p = Parzen::new(&[UNIT], &[obs.clone()], &w, OPTS, None);
+            let p = Parzen::new(&[UNIT], &[obs.clone()], &w, OPTS, None, None);
             assert!((mass(&p) - 1.0).abs() < 1e-6, "{obs:?}: {}", mass(&p));
         }
     }
@@ -341,19 +375,19 @@ mod tests {
     fn hand_checked_single_kernel_density() {
         // One observation at 0.25 in [0, 1]: sigma = max(0.25 - 0, 1 - 0.25) = 0.75 (inside the
         // clip [1/3, 1]), weight 1/2; the prior N(0.5, 1), weight 1/2; both truncated to [0, 1].
-        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS, None);
+        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS, None, None);
         let (x, s) = (0.4, 0.75);
         let k1 = phi((x - 0.25) / s) / s / (ndtr(0.75 / s) - ndtr(-0.25 / s));
         let k2 = phi(x - 0.5) / (ndtr(0.5) - ndtr(-0.5));
         let expected = 0.5 * k1 + 0.5 * k2;
-        let got = p.log_pdf(&[x], &mut Vec::new()).exp();
+        let got = p.log_pdf(&[x], &mut Scratch::default()).exp();
         assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
     }
 
     #[test]
     fn widths_are_neighbour_gaps() {
         // Sorted: [0 (low), 0.1, 0.2, 0.6, 0.9, 1 (high)].
-        let s = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], 0.0, 1.0, false);
+        let s = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], None, 0.0, 1.0, false);
         // 0.1: first -> gap to next (0.1); 0.2: max(0.1, 0.4); 0.6: max(0.4, 0.3); 0.9: last -> 0.3.
         let expect = [0.3, 0.1, 0.4, 0.4];
         assert!(
@@ -361,7 +395,7 @@ mod tests {
             "{s:?}"
         );
         // With endpoints the outer ones see the bounds too: 0.9 -> max(0.3, 0.1).
-        let e = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], 0.0, 1.0, true);
+        let e = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], None, 0.0, 1.0, true);
         assert!(
             (e[1] - 0.1).abs() < 1e-12 && (e[0] - 0.3).abs() < 1e-12,
             "{e:?}"
@@ -371,7 +405,7 @@ mod tests {
     #[test]
     fn magic_clip_bounds_the_widths() {
         // Ten identical observations: gaps are 0, clipped up to range / min(100, 1 + 11).
-        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS, None);
+        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS, None, None);
         let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
             unreachable!()
         };
@@ -391,8 +425,9 @@ mod tests {
             &[1.0, 1.0],
             OPTS,
             None,
+            None,
         );
-        let mut scratch = Vec::new();
+        let mut scratch = Scratch::default();
         // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2,
         // row1 = [1/3, 1/3, 4/3] / 2, prior = 1/3 each.
         let expect = [
@@ -414,6 +449,7 @@ mod tests {
             &[vec![0.1, 0.15], vec![1.0, 1.0]],
             &[10.0, 10.0],
             OPTS,
+            None,
             None,
         );
         let mut rng = ChaCha8Rng::seed_from_u64(1);

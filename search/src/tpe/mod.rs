@@ -6,15 +6,17 @@
 
 mod coords;
 mod estimator;
+mod index;
 mod numerics;
 
 use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{trial_rng, Condition, History, Mode, Params, Searcher, Space, Status, TrialId};
+use crate::{trial_rng, Condition, History, Params, Searcher, Space, TrialId};
 use coords::{dim_spec, from_internal, to_internal};
-use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen};
+use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen, Scratch};
+use index::TrialIndex;
 
 /// TPE settings; the defaults are Optuna 5's (multivariate, with a constant liar on top).
 ///
@@ -132,6 +134,8 @@ pub struct Tpe {
     coords: Vec<Option<Vec<f64>>>,
     /// Normalisers of the bad-trial kernels (the many), reused between suggestions.
     norms: NormMemo,
+    /// Rankings and per-parameter orders, kept current between suggestions.
+    index: TrialIndex,
 }
 
 impl Tpe {
@@ -144,6 +148,7 @@ impl Tpe {
             opts,
             groups,
             coords: Vec::new(),
+            index: TrialIndex::default(),
         }
     }
 
@@ -203,106 +208,104 @@ fn make_groups(space: &Space, opts: &TpeOptions) -> Vec<Group> {
     groups
 }
 
-/// Trial ids split into the good (`below`) and the rest (`above`), each in id order.
-struct Split {
-    below: Vec<TrialId>,
-    above: Vec<TrialId>,
-}
-
-/// Optuna's split: completed trials by value, then stopped ones by deepest step and value;
-/// the best gamma(n) are good; running trials (constant liar) are always bad.
-fn split(history: &History, opts: &TpeOptions) -> (usize, Split) {
-    let sign = if history.mode() == Mode::Max {
-        -1.0
-    } else {
-        1.0
-    };
-    let mut complete: Vec<(f64, TrialId)> = Vec::new();
-    let mut stopped: Vec<(u64, f64, TrialId)> = Vec::new();
-    let mut running: Vec<TrialId> = Vec::new();
-    for t in history.iter() {
-        match (t.status, t.value) {
-            (Status::Completed, Some(v)) => complete.push((sign * v, t.id)),
-            (Status::Stopped, Some(v)) => stopped.push((t.last_step.unwrap_or(0), sign * v, t.id)),
-            (Status::Running | Status::Pending, _) if opts.constant_liar => running.push(t.id),
-            _ => {}
-        }
-    }
-    let finished = complete.len() + stopped.len();
-    complete.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    stopped.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-    // Like Optuna, gamma counts finished trials only; the liars only join the bad side.
-    let n_below = opts.gamma(finished);
-    let ranked: Vec<TrialId> = complete
-        .iter()
-        .map(|c| c.1)
-        .chain(stopped.iter().map(|s| s.2))
-        .collect();
-    let cut = n_below.min(ranked.len());
-    let mut below = ranked[..cut].to_vec();
-    let mut above: Vec<TrialId> = ranked[cut..].iter().copied().chain(running).collect();
-    below.sort_unstable();
-    above.sort_unstable();
-    (finished, Split { below, above })
-}
-
 impl Searcher for Tpe {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
         let mut rng = trial_rng(self.seed, id);
-        let (finished, split) = split(history, &self.opts);
-        if finished < self.opts.n_startup_trials {
-            return Some(self.space.sample(&mut rng));
-        }
         for t in history.iter() {
             self.coords_of(t.id, &t.params);
         }
+        self.index.sync(
+            history,
+            &self.coords,
+            self.space.len(),
+            self.opts.constant_liar,
+        );
+        let finished = self.index.finished();
+        if finished < self.opts.n_startup_trials {
+            return Some(self.space.sample(&mut rng));
+        }
+        // Like Optuna, gamma counts finished trials only; liars only join the bad side.
+        let good = self.index.below(self.opts.gamma(finished));
         let est_opts = EstimatorOptions {
             prior_weight: self.opts.prior_weight,
             magic_clip: self.opts.consider_magic_clip,
             consider_endpoints: self.opts.consider_endpoints,
         };
         let mut params = Params::default();
-        let mut scratch = Vec::new();
+        let mut scratch = Scratch::default();
+        // Kernel index of each bad trial in the current group (u32::MAX: not a kernel).
+        let mut kernel_of = vec![u32::MAX; self.index.len()];
         for group in &self.groups {
             let first = &self.space.params()[group.params[0]];
             if !self.space.is_active(first, &params) {
                 continue;
             }
-            // The trials in which every parameter of the group was active.
-            let coords = &self.coords;
-            let gather = |ids: &[TrialId]| -> (Vec<Vec<f64>>, Vec<TrialId>) {
-                let rows: Vec<(TrialId, &Vec<f64>)> = ids
-                    .iter()
-                    .filter_map(|&i| coords[i as usize].as_ref().map(|c| (i, c)))
-                    .filter(|(_, c)| group.params.iter().all(|&p| !c[p].is_nan()))
-                    .collect();
-                let cols = group
+            // The modelled trials in which every parameter of the group was active, in id order.
+            let (mut below_ids, mut above_ids) = (Vec::new(), Vec::new());
+            for (i, c) in self.coords.iter().enumerate().take(self.index.len()) {
+                let Some(c) = c else { continue };
+                if !self.index.modelled(i as TrialId) || group.params.iter().any(|&p| c[p].is_nan())
+                {
+                    continue;
+                }
+                if good[i] {
+                    below_ids.push(i as TrialId);
+                } else {
+                    kernel_of[i] = above_ids.len() as u32;
+                    above_ids.push(i as TrialId);
+                }
+            }
+            let columns = |ids: &[TrialId]| -> Vec<Vec<f64>> {
+                let coords = &self.coords;
+                group
                     .params
                     .iter()
-                    .map(|&p| rows.iter().map(|(_, c)| c[p]).collect())
-                    .collect();
-                (cols, rows.iter().map(|(i, _)| *i).collect())
+                    .map(|&p| {
+                        ids.iter()
+                            .map(|&i| coords[i as usize].as_ref().map_or(f64::NAN, |c| c[p]))
+                            .collect()
+                    })
+                    .collect()
             };
-            let (below, below_ids) = gather(&split.below);
-            let (above, above_ids) = gather(&split.above);
+            // The bad kernels' order along each dimension, read off the index (no sorting).
+            let orders: Vec<Vec<usize>> = group
+                .params
+                .iter()
+                .map(|&p| {
+                    self.index
+                        .sorted(p)
+                        .filter_map(|i| {
+                            kernel_of
+                                .get(i as usize)
+                                .filter(|&&k| k != u32::MAX)
+                                .map(|&k| k as usize)
+                        })
+                        .collect()
+                })
+                .collect();
+            for &i in &above_ids {
+                kernel_of[i as usize] = u32::MAX;
+            }
+            let l = Parzen::new(
+                &group.specs,
+                &columns(&below_ids),
+                &self.opts.weights(below_ids.len()),
+                est_opts,
+                None,
+                None,
+            );
             let memo = Some((
                 &mut self.norms,
                 above_ids.as_slice(),
                 group.params.as_slice(),
             ));
-            let l = Parzen::new(
-                &group.specs,
-                &below,
-                &self.opts.weights(below_ids.len()),
-                est_opts,
-                None,
-            );
             let g = Parzen::new(
                 &group.specs,
-                &above,
+                &columns(&above_ids),
                 &self.opts.weights(above_ids.len()),
                 est_opts,
                 memo,
+                Some(&orders),
             );
             let mut candidate = vec![0.0; group.params.len()];
             let mut best: Option<(f64, Vec<f64>)> = None;
@@ -335,6 +338,7 @@ impl Searcher for Tpe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Mode, Status};
 
     fn run(
         space: &Space,
@@ -399,6 +403,47 @@ mod tests {
         assert_ne!(a.suggest(25, &h), a.suggest(26, &h));
         let mut c = Tpe::new(space, 4, TpeOptions::default());
         assert_ne!(a.suggest(25, &h), c.suggest(25, &h));
+    }
+
+    #[test]
+    fn incremental_caches_agree_with_a_fresh_searcher() {
+        let space = Space::builder()
+            .uniform("x", 0.0, 1.0)
+            .int("n", 1, 16)
+            .choice("c", ["a", "b", "c"])
+            .uniform("m", 0.0, 1.0)
+            .when("c", "a")
+            .build()
+            .unwrap();
+        let mut warm = Tpe::new(space.clone(), 5, TpeOptions::default());
+        let mut h = History::new(Mode::Min);
+        for id in 0..80u64 {
+            let p = warm.suggest(id, &h).unwrap();
+            let fresh = Tpe::new(space.clone(), 5, TpeOptions::default())
+                .suggest(id, &h)
+                .unwrap();
+            assert_eq!(p, fresh, "trial {id}");
+            let v = p.f64("x").unwrap() + p.i64("n").unwrap() as f64 / 16.0;
+            h.record(id, p, Status::Running);
+            // A mix of fates: most complete, some stop early, some fail, some stay running.
+            match id % 7 {
+                3 => {
+                    h.report(id, 2, v);
+                    h.set_status(id, Status::Stopped);
+                }
+                5 => h.set_status(id, Status::Failed),
+                6 if id > 60 => {}
+                _ => {
+                    h.report(id, 4, v);
+                    h.set_status(id, Status::Completed);
+                }
+            }
+            // An earlier running trial finishes later.
+            if id % 7 == 0 && id >= 63 {
+                h.report(id - 1, 4, 0.5);
+                h.set_status(id - 1, Status::Completed);
+            }
+        }
     }
 
     #[test]

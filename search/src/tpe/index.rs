@@ -1,0 +1,152 @@
+//! What TPE keeps between suggestions so that none of them sorts the whole history: the
+//! ranking of finished trials, and each parameter's values in sorted order. Both are updated
+//! from the history on every suggestion, touching only trials whose state changed.
+
+use std::cmp::Ordering;
+
+use crate::{History, Mode, Status, TrialId};
+
+/// How a trial takes part in the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    /// Not modelled (failed, or running without the constant liar).
+    Out,
+    /// Completed, with its sign-adjusted value (lower is better).
+    Complete(f64),
+    /// Stopped at `step` with its sign-adjusted value there.
+    Stopped(u64, f64),
+    /// Running or pending under the constant liar: always on the bad side.
+    Liar,
+}
+
+fn by_value(a: &(f64, TrialId), b: &(f64, TrialId)) -> Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+/// Deepest step first, then value, then id.
+fn by_depth(a: &(u64, f64, TrialId), b: &(u64, f64, TrialId)) -> Ordering {
+    b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2))
+}
+
+fn insert<T>(v: &mut Vec<T>, x: T, cmp: impl Fn(&T, &T) -> Ordering) {
+    let at = v.binary_search_by(|y| cmp(y, &x)).unwrap_or_else(|e| e);
+    v.insert(at, x);
+}
+
+fn remove<T>(v: &mut Vec<T>, x: &T, cmp: impl Fn(&T, &T) -> Ordering) {
+    if let Ok(at) = v.binary_search_by(|y| cmp(y, x)) {
+        v.remove(at);
+    }
+}
+
+/// Incrementally maintained ranking and per-parameter orders.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrialIndex {
+    mode: Option<Mode>,
+    liar: bool,
+    roles: Vec<Role>,
+    complete: Vec<(f64, TrialId)>,
+    stopped: Vec<(u64, f64, TrialId)>,
+    /// Per parameter: (internal value, id) of every modelled trial where it is active.
+    by_param: Vec<Vec<(f64, TrialId)>>,
+}
+
+impl TrialIndex {
+    /// Brings the index up to date with `history`; `coords[id]` are the trials' internal
+    /// coordinates (NaN where inactive).
+    pub(crate) fn sync(
+        &mut self,
+        history: &History,
+        coords: &[Option<Vec<f64>>],
+        params: usize,
+        liar: bool,
+    ) {
+        if self.mode != Some(history.mode())
+            || self.liar != liar
+            || history.len() < self.roles.len()
+        {
+            *self = TrialIndex {
+                mode: Some(history.mode()),
+                liar,
+                by_param: vec![Vec::new(); params],
+                ..TrialIndex::default()
+            };
+        }
+        let sign = if history.mode() == Mode::Max {
+            -1.0
+        } else {
+            1.0
+        };
+        self.roles.resize(history.len(), Role::Out);
+        for t in history.iter() {
+            let role = match (t.status, t.value) {
+                (Status::Completed, Some(v)) => Role::Complete(sign * v),
+                (Status::Stopped, Some(v)) => Role::Stopped(t.last_step.unwrap_or(0), sign * v),
+                (Status::Running | Status::Pending, _) if liar => Role::Liar,
+                _ => Role::Out,
+            };
+            let old = self.roles[t.id as usize];
+            if old == role {
+                continue;
+            }
+            match old {
+                Role::Complete(v) => remove(&mut self.complete, &(v, t.id), by_value),
+                Role::Stopped(s, v) => remove(&mut self.stopped, &(s, v, t.id), by_depth),
+                _ => {}
+            }
+            match role {
+                Role::Complete(v) => insert(&mut self.complete, (v, t.id), by_value),
+                Role::Stopped(s, v) => insert(&mut self.stopped, (s, v, t.id), by_depth),
+                _ => {}
+            }
+            let (was, is) = (old != Role::Out, role != Role::Out);
+            if was != is {
+                if let Some(c) = coords.get(t.id as usize).and_then(Option::as_ref) {
+                    for (p, &x) in c.iter().enumerate().filter(|(_, x)| !x.is_nan()) {
+                        if is {
+                            insert(&mut self.by_param[p], (x, t.id), by_value);
+                        } else {
+                            remove(&mut self.by_param[p], &(x, t.id), by_value);
+                        }
+                    }
+                }
+            }
+            self.roles[t.id as usize] = role;
+        }
+    }
+
+    /// Completed plus stopped trials.
+    pub(crate) fn finished(&self) -> usize {
+        self.complete.len() + self.stopped.len()
+    }
+
+    /// Optuna's split: completed trials by value, then stopped ones by deepest step and value;
+    /// the best `n_below` are good, every other modelled trial (the liars too) is bad.
+    /// Returns a flag per trial id: good?
+    pub(crate) fn below(&self, n_below: usize) -> Vec<bool> {
+        let mut good = vec![false; self.roles.len()];
+        let ranked = self
+            .complete
+            .iter()
+            .map(|c| c.1)
+            .chain(self.stopped.iter().map(|s| s.2));
+        for id in ranked.take(n_below) {
+            good[id as usize] = true;
+        }
+        good
+    }
+
+    /// Whether trial `id` is modelled at all.
+    pub(crate) fn modelled(&self, id: TrialId) -> bool {
+        self.roles.get(id as usize).is_some_and(|r| *r != Role::Out)
+    }
+
+    /// Ids of the modelled trials where parameter `p` is active, by (value, id).
+    pub(crate) fn sorted(&self, p: usize) -> impl Iterator<Item = TrialId> + '_ {
+        self.by_param[p].iter().map(|&(_, id)| id)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.roles.len()
+    }
+}
