@@ -74,13 +74,9 @@ struct InFlight {
     attempt: u32,
     slot: usize,
     reports: u64,
-    /// Settled before the worker finished: a bad metric failed the trial, or it was stopped.
-    verdict: Option<Verdict>,
-}
-
-enum Verdict {
-    Failed(String),
-    Stopped,
+    /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
+    /// scheduler stopped or completed it. The worker is only winding down.
+    settled: bool,
 }
 
 /// Settings of one sweep run.
@@ -157,6 +153,8 @@ impl Coordinator {
             *summary.count(t.status) += 1;
             note_best(&mut summary, t);
         }
+        let mut scheduler = scheduler;
+        replay(scheduler.as_mut(), &trials, &plan.metric);
         let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -274,7 +272,7 @@ impl Coordinator {
                     attempt: t.attempts,
                     slot,
                     reports: 0,
-                    verdict: None,
+                    settled: false,
                 },
             );
             self.to_launch.push(id);
@@ -328,7 +326,7 @@ impl Coordinator {
         let Some(run) = self
             .in_flight
             .get_mut(&id)
-            .filter(|r| r.attempt == attempt && r.verdict.is_none())
+            .filter(|r| r.attempt == attempt && !r.settled)
         else {
             // A late report after a decision: discarded.
             self.acks.push((ack, Decision::Stop));
@@ -337,27 +335,25 @@ impl Coordinator {
         run.reports += 1;
         let step = step.unwrap_or(run.reports);
         let value = match metrics.get(metric) {
-            None => {
-                let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
-                let found = if keys.is_empty() {
-                    "no metrics".to_string()
-                } else {
-                    keys.join(", ")
+            Some(&v) if v.is_finite() => v,
+            bad => {
+                let reason = match bad {
+                    Some(v) => format!("`{metric}` was {v} at step {step}"),
+                    None => {
+                        let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
+                        let found = if keys.is_empty() {
+                            "no metrics".to_string()
+                        } else {
+                            keys.join(", ")
+                        };
+                        format!("the report at step {step} has no `{metric}` (it had: {found})")
+                    }
                 };
-                run.verdict = Some(Verdict::Failed(format!(
-                    "the report at step {step} has no `{metric}` (it had: {found})"
-                )));
+                run.settled = true;
+                self.settle(id, Status::Failed, Some(reason))?;
                 self.acks.push((ack, Decision::Stop));
                 return Ok(());
             }
-            Some(v) if !v.is_finite() => {
-                run.verdict = Some(Verdict::Failed(format!(
-                    "`{metric}` was {v} at step {step}"
-                )));
-                self.acks.push((ack, Decision::Stop));
-                return Ok(());
-            }
-            Some(&v) => v,
         };
         // Other non-finite metrics are dropped: the stored form (JSON) has no NaN.
         metrics.retain(|_, x| x.is_finite());
@@ -371,15 +367,47 @@ impl Coordinator {
         self.store.add_result(id, &result)?;
         self.history.report(id, step, value);
         let decision = self.scheduler.on_result(id, step, value);
-        if decision == Decision::Stop {
-            run.verdict = Some(Verdict::Stopped);
-        }
-        self.acks.push((ack, decision));
         let t = &mut self.trials[id as usize];
         t.results.push(result);
         if let Some(r) = t.results.last() {
             emit(&mut self.observers, &Event::Result(t, r), &self.summary);
         }
+        // The decision is stored with the result, before the trial hears it.
+        let end = match decision {
+            Decision::Continue => None,
+            Decision::Stop => Some(Status::Stopped),
+            Decision::Complete => Some(Status::Completed),
+        };
+        if let Some(status) = end {
+            run.settled = true;
+            self.settle(id, status, None)?;
+        }
+        // Workers only hear continue or stop.
+        let heard = if end.is_none() {
+            Decision::Continue
+        } else {
+            Decision::Stop
+        };
+        self.acks.push((ack, heard));
+        Ok(())
+    }
+
+    /// Ends trial `id` with `status`: stored, told to the scheduler, the summary and observers.
+    fn settle(
+        &mut self,
+        id: TrialId,
+        status: Status,
+        error: Option<String>,
+    ) -> Result<(), TuneError> {
+        self.set_status(id, status);
+        let t = &mut self.trials[id as usize];
+        t.error = error;
+        t.finished_at = Some(now_ms());
+        self.store.put_trial(t)?;
+        let last = t.last_step().zip(t.value(&self.plan.metric));
+        self.scheduler.on_complete(id, last);
+        note_best(&mut self.summary, t);
+        emit(&mut self.observers, &Event::Finished(t), &self.summary);
         Ok(())
     }
 
@@ -393,25 +421,27 @@ impl Coordinator {
             return Ok(());
         };
         self.free_slots.push(run.slot);
+        if run.settled {
+            return Ok(());
+        }
         let t = &self.trials[id as usize];
         let reported = t.results.last().is_some_and(|r| r.attempt == attempt);
-        let (status, error) = match (run.verdict, outcome) {
-            (_, Outcome::Interrupted) => {
+        let (status, error) = match outcome {
+            Outcome::Interrupted => {
                 // Left as running in the store: `resume` re-queues it.
                 self.set_status(id, Status::Pending);
                 return Ok(());
             }
-            (Some(Verdict::Failed(reason)), _) => (Status::Failed, Some(reason)),
-            (Some(Verdict::Stopped), _) | (None, Outcome::Stopped) => (Status::Stopped, None),
-            (None, Outcome::Returned) if reported => (Status::Completed, None),
-            (None, Outcome::Returned) => (
+            Outcome::Stopped => (Status::Stopped, None),
+            Outcome::Returned if reported => (Status::Completed, None),
+            Outcome::Returned => (
                 Status::Failed,
                 Some(format!(
                     "the objective ended without reporting `{}`",
                     self.plan.metric
                 )),
             ),
-            (None, Outcome::Failed(reason)) if t.attempts <= self.plan.max_failures => {
+            Outcome::Failed(reason) if t.attempts <= self.plan.max_failures => {
                 // Retried at once, same id and params (Ray Tune's max_failures).
                 self.set_status(id, Status::Pending);
                 let t = &mut self.trials[id as usize];
@@ -420,18 +450,41 @@ impl Coordinator {
                 self.queue.push_front(id);
                 return Ok(());
             }
-            (None, Outcome::Failed(reason)) => (Status::Failed, Some(reason)),
+            Outcome::Failed(reason) => (Status::Failed, Some(reason)),
         };
-        self.set_status(id, status);
-        let t = &mut self.trials[id as usize];
-        t.error = error;
-        t.finished_at = Some(now_ms());
-        self.store.put_trial(t)?;
-        let value = t.value(&self.plan.metric);
-        self.scheduler.on_complete(id, value);
-        note_best(&mut self.summary, t);
-        emit(&mut self.observers, &Event::Finished(t), &self.summary);
-        Ok(())
+        self.settle(id, status, error)
+    }
+}
+
+/// Rebuilds a scheduler's state from stored trials: every result in the order the coordinator
+/// received it, and each finished trial's completion right after its last result.
+fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
+    enum Step {
+        Result(TrialId, u64, f64),
+        Complete(TrialId, Option<(u64, f64)>),
+    }
+    let mut events: Vec<(u64, u8, Step)> = Vec::new();
+    for t in trials {
+        for r in &t.results {
+            if let Some(&v) = r.metrics.get(metric) {
+                events.push((r.seq, 0, Step::Result(t.id, r.step, v)));
+            }
+        }
+        if t.status.is_finished() {
+            if let Some(last) = t.results.last() {
+                let final_result = t.last_step().zip(t.value(metric));
+                events.push((last.seq, 1, Step::Complete(t.id, final_result)));
+            }
+        }
+    }
+    events.sort_by_key(|e| (e.0, e.1));
+    for (_, _, step) in events {
+        match step {
+            Step::Result(id, s, v) => {
+                scheduler.on_result(id, s, v);
+            }
+            Step::Complete(id, last) => scheduler.on_complete(id, last),
+        }
     }
 }
 

@@ -145,6 +145,82 @@ pub enum Algorithm {
 pub struct SchedulerSpec {
     #[serde(default)]
     pub kind: SchedulerKind,
+    /// ASHA: the step at which trials end (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_t: Option<u64>,
+    /// ASHA: the first rung; median: no stop before this step (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<u64>,
+    /// ASHA: the rung spacing and 1/fraction kept (default 4, as in Ray Tune).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduction_factor: Option<u64>,
+    /// ASHA: number of brackets (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brackets: Option<usize>,
+    /// ASHA: trials reaching max_t end there (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_last_trials: Option<bool>,
+    /// Median: other trials needed at a step before the rule applies (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_samples_required: Option<usize>,
+}
+
+impl SchedulerSpec {
+    /// ASHA's settings: Ray Tune's defaults, overridden by the spec.
+    pub fn asha(&self) -> tune_schedulers::AshaConfig {
+        let d = tune_schedulers::AshaConfig::default();
+        tune_schedulers::AshaConfig {
+            max_t: self.max_t.unwrap_or(d.max_t),
+            grace_period: self.grace_period.unwrap_or(d.grace_period),
+            reduction_factor: self.reduction_factor.unwrap_or(d.reduction_factor),
+            brackets: self.brackets.unwrap_or(d.brackets),
+            stop_last_trials: self.stop_last_trials.unwrap_or(d.stop_last_trials),
+        }
+    }
+
+    /// Median stopping's settings: the defaults, overridden by the spec.
+    pub fn median(&self) -> tune_schedulers::MedianConfig {
+        let d = tune_schedulers::MedianConfig::default();
+        tune_schedulers::MedianConfig {
+            grace_period: self.grace_period.unwrap_or(d.grace_period),
+            min_samples_required: self.min_samples_required.unwrap_or(d.min_samples_required),
+        }
+    }
+
+    /// The first key set that `kind` does not use.
+    fn stray_key(&self) -> Option<&'static str> {
+        let set = [
+            ("max_t", self.max_t.is_some(), &[SchedulerKind::Asha][..]),
+            (
+                "grace_period",
+                self.grace_period.is_some(),
+                &[SchedulerKind::Asha, SchedulerKind::Median][..],
+            ),
+            (
+                "reduction_factor",
+                self.reduction_factor.is_some(),
+                &[SchedulerKind::Asha][..],
+            ),
+            (
+                "brackets",
+                self.brackets.is_some(),
+                &[SchedulerKind::Asha][..],
+            ),
+            (
+                "stop_last_trials",
+                self.stop_last_trials.is_some(),
+                &[SchedulerKind::Asha][..],
+            ),
+            (
+                "min_samples_required",
+                self.min_samples_required.is_some(),
+                &[SchedulerKind::Median][..],
+            ),
+        ];
+        set.iter()
+            .find(|(_, on, kinds)| *on && !kinds.contains(&self.kind))
+            .map(|(k, _, _)| *k)
+    }
 }
 
 /// The trial scheduler.
@@ -157,6 +233,18 @@ pub enum SchedulerKind {
     Asha,
     Hyperband,
     Pbt,
+}
+
+impl SchedulerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedulerKind::Fifo => "fifo",
+            SchedulerKind::Median => "median",
+            SchedulerKind::Asha => "asha",
+            SchedulerKind::Hyperband => "hyperband",
+            SchedulerKind::Pbt => "pbt",
+        }
+    }
 }
 
 /// `[resources]`.
@@ -385,18 +473,52 @@ impl ExperimentSpec {
                 format!("expected a positive number, found {}", tpe.prior_weight),
             ));
         }
-        if self.scheduler.kind != SchedulerKind::Fifo {
+        let sched = &self.scheduler;
+        if matches!(sched.kind, SchedulerKind::Hyperband | SchedulerKind::Pbt) {
+            let name = if sched.kind == SchedulerKind::Pbt {
+                "pbt"
+            } else {
+                "hyperband"
+            };
             return Err((
                 "scheduler",
                 "kind",
-                format!(
-                    "\"{}\" is not available in this version yet; only \"fifo\" is",
-                    serde_json::to_value(self.scheduler.kind)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default()
-                ),
+                format!("\"{name}\" is not available in this version yet; use \"fifo\", \"median\" or \"asha\""),
             ));
+        }
+        if let Some(key) = sched.stray_key() {
+            return Err((
+                "scheduler",
+                key,
+                format!("does not apply to kind = \"{}\"", sched.kind.as_str()),
+            ));
+        }
+        let asha = sched.asha();
+        if sched.kind == SchedulerKind::Asha {
+            if asha.reduction_factor < 2 {
+                return Err((
+                    "scheduler",
+                    "reduction_factor",
+                    format!("expected at least 2, found {}", asha.reduction_factor),
+                ));
+            }
+            if asha.grace_period == 0 || asha.grace_period > asha.max_t {
+                return Err((
+                    "scheduler",
+                    "grace_period",
+                    format!(
+                        "expected 1 <= grace_period <= max_t ({}), found {}",
+                        asha.max_t, asha.grace_period
+                    ),
+                ));
+            }
+            if asha.brackets == 0 {
+                return Err((
+                    "scheduler",
+                    "brackets",
+                    "expected at least 1, found 0".into(),
+                ));
+            }
         }
         if let Some(obj) = &self.objective {
             if obj.builtin.is_some() {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tune_schedulers::{Fifo, Scheduler};
+use tune_schedulers::{Asha, Fifo, MedianStopping, Scheduler};
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
 use crate::coordinator::{Coordinator, Observer, Plan};
@@ -209,7 +209,7 @@ impl Tuner {
             Ok((
                 objective(spec, dir)?,
                 make_searcher(spec)?,
-                make_scheduler(&spec.scheduler)?,
+                make_scheduler(spec)?,
             ))
         };
         let (mut exp, (objective, searcher, scheduler)) = match &self.resume {
@@ -302,11 +302,15 @@ fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> 
     })
 }
 
-fn make_scheduler(spec: &SchedulerSpec) -> Result<Box<dyn Scheduler>, TuneError> {
-    match spec.kind {
+fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError> {
+    let s = &spec.scheduler;
+    match s.kind {
         SchedulerKind::Fifo => Ok(Box::new(Fifo)),
+        SchedulerKind::Median => Ok(Box::new(MedianStopping::new(s.median(), spec.mode))),
+        SchedulerKind::Asha => Ok(Box::new(Asha::new(s.asha(), spec.mode, spec.seed))),
         other => Err(TuneError::Invalid(format!(
-            "scheduler {other:?} is not available in this version yet; only fifo is"
+            "scheduler \"{}\" is not available in this version yet",
+            other.as_str()
         ))),
     }
 }

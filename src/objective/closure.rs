@@ -95,7 +95,7 @@ impl TrialContext {
                 .and_then(|_| answer.blocking_recv().ok())
             {
                 Some(Decision::Continue) => None,
-                Some(Decision::Stop) => Some(Stop::Scheduler),
+                Some(Decision::Stop | Decision::Complete) => Some(Stop::Scheduler),
                 None => Some(Stop::Interrupted),
             }
         };

@@ -110,7 +110,11 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let writer = tokio::spawn(async move {
         let mut stdin = stdin;
         while let Some(d) = decisions.recv().await {
-            let line = format!("{}\n", d.as_str());
+            let line = if d == Decision::Continue {
+                "continue\n"
+            } else {
+                "stop\n"
+            };
             if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
                 break;
             }
@@ -169,7 +173,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         match answer.await {
             Ok(decision) => {
                 let _ = decide.send(decision);
-                if decision == Decision::Stop {
+                if decision != Decision::Continue {
                     break Some(Cut::Stopped);
                 }
             }

@@ -1,0 +1,277 @@
+//! ASHA, asynchronous successive halving (Li et al. 2018), as Ray Tune's
+//! `AsyncHyperBandScheduler` runs it: the stopping variant.
+//!
+//! A bracket has rungs at `grace_period * reduction_factor^(k + s)` up to `max_t`. The first
+//! time a trial reaches a rung it is compared with the trials recorded there before it: below
+//! the `1 - 1/reduction_factor` quantile it stops, otherwise it continues. Either way it is
+//! recorded, so later trials meet a growing population. Trials that reach `max_t` complete.
+
+use std::collections::BTreeMap;
+
+use rand::Rng;
+use tune_search::trial_rng;
+
+use crate::{reward, Decision, Mode, Scheduler, TrialId};
+
+/// ASHA's settings (Ray Tune's names and defaults, in steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AshaConfig {
+    pub max_t: u64,
+    pub grace_period: u64,
+    pub reduction_factor: u64,
+    pub brackets: usize,
+    /// Trials reaching `max_t` end there (Ray's `stop_last_trials`).
+    pub stop_last_trials: bool,
+}
+
+impl Default for AshaConfig {
+    fn default() -> Self {
+        AshaConfig {
+            max_t: 100,
+            grace_period: 1,
+            reduction_factor: 4,
+            brackets: 1,
+            stop_last_trials: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Rung {
+    milestone: u64,
+    /// Rewards recorded at this rung, by trial.
+    recorded: BTreeMap<TrialId, f64>,
+}
+
+#[derive(Debug, Clone)]
+struct Bracket {
+    /// Highest milestone first, so a result finds its rung from the top.
+    rungs: Vec<Rung>,
+}
+
+/// The ASHA scheduler.
+///
+/// ```
+/// use tune_schedulers::{Asha, AshaConfig, Decision, Mode, Scheduler};
+/// let mut asha = Asha::new(AshaConfig { max_t: 9, grace_period: 1, reduction_factor: 3, ..Default::default() }, Mode::Min, 0);
+/// assert_eq!(asha.milestones(0), vec![9, 3, 1]);
+/// assert_eq!(asha.on_result(0, 1, 0.5), Decision::Continue); // first at the rung
+/// assert_eq!(asha.on_result(1, 1, 0.9), Decision::Stop);     // worse than the cutoff
+/// ```
+#[derive(Debug, Clone)]
+pub struct Asha {
+    config: AshaConfig,
+    mode: Mode,
+    seed: u64,
+    brackets: Vec<Bracket>,
+    /// Each bracket's selection probability (Ray: softmax of its number of rungs).
+    probs: Vec<f64>,
+}
+
+impl Asha {
+    pub fn new(config: AshaConfig, mode: Mode, seed: u64) -> Asha {
+        let rf = config.reduction_factor.max(2);
+        let min_t = config.grace_period.max(1);
+        // Rungs a bracket with s = 0 has: every min_t * rf^k <= max_t.
+        let mut full = 0u32;
+        while min_t.saturating_mul(rf.saturating_pow(full)) <= config.max_t {
+            full += 1;
+        }
+        let brackets: Vec<Bracket> = (0..config.brackets.max(1) as u32)
+            .map(|s| Bracket {
+                rungs: (0..full.saturating_sub(s))
+                    .rev()
+                    .map(|k| Rung {
+                        milestone: min_t * rf.pow(k + s),
+                        recorded: BTreeMap::new(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let sizes: Vec<f64> = brackets.iter().map(|b| b.rungs.len() as f64).collect();
+        let top = sizes.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = sizes.iter().map(|s| (s - top).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        Asha {
+            probs: weights.iter().map(|w| w / total).collect(),
+            config,
+            mode,
+            seed,
+            brackets,
+        }
+    }
+
+    /// The milestones of bracket `b`, highest first.
+    pub fn milestones(&self, b: usize) -> Vec<u64> {
+        self.brackets[b].rungs.iter().map(|r| r.milestone).collect()
+    }
+
+    /// The bracket of trial `id`: a seeded draw, so resuming assigns it the same one.
+    fn bracket_of(&self, id: TrialId) -> usize {
+        if self.brackets.len() == 1 {
+            return 0;
+        }
+        let u: f64 = trial_rng(self.seed ^ 0x0A5A_5A5A_5A5A_5A5A, id).random();
+        let mut acc = 0.0;
+        for (i, p) in self.probs.iter().enumerate() {
+            acc += p;
+            if u < acc {
+                return i;
+            }
+        }
+        self.brackets.len() - 1
+    }
+
+    /// Records the result at the first rung it reaches; `Stop` if it is below that rung's cutoff.
+    fn record(&mut self, id: TrialId, step: u64, value: f64) -> Decision {
+        let rf = self.config.reduction_factor.max(2) as f64;
+        let r = reward(self.mode, value);
+        let b = self.bracket_of(id);
+        for rung in &mut self.brackets[b].rungs {
+            if step < rung.milestone || rung.recorded.contains_key(&id) {
+                continue;
+            }
+            let values: Vec<f64> = rung.recorded.values().copied().collect();
+            let stop =
+                percentile(values, (1.0 - 1.0 / rf) * 100.0).is_some_and(|cutoff| r < cutoff);
+            rung.recorded.insert(id, r);
+            return if stop {
+                Decision::Stop
+            } else {
+                Decision::Continue
+            };
+        }
+        Decision::Continue
+    }
+}
+
+impl Scheduler for Asha {
+    fn on_result(&mut self, id: TrialId, step: u64, value: f64) -> Decision {
+        if step >= self.config.max_t && self.config.stop_last_trials {
+            // Ray stops here without recording; a last report below max_t is recorded on completion.
+            return Decision::Complete;
+        }
+        self.record(id, step, value)
+    }
+
+    fn on_complete(&mut self, id: TrialId, last: Option<(u64, f64)>) {
+        if let Some((step, value)) = last {
+            self.record(id, step, value);
+        }
+    }
+}
+
+/// numpy's `percentile` with linear interpolation; `None` for no values.
+pub(crate) fn percentile(mut values: Vec<f64>, q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = q / 100.0 * (values.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    Some(values[lo] + (values[hi] - values[lo]) * (rank - lo as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asha(max_t: u64, grace: u64, rf: u64, brackets: usize) -> Asha {
+        Asha::new(
+            AshaConfig {
+                max_t,
+                grace_period: grace,
+                reduction_factor: rf,
+                brackets,
+                stop_last_trials: true,
+            },
+            Mode::Max,
+            7,
+        )
+    }
+
+    #[test]
+    fn rungs_follow_grace_times_powers_of_rf() {
+        let a = asha(81, 1, 3, 3);
+        assert_eq!(a.milestones(0), vec![81, 27, 9, 3, 1]);
+        assert_eq!(a.milestones(1), vec![81, 27, 9, 3]);
+        assert_eq!(a.milestones(2), vec![81, 27, 9]);
+        assert_eq!(asha(100, 1, 4, 1).milestones(0), vec![64, 16, 4, 1]);
+        assert_eq!(asha(10, 2, 2, 1).milestones(0), vec![8, 4, 2]);
+        // Bracket probabilities: softmax of rung counts (5, 4, 3).
+        let z = 1.0 + (-1f64).exp() + (-2f64).exp();
+        assert!(
+            (a.probs[0] - 1.0 / z).abs() < 1e-12 && (a.probs[2] - (-2f64).exp() / z).abs() < 1e-12
+        );
+    }
+
+    #[test]
+    fn numpy_percentile() {
+        // numpy.percentile([1, 2, 4], 66.666...) = 2 + 2 * (1.3333 - 1) = 2.6667
+        let p = percentile(vec![4.0, 1.0, 2.0], 200.0 / 3.0).unwrap();
+        assert!((p - 8.0 / 3.0).abs() < 1e-12, "{p}");
+        assert_eq!(percentile(vec![5.0], 50.0), Some(5.0));
+        assert_eq!(percentile(vec![], 50.0), None);
+    }
+
+    #[test]
+    fn hand_made_rung_example() {
+        // max mode, rungs 1, 3, 9 (rf 3), cutoff = 66.7th percentile of what the rung holds.
+        let mut a = asha(9, 1, 3, 1);
+        assert_eq!(a.on_result(0, 1, 5.0), Decision::Continue); // rung 1 empty: no cutoff
+        assert_eq!(a.on_result(1, 1, 3.0), Decision::Stop); // cutoff = 5
+        assert_eq!(a.on_result(2, 1, 6.0), Decision::Continue); // cutoff of [3, 5] = 4.33
+                                                                // [3, 5, 6]: 66.7th percentile = 5 + (6 - 5) * 0.333 = 5.333
+        assert_eq!(a.on_result(3, 1, 5.2), Decision::Stop);
+        assert_eq!(a.on_result(4, 1, 5.4), Decision::Continue);
+        // Trial 0 reports again at step 2: no new rung, continue.
+        assert_eq!(a.on_result(0, 2, 0.0), Decision::Continue);
+        // Rung 3: trial 0 first (continue), then trial 2 worse (stop).
+        assert_eq!(a.on_result(0, 3, 7.0), Decision::Continue);
+        assert_eq!(a.on_result(2, 3, 6.5), Decision::Stop);
+        // A result that skips rung 3 is judged at the highest rung it passed (9 = max_t: complete).
+        assert_eq!(a.on_result(4, 5, 1.0), Decision::Stop);
+        assert_eq!(a.on_result(0, 9, 8.0), Decision::Complete);
+    }
+
+    #[test]
+    fn min_mode_flips_the_comparison() {
+        let mut a = Asha::new(
+            AshaConfig {
+                max_t: 9,
+                grace_period: 1,
+                reduction_factor: 3,
+                ..Default::default()
+            },
+            Mode::Min,
+            0,
+        );
+        assert_eq!(a.on_result(0, 1, 0.5), Decision::Continue);
+        assert_eq!(a.on_result(1, 1, 0.4), Decision::Continue);
+        assert_eq!(a.on_result(2, 1, 0.9), Decision::Stop);
+    }
+
+    #[test]
+    fn replaying_results_rebuilds_the_same_state() {
+        let results = [
+            (0, 1, 1.0),
+            (1, 1, 0.5),
+            (2, 1, 2.0),
+            (0, 3, 1.5),
+            (2, 3, 2.5),
+            (3, 1, 0.1),
+        ];
+        let mut a = asha(27, 1, 3, 2);
+        let first: Vec<Decision> = results
+            .iter()
+            .map(|&(id, s, v)| a.on_result(id, s, v))
+            .collect();
+        let mut b = asha(27, 1, 3, 2);
+        let again: Vec<Decision> = results
+            .iter()
+            .map(|&(id, s, v)| b.on_result(id, s, v))
+            .collect();
+        assert_eq!(first, again);
+        assert_eq!(a.on_result(4, 1, 0.7), b.on_result(4, 1, 0.7));
+    }
+}
