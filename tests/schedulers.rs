@@ -1,0 +1,228 @@
+//! Early-stopping schedulers through the real binary: ASHA and median stopping decide as the
+//! algorithms say, decisions reach the trials, and a killed sweep resumes with the same ones.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value as Json;
+use tune_schedulers::{Asha, AshaConfig, Decision, Mode, Scheduler};
+
+const ASHA: &str =
+    "[scheduler]\nkind = \"asha\"\nmax_t = 9\ngrace_period = 1\nreduction_factor = 3";
+
+fn asha_spec(dir: &Path, extra: &[&str], slots: usize) -> std::path::PathBuf {
+    let mut argv = vec!["--y", "{y}", "--steps", "9"];
+    argv.extend_from_slice(extra);
+    write_spec(
+        dir,
+        &format!("samples = 24\nseed = 4\n{ASHA}\n[resources]\ncpu_slots = {slots}"),
+        &argv,
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    )
+}
+
+/// Replays the exported results, in the order the coordinator received them, through a fresh
+/// ASHA; returns the decision for each (trial, step).
+fn replay_asha(trials: &[Json]) -> BTreeMap<(u64, u64), Decision> {
+    let mut results: Vec<(u64, u64, u64, f64)> = trials
+        .iter()
+        .flat_map(|t| {
+            let id = t["id"].as_u64().unwrap();
+            t["results"].as_array().unwrap().iter().map(move |r| {
+                (
+                    r["seq"].as_u64().unwrap(),
+                    id,
+                    r["step"].as_u64().unwrap(),
+                    r["loss"].as_f64().unwrap(),
+                )
+            })
+        })
+        .collect();
+    results.sort_by_key(|r| r.0);
+    let config = AshaConfig {
+        max_t: 9,
+        grace_period: 1,
+        reduction_factor: 3,
+        ..AshaConfig::default()
+    };
+    let mut asha = Asha::new(config, Mode::Min, 4);
+    let mut decisions = BTreeMap::new();
+    for (_, id, step, loss) in results {
+        let d = asha.on_result(id, step, loss);
+        if d != Decision::Continue {
+            asha.on_complete(id, Some((step, loss)));
+        }
+        decisions.insert((id, step), d);
+    }
+    decisions
+}
+
+/// Every trial ended as the replayed ASHA says, and reported nothing after its decision.
+fn assert_asha_applied(trials: &[Json]) -> (usize, usize) {
+    let decisions = replay_asha(trials);
+    let (mut stopped, mut completed) = (0, 0);
+    for t in trials {
+        let id = t["id"].as_u64().unwrap();
+        let steps: Vec<u64> = t["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        let last = *steps.last().unwrap();
+        let ending = decisions[&(id, last)];
+        // Every earlier result was a "continue".
+        for s in &steps[..steps.len() - 1] {
+            assert_eq!(
+                decisions[&(id, *s)],
+                Decision::Continue,
+                "trial {id} step {s}"
+            );
+        }
+        match t["status"].as_str().unwrap() {
+            "stopped" => {
+                assert_eq!(ending, Decision::Stop, "trial {id}");
+                assert!([1, 3].contains(&last), "stopped at a rung, not {last}");
+                stopped += 1;
+            }
+            "completed" => {
+                assert_eq!((ending, last), (Decision::Complete, 9), "trial {id}");
+                completed += 1;
+            }
+            other => panic!("trial {id} is {other}"),
+        }
+    }
+    (stopped, completed)
+}
+
+#[test]
+fn asha_decisions_are_the_algorithms_and_reach_the_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("asha");
+    run_ok(&mut tune_run(&asha_spec(tmp.path(), &[], 3), &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 24);
+    let (stopped, completed) = assert_asha_applied(&trials);
+    assert!(
+        stopped >= 8 && completed >= 1,
+        "{stopped} stopped, {completed} completed"
+    );
+}
+
+#[test]
+fn a_trial_deaf_to_its_decisions_is_ended_and_its_later_reports_discarded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("deaf");
+    run_ok(&mut tune_run(
+        &asha_spec(tmp.path(), &["--behaviour", "deaf"], 2),
+        &dir,
+    ));
+    let trials = export_json(&dir);
+    // The trials print all nine steps at once; what came after a stop was not stored.
+    let (stopped, _) = assert_asha_applied(&trials);
+    assert!(stopped >= 8, "{stopped}");
+}
+
+#[test]
+fn median_stopping_through_the_cli() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 16\nseed = 2\n[scheduler]\nkind = \"median\"\ngrace_period = 2\nmin_samples_required = 3\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "6"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("median");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    let stopped: Vec<&Json> = trials.iter().filter(|t| t["status"] == "stopped").collect();
+    assert!(stopped.len() >= 4, "{} stopped", stopped.len());
+    for t in &stopped {
+        let n = t["results"].as_array().unwrap().len();
+        assert!(
+            (2..6).contains(&n),
+            "stopped after the grace period, before the end: {n}"
+        );
+    }
+    // The first trials (fewer than 3 peers at their steps) all ran to the end.
+    assert!(trials[..3].iter().all(|t| t["status"] == "completed"));
+}
+
+#[test]
+fn bad_scheduler_settings_are_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (table, expected) in [
+        (
+            "kind = \"asha\"\nreduction_factor = 1",
+            "[scheduler] `reduction_factor`: expected at least 2, found 1",
+        ),
+        (
+            "kind = \"median\"\nmax_t = 9",
+            "[scheduler] `max_t`: does not apply to kind = \"median\"",
+        ),
+        (
+            "kind = \"asha\"\nmax_t = 9\ngrace_period = 10",
+            "expected 1 <= grace_period <= max_t (9), found 10",
+        ),
+        (
+            "kind = \"pbt\"",
+            "\"pbt\" is not available in this version yet",
+        ),
+        ("kind = \"ashaa\"", "did you mean `asha`?"),
+    ] {
+        let spec = write_spec(
+            tmp.path(),
+            &format!("samples = 1\n[scheduler]\n{table}"),
+            &[],
+            "x = { uniform = [0.0, 1.0] }",
+        );
+        let out = tune_run(&spec, &tmp.path().join("never")).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{table}");
+        assert!(stderr(&out).contains(expected), "{table}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn asha_killed_and_resumed_ends_as_the_uninterrupted_sweep() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One slot: results arrive in the same order in both runs.
+    let spec = asha_spec(tmp.path(), &["--sleep", "0.01"], 1);
+    let whole = tmp.path().join("whole");
+    run_ok(&mut tune_run(&spec, &whole));
+    let reference = export_json(&whole);
+
+    let dir = tmp.path().join("killed");
+    for (round, wait_ms) in [300u64, 700, 500].into_iter().enumerate() {
+        let mut cmd = if round == 0 {
+            tune_run(&spec, &dir)
+        } else {
+            let mut c = tune();
+            c.arg("resume").arg(&dir);
+            c
+        };
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+        }
+        child.wait().unwrap();
+    }
+    run_ok(tune().arg("resume").arg(&dir));
+    let resumed = export_json(&dir);
+    assert_eq!(resumed.len(), reference.len());
+    for (a, b) in resumed.iter().zip(&reference) {
+        assert_eq!(a["params"], b["params"], "trial {}", a["id"]);
+        assert_eq!(a["status"], b["status"], "trial {}", a["id"]);
+        assert_eq!(a["value"], b["value"], "trial {}", a["id"]);
+    }
+    assert_asha_applied(&reference);
+}
