@@ -1,0 +1,78 @@
+//! A simulated clock for searcher + scheduler pairs on the synthetic curves (like Syne Tune's
+//! simulator): `workers` virtual workers each train one epoch per tick; every epoch costs one
+//! unit of budget. Nothing waits, so asynchronous behaviour with many workers is cheap to run.
+
+#![allow(dead_code)]
+
+use tune_schedulers::{Decision, Scheduler};
+use tune_search::{History, Mode, Params, Searcher, Status, TrialId};
+
+use super::curves::{config, floor, floor_min, val_loss, MAX_T};
+
+struct Slot {
+    id: TrialId,
+    params: Params,
+    epoch: u64,
+}
+
+/// Runs until `budget` epochs are spent; returns, at each checkpoint (in epochs), the regret of
+/// the incumbent: among configurations trained to epoch 81, the one with the lowest observed
+/// loss there (`None` before any reaches 81). This is `run_asha.py`'s definition.
+pub fn simulate(
+    searcher: &mut dyn Searcher,
+    scheduler: &mut dyn Scheduler,
+    workers: usize,
+    budget: u64,
+    checkpoints: &[u64],
+) -> Vec<Option<f64>> {
+    let mut history = History::new(Mode::Min);
+    let mut slots: Vec<Option<Slot>> = (0..workers).map(|_| None).collect();
+    let mut next_id: TrialId = 0;
+    let mut used = 0;
+    let mut incumbent: Option<(f64, f64)> = None;
+    let mut out = vec![None; checkpoints.len()];
+    let mut next_checkpoint = 0;
+    loop {
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            let params = searcher.suggest(next_id, &history).expect("a suggestion");
+            history.record(next_id, params.clone(), Status::Running);
+            *slot = Some(Slot {
+                id: next_id,
+                params,
+                epoch: 1,
+            });
+            next_id += 1;
+        }
+        for slot in slots.iter_mut() {
+            let Some(s) = slot.as_mut() else { continue };
+            let (lr, width, dropout) = config(&s.params);
+            let loss = val_loss(lr, width, dropout, s.epoch);
+            used += 1;
+            history.report(s.id, s.epoch, loss);
+            let end = match scheduler.on_result(s.id, s.epoch, loss) {
+                Decision::Stop => Some(Status::Stopped),
+                Decision::Complete => Some(Status::Completed),
+                Decision::Continue if s.epoch >= MAX_T => Some(Status::Completed),
+                Decision::Continue => None,
+            };
+            if s.epoch == MAX_T && incumbent.is_none_or(|(best, _)| loss < best) {
+                incumbent = Some((loss, floor(lr, width, dropout) - floor_min()));
+            }
+            match end {
+                Some(status) => {
+                    history.set_status(s.id, status);
+                    scheduler.on_complete(s.id, Some((s.epoch, loss)));
+                    *slot = None;
+                }
+                None => s.epoch += 1,
+            }
+            while next_checkpoint < checkpoints.len() && used >= checkpoints[next_checkpoint] {
+                out[next_checkpoint] = incumbent.map(|(_, regret)| regret);
+                next_checkpoint += 1;
+            }
+            if used >= budget {
+                return out;
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Early stopping on the synthetic learning curves of `../shared/bench/curves.py`: median regret
+//! of the incumbent at equal epoch budgets over 10 seeds, beside the peers' published rows.
+//!
+//!     cargo bench --bench early_stopping
+//!
+//! Trials run one at a time, as in `run_asha.py`; then the same with 8 simulated workers.
+
+#[path = "common/curves.rs"]
+mod curves;
+#[path = "common/simulator.rs"]
+mod simulator;
+
+use tune_schedulers::{Asha, AshaConfig, Fifo, MedianConfig, MedianStopping, Mode, Scheduler};
+use tune_search::{RandomSearch, Searcher, Tpe, TpeOptions};
+
+const CHECKPOINTS: [u64; 5] = [243, 405, 810, 1620, 2430];
+
+const PEERS: [(&str, [Option<f64>; 5]); 6] = [
+    (
+        "random, full budget",
+        [
+            Some(0.0580),
+            Some(0.0395),
+            Some(0.0297),
+            Some(0.0200),
+            Some(0.0175),
+        ],
+    ),
+    (
+        "TPE, full budget",
+        [
+            Some(0.0580),
+            Some(0.0395),
+            Some(0.0297),
+            Some(0.0109),
+            Some(0.0055),
+        ],
+    ),
+    (
+        "optuna random + SuccessiveHalving",
+        [
+            Some(0.0666),
+            Some(0.0524),
+            Some(0.0304),
+            Some(0.0301),
+            Some(0.0242),
+        ],
+    ),
+    (
+        "optuna TPE + Hyperband",
+        [
+            Some(0.0700),
+            Some(0.0351),
+            Some(0.0215),
+            Some(0.0092),
+            Some(0.0071),
+        ],
+    ),
+    (
+        "optuna random + Median",
+        [
+            Some(0.0580),
+            Some(0.0395),
+            Some(0.0274),
+            Some(0.0191),
+            Some(0.0165),
+        ],
+    ),
+    (
+        "Ray Tune ASHA (max_t 81, grace 1, rf 3)",
+        [
+            Some(0.0420),
+            Some(0.0280),
+            Some(0.0235),
+            Some(0.0135),
+            Some(0.0135),
+        ],
+    ),
+];
+
+type MakeSearcher = fn(u64) -> Box<dyn Searcher>;
+type MakeScheduler = fn(u64) -> Box<dyn Scheduler>;
+
+fn asha(seed: u64) -> Box<dyn Scheduler> {
+    let config = AshaConfig {
+        max_t: 81,
+        grace_period: 1,
+        reduction_factor: 3,
+        ..AshaConfig::default()
+    };
+    Box::new(Asha::new(config, Mode::Min, seed))
+}
+
+/// Median over seeds; `None` (no incumbent yet) counts as +inf, as in the peers' table.
+fn median(values: Vec<Option<f64>>) -> Option<f64> {
+    let mut v: Vec<f64> = values
+        .into_iter()
+        .map(|x| x.unwrap_or(f64::INFINITY))
+        .collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let m = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    };
+    m.is_finite().then_some(m)
+}
+
+fn show(x: Option<f64>) -> String {
+    x.map_or("-".to_string(), |v| format!("{v:.4}"))
+}
+
+fn main() {
+    let seeds: u64 = if std::env::args().any(|a| a == "--bench") {
+        10
+    } else {
+        2
+    };
+    let methods: [(&str, MakeSearcher, MakeScheduler); 5] = [
+        (
+            "tune random, full budget",
+            |s| Box::new(RandomSearch::new(curves::space(), s)),
+            |_| Box::new(Fifo),
+        ),
+        (
+            "tune TPE, full budget",
+            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            |_| Box::new(Fifo),
+        ),
+        (
+            "tune random + median",
+            |s| Box::new(RandomSearch::new(curves::space(), s)),
+            |_| Box::new(MedianStopping::new(MedianConfig::default(), Mode::Min)),
+        ),
+        (
+            "tune random + ASHA",
+            |s| Box::new(RandomSearch::new(curves::space(), s)),
+            asha,
+        ),
+        (
+            "tune TPE + ASHA",
+            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            asha,
+        ),
+    ];
+    for workers in [1, 8] {
+        println!("median regret over {seeds} seeds, {workers} worker(s); peers from shared/bench/README.md (1 worker)");
+        println!();
+        println!("| method | 243 ep | 405 ep | 810 ep | 1620 ep | 2430 ep |");
+        println!("|---|---|---|---|---|---|");
+        for (name, searcher, scheduler) in &methods {
+            let runs: Vec<Vec<Option<f64>>> = (0..seeds)
+                .map(|seed| {
+                    simulator::simulate(
+                        searcher(seed).as_mut(),
+                        scheduler(seed).as_mut(),
+                        workers,
+                        2430,
+                        &CHECKPOINTS,
+                    )
+                })
+                .collect();
+            let cells: Vec<String> = (0..CHECKPOINTS.len())
+                .map(|i| show(median(runs.iter().map(|r| r[i]).collect())))
+                .collect();
+            println!("| {name} | {} |", cells.join(" | "));
+        }
+        if workers == 1 {
+            for (name, row) in PEERS {
+                let cells: Vec<String> = row.iter().map(|x| show(*x)).collect();
+                println!("| {name} | {} |", cells.join(" | "));
+            }
+        }
+        println!();
+    }
+}
