@@ -38,6 +38,7 @@ pub struct Summary {
     pub total: u64,
     pub pending: u64,
     pub running: u64,
+    pub paused: u64,
     pub completed: u64,
     pub stopped: u64,
     pub failed: u64,
@@ -51,6 +52,7 @@ impl Summary {
         match status {
             Status::Pending => &mut self.pending,
             Status::Running => &mut self.running,
+            Status::Paused => &mut self.paused,
             Status::Completed => &mut self.completed,
             Status::Stopped => &mut self.stopped,
             Status::Failed => &mut self.failed,
@@ -74,6 +76,8 @@ struct InFlight {
     attempt: u32,
     slot: usize,
     reports: u64,
+    /// The last step reported before this run (a resumed trial numbers on from there).
+    base_step: u64,
     /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
     /// scheduler stopped or completed it. The worker is only winding down.
     settled: bool,
@@ -110,6 +114,8 @@ pub(crate) struct Coordinator {
     shutdown: watch::Sender<bool>,
     acks: Vec<(oneshot::Sender<Decision>, Decision)>,
     to_launch: Vec<TrialId>,
+    /// The budget is spent: the scheduler has been told no trial will join.
+    all_added: bool,
 }
 
 impl Coordinator {
@@ -131,6 +137,7 @@ impl Coordinator {
             total: 0,
             pending: 0,
             running: 0,
+            paused: 0,
             completed: 0,
             stopped: 0,
             failed: 0,
@@ -141,7 +148,8 @@ impl Coordinator {
         let mut next_seq = 0;
         let mut trials = trials;
         for t in &mut trials {
-            if !t.status.is_finished() {
+            // Paused trials stay paused: the scheduler resumes or ends them.
+            if !t.status.is_finished() && t.status != Status::Paused {
                 t.status = Status::Pending;
                 queue.push_back(t.id);
             }
@@ -156,6 +164,10 @@ impl Coordinator {
         let mut scheduler = scheduler;
         replay(scheduler.as_mut(), &trials, &plan.metric);
         let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
+        let all_added = trials.len() as u64 >= budget;
+        if all_added {
+            scheduler.on_no_more_trials();
+        }
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
         Coordinator {
@@ -178,6 +190,7 @@ impl Coordinator {
             shutdown: watch::channel(false).0,
             acks: Vec::new(),
             to_launch: Vec::new(),
+            all_added,
         }
     }
 
@@ -191,6 +204,7 @@ impl Coordinator {
         let mut shutdown_rx = self.shutdown.subscribe();
         loop {
             let interrupted = *shutdown_rx.borrow();
+            self.settle_ended()?;
             if !interrupted {
                 self.fill_slots()?;
             }
@@ -224,7 +238,9 @@ impl Coordinator {
         for o in &mut self.observers {
             o.on_end(&self.summary);
         }
-        let unfinished = (self.trials.len() as u64) < self.budget || self.summary.pending > 0;
+        let unfinished = (self.trials.len() as u64) < self.budget
+            || self.summary.pending > 0
+            || self.summary.paused > 0;
         if *shutdown_rx.borrow() && unfinished {
             return Err(TuneError::Interrupted(self.plan.dir.clone()));
         }
@@ -244,6 +260,8 @@ impl Coordinator {
         while let Some(&slot) = self.free_slots.last() {
             let id = if let Some(id) = self.queue.pop_front() {
                 id
+            } else if let Some(id) = self.next_paused() {
+                id
             } else if (self.trials.len() as u64) < self.budget {
                 let id = self.trials.len() as u64;
                 let Some(params) = self.searcher.suggest(id, &self.history) else {
@@ -254,6 +272,11 @@ impl Coordinator {
                 self.history.record(id, params.clone(), Status::Pending);
                 self.trials.push(Trial::new(id, params));
                 self.summary.pending += 1;
+                self.scheduler.on_trial_add(id);
+                if self.trials.len() as u64 >= self.budget && !self.all_added {
+                    self.all_added = true;
+                    self.scheduler.on_no_more_trials();
+                }
                 id
             } else {
                 break;
@@ -266,12 +289,14 @@ impl Coordinator {
             t.finished_at = None;
             t.device = Some(format!("cpu:{slot}"));
             self.store.put_trial(t)?;
+            let base_step = t.results.last().map_or(0, |r| r.step);
             self.in_flight.insert(
                 id,
                 InFlight {
                     attempt: t.attempts,
                     slot,
                     reports: 0,
+                    base_step,
                     settled: false,
                 },
             );
@@ -288,6 +313,10 @@ impl Coordinator {
             params: t.params.clone(),
             device: t.device.clone().unwrap_or_default(),
             trial_dir: trial_dir(&self.plan.dir, id),
+            // A trial that ran before continues from whatever checkpoint it left.
+            restore_dir: Some(trial_dir(&self.plan.dir, id)).filter(|d| {
+                !t.results.is_empty() && std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some())
+            }),
             timeout: self.plan.timeout,
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
@@ -333,7 +362,7 @@ impl Coordinator {
             return Ok(());
         };
         run.reports += 1;
-        let step = step.unwrap_or(run.reports);
+        let step = step.unwrap_or(run.base_step + run.reports);
         let value = match metrics.get(metric) {
             Some(&v) if v.is_finite() => v,
             bad => {
@@ -373,22 +402,63 @@ impl Coordinator {
             emit(&mut self.observers, &Event::Result(t, r), &self.summary);
         }
         // The decision is stored with the result, before the trial hears it.
-        let end = match decision {
-            Decision::Continue => None,
-            Decision::Stop => Some(Status::Stopped),
-            Decision::Complete => Some(Status::Completed),
-        };
-        if let Some(status) = end {
-            run.settled = true;
-            self.settle(id, status, None)?;
+        match decision {
+            Decision::Continue => {}
+            Decision::Pause => {
+                run.settled = true;
+                self.set_status(id, Status::Paused);
+                self.store.put_trial(&self.trials[id as usize])?;
+            }
+            Decision::Stop => {
+                run.settled = true;
+                self.settle(id, Status::Stopped, None)?;
+            }
+            Decision::Complete => {
+                run.settled = true;
+                self.settle(id, Status::Completed, None)?;
+            }
         }
-        // Workers only hear continue or stop.
-        let heard = if end.is_none() {
-            Decision::Continue
-        } else {
+        // Workers hear continue, pause or stop (a completed trial is simply stopped).
+        let heard = if decision == Decision::Complete {
             Decision::Stop
+        } else {
+            decision
         };
         self.acks.push((ack, heard));
+        Ok(())
+    }
+
+    /// A paused trial the scheduler wants resumed now (ids it names that are not paused here,
+    /// as after a replay, are skipped).
+    fn next_paused(&mut self) -> Option<TrialId> {
+        while let Some(id) = self.scheduler.choose_paused() {
+            if self
+                .trials
+                .get(id as usize)
+                .is_some_and(|t| t.status == Status::Paused)
+            {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Settles the paused trials the scheduler has ended.
+    fn settle_ended(&mut self) -> Result<(), TuneError> {
+        for (id, decision) in self.scheduler.drain_ended() {
+            if self
+                .trials
+                .get(id as usize)
+                .is_some_and(|t| t.status == Status::Paused)
+            {
+                let status = if decision == Decision::Complete {
+                    Status::Completed
+                } else {
+                    Status::Stopped
+                };
+                self.settle(id, status, None)?;
+            }
+        }
         Ok(())
     }
 
@@ -462,6 +532,10 @@ fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
     enum Step {
         Result(TrialId, u64, f64),
         Complete(TrialId, Option<(u64, f64)>),
+    }
+    // Trials joined in id order (a synchronous scheduler fills its brackets that way).
+    for t in trials {
+        scheduler.on_trial_add(t.id);
     }
     let mut events: Vec<(u64, u8, Step)> = Vec::new();
     for t in trials {

@@ -178,6 +178,15 @@ impl SchedulerSpec {
         }
     }
 
+    /// HyperBand's settings: max_t = 81, reduction_factor = 3 unless the spec says otherwise.
+    pub fn hyperband(&self) -> tune_schedulers::HyperBandConfig {
+        let d = tune_schedulers::HyperBandConfig::default();
+        tune_schedulers::HyperBandConfig {
+            max_t: self.max_t.unwrap_or(d.max_t),
+            reduction_factor: self.reduction_factor.unwrap_or(d.reduction_factor),
+        }
+    }
+
     /// Median stopping's settings: the defaults, overridden by the spec.
     pub fn median(&self) -> tune_schedulers::MedianConfig {
         let d = tune_schedulers::MedianConfig::default();
@@ -190,7 +199,11 @@ impl SchedulerSpec {
     /// The first key set that `kind` does not use.
     fn stray_key(&self) -> Option<&'static str> {
         let set = [
-            ("max_t", self.max_t.is_some(), &[SchedulerKind::Asha][..]),
+            (
+                "max_t",
+                self.max_t.is_some(),
+                &[SchedulerKind::Asha, SchedulerKind::Hyperband][..],
+            ),
             (
                 "grace_period",
                 self.grace_period.is_some(),
@@ -199,7 +212,7 @@ impl SchedulerSpec {
             (
                 "reduction_factor",
                 self.reduction_factor.is_some(),
-                &[SchedulerKind::Asha][..],
+                &[SchedulerKind::Asha, SchedulerKind::Hyperband][..],
             ),
             (
                 "brackets",
@@ -474,16 +487,11 @@ impl ExperimentSpec {
             ));
         }
         let sched = &self.scheduler;
-        if matches!(sched.kind, SchedulerKind::Hyperband | SchedulerKind::Pbt) {
-            let name = if sched.kind == SchedulerKind::Pbt {
-                "pbt"
-            } else {
-                "hyperband"
-            };
+        if sched.kind == SchedulerKind::Pbt {
             return Err((
                 "scheduler",
                 "kind",
-                format!("\"{name}\" is not available in this version yet; use \"fifo\", \"median\" or \"asha\""),
+                "\"pbt\" is not available in this version yet; use \"fifo\", \"median\", \"asha\" or \"hyperband\"".into(),
             ));
         }
         if let Some(key) = sched.stray_key() {
@@ -492,6 +500,24 @@ impl ExperimentSpec {
                 key,
                 format!("does not apply to kind = \"{}\"", sched.kind.as_str()),
             ));
+        }
+        if sched.kind == SchedulerKind::Hyperband {
+            let hb = sched.hyperband();
+            if hb.reduction_factor < 2 || hb.max_t < hb.reduction_factor {
+                let key = if hb.reduction_factor < 2 {
+                    "reduction_factor"
+                } else {
+                    "max_t"
+                };
+                return Err((
+                    "scheduler",
+                    key,
+                    format!(
+                        "expected reduction_factor >= 2 and max_t >= reduction_factor, found {} and {}",
+                        hb.reduction_factor, hb.max_t
+                    ),
+                ));
+            }
         }
         let asha = sched.asha();
         if sched.kind == SchedulerKind::Asha {

@@ -4,15 +4,17 @@
 //! processes and signals. Every scheduler's state is a function of the results it was fed, in
 //! order, so a resumed sweep rebuilds it by replaying the stored results.
 //!
-//! Written: FIFO, median stopping, ASHA (the stopping variant Ray Tune ships). Not yet:
-//! HyperBand, PBT and ASHA's promotion variant, which need pausing trials.
+//! Written: FIFO, median stopping, ASHA (the stopping variant Ray Tune ships), synchronous
+//! HyperBand. Not yet: PBT and ASHA's promotion variant.
 
 mod asha;
 mod fifo;
+mod hyperband;
 mod median;
 
 pub use asha::{Asha, AshaConfig};
 pub use fifo::Fifo;
+pub use hyperband::{HyperBand, HyperBandConfig};
 pub use median::{MedianConfig, MedianStopping};
 pub use tune_search::{Mode, TrialId};
 
@@ -24,6 +26,9 @@ pub enum Decision {
     Stop,
     /// End the trial: it has the whole budget the scheduler gives (`max_t`).
     Complete,
+    /// Checkpoint and wait: the scheduler resumes it later through
+    /// [`Scheduler::choose_paused`] or ends it through [`Scheduler::drain_ended`].
+    Pause,
 }
 
 /// Decides, result by result, whether trials continue.
@@ -34,11 +39,27 @@ pub enum Decision {
 /// assert_eq!(s.on_result(0, 1, 0.5), Decision::Continue);
 /// ```
 pub trait Scheduler: Send {
+    /// A new trial starts (before its first result).
+    fn on_trial_add(&mut self, _id: TrialId) {}
+
     /// Trial `id` reported `value` of the metric at `step`.
     fn on_result(&mut self, id: TrialId, step: u64, value: f64) -> Decision;
 
     /// Trial `id` ended (completed, stopped or failed) after its last report, if any.
     fn on_complete(&mut self, _id: TrialId, _last: Option<(u64, f64)>) {}
+
+    /// A paused trial to resume now, if one is ready; asked before a new trial is started.
+    fn choose_paused(&mut self) -> Option<TrialId> {
+        None
+    }
+
+    /// No trial will be added any more (the budget is spent): wait for no one else.
+    fn on_no_more_trials(&mut self) {}
+
+    /// Paused trials the scheduler has ended since the last call, with `Stop` or `Complete`.
+    fn drain_ended(&mut self) -> Vec<(TrialId, Decision)> {
+        Vec::new()
+    }
 }
 
 /// Values oriented so that higher is better (as Ray Tune does internally).

@@ -31,13 +31,15 @@ impl Mode {
     }
 }
 
-/// Where a trial is in its life: `Pending -> Running -> Completed | Stopped | Failed`.
+/// Where a trial is in its life: `Pending -> Running -> (Paused -> Running ->) Completed | Stopped | Failed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Created, waiting for a slot (or re-queued after an interrupted run).
     Pending,
     Running,
+    /// Checkpointed and waiting for the scheduler to resume or end it.
+    Paused,
     /// Ran to its end.
     Completed,
     /// Ended early by the scheduler.
@@ -56,6 +58,7 @@ impl Status {
         match self {
             Status::Pending => "pending",
             Status::Running => "running",
+            Status::Paused => "paused",
             Status::Completed => "completed",
             Status::Stopped => "stopped",
             Status::Failed => "failed",

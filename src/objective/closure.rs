@@ -32,6 +32,7 @@ pub struct TrialContext {
     params: Params,
     device: String,
     trial_dir: PathBuf,
+    restore_dir: Option<PathBuf>,
     deadline: Option<Instant>,
     tx: mpsc::UnboundedSender<WorkerMsg>,
     shutdown: watch::Receiver<bool>,
@@ -63,9 +64,10 @@ impl TrialContext {
         Ok(&self.trial_dir)
     }
 
-    /// The checkpoint to restore from; `None` until pausing schedulers exist.
+    /// The checkpoint to continue from, when this run resumes a paused (or interrupted) trial:
+    /// the `checkpoint_dir` of its previous run.
     pub fn restore_dir(&self) -> Option<&Path> {
-        None
+        self.restore_dir.as_deref()
     }
 
     /// Reports metrics at `step` and waits until the result is durable and decided on.
@@ -96,6 +98,7 @@ impl TrialContext {
             {
                 Some(Decision::Continue) => None,
                 Some(Decision::Stop | Decision::Complete) => Some(Stop::Scheduler),
+                Some(Decision::Pause) => Some(Stop::Paused),
                 None => Some(Stop::Interrupted),
             }
         };
@@ -115,6 +118,7 @@ pub(super) fn launch(f: Arc<ObjectiveFn>, job: Job) {
             params: job.params,
             device: job.device,
             trial_dir: job.trial_dir,
+            restore_dir: job.restore_dir,
             deadline: timeout.map(|t| started + t),
             tx: job.tx,
             shutdown: job.shutdown,
@@ -128,12 +132,12 @@ pub(super) fn launch(f: Arc<ObjectiveFn>, job: Job) {
             Ok(Ok(())) if ctx.deadline.is_some_and(|d| Instant::now() > d) => timed_out(),
             Ok(Ok(())) => match ctx.stopped {
                 Some(Stop::Interrupted) => Outcome::Interrupted,
-                Some(Stop::Scheduler) => Outcome::Stopped,
+                Some(Stop::Scheduler | Stop::Paused) => Outcome::Stopped,
                 Some(Stop::TimedOut) => timed_out(),
                 None => Outcome::Returned,
             },
             Ok(Err(e)) => match e.downcast_ref::<Stop>() {
-                Some(Stop::Scheduler) => Outcome::Stopped,
+                Some(Stop::Scheduler | Stop::Paused) => Outcome::Stopped,
                 Some(Stop::Interrupted) => Outcome::Interrupted,
                 Some(Stop::TimedOut) => timed_out(),
                 None => Outcome::Failed(e.to_string()),

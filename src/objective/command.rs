@@ -72,6 +72,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         .env("TUNE_CHECKPOINT_DIR", &job.trial_dir)
         .env("TUNE_EXPERIMENT_DIR", &obj.experiment_dir)
         .env_remove("TUNE_RESTORE_DIR")
+        .envs(job.restore_dir.iter().map(|d| ("TUNE_RESTORE_DIR", d)))
         // Python buffers a piped stdout; unbuffered, each report arrives when printed.
         .env("PYTHONUNBUFFERED", "1")
         .envs(&obj.env)
@@ -110,10 +111,10 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let writer = tokio::spawn(async move {
         let mut stdin = stdin;
         while let Some(d) = decisions.recv().await {
-            let line = if d == Decision::Continue {
-                "continue\n"
-            } else {
-                "stop\n"
+            let line = match d {
+                Decision::Continue => "continue\n",
+                Decision::Pause => "pause\n",
+                Decision::Stop | Decision::Complete => "stop\n",
             };
             if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
                 break;

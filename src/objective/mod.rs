@@ -26,6 +26,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum Stop {
     #[error("the scheduler stopped this trial")]
     Scheduler,
+    /// Checkpoint into `checkpoint_dir` and return: the trial is resumed later with
+    /// `restore_dir` pointing at that checkpoint.
+    #[error("the scheduler paused this trial")]
+    Paused,
     #[error("the sweep is shutting down")]
     Interrupted,
     #[error("the trial ran past its timeout")]
@@ -46,6 +50,8 @@ pub(crate) struct Job {
     pub params: Params,
     pub device: String,
     pub trial_dir: PathBuf,
+    /// The checkpoint to continue from (a paused or interrupted trial that left one).
+    pub restore_dir: Option<PathBuf>,
     pub timeout: Option<Duration>,
     pub tx: mpsc::UnboundedSender<WorkerMsg>,
     pub shutdown: watch::Receiver<bool>,

@@ -82,7 +82,7 @@ impl TrialIndex {
             let role = match (t.status, t.value) {
                 (Status::Completed, Some(v)) => Role::Complete(sign * v),
                 (Status::Stopped, Some(v)) => Role::Stopped(t.last_step.unwrap_or(0), sign * v),
-                (Status::Running | Status::Pending, _) if liar => Role::Liar,
+                (Status::Running | Status::Pending | Status::Paused, _) if liar => Role::Liar,
                 _ => Role::Out,
             };
             let old = self.roles[t.id as usize];

@@ -1,0 +1,334 @@
+//! Synchronous HyperBand (Li et al. 2017), as Ray Tune's `HyperBandScheduler` runs it.
+//!
+//! A band holds brackets s = s_max..0 with s_max = floor(log_eta(max_t)). Bracket s takes
+//! n = ceil((s_max + 1) / (s + 1) * eta^s) trials and runs successive halving on them: every trial
+//! trains to r = max_t * eta^-s and pauses; once all of the bracket's trials have reached the
+//! rung, the best floor(n_i / eta) resume to the next rung (r * eta) and the others stop. Trials
+//! that reach `max_t` complete. New trials join the bracket being filled, so while one bracket
+//! waits at a rung, the next one starts.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::{reward, Decision, Mode, Scheduler, TrialId};
+
+/// HyperBand's settings (Ray Tune's names, in steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HyperBandConfig {
+    /// R: the most steps a trial gets.
+    pub max_t: u64,
+    /// eta.
+    pub reduction_factor: u64,
+}
+
+impl Default for HyperBandConfig {
+    fn default() -> Self {
+        HyperBandConfig {
+            max_t: 81,
+            reduction_factor: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Bracket {
+    /// Trials the bracket takes.
+    size: usize,
+    /// Milestones r * eta^i (capped at max_t), lowest first.
+    milestones: Vec<u64>,
+    /// Index of the rung its live trials are heading for.
+    rung: usize,
+    /// Trials still in the bracket (not stopped or failed) and their reward at the current rung.
+    live: BTreeMap<TrialId, Option<f64>>,
+    added: usize,
+}
+
+impl Bracket {
+    fn full(&self) -> bool {
+        self.added >= self.size
+    }
+}
+
+/// The HyperBand scheduler.
+///
+/// ```
+/// use tune_schedulers::{HyperBand, HyperBandConfig, Mode};
+/// let hb = HyperBand::new(HyperBandConfig::default(), Mode::Min);
+/// // (configurations, first milestone) of the brackets of one band, R = 81, eta = 3:
+/// assert_eq!(hb.band(), vec![(81, 1), (34, 3), (15, 9), (8, 27), (5, 81)]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct HyperBand {
+    config: HyperBandConfig,
+    mode: Mode,
+    s_max: u32,
+    brackets: Vec<Bracket>,
+    of: BTreeMap<TrialId, usize>,
+    resume: VecDeque<TrialId>,
+    ended: Vec<(TrialId, Decision)>,
+}
+
+impl HyperBand {
+    pub fn new(config: HyperBandConfig, mode: Mode) -> HyperBand {
+        let eta = config.reduction_factor.max(2);
+        let mut s_max = 0;
+        while eta.saturating_pow(s_max + 1) <= config.max_t {
+            s_max += 1;
+        }
+        HyperBand {
+            config,
+            mode,
+            s_max,
+            brackets: Vec::new(),
+            of: BTreeMap::new(),
+            resume: VecDeque::new(),
+            ended: Vec::new(),
+        }
+    }
+
+    /// The bracket shape for s: (configurations, milestones).
+    fn shape(&self, s: u32) -> (usize, Vec<u64>) {
+        let eta = self.config.reduction_factor.max(2);
+        let n =
+            ((self.s_max as f64 + 1.0) / (s as f64 + 1.0) * (eta.pow(s) as f64)).ceil() as usize;
+        let r = self.config.max_t.div_ceil(eta.pow(s));
+        let milestones = (0..=s)
+            .map(|i| (r * eta.pow(i)).min(self.config.max_t))
+            .collect();
+        (n, milestones)
+    }
+
+    /// (configurations, first milestone) of each bracket of a band, s = s_max first.
+    pub fn band(&self) -> Vec<(usize, u64)> {
+        (0..=self.s_max)
+            .rev()
+            .map(|s| {
+                let (n, m) = self.shape(s);
+                (n, m[0])
+            })
+            .collect()
+    }
+
+    /// Cuts the bracket's rung once every live trial has reported there.
+    fn maybe_cut(&mut self, b: usize) {
+        let eta = self.config.reduction_factor.max(2) as usize;
+        let bracket = &mut self.brackets[b];
+        if !bracket.full() || bracket.live.values().any(Option::is_none) || bracket.live.is_empty()
+        {
+            return;
+        }
+        let mut ranked: Vec<(TrialId, f64)> = bracket
+            .live
+            .iter()
+            .map(|(&id, r)| (id, r.unwrap_or(f64::NEG_INFINITY)))
+            .collect();
+        // Best first; ties by id for determinism.
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let keep = ranked.len() / eta;
+        bracket.rung += 1;
+        for (i, (id, _)) in ranked.into_iter().enumerate() {
+            if i < keep && bracket.rung < bracket.milestones.len() {
+                bracket.live.insert(id, None);
+                self.resume.push_back(id);
+            } else {
+                bracket.live.remove(&id);
+                self.ended.push((id, Decision::Stop));
+            }
+        }
+    }
+}
+
+impl Scheduler for HyperBand {
+    fn on_trial_add(&mut self, id: TrialId) {
+        if self.brackets.last().is_none_or(Bracket::full) {
+            let band_position = self.brackets.len() as u32 % (self.s_max + 1);
+            let (size, milestones) = self.shape(self.s_max - band_position);
+            self.brackets.push(Bracket {
+                size,
+                milestones,
+                rung: 0,
+                live: BTreeMap::new(),
+                added: 0,
+            });
+        }
+        let b = self.brackets.len() - 1;
+        let bracket = &mut self.brackets[b];
+        bracket.added += 1;
+        bracket.live.insert(id, None);
+        self.of.insert(id, b);
+    }
+
+    fn on_result(&mut self, id: TrialId, step: u64, value: f64) -> Decision {
+        let Some(&b) = self.of.get(&id) else {
+            return Decision::Continue;
+        };
+        let bracket = &mut self.brackets[b];
+        let Some(&milestone) = bracket.milestones.get(bracket.rung) else {
+            return Decision::Continue;
+        };
+        if step < milestone || !bracket.live.contains_key(&id) {
+            return Decision::Continue;
+        }
+        if step >= self.config.max_t {
+            bracket.live.remove(&id);
+            self.maybe_cut(b);
+            return Decision::Complete;
+        }
+        bracket.live.insert(id, Some(reward(self.mode, value)));
+        self.maybe_cut(b);
+        // If this report completed the rung, the cut has just decided the trial's fate.
+        match self.brackets[b].live.get(&id) {
+            Some(None) => {
+                // Promoted: it goes on at once instead of waiting to be resumed.
+                self.resume.retain(|&t| t != id);
+                Decision::Continue
+            }
+            Some(Some(_)) => Decision::Pause,
+            None => match self.ended.iter().position(|&(t, _)| t == id) {
+                Some(pos) => self.ended.remove(pos).1,
+                None => Decision::Stop,
+            },
+        }
+    }
+
+    fn on_complete(&mut self, id: TrialId, _last: Option<(u64, f64)>) {
+        // A trial that ends on its own (or fails) leaves its bracket; the rung may now be complete.
+        if let Some(&b) = self.of.get(&id) {
+            if self.brackets[b].live.remove(&id).is_some() {
+                self.maybe_cut(b);
+            }
+        }
+    }
+
+    fn on_no_more_trials(&mut self) {
+        if let Some(b) = self.brackets.len().checked_sub(1) {
+            self.brackets[b].size = self.brackets[b].added;
+            self.maybe_cut(b);
+        }
+    }
+
+    fn choose_paused(&mut self) -> Option<TrialId> {
+        // Only a trial promoted and not yet reported at its new rung is waiting to resume
+        // (the queue may hold stale entries after a replay of stored results).
+        while let Some(id) = self.resume.pop_front() {
+            let waiting = self
+                .of
+                .get(&id)
+                .is_some_and(|&b| self.brackets[b].live.get(&id) == Some(&None));
+            if waiting {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    fn drain_ended(&mut self) -> Vec<(TrialId, Decision)> {
+        std::mem::take(&mut self.ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// A sequential driver: one trial at a time, paused trials resumed first, each trial's
+    /// value at step t = its id-derived quality + 1/t. Returns where each trial ended.
+    fn run_band(hb: &mut HyperBand, trials: u64) -> BTreeMap<TrialId, (u64, Decision)> {
+        let quality = |id: TrialId| ((id * 7919) % 1000) as f64 / 1000.0;
+        let mut step: BTreeMap<TrialId, u64> = BTreeMap::new();
+        let mut ended = BTreeMap::new();
+        let mut next = 0;
+        let mut paused = BTreeSet::new();
+        loop {
+            for (id, d) in hb.drain_ended() {
+                assert!(
+                    paused.remove(&id),
+                    "only paused trials are ended from outside"
+                );
+                ended.insert(id, (step[&id], d));
+            }
+            let id = match hb.choose_paused() {
+                Some(id) => {
+                    assert!(paused.remove(&id));
+                    id
+                }
+                None if next < trials => {
+                    hb.on_trial_add(next);
+                    next += 1;
+                    next - 1
+                }
+                None => break,
+            };
+            loop {
+                let t = step.entry(id).or_insert(0);
+                *t += 1;
+                let d = hb.on_result(id, *t, quality(id) + 1.0 / *t as f64);
+                match d {
+                    Decision::Continue => continue,
+                    Decision::Pause => {
+                        paused.insert(id);
+                    }
+                    Decision::Stop | Decision::Complete => {
+                        hb.on_complete(id, None);
+                        ended.insert(id, (*t, d));
+                    }
+                }
+                break;
+            }
+        }
+        assert!(paused.is_empty(), "no trial left waiting: {paused:?}");
+        ended
+    }
+
+    #[test]
+    fn one_band_of_r81_eta3_matches_the_paper() {
+        let mut hb = HyperBand::new(
+            HyperBandConfig {
+                max_t: 81,
+                reduction_factor: 3,
+            },
+            Mode::Min,
+        );
+        assert_eq!(hb.band(), vec![(81, 1), (34, 3), (15, 9), (8, 27), (5, 81)]);
+        let ended = run_band(&mut hb, 143);
+        assert_eq!(ended.len(), 143);
+        let count = |t: u64, d: Decision| ended.values().filter(|&&e| e == (t, d)).count();
+        let stops: Vec<usize> = [1, 3, 9, 27]
+            .iter()
+            .map(|&t| count(t, Decision::Stop))
+            .collect();
+        assert_eq!(stops, vec![54, 41, 24, 14]);
+        assert_eq!(count(81, Decision::Complete), 10);
+    }
+
+    #[test]
+    fn the_best_of_each_rung_go_on() {
+        // min mode: lower is better. Bracket s = 1 of R = 9, eta = 3: 3 trials to step 3, 1 to 9.
+        let mut hb = HyperBand::new(
+            HyperBandConfig {
+                max_t: 9,
+                reduction_factor: 3,
+            },
+            Mode::Min,
+        );
+        assert_eq!(hb.band(), vec![(9, 1), (5, 3), (3, 9)]);
+        for id in 0..9 {
+            hb.on_trial_add(id);
+        }
+        let losses = [0.5, 0.1, 0.9, 0.3, 0.8, 0.2, 0.7, 0.6, 0.4];
+        for (id, l) in losses.iter().enumerate() {
+            let d = hb.on_result(id as u64, 1, *l);
+            // The last to report triggers the cut and learns its fate at once.
+            if id < 8 {
+                assert_eq!(d, Decision::Pause);
+            } else {
+                assert_eq!(d, Decision::Stop, "0.4 is fourth best of nine");
+            }
+        }
+        let mut resumed: Vec<TrialId> = std::iter::from_fn(|| hb.choose_paused()).collect();
+        resumed.sort();
+        assert_eq!(resumed, vec![1, 3, 5], "the three lowest losses go on");
+        let stopped: BTreeSet<TrialId> = hb.drain_ended().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(stopped, BTreeSet::from([0, 2, 4, 6, 7]));
+    }
+}
