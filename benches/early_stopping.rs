@@ -10,7 +10,10 @@ mod curves;
 #[path = "common/simulator.rs"]
 mod simulator;
 
-use tune_schedulers::{Asha, AshaConfig, Fifo, MedianConfig, MedianStopping, Mode, Scheduler};
+use tune_schedulers::{
+    Asha, AshaConfig, Fifo, HyperBand, HyperBandConfig, MedianConfig, MedianStopping, Mode,
+    Scheduler,
+};
 use tune_search::{RandomSearch, Searcher, Tpe, TpeOptions};
 
 const CHECKPOINTS: [u64; 5] = [243, 405, 810, 1620, 2430];
@@ -91,6 +94,16 @@ fn asha(seed: u64) -> Box<dyn Scheduler> {
     Box::new(Asha::new(config, Mode::Min, seed))
 }
 
+fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
+    Box::new(HyperBand::new(
+        HyperBandConfig {
+            max_t: 81,
+            reduction_factor: 3,
+        },
+        Mode::Min,
+    ))
+}
+
 /// Median over seeds; `None` (no incumbent yet) counts as +inf, as in the peers' table.
 fn median(values: Vec<Option<f64>>) -> Option<f64> {
     let mut v: Vec<f64> = values
@@ -117,7 +130,7 @@ fn main() {
     } else {
         2
     };
-    let methods: [(&str, MakeSearcher, MakeScheduler); 5] = [
+    let methods: [(&str, MakeSearcher, MakeScheduler); 7] = [
         (
             "tune random, full budget",
             |s| Box::new(RandomSearch::new(curves::space(), s)),
@@ -142,6 +155,16 @@ fn main() {
             "tune TPE + ASHA",
             |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
             asha,
+        ),
+        (
+            "tune random + HyperBand",
+            |s| Box::new(RandomSearch::new(curves::space(), s)),
+            hyperband,
+        ),
+        (
+            "tune TPE + HyperBand",
+            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            hyperband,
         ),
     ];
     for workers in [1, 8] {

@@ -226,3 +226,59 @@ fn asha_killed_and_resumed_ends_as_the_uninterrupted_sweep() {
     }
     assert_asha_applied(&reference);
 }
+
+#[test]
+fn hyperband_through_the_binary_matches_the_papers_band() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 143\nseed = 1\n[scheduler]\nkind = \"hyperband\"\nmax_t = 81\nreduction_factor = 3\n[resources]\ncpu_slots = 4",
+        &["--y", "{y}", "--steps", "81", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("hb");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 143);
+    let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
+    for t in &trials {
+        let steps: Vec<u64> = t["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        // Resumed from its checkpoints: every step exactly once, in order.
+        assert_eq!(
+            steps,
+            (1..=steps.len() as u64).collect::<Vec<_>>(),
+            "trial {}",
+            t["id"]
+        );
+        *ended
+            .entry((
+                t["status"].as_str().unwrap().to_string(),
+                *steps.last().unwrap(),
+            ))
+            .or_default() += 1;
+    }
+    let stopped = |step: u64| {
+        ended
+            .get(&("stopped".to_string(), step))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!([1, 3, 9, 27].map(stopped), [54, 41, 24, 14], "{ended:?}");
+    assert_eq!(
+        ended.get(&("completed".to_string(), 81)),
+        Some(&10),
+        "{ended:?}"
+    );
+    // A trial that went to 81 from rung 1 was paused and resumed at 1, 3, 9 and 27.
+    let longest = trials
+        .iter()
+        .filter(|t| t["status"] == "completed")
+        .map(|t| t["attempts"].as_u64().unwrap())
+        .max();
+    assert_eq!(longest, Some(5));
+}

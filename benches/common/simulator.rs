@@ -27,6 +27,8 @@ pub fn simulate(
 ) -> Vec<Option<f64>> {
     let mut history = History::new(Mode::Min);
     let mut slots: Vec<Option<Slot>> = (0..workers).map(|_| None).collect();
+    // Paused trials keep their params and next epoch (a simulated checkpoint).
+    let mut paused: std::collections::BTreeMap<TrialId, Slot> = std::collections::BTreeMap::new();
     let mut next_id: TrialId = 0;
     let mut used = 0;
     let mut incumbent: Option<(f64, f64)> = None;
@@ -34,8 +36,14 @@ pub fn simulate(
     let mut next_checkpoint = 0;
     loop {
         for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            if let Some(s) = scheduler.choose_paused().and_then(|id| paused.remove(&id)) {
+                history.set_status(s.id, Status::Running);
+                *slot = Some(s);
+                continue;
+            }
             let params = searcher.suggest(next_id, &history).expect("a suggestion");
             history.record(next_id, params.clone(), Status::Running);
+            scheduler.on_trial_add(next_id);
             *slot = Some(Slot {
                 id: next_id,
                 params,
@@ -54,17 +62,34 @@ pub fn simulate(
                 Decision::Complete => Some(Status::Completed),
                 Decision::Continue if s.epoch >= MAX_T => Some(Status::Completed),
                 Decision::Continue => None,
+                Decision::Pause => Some(Status::Paused),
             };
             if s.epoch == MAX_T && incumbent.is_none_or(|(best, _)| loss < best) {
                 incumbent = Some((loss, floor(lr, width, dropout) - floor_min()));
             }
             match end {
+                Some(Status::Paused) => {
+                    history.set_status(s.id, Status::Paused);
+                    s.epoch += 1;
+                    let s = slot.take().expect("a running slot");
+                    paused.insert(s.id, s);
+                }
                 Some(status) => {
                     history.set_status(s.id, status);
                     scheduler.on_complete(s.id, Some((s.epoch, loss)));
                     *slot = None;
                 }
                 None => s.epoch += 1,
+            }
+            for (id, decision) in scheduler.drain_ended() {
+                if paused.remove(&id).is_some() {
+                    let status = if decision == Decision::Complete {
+                        Status::Completed
+                    } else {
+                        Status::Stopped
+                    };
+                    history.set_status(id, status);
+                }
             }
             while next_checkpoint < checkpoints.len() && used >= checkpoints[next_checkpoint] {
                 out[next_checkpoint] = incumbent.map(|(_, regret)| regret);
