@@ -274,11 +274,22 @@ fn hyperband_through_the_binary_matches_the_papers_band() {
         Some(&10),
         "{ended:?}"
     );
-    // A trial that went to 81 from rung 1 was paused and resumed at 1, 3, 9 and 27.
-    let longest = trials
-        .iter()
-        .filter(|t| t["status"] == "completed")
-        .map(|t| t["attempts"].as_u64().unwrap())
-        .max();
-    assert_eq!(longest, Some(5));
+    // A trial pauses only at milestones below its last step (the trial that completes a rung
+    // is promoted at once, so timing decides which ones pause); of the 27 promoted from the
+    // first bracket's first rung, at least 26 had to be resumed.
+    let mut resumes = 0;
+    for t in &trials {
+        let last = t["results"].as_array().unwrap().last().unwrap()["step"]
+            .as_u64()
+            .unwrap();
+        let pauses_possible = [1, 3, 9, 27].iter().filter(|&&m| m < last).count() as u64;
+        let attempts = t["attempts"].as_u64().unwrap();
+        assert!(
+            attempts <= 1 + pauses_possible,
+            "trial {}: {attempts} attempts",
+            t["id"]
+        );
+        resumes += attempts - 1;
+    }
+    assert!(resumes >= 26, "{resumes} resumes");
 }
