@@ -116,6 +116,8 @@ pub(crate) struct Coordinator {
     to_launch: Vec<TrialId>,
     /// The budget is spent: the scheduler has been told no trial will join.
     all_added: bool,
+    /// Paused trials chosen for resuming whose previous run has not ended yet.
+    deferred: VecDeque<TrialId>,
 }
 
 impl Coordinator {
@@ -191,6 +193,7 @@ impl Coordinator {
             acks: Vec::new(),
             to_launch: Vec::new(),
             all_added,
+            deferred: VecDeque::new(),
         }
     }
 
@@ -431,14 +434,30 @@ impl Coordinator {
     /// A paused trial the scheduler wants resumed now (ids it names that are not paused here,
     /// as after a replay, are skipped).
     fn next_paused(&mut self) -> Option<TrialId> {
-        while let Some(id) = self.scheduler.choose_paused() {
-            if self
-                .trials
+        let is_paused = |trials: &[Trial], id: TrialId| {
+            trials
                 .get(id as usize)
                 .is_some_and(|t| t.status == Status::Paused)
-            {
-                return Some(id);
+        };
+        // Resumes that had to wait for the trial's previous run to end come first.
+        self.deferred.retain(|&id| is_paused(&self.trials, id));
+        if let Some(pos) = self
+            .deferred
+            .iter()
+            .position(|id| !self.in_flight.contains_key(id))
+        {
+            return self.deferred.remove(pos);
+        }
+        while let Some(id) = self.scheduler.choose_paused() {
+            if !is_paused(&self.trials, id) {
+                continue;
             }
+            if self.in_flight.contains_key(&id) {
+                // Its paused run is still writing its checkpoint: relaunch it after that run ends.
+                self.deferred.push_back(id);
+                continue;
+            }
+            return Some(id);
         }
         None
     }
@@ -487,7 +506,11 @@ impl Coordinator {
         attempt: u32,
         outcome: Outcome,
     ) -> Result<(), TuneError> {
-        let Some(run) = self.in_flight.remove(&id).filter(|r| r.attempt == attempt) else {
+        // A stale message (an earlier run of a trial since relaunched) must not touch the new run.
+        if self.in_flight.get(&id).is_none_or(|r| r.attempt != attempt) {
+            return Ok(());
+        }
+        let Some(run) = self.in_flight.remove(&id) else {
             return Ok(());
         };
         self.free_slots.push(run.slot);

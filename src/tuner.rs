@@ -122,6 +122,19 @@ impl Tuner {
         self
     }
 
+    /// The trial scheduler and its settings (FIFO unless set).
+    ///
+    /// ```
+    /// use tune::{SchedulerKind, SchedulerSpec, Space, Tuner};
+    /// let asha = SchedulerSpec { kind: SchedulerKind::Asha, max_t: Some(27), ..Default::default() };
+    /// let tuner = Tuner::new(Space::default()).scheduler(asha);
+    /// # drop(tuner);
+    /// ```
+    pub fn scheduler(mut self, scheduler: SchedulerSpec) -> Self {
+        self.spec.scheduler = scheduler;
+        self
+    }
+
     /// Concurrent trials.
     pub fn cpu_slots(mut self, slots: usize) -> Self {
         self.spec.resources.cpu_slots = slots;

@@ -212,3 +212,70 @@ fn an_experiment_is_locked_while_it_runs() {
         .unwrap();
     assert_eq!(result.trials()[0].status, Status::Completed);
 }
+
+#[test]
+fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
+    use tune::{SchedulerKind, SchedulerSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let hyperband = SchedulerSpec {
+        kind: SchedulerKind::Hyperband,
+        max_t: Some(81),
+        reduction_factor: Some(3),
+        ..SchedulerSpec::default()
+    };
+    let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+        .samples(143)
+        .cpu_slots(3)
+        .scheduler(hyperband)
+        .dir(tmp.path().join("hb"))
+        .fit(|ctx| {
+            let x = ctx.params().f64("x")?;
+            // Continue after the step the last checkpoint holds.
+            let first = match ctx.restore_dir() {
+                Some(dir) => {
+                    std::fs::read_to_string(dir.join("step"))?
+                        .trim()
+                        .parse::<u64>()?
+                        + 1
+                }
+                None => 1,
+            };
+            for step in first..=81 {
+                std::fs::write(ctx.checkpoint_dir()?.join("step"), step.to_string())?;
+                match ctx.report(step, [("loss", x + 1.0 / step as f64)]) {
+                    Ok(()) => {}
+                    // Paused: the checkpoint is written; return and wait to be resumed.
+                    Err(Stop::Paused) => return Ok(()),
+                    Err(stop) => return Err(stop.into()),
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut ended = std::collections::HashMap::new();
+    for t in result.trials() {
+        let steps: Vec<u64> = t.results.iter().map(|r| r.step).collect();
+        assert_eq!(
+            steps,
+            (1..=steps.len() as u64).collect::<Vec<_>>(),
+            "trial {}",
+            t.id
+        );
+        *ended.entry((t.status, *steps.last().unwrap())).or_insert(0) += 1;
+    }
+    let stopped = |s: u64| ended.get(&(Status::Stopped, s)).copied().unwrap_or(0);
+    assert_eq!([1, 3, 9, 27].map(stopped), [54, 41, 24, 14], "{ended:?}");
+    assert_eq!(ended.get(&(Status::Completed, 81)), Some(&10), "{ended:?}");
+    // The first bracket (ids 0..81) keeps the lowest losses at step 1, i.e. the smallest x:
+    // the 27 of its trials that went past rung 1 are exactly its 27 smallest.
+    let first: Vec<&tune::Trial> = result.trials()[..81].iter().collect();
+    let mut xs: Vec<f64> = first.iter().map(|t| t.params.f64("x").unwrap()).collect();
+    xs.sort_by(f64::total_cmp);
+    let went_on: Vec<f64> = first
+        .iter()
+        .filter(|t| t.results.len() > 1)
+        .map(|t| t.params.f64("x").unwrap())
+        .collect();
+    assert_eq!(went_on.len(), 27);
+    assert!(went_on.iter().all(|&x| x <= xs[26]), "{went_on:?}");
+}
