@@ -17,7 +17,7 @@ use tune_search::{History, Mode, Searcher, Status, TrialId};
 
 use crate::error::TuneError;
 use crate::experiment::trial_dir;
-use crate::objective::{Job, Objective, Outcome, WorkerMsg};
+use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
 use crate::store::TrialStore;
 use crate::trial::{now_ms, Trial, TrialResult};
 
@@ -112,7 +112,7 @@ pub(crate) struct Coordinator {
     tx: mpsc::UnboundedSender<WorkerMsg>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
     shutdown: watch::Sender<bool>,
-    acks: Vec<(oneshot::Sender<Decision>, Decision)>,
+    acks: Vec<(oneshot::Sender<Heard>, Heard)>,
     to_launch: Vec<TrialId>,
     /// The budget is spent: the scheduler has been told no trial will join.
     all_added: bool,
@@ -163,6 +163,11 @@ impl Coordinator {
             *summary.count(t.status) += 1;
             note_best(&mut summary, t);
         }
+        let trials_pending_exploit: VecDeque<TrialId> = trials
+            .iter()
+            .filter(|t| t.status == Status::Paused && t.restore_from.is_some())
+            .map(|t| t.id)
+            .collect();
         let mut scheduler = scheduler;
         replay(scheduler.as_mut(), &trials, &plan.metric);
         let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
@@ -193,7 +198,8 @@ impl Coordinator {
             acks: Vec::new(),
             to_launch: Vec::new(),
             all_added,
-            deferred: VecDeque::new(),
+            // Paused by an exploit not yet applied: they run again as soon as a slot is free.
+            deferred: trials_pending_exploit,
         }
     }
 
@@ -275,7 +281,8 @@ impl Coordinator {
                 self.history.record(id, params.clone(), Status::Pending);
                 self.trials.push(Trial::new(id, params));
                 self.summary.pending += 1;
-                self.scheduler.on_trial_add(id);
+                self.scheduler
+                    .on_trial_add(id, &self.trials[id as usize].params);
                 if self.trials.len() as u64 >= self.budget && !self.all_added {
                     self.all_added = true;
                     self.scheduler.on_no_more_trials();
@@ -285,6 +292,7 @@ impl Coordinator {
                 break;
             };
             self.free_slots.pop();
+            self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
             let t = &mut self.trials[id as usize];
             t.attempts += 1;
@@ -352,7 +360,7 @@ impl Coordinator {
         attempt: u32,
         step: Option<u64>,
         mut metrics: std::collections::BTreeMap<String, f64>,
-        ack: oneshot::Sender<Decision>,
+        ack: oneshot::Sender<Heard>,
     ) -> Result<(), TuneError> {
         let metric = &self.plan.metric;
         let Some(run) = self
@@ -361,7 +369,7 @@ impl Coordinator {
             .filter(|r| r.attempt == attempt && !r.settled)
         else {
             // A late report after a decision: discarded.
-            self.acks.push((ack, Decision::Stop));
+            self.acks.push((ack, Heard::Stop));
             return Ok(());
         };
         run.reports += 1;
@@ -383,7 +391,7 @@ impl Coordinator {
                 };
                 run.settled = true;
                 self.settle(id, Status::Failed, Some(reason))?;
-                self.acks.push((ack, Decision::Stop));
+                self.acks.push((ack, Heard::Stop));
                 return Ok(());
             }
         };
@@ -405,29 +413,68 @@ impl Coordinator {
             emit(&mut self.observers, &Event::Result(t, r), &self.summary);
         }
         // The decision is stored with the result, before the trial hears it.
-        match decision {
-            Decision::Continue => {}
+        let heard = match decision {
+            Decision::Continue => Heard::Continue,
             Decision::Pause => {
                 run.settled = true;
                 self.set_status(id, Status::Paused);
                 self.store.put_trial(&self.trials[id as usize])?;
+                Heard::Pause
+            }
+            Decision::Exploit { from, params } => {
+                // The run checkpoints and ends; the trial then starts again from `from`'s
+                // checkpoint with the new params (see `fill_slots`).
+                run.settled = true;
+                self.set_status(id, Status::Paused);
+                let t = &mut self.trials[id as usize];
+                let previous = std::mem::replace(&mut t.params, params.clone());
+                t.lineage.push(crate::trial::Lineage {
+                    step,
+                    from,
+                    previous,
+                });
+                t.parent = Some(from);
+                t.restore_from = Some(from);
+                self.store.put_trial(t)?;
+                self.history.set_params(id, params);
+                self.deferred.push_back(id);
+                Heard::Pause
             }
             Decision::Stop => {
                 run.settled = true;
                 self.settle(id, Status::Stopped, None)?;
+                Heard::Stop
             }
             Decision::Complete => {
                 run.settled = true;
                 self.settle(id, Status::Completed, None)?;
+                Heard::Stop
             }
-        }
-        // Workers hear continue, pause or stop (a completed trial is simply stopped).
-        let heard = if decision == Decision::Complete {
-            Decision::Stop
-        } else {
-            decision
         };
         self.acks.push((ack, heard));
+        Ok(())
+    }
+
+    /// Copies the checkpoint of the trial that `id` exploited into `id`'s folder (then forgets
+    /// the pending copy, durably). A crash before the copy repeats it on resume.
+    fn apply_exploit(&mut self, id: TrialId) -> Result<(), TuneError> {
+        let Some(from) = self.trials[id as usize].restore_from else {
+            return Ok(());
+        };
+        let (src, dst) = (
+            trial_dir(&self.plan.dir, from),
+            trial_dir(&self.plan.dir, id),
+        );
+        let _ = std::fs::remove_dir_all(&dst);
+        copy_dir(&src, &dst).map_err(|e| {
+            TuneError::io(
+                format!("copying the checkpoint of trial {from} to trial {id}"),
+                e,
+            )
+        })?;
+        let t = &mut self.trials[id as usize];
+        t.restore_from = None;
+        self.store.put_trial(t)?;
         Ok(())
     }
 
@@ -549,6 +596,24 @@ impl Coordinator {
     }
 }
 
+/// Copies a folder tree (a trial's checkpoint); a missing source copies nothing.
+fn copy_dir(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dst)?;
+    let Ok(entries) = std::fs::read_dir(src) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        let to = dst.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &to)?;
+        } else {
+            std::fs::copy(entry.path(), to)?;
+        }
+    }
+    Ok(())
+}
+
 /// Rebuilds a scheduler's state from stored trials: every result in the order the coordinator
 /// received it, and each finished trial's completion right after its last result.
 fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
@@ -558,7 +623,7 @@ fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
     }
     // Trials joined in id order (a synchronous scheduler fills its brackets that way).
     for t in trials {
-        scheduler.on_trial_add(t.id);
+        scheduler.on_trial_add(t.id, t.original_params());
     }
     let mut events: Vec<(u64, u8, Step)> = Vec::new();
     for t in trials {

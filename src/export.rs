@@ -43,6 +43,8 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
                     "results": results,
                     "attempts": t.attempts,
                     "device": t.device,
+                    "parent": t.parent,
+                    "lineage": t.lineage,
                     "started_at": t.started_at.map(rfc3339),
                     "finished_at": t.finished_at.map(rfc3339),
                     "error": t.error,

@@ -163,6 +163,15 @@ pub struct SchedulerSpec {
     /// Median: other trials needed at a step before the rule applies (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_samples_required: Option<usize>,
+    /// PBT: steps between a trial's perturbations (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perturbation_interval: Option<u64>,
+    /// PBT: the share of the population at each end that exploits / is exploited (default 0.25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile_fraction: Option<f64>,
+    /// PBT: the chance of resampling a parameter instead of perturbing it (default 0.25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resample_probability: Option<f64>,
 }
 
 impl SchedulerSpec {
@@ -184,6 +193,18 @@ impl SchedulerSpec {
         tune_schedulers::HyperBandConfig {
             max_t: self.max_t.unwrap_or(d.max_t),
             reduction_factor: self.reduction_factor.unwrap_or(d.reduction_factor),
+        }
+    }
+
+    /// PBT's settings: the defaults, overridden by the spec.
+    pub fn pbt(&self) -> tune_schedulers::PbtConfig {
+        let d = tune_schedulers::PbtConfig::default();
+        tune_schedulers::PbtConfig {
+            perturbation_interval: self
+                .perturbation_interval
+                .unwrap_or(d.perturbation_interval),
+            quantile_fraction: self.quantile_fraction.unwrap_or(d.quantile_fraction),
+            resample_probability: self.resample_probability.unwrap_or(d.resample_probability),
         }
     }
 
@@ -228,6 +249,21 @@ impl SchedulerSpec {
                 "min_samples_required",
                 self.min_samples_required.is_some(),
                 &[SchedulerKind::Median][..],
+            ),
+            (
+                "perturbation_interval",
+                self.perturbation_interval.is_some(),
+                &[SchedulerKind::Pbt][..],
+            ),
+            (
+                "quantile_fraction",
+                self.quantile_fraction.is_some(),
+                &[SchedulerKind::Pbt][..],
+            ),
+            (
+                "resample_probability",
+                self.resample_probability.is_some(),
+                &[SchedulerKind::Pbt][..],
             ),
         ];
         set.iter()
@@ -488,11 +524,34 @@ impl ExperimentSpec {
         }
         let sched = &self.scheduler;
         if sched.kind == SchedulerKind::Pbt {
-            return Err((
-                "scheduler",
-                "kind",
-                "\"pbt\" is not available in this version yet; use \"fifo\", \"median\", \"asha\" or \"hyperband\"".into(),
-            ));
+            let pbt = sched.pbt();
+            if pbt.perturbation_interval == 0 {
+                return Err((
+                    "scheduler",
+                    "perturbation_interval",
+                    "expected at least 1 step, found 0".into(),
+                ));
+            }
+            if !(pbt.quantile_fraction > 0.0 && pbt.quantile_fraction <= 0.5) {
+                return Err((
+                    "scheduler",
+                    "quantile_fraction",
+                    format!(
+                        "expected a number in (0, 0.5], found {}",
+                        pbt.quantile_fraction
+                    ),
+                ));
+            }
+            if !(0.0..=1.0).contains(&pbt.resample_probability) {
+                return Err((
+                    "scheduler",
+                    "resample_probability",
+                    format!(
+                        "expected a number in [0, 1], found {}",
+                        pbt.resample_probability
+                    ),
+                ));
+            }
         }
         if let Some(key) = sched.stray_key() {
             return Err((

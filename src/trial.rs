@@ -40,9 +40,16 @@ pub struct Trial {
     pub error: Option<String>,
     /// Where the last attempt ran (`cpu:0`, `cuda:1`).
     pub device: Option<String>,
-    /// The trial it was copied from (population-based training).
+    /// The trial it last copied (population-based training).
     #[serde(default)]
     pub parent: Option<TrialId>,
+    /// Every exploit, oldest first: at which step it took over which trial, and the params it
+    /// had before (the first entry's are the params it was created with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<Lineage>,
+    /// An exploit not yet applied: copy this trial's checkpoint in before the next run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_from: Option<TrialId>,
     /// Results in the order received; kept apart from the record in the store.
     #[serde(skip)]
     pub results: Vec<TrialResult>,
@@ -61,6 +68,8 @@ impl Trial {
             error: None,
             device: None,
             parent: None,
+            lineage: Vec::new(),
+            restore_from: None,
             results: Vec::new(),
         }
     }
@@ -79,6 +88,24 @@ impl Trial {
             .last()
             .filter(|r| r.attempt == self.attempts)
             .map(|r| r.step)
+    }
+}
+
+/// One exploit of population-based training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// The step at which it happened.
+    pub step: u64,
+    /// The trial whose checkpoint and (explored) params it took.
+    pub from: TrialId,
+    /// Its params before.
+    pub previous: Params,
+}
+
+impl Trial {
+    /// The params the trial was created with (before any exploit).
+    pub fn original_params(&self) -> &Params {
+        self.lineage.first().map_or(&self.params, |l| &l.previous)
     }
 }
 

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tune_schedulers::{Asha, Fifo, HyperBand, MedianStopping, Scheduler};
+use tune_schedulers::{Asha, Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
 use crate::coordinator::{Coordinator, Observer, Plan};
@@ -322,9 +322,11 @@ fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError
         SchedulerKind::Median => Ok(Box::new(MedianStopping::new(s.median(), spec.mode))),
         SchedulerKind::Asha => Ok(Box::new(Asha::new(s.asha(), spec.mode, spec.seed))),
         SchedulerKind::Hyperband => Ok(Box::new(HyperBand::new(s.hyperband(), spec.mode))),
-        other => Err(TuneError::Invalid(format!(
-            "scheduler \"{}\" is not available in this version yet",
-            other.as_str()
+        SchedulerKind::Pbt => Ok(Box::new(Pbt::new(
+            s.pbt(),
+            spec.space.clone(),
+            spec.mode,
+            spec.seed,
         ))),
     }
 }

@@ -75,7 +75,7 @@ fn assert_asha_applied(trials: &[Json]) -> (usize, usize) {
             .map(|r| r["step"].as_u64().unwrap())
             .collect();
         let last = *steps.last().unwrap();
-        let ending = decisions[&(id, last)];
+        let ending = decisions[&(id, last)].clone();
         // Every earlier result was a "continue".
         for s in &steps[..steps.len() - 1] {
             assert_eq!(
@@ -170,8 +170,12 @@ fn bad_scheduler_settings_are_explained() {
             "expected 1 <= grace_period <= max_t (9), found 10",
         ),
         (
-            "kind = \"pbt\"",
-            "\"pbt\" is not available in this version yet",
+            "kind = \"pbt\"\nquantile_fraction = 0.7",
+            "[scheduler] `quantile_fraction`: expected a number in (0, 0.5], found 0.7",
+        ),
+        (
+            "kind = \"asha\"\nperturbation_interval = 3",
+            "[scheduler] `perturbation_interval`: does not apply to kind = \"asha\"",
         ),
         ("kind = \"ashaa\"", "did you mean `asha`?"),
     ] {

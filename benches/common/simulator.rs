@@ -43,7 +43,7 @@ pub fn simulate(
             }
             let params = searcher.suggest(next_id, &history).expect("a suggestion");
             history.record(next_id, params.clone(), Status::Running);
-            scheduler.on_trial_add(next_id);
+            scheduler.on_trial_add(next_id, &params);
             *slot = Some(Slot {
                 id: next_id,
                 params,
@@ -57,7 +57,14 @@ pub fn simulate(
             let loss = val_loss(lr, width, dropout, s.epoch);
             used += 1;
             history.report(s.id, s.epoch, loss);
-            let end = match scheduler.on_result(s.id, s.epoch, loss) {
+            let decision = scheduler.on_result(s.id, s.epoch, loss);
+            if let Decision::Exploit { params, .. } = &decision {
+                // The curves' only state is the epoch: go on from it on the new configuration.
+                history.set_params(s.id, params.clone());
+                s.params = params.clone();
+            }
+            let end = match decision {
+                Decision::Exploit { .. } => None,
                 Decision::Stop => Some(Status::Stopped),
                 Decision::Complete => Some(Status::Completed),
                 Decision::Continue if s.epoch >= MAX_T => Some(Status::Completed),

@@ -138,7 +138,7 @@ impl HyperBand {
 }
 
 impl Scheduler for HyperBand {
-    fn on_trial_add(&mut self, id: TrialId) {
+    fn on_trial_add(&mut self, id: TrialId, _params: &crate::Params) {
         if self.brackets.last().is_none_or(Bracket::full) {
             let band_position = self.brackets.len() as u32 % (self.s_max + 1);
             let (size, milestones) = self.shape(self.s_max - band_position);
@@ -253,7 +253,7 @@ mod tests {
                     id
                 }
                 None if next < trials => {
-                    hb.on_trial_add(next);
+                    hb.on_trial_add(next, &crate::Params::default());
                     next += 1;
                     next - 1
                 }
@@ -272,6 +272,7 @@ mod tests {
                         hb.on_complete(id, None);
                         ended.insert(id, (*t, d));
                     }
+                    Decision::Exploit { .. } => unreachable!("HyperBand does not exploit"),
                 }
                 break;
             }
@@ -292,7 +293,7 @@ mod tests {
         assert_eq!(hb.band(), vec![(81, 1), (34, 3), (15, 9), (8, 27), (5, 81)]);
         let ended = run_band(&mut hb, 143);
         assert_eq!(ended.len(), 143);
-        let count = |t: u64, d: Decision| ended.values().filter(|&&e| e == (t, d)).count();
+        let count = |t: u64, d: Decision| ended.values().filter(|e| **e == (t, d.clone())).count();
         let stops: Vec<usize> = [1, 3, 9, 27]
             .iter()
             .map(|&t| count(t, Decision::Stop))
@@ -313,7 +314,7 @@ mod tests {
         );
         assert_eq!(hb.band(), vec![(9, 1), (5, 3), (3, 9)]);
         for id in 0..9 {
-            hb.on_trial_add(id);
+            hb.on_trial_add(id, &crate::Params::default());
         }
         let losses = [0.5, 0.1, 0.9, 0.3, 0.8, 0.2, 0.7, 0.6, 0.4];
         for (id, l) in losses.iter().enumerate() {

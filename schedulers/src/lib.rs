@@ -5,21 +5,23 @@
 //! order, so a resumed sweep rebuilds it by replaying the stored results.
 //!
 //! Written: FIFO, median stopping, ASHA (the stopping variant Ray Tune ships), synchronous
-//! HyperBand. Not yet: PBT and ASHA's promotion variant.
+//! HyperBand, PBT. Not yet: ASHA's promotion variant.
 
 mod asha;
 mod fifo;
 mod hyperband;
 mod median;
+mod pbt;
 
 pub use asha::{Asha, AshaConfig};
 pub use fifo::Fifo;
 pub use hyperband::{HyperBand, HyperBandConfig};
 pub use median::{MedianConfig, MedianStopping};
-pub use tune_search::{Mode, TrialId};
+pub use pbt::{Pbt, PbtConfig};
+pub use tune_search::{Mode, Params, TrialId};
 
 /// What a trial does after a reported result (Ray Tune's CONTINUE / STOP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     Continue,
     /// End the trial early: it is not promising.
@@ -29,6 +31,11 @@ pub enum Decision {
     /// Checkpoint and wait: the scheduler resumes it later through
     /// [`Scheduler::choose_paused`] or ends it through [`Scheduler::drain_ended`].
     Pause,
+    /// Population-based training: take over trial `from`'s checkpoint and go on with `params`.
+    Exploit {
+        from: TrialId,
+        params: Params,
+    },
 }
 
 /// Decides, result by result, whether trials continue.
@@ -39,8 +46,8 @@ pub enum Decision {
 /// assert_eq!(s.on_result(0, 1, 0.5), Decision::Continue);
 /// ```
 pub trait Scheduler: Send {
-    /// A new trial starts (before its first result).
-    fn on_trial_add(&mut self, _id: TrialId) {}
+    /// A new trial starts (before its first result), with the params it was created with.
+    fn on_trial_add(&mut self, _id: TrialId, _params: &Params) {}
 
     /// Trial `id` reported `value` of the metric at `step`.
     fn on_result(&mut self, id: TrialId, step: u64, value: f64) -> Decision;

@@ -132,6 +132,13 @@ impl History {
         }
     }
 
+    /// Replaces a trial's params (population-based training), keeping its status and results.
+    pub fn set_params(&mut self, id: TrialId, params: Params) {
+        if let Some(t) = self.trials.get_mut(id as usize) {
+            t.params = params;
+        }
+    }
+
     /// Moves a trial to `status` (started, finished, re-queued).
     pub fn set_status(&mut self, id: TrialId, status: Status) {
         if let Some(t) = self.trials.get_mut(id as usize) {

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tune_schedulers::Decision;
 use tune_search::{Params, TrialId};
 
-use super::{BoxError, IntoMetrics, Job, Outcome, Stop, WorkerMsg};
+use super::{BoxError, Heard, IntoMetrics, Job, Outcome, Stop, WorkerMsg};
 
 /// The signature of a closure objective.
 pub type ObjectiveFn = dyn Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync;
@@ -96,9 +95,9 @@ impl TrialContext {
                 .ok()
                 .and_then(|_| answer.blocking_recv().ok())
             {
-                Some(Decision::Continue) => None,
-                Some(Decision::Stop | Decision::Complete) => Some(Stop::Scheduler),
-                Some(Decision::Pause) => Some(Stop::Paused),
+                Some(Heard::Continue) => None,
+                Some(Heard::Stop) => Some(Stop::Scheduler),
+                Some(Heard::Pause) => Some(Stop::Paused),
                 None => Some(Stop::Interrupted),
             }
         };

@@ -17,9 +17,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tune_schedulers::Decision;
 
-use super::{substitute, Job, Outcome, WorkerMsg};
+use super::{substitute, Heard, Job, Outcome, WorkerMsg};
 
 /// A command template and how to run it.
 pub(crate) struct CommandObjective {
@@ -107,15 +106,11 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     };
 
     // Decisions go through their own task: a trial that never reads stdin must not block us.
-    let (decide, mut decisions) = mpsc::unbounded_channel::<Decision>();
+    let (decide, mut decisions) = mpsc::unbounded_channel::<Heard>();
     let writer = tokio::spawn(async move {
         let mut stdin = stdin;
         while let Some(d) = decisions.recv().await {
-            let line = match d {
-                Decision::Continue => "continue\n",
-                Decision::Pause => "pause\n",
-                Decision::Stop | Decision::Complete => "stop\n",
-            };
+            let line = d.line();
             if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
                 break;
             }
@@ -174,7 +169,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         match answer.await {
             Ok(decision) => {
                 let _ = decide.send(decision);
-                if decision != Decision::Continue {
+                if decision != Heard::Continue {
                     break Some(Cut::Stopped);
                 }
             }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tune_schedulers::Decision;
 use tune_search::{Params, TrialId};
 
 pub use closure::{ObjectiveFn, TrialContext};
@@ -57,6 +56,26 @@ pub(crate) struct Job {
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// What a trial hears after a report: the scheduler's decision as far as the trial is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Heard {
+    Continue,
+    /// Checkpoint and end this run; the trial runs again later.
+    Pause,
+    Stop,
+}
+
+impl Heard {
+    /// The line a command objective reads on stdin.
+    pub(crate) fn line(self) -> &'static str {
+        match self {
+            Heard::Continue => "continue\n",
+            Heard::Pause => "pause\n",
+            Heard::Stop => "stop\n",
+        }
+    }
+}
+
 /// What workers tell the coordinator.
 pub(crate) enum WorkerMsg {
     /// A result; the worker waits on `ack` for the decision, sent once the result is durable.
@@ -65,7 +84,7 @@ pub(crate) enum WorkerMsg {
         attempt: u32,
         step: Option<u64>,
         metrics: BTreeMap<String, f64>,
-        ack: oneshot::Sender<Decision>,
+        ack: oneshot::Sender<Heard>,
     },
     /// The attempt ended; its slot is free.
     Finished {
