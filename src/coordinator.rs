@@ -565,7 +565,9 @@ impl Coordinator {
             return Ok(());
         }
         let t = &self.trials[id as usize];
-        let reported = t.results.last().is_some_and(|r| r.attempt == attempt);
+        // A run resumed from a checkpoint may have nothing left to report: the trial's earlier
+        // results stand.
+        let reported = !t.results.is_empty();
         let (status, error) = match outcome {
             Outcome::Interrupted => {
                 // Left as running in the store: `resume` re-queues it.

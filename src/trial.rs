@@ -74,20 +74,16 @@ impl Trial {
         }
     }
 
-    /// The metric at the last report of the latest attempt (Ray Tune's `scope="last"`).
+    /// The metric at the last report (Ray Tune's `scope="last"`).
     pub fn value(&self, metric: &str) -> Option<f64> {
         self.results
             .last()
-            .filter(|r| r.attempt == self.attempts)
             .and_then(|r| r.metrics.get(metric).copied())
     }
 
-    /// The step of the last report of the latest attempt.
+    /// The step of the last report.
     pub fn last_step(&self) -> Option<u64> {
-        self.results
-            .last()
-            .filter(|r| r.attempt == self.attempts)
-            .map(|r| r.step)
+        self.results.last().map(|r| r.step)
     }
 }
 

@@ -39,6 +39,8 @@ struct Member {
     /// Reward (higher is better) at the last report.
     last: Option<f64>,
     last_perturbation: u64,
+    /// Ended trials leave the ranking: there is nothing left to train from their checkpoints.
+    finished: bool,
 }
 
 /// The PBT scheduler.
@@ -87,6 +89,7 @@ impl Pbt {
         let mut ranked: Vec<(TrialId, f64)> = self
             .population
             .iter()
+            .filter(|(_, m)| !m.finished)
             .filter_map(|(&id, m)| m.last.map(|r| (id, r)))
             .collect();
         if ranked.len() <= 1 {
@@ -175,8 +178,15 @@ impl Scheduler for Pbt {
                 params: params.clone(),
                 last: None,
                 last_perturbation: 0,
+                finished: false,
             },
         );
+    }
+
+    fn on_complete(&mut self, id: TrialId, _last: Option<(u64, f64)>) {
+        if let Some(m) = self.population.get_mut(&id) {
+            m.finished = true;
+        }
     }
 
     fn on_result(&mut self, id: TrialId, step: u64, value: f64) -> Decision {
