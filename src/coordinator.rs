@@ -436,6 +436,12 @@ impl Coordinator {
                 t.parent = Some(from);
                 t.restore_from = Some(from);
                 self.store.put_trial(t)?;
+                // Take the source's checkpoint as it is now (as Ray Tune does): it moves on.
+                let staged = exploit_staging(&self.plan.dir, id);
+                let _ = std::fs::remove_dir_all(&staged);
+                copy_dir(&trial_dir(&self.plan.dir, from), &staged).map_err(|e| {
+                    TuneError::io(format!("copying the checkpoint of trial {from}"), e)
+                })?;
                 self.history.set_params(id, params);
                 self.deferred.push_back(id);
                 Heard::Pause
@@ -461,17 +467,21 @@ impl Coordinator {
         let Some(from) = self.trials[id as usize].restore_from else {
             return Ok(());
         };
-        let (src, dst) = (
-            trial_dir(&self.plan.dir, from),
+        let (staged, dst) = (
+            exploit_staging(&self.plan.dir, id),
             trial_dir(&self.plan.dir, id),
         );
         let _ = std::fs::remove_dir_all(&dst);
-        copy_dir(&src, &dst).map_err(|e| {
-            TuneError::io(
-                format!("copying the checkpoint of trial {from} to trial {id}"),
-                e,
-            )
-        })?;
+        let moved = staged.is_dir() && std::fs::rename(&staged, &dst).is_ok();
+        if !moved {
+            // No snapshot (a crash came between the decision and it): take the source's latest.
+            copy_dir(&trial_dir(&self.plan.dir, from), &dst).map_err(|e| {
+                TuneError::io(
+                    format!("copying the checkpoint of trial {from} to trial {id}"),
+                    e,
+                )
+            })?;
+        }
         let t = &mut self.trials[id as usize];
         t.restore_from = None;
         self.store.put_trial(t)?;
@@ -596,6 +606,12 @@ impl Coordinator {
         };
         self.settle(id, status, error)
     }
+}
+
+/// Where the checkpoint an exploit took waits until the exploiting trial runs again.
+fn exploit_staging(dir: &std::path::Path, id: TrialId) -> std::path::PathBuf {
+    dir.join(crate::experiment::TRIALS_DIR)
+        .join(format!(".exploit-{id}"))
 }
 
 /// Copies a folder tree (a trial's checkpoint); a missing source copies nothing.

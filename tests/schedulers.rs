@@ -366,3 +366,90 @@ fn hyperband_killed_and_resumed_still_completes_the_band() {
         "{ended:?}"
     );
 }
+
+#[test]
+fn pbt_exploits_copy_checkpoints_and_params_and_record_lineage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 8\nseed = 3\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 4\n[resources]\ncpu_slots = 8",
+        &["--y", "{y}", "--steps", "24", "--behaviour", "ckpt", "--sleep", "0.01"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
+    );
+    let dir = tmp.path().join("pbt");
+    run_ok(&mut tune_run(&spec, &dir));
+    let (parsed, _) = tune::ExperimentSpec::read(&spec).unwrap();
+    let trials = export_json(&dir);
+    let mut exploits = 0;
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
+        let results = t["results"].as_array().unwrap();
+        let steps: Vec<u64> = results
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        // Within a run, steps are contiguous. A run after an exploit continues from the
+        // source's latest checkpoint, which may be behind or ahead (as in Ray Tune).
+        for w in results.windows(2) {
+            if w[0]["attempt"] == w[1]["attempt"] {
+                assert_eq!(
+                    w[1]["step"].as_u64().unwrap(),
+                    w[0]["step"].as_u64().unwrap() + 1,
+                    "trial {}: {steps:?}",
+                    t["id"]
+                );
+            }
+        }
+        let lineage = t["lineage"].as_array().cloned().unwrap_or_default();
+        for entry in &lineage {
+            let from = entry["from"].as_u64().unwrap();
+            assert_ne!(
+                from,
+                t["id"].as_u64().unwrap(),
+                "a trial exploits another one"
+            );
+        }
+        if *steps.last().unwrap() < 24 {
+            // Only when the checkpoint it took over was already final (from a source at step
+            // 24, possibly through a chain of exploits): its last run had nothing left to do.
+            assert!(!lineage.is_empty(), "trial {}: {steps:?}", t["id"]);
+            let state =
+                std::fs::read_to_string(dir.join("trials").join(t["id"].to_string()).join("state"))
+                    .unwrap();
+            assert_eq!(state.trim(), "24", "trial {}: {steps:?}", t["id"]);
+        }
+        if let Some(last) = lineage.last() {
+            assert_eq!(t["parent"], last["from"]);
+            exploits += lineage.len();
+        }
+        // Explored params stay in the space.
+        let params: tune::Params = serde_json::from_value(t["params"].clone()).unwrap();
+        for p in parsed.space.params() {
+            assert!(
+                p.domain.contains(params.get(&p.name).unwrap()),
+                "{}: {:?}",
+                p.name,
+                params.get(&p.name)
+            );
+        }
+        // Run i (attempt i) ran with the params the i-th exploit replaced, the last run with the
+        // current ones: every reported value is the objective of the params it ran with.
+        for r in results {
+            let attempt = r["attempt"].as_u64().unwrap() as usize;
+            let ran_with = lineage
+                .get(attempt - 1)
+                .map_or(&t["params"], |l| &l["previous"]);
+            let (x, y) = (
+                ran_with["x"].as_f64().unwrap(),
+                ran_with["y"].as_f64().unwrap(),
+            );
+            assert_eq!(
+                r["loss"].as_f64().unwrap(),
+                quadratic(x, y, r["step"].as_u64().unwrap()),
+                "trial {} {r}",
+                t["id"]
+            );
+        }
+    }
+    assert!(exploits >= 4, "{exploits} exploits");
+}

@@ -36,8 +36,9 @@ impl Default for PbtConfig {
 #[derive(Debug, Clone)]
 struct Member {
     params: Params,
-    /// Reward (higher is better) at the last report.
+    /// Reward (higher is better) and step of the last report.
     last: Option<f64>,
+    last_step: u64,
     last_perturbation: u64,
     /// Ended trials leave the ranking: there is nothing left to train from their checkpoints.
     finished: bool,
@@ -177,6 +178,7 @@ impl Scheduler for Pbt {
             Member {
                 params: params.clone(),
                 last: None,
+                last_step: 0,
                 last_perturbation: 0,
                 finished: false,
             },
@@ -195,6 +197,7 @@ impl Scheduler for Pbt {
             return Decision::Continue;
         };
         member.last = Some(r);
+        member.last_step = step;
         if step < member.last_perturbation + self.config.perturbation_interval {
             return Decision::Continue;
         }
@@ -206,11 +209,16 @@ impl Scheduler for Pbt {
         let mut rng = trial_rng(self.seed ^ 0x5EED_0F9B, id ^ step.rotate_left(32));
         let from = top[rng.random_range(0..top.len())];
         let params = self.explore(&self.population[&from].params, &mut rng);
-        // It continues with the source's standing until it reports again.
-        let source_last = self.population.get(&from).and_then(|m| m.last);
+        // It continues from the source's checkpoint, with the source's standing, and trains a
+        // whole interval from there before it can be perturbed again.
+        let (source_last, source_step) = self
+            .population
+            .get(&from)
+            .map_or((None, 0), |m| (m.last, m.last_step));
         if let Some(member) = self.population.get_mut(&id) {
             member.params = params.clone();
             member.last = source_last;
+            member.last_perturbation = source_step;
         }
         Decision::Exploit { from, params }
     }
