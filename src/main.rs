@@ -217,7 +217,7 @@ fn print_status(out: &mut impl Write, exp: &Experiment) -> std::io::Result<()> {
         count(Status::Completed),
         count(Status::Stopped),
         count(Status::Failed),
-        count(Status::Running) + count(Status::Pending),
+        count(Status::Running) + count(Status::Pending) + count(Status::Paused),
     )?;
     match best_trial(trials, &spec.metric, spec.mode) {
         Some(b) => writeln!(

@@ -60,6 +60,9 @@ pub fn format_line(s: &Summary) -> String {
         line += &format!(", {} failed", s.failed);
     }
     line += &format!("), {} running", s.running);
+    if s.paused > 0 {
+        line += &format!(", {} paused", s.paused);
+    }
     if let Some((id, v)) = s.best {
         line += &format!(" | best {} {v:.6} (trial {id})", s.metric);
     }
@@ -79,5 +82,36 @@ impl Observer for ProgressLine {
 
     fn on_end(&mut self, summary: &Summary) {
         self.print(summary, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use tune_search::Mode;
+
+    #[test]
+    fn the_line_shows_every_state_that_is_present() {
+        let s = Summary {
+            metric: "loss".into(),
+            mode: Mode::Min,
+            total: 20,
+            pending: 2,
+            running: 3,
+            paused: 4,
+            completed: 7,
+            stopped: 3,
+            failed: 1,
+            best: Some((5, 0.125)),
+            started: Instant::now(),
+        };
+        let line = format_line(&s);
+        assert!(
+            line.ends_with("] 11/20 done (7 completed, 3 stopped, 1 failed), 3 running, 4 paused | best loss 0.125000 (trial 5)"),
+            "{line}"
+        );
+        let quiet = Summary { paused: 0, stopped: 0, failed: 0, best: None, ..s };
+        assert!(format_line(&quiet).ends_with("] 7/20 done (7 completed), 3 running"), "{}", format_line(&quiet));
     }
 }
