@@ -111,7 +111,17 @@ mod tests {
             line.ends_with("] 11/20 done (7 completed, 3 stopped, 1 failed), 3 running, 4 paused | best loss 0.125000 (trial 5)"),
             "{line}"
         );
-        let quiet = Summary { paused: 0, stopped: 0, failed: 0, best: None, ..s };
-        assert!(format_line(&quiet).ends_with("] 7/20 done (7 completed), 3 running"), "{}", format_line(&quiet));
+        let quiet = Summary {
+            paused: 0,
+            stopped: 0,
+            failed: 0,
+            best: None,
+            ..s
+        };
+        assert!(
+            format_line(&quiet).ends_with("] 7/20 done (7 completed), 3 running"),
+            "{}",
+            format_line(&quiet)
+        );
     }
 }
