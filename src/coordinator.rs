@@ -229,6 +229,20 @@ impl Coordinator {
                 self.launch(id, rt);
             }
             if self.in_flight.is_empty() {
+                if !interrupted {
+                    // Nothing runs and nothing will start: paused trials the scheduler never
+                    // resumed are over.
+                    let leftover: Vec<TrialId> = self
+                        .trials
+                        .iter()
+                        .filter(|t| t.status == Status::Paused)
+                        .map(|t| t.id)
+                        .collect();
+                    for id in leftover {
+                        self.settle(id, Status::Stopped, None)?;
+                    }
+                    self.store.sync()?;
+                }
                 break;
             }
             let msg = rt.block_on(async {

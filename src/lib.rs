@@ -45,8 +45,8 @@ pub use error::TuneError;
 pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
 pub use progress::{format_line, ProgressLine};
 pub use spec::{
-    Algorithm, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind, SchedulerSpec,
-    SearchSpec, SpecError,
+    Algorithm, AshaVariant, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind,
+    SchedulerSpec, SearchSpec, SpecError,
 };
 pub use trial::{Trial, TrialResult};
 pub use tune_search::{

@@ -157,6 +157,10 @@ pub struct SchedulerSpec {
     /// ASHA: number of brackets (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brackets: Option<usize>,
+    /// ASHA: `stopping` (Ray Tune's, the default) or `promotion` (the paper's: pause at each
+    /// rung, promote the best later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<AshaVariant>,
     /// ASHA: trials reaching max_t end there (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_last_trials: Option<bool>,
@@ -172,6 +176,14 @@ pub struct SchedulerSpec {
     /// PBT: the chance of resampling a parameter instead of perturbing it (default 0.25).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resample_probability: Option<f64>,
+}
+
+/// Which ASHA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AshaVariant {
+    Stopping,
+    Promotion,
 }
 
 impl SchedulerSpec {
@@ -264,6 +276,11 @@ impl SchedulerSpec {
                 "resample_probability",
                 self.resample_probability.is_some(),
                 &[SchedulerKind::Pbt][..],
+            ),
+            (
+                "variant",
+                self.variant.is_some(),
+                &[SchedulerKind::Asha][..],
             ),
         ];
         set.iter()
@@ -595,6 +612,13 @@ impl ExperimentSpec {
                         "expected 1 <= grace_period <= max_t ({}), found {}",
                         asha.max_t, asha.grace_period
                     ),
+                ));
+            }
+            if self.scheduler.variant == Some(AshaVariant::Promotion) && asha.brackets != 1 {
+                return Err((
+                    "scheduler",
+                    "brackets",
+                    "the promotion variant runs one bracket; remove `brackets`".into(),
                 ));
             }
             if asha.brackets == 0 {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tune_schedulers::{Asha, Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
+use tune_schedulers::{Asha, AshaPromotion, Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
 use crate::coordinator::{Coordinator, Observer, Plan};
@@ -12,7 +12,9 @@ use crate::error::TuneError;
 use crate::experiment::Experiment;
 use crate::objective::{BoxError, CommandObjective, Objective, TrialContext};
 use crate::progress::ProgressLine;
-use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec};
+use crate::spec::{
+    Algorithm, AshaVariant, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec,
+};
 use crate::store::TrialStore;
 use crate::trial::Trial;
 
@@ -320,6 +322,9 @@ fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError
     match s.kind {
         SchedulerKind::Fifo => Ok(Box::new(Fifo)),
         SchedulerKind::Median => Ok(Box::new(MedianStopping::new(s.median(), spec.mode))),
+        SchedulerKind::Asha if s.variant == Some(AshaVariant::Promotion) => {
+            Ok(Box::new(AshaPromotion::new(s.asha(), spec.mode)))
+        }
         SchedulerKind::Asha => Ok(Box::new(Asha::new(s.asha(), spec.mode, spec.seed))),
         SchedulerKind::Hyperband => Ok(Box::new(HyperBand::new(s.hyperband(), spec.mode))),
         SchedulerKind::Pbt => Ok(Box::new(Pbt::new(

@@ -521,3 +521,79 @@ fn pbt_killed_and_resumed_keeps_every_trial_consistent() {
         .collect();
     assert!(staged.is_empty(), "{staged:?}");
 }
+
+#[test]
+fn asha_promotion_variant_pauses_at_rungs_and_promotes_the_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One slot: a promotion is decided right before the promoted trial's next result, so the
+    // rung as it stood then can be read off the export.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 20\nseed = 2\n[scheduler]\nkind = \"asha\"\nvariant = \"promotion\"\nmax_t = 9\ngrace_period = 1\nreduction_factor = 3\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "9", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("promo");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 20);
+    // (seq, loss) of every result at each rung, and where each trial went past it.
+    let mut rung_results: BTreeMap<u64, Vec<(u64, f64, u64)>> = BTreeMap::new();
+    let mut promotions: Vec<(u64, u64, u64)> = Vec::new(); // (rung, trial, seq of first result past it)
+    let mut completed = 0;
+    for t in &trials {
+        let id = t["id"].as_u64().unwrap();
+        let results = t["results"].as_array().unwrap();
+        let steps: Vec<u64> = results
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            steps,
+            (1..=steps.len() as u64).collect::<Vec<_>>(),
+            "trial {id}: resumed from its checkpoints"
+        );
+        let last = *steps.last().unwrap();
+        match t["status"].as_str().unwrap() {
+            "completed" => {
+                assert_eq!(last, 9);
+                completed += 1;
+            }
+            "stopped" => assert!(
+                last == 1 || last == 3,
+                "paused at a rung and never promoted: {last}"
+            ),
+            other => panic!("trial {id} is {other}"),
+        }
+        for rung in [1, 3] {
+            for r in results {
+                let (step, seq, loss) = (
+                    r["step"].as_u64().unwrap(),
+                    r["seq"].as_u64().unwrap(),
+                    r["loss"].as_f64().unwrap(),
+                );
+                if step == rung {
+                    rung_results.entry(rung).or_default().push((seq, loss, id));
+                }
+                if step == rung + 1 {
+                    promotions.push((rung, id, seq));
+                }
+            }
+        }
+    }
+    assert!(completed >= 1 && !promotions.is_empty());
+    for (rung, id, seq) in promotions {
+        // The rung as it stood when the trial was promoted: it was in the best third.
+        let mut before: Vec<(f64, u64)> = rung_results[&rung]
+            .iter()
+            .filter(|(s, _, _)| *s < seq)
+            .map(|(_, l, t)| (*l, *t))
+            .collect();
+        before.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let top: Vec<u64> = before[..before.len() / 3].iter().map(|(_, t)| *t).collect();
+        assert!(
+            top.contains(&id),
+            "trial {id} promoted from rung {rung} outside the best third of {before:?}"
+        );
+    }
+}

@@ -5,15 +5,17 @@
 //! order, so a resumed sweep rebuilds it by replaying the stored results.
 //!
 //! Written: FIFO, median stopping, ASHA (the stopping variant Ray Tune ships), synchronous
-//! HyperBand, PBT. Not yet: ASHA's promotion variant.
+//! HyperBand, PBT, and ASHA's promotion variant.
 
 mod asha;
+mod asha_promotion;
 mod fifo;
 mod hyperband;
 mod median;
 mod pbt;
 
 pub use asha::{Asha, AshaConfig};
+pub use asha_promotion::AshaPromotion;
 pub use fifo::Fifo;
 pub use hyperband::{HyperBand, HyperBandConfig};
 pub use median::{MedianConfig, MedianStopping};
