@@ -11,8 +11,8 @@ mod curves;
 mod simulator;
 
 use tune_schedulers::{
-    Asha, AshaConfig, Fifo, HyperBand, HyperBandConfig, MedianConfig, MedianStopping, Mode,
-    Scheduler,
+    Asha, AshaConfig, AshaPromotion, Fifo, HyperBand, HyperBandConfig, MedianConfig,
+    MedianStopping, Mode, Scheduler,
 };
 use tune_search::{RandomSearch, Searcher, Tpe, TpeOptions};
 
@@ -94,6 +94,16 @@ fn asha(seed: u64) -> Box<dyn Scheduler> {
     Box::new(Asha::new(config, Mode::Min, seed))
 }
 
+fn asha_promotion(_seed: u64) -> Box<dyn Scheduler> {
+    let config = AshaConfig {
+        max_t: 81,
+        grace_period: 1,
+        reduction_factor: 3,
+        ..AshaConfig::default()
+    };
+    Box::new(AshaPromotion::new(config, Mode::Min))
+}
+
 fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(HyperBand::new(
         HyperBandConfig {
@@ -130,7 +140,7 @@ fn main() {
     } else {
         2
     };
-    let methods: [(&str, MakeSearcher, MakeScheduler); 7] = [
+    let methods: [(&str, MakeSearcher, MakeScheduler); 8] = [
         (
             "tune random, full budget",
             |s| Box::new(RandomSearch::new(curves::space(), s)),
@@ -155,6 +165,11 @@ fn main() {
             "tune TPE + ASHA",
             |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
             asha,
+        ),
+        (
+            "tune random + ASHA (promotion)",
+            |s| Box::new(RandomSearch::new(curves::space(), s)),
+            asha_promotion,
         ),
         (
             "tune random + HyperBand",
