@@ -5,8 +5,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use common::*;
 use serde_json::Value as Json;
@@ -201,25 +199,7 @@ fn asha_killed_and_resumed_ends_as_the_uninterrupted_sweep() {
     let reference = export_json(&whole);
 
     let dir = tmp.path().join("killed");
-    for (round, wait_ms) in [300u64, 700, 500].into_iter().enumerate() {
-        let mut cmd = if round == 0 {
-            tune_run(&spec, &dir)
-        } else {
-            let mut c = tune();
-            c.arg("resume").arg(&dir);
-            c
-        };
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(wait_ms));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-        }
-        child.wait().unwrap();
-    }
+    run_with_kills(&spec, &dir, &[300, 700, 500]);
     run_ok(tune().arg("resume").arg(&dir));
     let resumed = export_json(&dir);
     assert_eq!(resumed.len(), reference.len());
@@ -308,25 +288,7 @@ fn hyperband_killed_and_resumed_still_completes_the_band() {
         "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
     );
     let dir = tmp.path().join("hb-killed");
-    for (round, wait_ms) in [1500u64, 2500, 2000].into_iter().enumerate() {
-        let mut cmd = if round == 0 {
-            tune_run(&spec, &dir)
-        } else {
-            let mut c = tune();
-            c.arg("resume").arg(&dir);
-            c
-        };
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(wait_ms));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-        }
-        child.wait().unwrap();
-    }
+    run_with_kills(&spec, &dir, &[1500, 2500, 2000]);
     run_ok(tune().arg("resume").arg(&dir));
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 143);
@@ -464,25 +426,7 @@ fn pbt_killed_and_resumed_keeps_every_trial_consistent() {
         "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
     );
     let dir = tmp.path().join("pbt-killed");
-    for (round, wait_ms) in [500u64, 400, 600].into_iter().enumerate() {
-        let mut cmd = if round == 0 {
-            tune_run(&spec, &dir)
-        } else {
-            let mut c = tune();
-            c.arg("resume").arg(&dir);
-            c
-        };
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(wait_ms));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-        }
-        child.wait().unwrap();
-    }
+    run_with_kills(&spec, &dir, &[500, 400, 600]);
     run_ok(tune().arg("resume").arg(&dir));
     let (parsed, _) = tune::ExperimentSpec::read(&spec).unwrap();
     let trials = export_json(&dir);

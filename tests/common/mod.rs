@@ -18,6 +18,30 @@ pub fn tune_run(spec: &Path, dir: &Path) -> Command {
     cmd
 }
 
+/// Starts the sweep (`tune run`, then `tune resume` for later rounds) once per entry of
+/// `waits_ms`, sending SIGKILL after that long if it is still running.
+pub fn run_with_kills(spec: &Path, dir: &Path, waits_ms: &[u64]) {
+    for (round, &wait) in waits_ms.iter().enumerate() {
+        let mut cmd = if round == 0 {
+            tune_run(spec, dir)
+        } else {
+            let mut c = tune();
+            c.arg("resume").arg(dir);
+            c
+        };
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(wait));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+        }
+        child.wait().unwrap();
+    }
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
