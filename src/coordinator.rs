@@ -78,6 +78,8 @@ struct InFlight {
     reports: u64,
     /// The last step reported before this run (a resumed trial numbers on from there).
     base_step: u64,
+    /// The checkpoint this run continues from (a trial that ran before and left one).
+    restore_dir: Option<std::path::PathBuf>,
     /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
     /// scheduler stopped or completed it. The worker is only winding down.
     settled: bool,
@@ -315,6 +317,9 @@ impl Coordinator {
             t.device = Some(format!("cpu:{slot}"));
             self.store.put_trial(t)?;
             let base_step = t.results.last().map_or(0, |r| r.step);
+            let restore_dir = Some(trial_dir(&self.plan.dir, id)).filter(|d| {
+                !t.results.is_empty() && std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some())
+            });
             self.in_flight.insert(
                 id,
                 InFlight {
@@ -322,6 +327,7 @@ impl Coordinator {
                     slot,
                     reports: 0,
                     base_step,
+                    restore_dir,
                     settled: false,
                 },
             );
@@ -338,10 +344,7 @@ impl Coordinator {
             params: t.params.clone(),
             device: t.device.clone().unwrap_or_default(),
             trial_dir: trial_dir(&self.plan.dir, id),
-            // A trial that ran before continues from whatever checkpoint it left.
-            restore_dir: Some(trial_dir(&self.plan.dir, id)).filter(|d| {
-                !t.results.is_empty() && std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some())
-            }),
+            restore_dir: self.in_flight.get(&id).and_then(|r| r.restore_dir.clone()),
             timeout: self.plan.timeout,
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
@@ -589,9 +592,10 @@ impl Coordinator {
             return Ok(());
         }
         let t = &self.trials[id as usize];
-        // A run resumed from a checkpoint may have nothing left to report: the trial's earlier
-        // results stand.
-        let reported = !t.results.is_empty();
+        // A run that reported completes the trial; so does one resumed from a checkpoint with
+        // nothing left to report (its earlier results stand). A fresh run must report.
+        let this_run_reported = t.results.last().is_some_and(|r| r.attempt == attempt);
+        let reported = this_run_reported || (run.restore_dir.is_some() && !t.results.is_empty());
         let (status, error) = match outcome {
             Outcome::Interrupted => {
                 // Left as running in the store: `resume` re-queues it.

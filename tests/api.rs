@@ -279,3 +279,28 @@ fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
     assert_eq!(went_on.len(), 27);
     assert!(went_on.iter().all(|&x| x <= xs[26]), "{went_on:?}");
 }
+
+#[test]
+fn a_retry_that_reports_nothing_fails_despite_earlier_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+        .samples(1)
+        .max_failures(1)
+        .dir(tmp.path().join("retry-silent"))
+        .fit(|ctx| {
+            if ctx.attempt() == 1 {
+                ctx.report(1, [("loss", 0.5)])?;
+                return Err("crashed after a report".into());
+            }
+            // The retry starts afresh (no checkpoint) and ends without a report.
+            Ok(())
+        })
+        .unwrap();
+    let t = &result.trials()[0];
+    assert_eq!(t.status, Status::Failed);
+    assert_eq!(
+        t.error.as_deref(),
+        Some("the objective ended without reporting `loss`")
+    );
+    assert_eq!(t.attempts, 2);
+}
