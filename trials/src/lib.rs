@@ -1,5 +1,57 @@
-//! What runs inside a trial: Candle trainables, datasets, early stopping, checkpoints and
-//! device selection.
+//! What runs inside a trial: the built-in Candle trainables (an MLP and a small CNN), their
+//! datasets, optimizers with checkpointable state, early stopping, safetensors checkpoints
+//! and device selection.
 //!
-//! Not written yet: today every objective is a user closure or a command (see the `tune`
-//! crate). This crate exists so the workspace has its final shape and dependency direction.
+//! ```
+//! use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+//! let split = DataSpec { dataset: Some("breast_cancer".into()), ..DataSpec::default() }
+//!     .load(".".as_ref())
+//!     .unwrap();
+//! let cfg = TrainConfig { epochs: 3, ..TrainConfig::default() };
+//! let mut trainer = Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, 0).unwrap();
+//! let report = trainer.train_epoch().unwrap();
+//! assert_eq!(report.epoch, 1);
+//! ```
+
+mod checkpoint;
+mod config;
+mod data;
+mod device;
+mod early_stopping;
+pub mod gpu;
+mod model;
+mod optim;
+mod trainer;
+
+pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
+pub use config::{Activation, LrDecay, OptimizerKind, TrainConfig, ARCHITECTURE_KEYS, TRAIN_KEYS};
+pub use data::{blobs, read_csv, spirals, DataSpec, Dataset, Split, DATASETS, DATA_KEYS};
+pub use device::open_device;
+pub use early_stopping::EarlyStopping;
+pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
+pub use optim::{lr_at, Optimizer};
+pub use trainer::{Builtin, EpochReport, Trainer};
+
+/// Why a trainable could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum TrialsError {
+    /// A key or value of the trainable's configuration.
+    #[error("{0}")]
+    Config(String),
+    /// The data could not be read or used.
+    #[error("{0}")]
+    Data(String),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    #[error("{0}")]
+    Train(String),
+    #[error("{0}")]
+    Device(String),
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// The candidate closest to `word` by edit distance, when it is close enough to be a typo.
+pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    tune_search::did_you_mean(word, candidates)
+}

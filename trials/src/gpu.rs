@@ -1,0 +1,107 @@
+//! Finding GPUs (the `cuda` build): how many, their names and free memory. A build without
+//! the feature, or a machine without the driver, finds none and says why.
+
+/// One GPU as seen now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// The GPUs of this machine, or why there are none (no `cuda` feature, no driver, no device).
+///
+/// ```
+/// match tune_trials::gpu::discover() {
+///     Ok(gpus) => println!("{} GPUs", gpus.len()),
+///     Err(why) => println!("CPU only: {why}"),
+/// }
+/// ```
+pub fn discover() -> Result<Vec<GpuInfo>, String> {
+    imp::discover()
+}
+
+/// Free memory of GPU `ordinal` now, in bytes; `None` when it cannot be asked.
+pub fn free_bytes(ordinal: usize) -> Option<u64> {
+    imp::free_bytes(ordinal)
+}
+
+/// Whether the CUDA driver library can be loaded, checked without touching cudarc (which
+/// panics when it cannot load a library).
+pub fn driver_present() -> bool {
+    imp::driver_present()
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::GpuInfo;
+    use candle_core::cuda_backend::cudarc::driver::{result, CudaContext};
+
+    pub fn driver_present() -> bool {
+        // dlopen rather than a cudarc call: the same binary must start where there is no
+        // driver at all.
+        let name = c"libcuda.so.1";
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        !handle.is_null()
+    }
+
+    fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|_| Err("the CUDA libraries could not be loaded".into()))
+    }
+
+    pub fn discover() -> Result<Vec<GpuInfo>, String> {
+        if !driver_present() {
+            return Err("no CUDA driver (libcuda.so.1) on this machine".into());
+        }
+        guarded(|| {
+            let n = CudaContext::device_count().map_err(|e| format!("cannot count GPUs: {e}"))?;
+            if n <= 0 {
+                return Err("the CUDA driver reports no GPU".into());
+            }
+            (0..n as usize)
+                .map(|i| {
+                    let ctx = CudaContext::new(i).map_err(|e| format!("GPU {i}: {e}"))?;
+                    ctx.bind_to_thread().map_err(|e| format!("GPU {i}: {e}"))?;
+                    let (free, total) = result::mem_get_info().map_err(|e| format!("GPU {i}: {e}"))?;
+                    Ok(GpuInfo {
+                        ordinal: i,
+                        name: ctx.name().unwrap_or_else(|_| format!("GPU {i}")),
+                        total_bytes: total as u64,
+                        free_bytes: free as u64,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    pub fn free_bytes(ordinal: usize) -> Option<u64> {
+        if !driver_present() {
+            return None;
+        }
+        guarded(|| {
+            let ctx = CudaContext::new(ordinal).map_err(|e| e.to_string())?;
+            ctx.bind_to_thread().map_err(|e| e.to_string())?;
+            result::mem_get_info().map(|(free, _)| free as u64).map_err(|e| e.to_string())
+        })
+        .ok()
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod imp {
+    use super::GpuInfo;
+
+    pub fn driver_present() -> bool {
+        false
+    }
+
+    pub fn discover() -> Result<Vec<GpuInfo>, String> {
+        Err("this tune was built without the `cuda` feature".into())
+    }
+
+    pub fn free_bytes(_ordinal: usize) -> Option<u64> {
+        None
+    }
+}

@@ -1,0 +1,123 @@
+//! The built-in models. Weights live in candle `Var`s named like PyTorch's state dict
+//! (`hidden.0.weight`), initialised from our own seeded stream because Candle's CPU RNG
+//! cannot be seeded.
+
+mod cnn;
+mod mlp;
+
+use candle_core::{Device, Tensor, Var};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::Activation;
+use crate::TrialsError;
+
+pub use cnn::Cnn;
+pub use mlp::Mlp;
+
+/// A model's trainable tensors, in a fixed order, with their names.
+pub type NamedVars = Vec<(String, Var)>;
+
+/// Anything a trainer can fit: a forward pass and its named parameters.
+pub trait Model: Send {
+    /// Logits of shape `(batch, classes)`. `dropout` is `Some` while training.
+    fn forward(&self, x: &Tensor, dropout: Option<&mut Dropout>) -> candle_core::Result<Tensor>;
+    fn vars(&self) -> &NamedVars;
+}
+
+/// Weight streams: PyTorch's default initialisation (`kaiming_uniform_(a=sqrt(5))` for
+/// weights, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for biases), drawn from ChaCha8 in the order
+/// layers are built.
+pub(crate) struct Init {
+    rng: ChaCha8Rng,
+    device: Device,
+    vars: NamedVars,
+}
+
+impl Init {
+    pub(crate) fn new(seed: u64, device: &Device) -> Init {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(INIT_STREAM);
+        Init { rng, device: device.clone(), vars: Vec::new() }
+    }
+
+    /// A weight of `shape` with `fan_in` inputs per output, and its bias of `shape[0]`.
+    pub(crate) fn layer(&mut self, name: &str, shape: &[usize], fan_in: usize) -> Result<(Var, Var), TrialsError> {
+        let bound = 1.0 / (fan_in as f64).sqrt();
+        let w = self.uniform(&format!("{name}.weight"), shape, bound)?;
+        let b = self.uniform(&format!("{name}.bias"), &shape[..1], bound)?;
+        Ok((w, b))
+    }
+
+    fn uniform(&mut self, name: &str, shape: &[usize], bound: f64) -> Result<Var, TrialsError> {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|_| self.rng.random_range(-bound..bound) as f32)
+            .collect();
+        let var = Var::from_tensor(&Tensor::from_vec(values, shape, &self.device)?)?;
+        self.vars.push((name.to_string(), var.clone()));
+        Ok(var)
+    }
+
+    pub(crate) fn finish(self) -> NamedVars {
+        self.vars
+    }
+}
+
+/// Inverted dropout with masks from a seeded stream, so a run is reproducible.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let mut d = tune_trials::Dropout::new(0.5, 7, 0);
+/// let x = Tensor::ones((2, 1000), candle_core::DType::F32, &Device::Cpu).unwrap();
+/// let y: Vec<Vec<f32>> = d.apply(&x).unwrap().to_vec2().unwrap();
+/// let kept = y.iter().flatten().filter(|&&v| v == 2.0).count();
+/// assert!(kept > 900 && kept < 1100); // about half, scaled by 1 / (1 - p)
+/// ```
+pub struct Dropout {
+    p: f64,
+    rng: ChaCha8Rng,
+}
+
+/// ChaCha8 stream numbers: initialisation, then one dropout and one shuffle stream per epoch.
+const INIT_STREAM: u64 = u64::MAX;
+pub(crate) const DROPOUT_STREAMS: u64 = 1 << 32;
+
+impl Dropout {
+    /// Masks for `epoch` of a trial seeded with `seed`.
+    pub fn new(p: f64, seed: u64, epoch: u64) -> Dropout {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(DROPOUT_STREAMS + epoch);
+        Dropout { p, rng }
+    }
+
+    pub fn apply(&mut self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if self.p == 0.0 {
+            return Ok(x.clone());
+        }
+        let scale = (1.0 / (1.0 - self.p)) as f32;
+        let mask: Vec<f32> = (0..x.elem_count())
+            .map(|_| if self.rng.random::<f64>() < self.p { 0.0 } else { scale })
+            .collect();
+        x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
+    }
+}
+
+pub(crate) fn activate(x: &Tensor, a: Activation) -> candle_core::Result<Tensor> {
+    match a {
+        Activation::Relu => x.relu(),
+        Activation::Gelu => x.gelu_erf(),
+        Activation::Tanh => x.tanh(),
+        Activation::Silu => x.silu(),
+    }
+}
+
+/// `x @ w^T + b` for a `(batch, in)` input.
+pub(crate) fn linear(x: &Tensor, w: &Var, b: &Var) -> candle_core::Result<Tensor> {
+    x.matmul(&w.t()?)?.broadcast_add(b)
+}
+
+/// Number of scalar parameters.
+pub fn parameter_count(vars: &NamedVars) -> usize {
+    vars.iter().map(|(_, v)| v.elem_count()).sum()
+}

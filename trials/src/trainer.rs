@@ -1,0 +1,273 @@
+//! One trial of a built-in trainable: epochs of minibatch training, validation after each,
+//! early stopping, and checkpoints that restore bit for bit.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, D};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::config::{TrainConfig, ARCHITECTURE_KEYS};
+use crate::data::{Dataset, Split};
+use crate::model::{Cnn, Dropout, Mlp, Model};
+use crate::optim::{lr_at, Optimizer};
+use crate::{EarlyStopping, TrialsError};
+
+/// The built-in trainables, as named by `[objective] builtin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Builtin {
+    Mlp,
+    Cnn,
+}
+
+impl std::str::FromStr for Builtin {
+    type Err = TrialsError;
+    fn from_str(s: &str) -> Result<Builtin, TrialsError> {
+        match s {
+            "mlp" => Ok(Builtin::Mlp),
+            "cnn" => Ok(Builtin::Cnn),
+            other => {
+                let hint = crate::did_you_mean(other, ["mlp", "cnn"])
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default();
+                Err(TrialsError::Config(format!(
+                    "builtin: expected \"mlp\" or \"cnn\", found \"{other}\"{hint}"
+                )))
+            }
+        }
+    }
+}
+
+impl Builtin {
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::Mlp => "mlp",
+            Builtin::Cnn => "cnn",
+        }
+    }
+}
+
+/// What one epoch measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochReport {
+    /// 1 after the first epoch.
+    pub epoch: u64,
+    /// Mean cross-entropy over the epoch's minibatches (with dropout).
+    pub train_loss: f64,
+    pub val_loss: f64,
+    pub val_accuracy: f64,
+    /// Learning rate of the epoch's last update.
+    pub lr: f64,
+    /// Early stopping says this was the last epoch.
+    pub stop_early: bool,
+}
+
+/// Trains one model on one split.
+///
+/// ```
+/// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+///     .load(".".as_ref())
+///     .unwrap();
+/// let cfg = TrainConfig { epochs: 30, lr: 0.01, width: 16, ..TrainConfig::default() };
+/// let mut t = Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, 1).unwrap();
+/// let mut last = None;
+/// while !t.finished() {
+///     last = Some(t.train_epoch().unwrap());
+/// }
+/// assert!(last.unwrap().val_accuracy > 0.9);
+/// ```
+pub struct Trainer {
+    builtin: Builtin,
+    cfg: TrainConfig,
+    seed: u64,
+    model: Box<dyn Model>,
+    optimizer: Optimizer,
+    early: Option<EarlyStopping>,
+    epoch: u64,
+    stopped_early: bool,
+    train: (Tensor, Tensor, usize),
+    val: (Tensor, Tensor, usize),
+    device: Device,
+}
+
+impl Trainer {
+    pub fn new(builtin: Builtin, cfg: TrainConfig, split: &Split, device: &Device, seed: u64) -> Result<Trainer, TrialsError> {
+        let data = &split.train;
+        let model: Box<dyn Model> = match builtin {
+            Builtin::Mlp => Box::new(Mlp::new(data.features, data.classes, cfg.depth, cfg.width, cfg.activation, seed, device)?),
+            Builtin::Cnn => {
+                let image = data.image.ok_or_else(|| {
+                    TrialsError::Config(format!(
+                        "the cnn trains on images; dataset `{}` has plain feature rows (use `mlp`)",
+                        data.name
+                    ))
+                })?;
+                Box::new(Cnn::new(image, data.classes, cfg.channels, cfg.width, cfg.activation, seed, device)?)
+            }
+        };
+        let optimizer = Optimizer::new(&cfg, model.vars())?;
+        Ok(Trainer {
+            builtin,
+            early: cfg.patience.map(|p| EarlyStopping::new(p, cfg.min_delta)),
+            seed,
+            model,
+            optimizer,
+            epoch: 0,
+            stopped_early: false,
+            train: tensors(&split.train, device)?,
+            val: tensors(&split.val, device)?,
+            device: device.clone(),
+            cfg,
+        })
+    }
+
+    /// Epochs trained so far.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// All `epochs` trained, or early stopping ended the trial.
+    pub fn finished(&self) -> bool {
+        self.epoch >= self.cfg.epochs || self.stopped_early
+    }
+
+    pub fn model(&self) -> &dyn Model {
+        self.model.as_ref()
+    }
+
+    fn steps_per_epoch(&self) -> u64 {
+        self.train.2.div_ceil(self.cfg.batch_size) as u64
+    }
+
+    /// Trains one epoch over a seeded shuffle of the training rows, then validates.
+    pub fn train_epoch(&mut self) -> Result<EpochReport, TrialsError> {
+        let (x, y, n) = &self.train;
+        let mut order: Vec<u32> = (0..*n as u32).collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(self.epoch);
+        order.shuffle(&mut rng);
+        let mut dropout = Dropout::new(self.cfg.dropout, self.seed, self.epoch);
+        let total = self.cfg.epochs * self.steps_per_epoch();
+        let warmup = (self.cfg.warmup_epochs * self.steps_per_epoch() as f64).round() as u64;
+        let mut loss_sum = Tensor::zeros((), DType::F32, &self.device)?;
+        let mut lr = self.cfg.lr;
+        let first_update = self.epoch * self.steps_per_epoch();
+        for (i, batch) in order.chunks(self.cfg.batch_size).enumerate() {
+            let idx = Tensor::new(batch, &self.device)?;
+            let (bx, by) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?);
+            let logits = self.model.forward(&bx, Some(&mut dropout))?;
+            let loss = candle_nn::loss::cross_entropy(&logits, &by)?;
+            let grads = loss.backward()?;
+            lr = lr_at(self.cfg.lr, first_update + i as u64, warmup, total, self.cfg.lr_decay);
+            self.optimizer.step(self.model.vars(), &grads, lr, &self.cfg)?;
+            loss_sum = (loss_sum + loss.detach().affine(batch.len() as f64, 0.0)?)?;
+        }
+        let train_loss = loss_sum.to_scalar::<f32>()? as f64 / *n as f64;
+        let (val_loss, val_accuracy) = self.evaluate()?;
+        self.epoch += 1;
+        let stop_early = match &mut self.early {
+            Some(es) => es.observe(val_loss),
+            None => false,
+        };
+        self.stopped_early = stop_early;
+        if !train_loss.is_finite() {
+            return Err(TrialsError::Train(format!(
+                "the training loss diverged to {train_loss} in epoch {} (lr {})",
+                self.epoch, self.cfg.lr
+            )));
+        }
+        Ok(EpochReport { epoch: self.epoch, train_loss, val_loss, val_accuracy, lr, stop_early })
+    }
+
+    /// Mean cross-entropy and accuracy on the validation rows (no dropout).
+    pub fn evaluate(&self) -> Result<(f64, f64), TrialsError> {
+        let (x, y, n) = &self.val;
+        let logits = self.model.forward(x, None)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, y)?.to_scalar::<f32>()? as f64;
+        let hits = logits.argmax(D::Minus1)?.eq(y)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+        Ok((loss, hits as f64 / *n as f64))
+    }
+
+    /// Writes the checkpoint (weights, optimizer state, counters) into `dir`.
+    pub fn save(&self, dir: &Path) -> Result<(), TrialsError> {
+        let mut tensors: Vec<(String, Tensor)> = self
+            .model
+            .vars()
+            .iter()
+            .map(|(n, v)| (format!("model.{n}"), v.as_tensor().clone()))
+            .collect();
+        tensors.extend(self.optimizer.state_tensors(self.model.vars()));
+        let cfg = serde_json::to_value(&self.cfg).expect("a config serialises");
+        let arch: serde_json::Map<String, serde_json::Value> =
+            ARCHITECTURE_KEYS.iter().map(|k| (k.to_string(), cfg[k].clone())).collect();
+        let mut meta = HashMap::from([
+            ("format".to_string(), "tune-trials/1".to_string()),
+            ("builtin".to_string(), self.builtin.name().to_string()),
+            ("epoch".to_string(), self.epoch.to_string()),
+            ("optimizer".to_string(), serde_json::to_string(&self.optimizer.kind()).unwrap()),
+            ("optimizer_steps".to_string(), self.optimizer.steps().to_string()),
+            ("architecture".to_string(), serde_json::Value::Object(arch).to_string()),
+        ]);
+        if let Some(es) = &self.early {
+            meta.insert("early_stopping".into(), serde_json::to_string(es).unwrap());
+        }
+        checkpoint::write(dir, &tensors, meta)
+    }
+
+    /// Continues from the checkpoint in `dir`. Keys that shape the model must match; others
+    /// (the learning rate, say, after a PBT exploit) take this trial's values. A changed
+    /// optimizer starts with fresh state.
+    pub fn restore(&mut self, dir: &Path) -> Result<(), TrialsError> {
+        let ck = Checkpoint::read(dir, &self.device)?;
+        let builtin: String = ck.meta("builtin")?;
+        if builtin != self.builtin.name() {
+            return Err(TrialsError::Checkpoint(format!(
+                "{}: a `{builtin}` checkpoint cannot restore into `{}`",
+                ck.path(),
+                self.builtin.name()
+            )));
+        }
+        for (name, var) in self.model.vars() {
+            let t = ck.tensor(&format!("model.{name}"))?;
+            if t.shape() != var.shape() {
+                return Err(TrialsError::Checkpoint(format!(
+                    "{}: `{name}` is {:?} there but {:?} in this trial; the keys {} must not change between a checkpoint and its restore",
+                    ck.path(),
+                    t.dims(),
+                    var.dims(),
+                    ARCHITECTURE_KEYS.join(", ")
+                )));
+            }
+            var.set(&t)?;
+        }
+        let steps: u64 = ck.meta("optimizer_steps")?;
+        let saved_kind: String = ck.meta("optimizer")?;
+        if saved_kind == serde_json::to_string(&self.optimizer.kind()).unwrap() {
+            self.optimizer.load_state(self.model.vars(), steps, &mut |n| ck.tensor(n))?;
+        } else {
+            self.optimizer = Optimizer::new(&self.cfg, self.model.vars())?;
+        }
+        self.epoch = ck.meta("epoch")?;
+        if let (Some(es), Some(saved)) = (&mut self.early, ck.metadata.get("early_stopping")) {
+            let saved: EarlyStopping = serde_json::from_str(saved)
+                .map_err(|e| TrialsError::Checkpoint(format!("{}: early_stopping: {e}", ck.path())))?;
+            es.best = saved.best;
+            es.bad_epochs = saved.bad_epochs;
+        }
+        Ok(())
+    }
+}
+
+fn tensors(d: &Dataset, device: &Device) -> Result<(Tensor, Tensor, usize), TrialsError> {
+    Ok((
+        Tensor::from_slice(&d.x, (d.len(), d.features), device)?,
+        Tensor::from_slice(&d.y, d.len(), device)?,
+        d.len(),
+    ))
+}
