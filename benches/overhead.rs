@@ -80,7 +80,7 @@ fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
     let start = Instant::now();
     let result = Tuner::from_spec(spec)
         .dir(&dir)
-        .fit_command()
+        .fit_spec()
         .expect("command sweep");
     let rate = n as f64 / start.elapsed().as_secs_f64();
     assert!(result

@@ -85,7 +85,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             let (mut parsed, text) = ExperimentSpec::read(&spec)?;
             if parsed.objective.is_none() {
                 return Err(TuneError::Invalid(format!(
-                    "{}: expected an [objective] table with `command = [...]`, found none",
+                    "{}: expected an [objective] table with `command = [...]` or `builtin = \"mlp\"`, found none",
                     spec.display()
                 )));
             }
@@ -99,7 +99,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                 .spec_text(text)
                 .progress(true)
                 .handle_signals(true)
-                .fit_command()
+                .fit_spec()
                 .map_err(|e| match e {
                     TuneError::Invalid(msg) => {
                         TuneError::Invalid(format!("{}: {msg}", spec.display()))
@@ -118,7 +118,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                 tuner = tuner.samples(n);
             }
             println!("tune: resuming {}", dir.display());
-            let result = tuner.fit_command()?;
+            let result = tuner.fit_spec()?;
             Ok(finish(&result))
         }
         Command::Status { dir } => {

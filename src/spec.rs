@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tune_search::{did_you_mean, Mode, Space, TpeOptions};
+use tune_search::{did_you_mean, Mode, Params, Space, TpeOptions};
 
 /// A whole sweep: metric, budget, search, scheduler, resources, objective and space.
 ///
@@ -373,14 +373,13 @@ mod auto {
     }
 }
 
-/// `[objective]`: a command run once per trial.
+/// `[objective]`: a command run once per trial, or a built-in Candle trainable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ObjectiveSpec {
     /// argv with `{param}` placeholders; never a shell string.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
-    /// A built-in Candle trainable (not available yet).
+    /// A built-in trainable: `"mlp"` or `"cnn"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<String>,
     /// Wall-clock limit of one trial attempt, in seconds.
@@ -393,7 +392,17 @@ pub struct ObjectiveSpec {
     /// also the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// The built-in trainable's other keys: its data (`dataset = "digits"`) and fixed
+    /// hyperparameters (`epochs = 30`). Any key is rejected for a command.
+    #[serde(flatten)]
+    pub options: BTreeMap<String, toml::Value>,
 }
+
+/// The keys `[objective]` itself defines (the rest belong to a built-in trainable).
+const OBJECTIVE_KEYS: [&str; 5] = ["command", "builtin", "timeout_s", "env", "workdir"];
+
+/// What a built-in trainable reports each epoch (candidates for `metric`).
+pub const BUILTIN_METRICS: [&str; 4] = ["val_loss", "val_accuracy", "train_loss", "lr"];
 
 /// A spec that cannot be used: which file, where, and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -461,7 +470,7 @@ impl ExperimentSpec {
             }
         })?;
         spec.validate().map_err(|(section, key, message)| {
-            let location = locate_key(text, section, key);
+            let location = locate_key(text, section, &key);
             SpecError {
                 file: file.to_path_buf(),
                 location,
@@ -477,9 +486,104 @@ impl ExperimentSpec {
         Ok(spec)
     }
 
-    /// Checks what serde cannot: ranges, features not built yet, placeholders.
+    /// Checks what serde cannot: ranges, placeholders, a built-in trainable's keys.
     /// Errors are (section, key, message).
-    pub fn validate(&self) -> Result<(), (&'static str, &'static str, String)> {
+    pub fn validate(&self) -> Result<(), (&'static str, String, String)> {
+        self.validate_fields()
+            .map_err(|(section, key, message)| (section, key.to_string(), message))?;
+        match &self.objective {
+            Some(obj) if obj.builtin.is_some() => self.validate_builtin(obj),
+            Some(obj) => match obj.options.keys().next() {
+                Some(key) => Err(("objective", key.clone(), unknown_key(key, &OBJECTIVE_KEYS))),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn validate_builtin(&self, obj: &ObjectiveSpec) -> Result<(), (&'static str, String, String)> {
+        use tune_trials::{Builtin, DataSpec, TrainConfig, DATA_KEYS, TRAIN_KEYS};
+        let name = obj.builtin.as_deref().unwrap_or_default();
+        let problem = |section, key: &str, message: String| (section, key.to_string(), message);
+        name.parse::<Builtin>().map_err(|e| {
+            problem(
+                "objective",
+                "builtin",
+                e.to_string().replace("builtin: ", ""),
+            )
+        })?;
+        if !obj.command.is_empty() {
+            return Err(problem(
+                "objective",
+                "command",
+                "give either `command` or `builtin`, not both".into(),
+            ));
+        }
+        let known: Vec<&str> = OBJECTIVE_KEYS
+            .iter()
+            .chain(&DATA_KEYS)
+            .chain(&TRAIN_KEYS)
+            .copied()
+            .collect();
+        for key in obj.options.keys() {
+            if !known.contains(&key.as_str()) {
+                return Err(problem("objective", key, unknown_key(key, &known)));
+            }
+        }
+        let (data, fixed) = builtin_options(obj);
+        for (key, value) in &data {
+            let one = toml::Value::Table(toml::Table::from_iter([(key.clone(), value.clone())]));
+            one.try_into::<DataSpec>()
+                .map_err(|e| problem("objective", key, e.message().trim().to_string()))?;
+        }
+        if obj.options.get("dataset").is_none() && obj.options.get("csv").is_none() {
+            return Err(problem(
+                "objective",
+                "builtin",
+                format!(
+                    "a built-in trainable needs `dataset = \"...\"` (one of {}) or `csv = \"file.csv\"`",
+                    tune_trials::DATASETS.join(", ")
+                ),
+            ));
+        }
+        for (key, value) in &fixed {
+            let one = serde_json::Map::from_iter([(key.clone(), value.clone())]);
+            TrainConfig::from_parts(&one, &Params::default())
+                .map_err(|e| problem("objective", key, e.to_string()))?;
+        }
+        // Every [space] entry is a hyperparameter; try each one's edge values.
+        for param in self.space.params() {
+            let without: serde_json::Map<_, _> = fixed
+                .iter()
+                .filter(|(k, _)| **k != param.name)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for value in edge_values(&param.domain) {
+                let mut params = Params::default();
+                params.insert(param.name.clone(), value);
+                TrainConfig::from_parts(&without, &params)
+                    .map_err(|e| problem("space", &param.name, e.to_string()))?;
+            }
+        }
+        if !BUILTIN_METRICS.contains(&self.metric.as_str()) {
+            let hint = did_you_mean(&self.metric, BUILTIN_METRICS)
+                .map(|s| format!(" (did you mean `{s}`?)"))
+                .unwrap_or_default();
+            return Err(problem(
+                "",
+                "metric",
+                format!(
+                    "the `{name}` trainable reports {}, not \"{}\"{hint}",
+                    BUILTIN_METRICS.join(", "),
+                    self.metric
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks what serde cannot, for the fields whose keys are fixed names.
+    fn validate_fields(&self) -> Result<(), (&'static str, &'static str, String)> {
         if self.name.is_empty()
             || self.name.contains(['/', '\\'])
             || self.name == "."
@@ -629,20 +733,12 @@ impl ExperimentSpec {
                 ));
             }
         }
-        if let Some(obj) = &self.objective {
-            if obj.builtin.is_some() {
-                return Err((
-                    "objective",
-                    "builtin",
-                    "built-in trainables are not available in this version yet; use `command`"
-                        .into(),
-                ));
-            }
+        if let Some(obj) = self.objective.as_ref().filter(|o| o.builtin.is_none()) {
             if obj.command.is_empty() {
                 return Err((
                     "objective",
                     "command",
-                    "expected a non-empty argv list like [\"python3\", \"train.py\"]".into(),
+                    "expected a non-empty argv list like [\"python3\", \"train.py\"], or `builtin = \"mlp\"`".into(),
                 ));
             }
             if let Some(t) = obj.timeout_s {
@@ -678,6 +774,48 @@ impl ExperimentSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// A built-in objective's options split into data keys (TOML) and fixed hyperparameters
+/// (JSON, as [`tune_trials::TrainConfig::from_parts`] takes them).
+pub(crate) fn builtin_options(
+    obj: &ObjectiveSpec,
+) -> (toml::Table, serde_json::Map<String, serde_json::Value>) {
+    let mut data = toml::Table::new();
+    let mut fixed = serde_json::Map::new();
+    for (key, value) in &obj.options {
+        if tune_trials::DATA_KEYS.contains(&key.as_str()) {
+            data.insert(key.clone(), value.clone());
+        } else {
+            fixed.insert(
+                key.clone(),
+                serde_json::to_value(value).expect("TOML converts to JSON"),
+            );
+        }
+    }
+    (data, fixed)
+}
+
+/// "unknown key", with the nearest known one when it looks like a typo.
+fn unknown_key(key: &str, known: &[&str]) -> String {
+    match did_you_mean(key, known.iter().copied()) {
+        Some(s) => format!("unknown key `{key}` (did you mean `{s}`?)"),
+        None => format!("unknown key `{key}`; expected one of {}", known.join(", ")),
+    }
+}
+
+/// Values at a domain's edges, enough to catch a wrong type or an out-of-range bound.
+fn edge_values(domain: &tune_search::Domain) -> Vec<tune_search::Value> {
+    use tune_search::{Domain, Value};
+    match domain {
+        Domain::Uniform { low, .. }
+        | Domain::LogUniform { low, .. }
+        | Domain::QUniform { low, .. }
+        | Domain::QLogUniform { low, .. } => vec![Value::Float(*low)],
+        Domain::Normal { mu, .. } => vec![Value::Float(*mu)],
+        Domain::Int { low, high, .. } => vec![Value::Int(*low), Value::Int(*high)],
+        Domain::Choice(values) | Domain::Grid(values) => values.clone(),
     }
 }
 

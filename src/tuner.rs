@@ -10,7 +10,7 @@ use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 use crate::coordinator::{Coordinator, Observer, Plan};
 use crate::error::TuneError;
 use crate::experiment::Experiment;
-use crate::objective::{BoxError, CommandObjective, Objective, TrialContext};
+use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
 use crate::progress::ProgressLine;
 use crate::spec::{
     Algorithm, AshaVariant, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec,
@@ -192,16 +192,20 @@ impl Tuner {
         self.run(|_, _| Ok(Objective::Closure(f)))
     }
 
-    /// Runs the sweep with the spec's `[objective] command`.
-    pub fn fit_command(self) -> Result<TuneResult, TuneError> {
+    /// Runs the sweep with the spec's `[objective]`: its `command`, or its `builtin` trainable.
+    pub fn fit_spec(self) -> Result<TuneResult, TuneError> {
         let grace = self.grace;
         self.run(move |spec, dir| {
             let Some(obj) = &spec.objective else {
                 return Err(TuneError::Invalid(
-                    "the spec has no [objective] command to run".into(),
+                    "the spec has no [objective] to run (`command = [...]` or `builtin = \"mlp\"`)"
+                        .into(),
                 ));
             };
             let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
+            if obj.builtin.is_some() {
+                return Ok(Objective::Closure(builtin_objective(obj, &workdir)?));
+            }
             check_program(&obj.command[0], &workdir)?;
             Ok(Objective::Command(Arc::new(CommandObjective {
                 argv: obj.command.clone(),

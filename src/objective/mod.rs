@@ -1,6 +1,7 @@
 //! Objectives: what a trial runs. A Rust closure on a worker thread, or a command in a child
 //! process; both report results to the coordinator and wait for its decision.
 
+mod builtin;
 mod closure;
 mod command;
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::{Params, TrialId};
 
+pub(crate) use builtin::builtin_objective;
 pub use closure::{ObjectiveFn, TrialContext};
 pub(crate) use command::CommandObjective;
 

@@ -157,7 +157,9 @@ impl TrainConfig {
 
     fn validate(&self) -> Result<(), TrialsError> {
         let bad = |key: &str, want: &str, found: String| {
-            Err(TrialsError::Config(format!("{key}: expected {want}, found {found}")))
+            Err(TrialsError::Config(format!(
+                "{key}: expected {want}, found {found}"
+            )))
         };
         if self.width == 0 || self.channels == 0 || self.batch_size == 0 || self.epochs == 0 {
             let (k, v) = [
@@ -172,12 +174,20 @@ impl TrainConfig {
             return bad(k, "at least 1", v.to_string());
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return bad("dropout", "a probability in [0, 1)", self.dropout.to_string());
+            return bad(
+                "dropout",
+                "a probability in [0, 1)",
+                self.dropout.to_string(),
+            );
         }
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             return bad("lr", "a positive number", self.lr.to_string());
         }
-        for (k, v) in [("momentum", self.momentum), ("beta1", self.beta1), ("beta2", self.beta2)] {
+        for (k, v) in [
+            ("momentum", self.momentum),
+            ("beta1", self.beta1),
+            ("beta2", self.beta2),
+        ] {
             if !(0.0..1.0).contains(&v) {
                 return bad(k, "a number in [0, 1)", v.to_string());
             }
@@ -239,7 +249,10 @@ mod tests {
             .clone();
         let cfg = TrainConfig::from_parts(
             &fixed,
-            &params(&[("lr", Value::Int(1)), ("activation", Value::Str("gelu".into()))]),
+            &params(&[
+                ("lr", Value::Int(1)),
+                ("activation", Value::Str("gelu".into())),
+            ]),
         )
         .unwrap();
         assert_eq!((cfg.lr, cfg.epochs, cfg.patience), (1.0, 3, Some(2)));
@@ -252,18 +265,30 @@ mod tests {
         let e = TrainConfig::from_parts(&none, &params(&[("lrr", Value::Float(0.1))]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("`lrr` is not a hyperparameter") && e.contains("`lr`"), "{e}");
+        assert!(
+            e.contains("`lrr` is not a hyperparameter") && e.contains("`lr`"),
+            "{e}"
+        );
         let e = TrainConfig::from_parts(&none, &params(&[("optimizer", Value::Str("adm".into()))]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown variant `adm`") && e.contains("sgd"), "{e}");
+        assert!(
+            e.contains("unknown variant `adm`") && e.contains("sgd"),
+            "{e}"
+        );
         let e = TrainConfig::from_parts(&none, &params(&[("dropout", Value::Float(1.0))]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("dropout: expected a probability in [0, 1), found 1"), "{e}");
+        assert!(
+            e.contains("dropout: expected a probability in [0, 1), found 1"),
+            "{e}"
+        );
         let e = TrainConfig::from_parts(&none, &params(&[("width", Value::Float(1.5))]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("invalid type: floating point `1.5`, expected usize"), "{e}");
+        assert!(
+            e.contains("invalid type: floating point `1.5`, expected usize"),
+            "{e}"
+        );
     }
 }

@@ -12,7 +12,11 @@ use crate::TrialsError;
 /// assert!(tune_trials::open_device("tpu:0").is_err());
 /// ```
 pub fn open_device(name: &str) -> Result<Device, TrialsError> {
-    let bad = || TrialsError::Config(format!("device: expected `cpu:N` or `cuda:N`, found \"{name}\""));
+    let bad = || {
+        TrialsError::Config(format!(
+            "device: expected `cpu:N` or `cuda:N`, found \"{name}\""
+        ))
+    };
     let (kind, ordinal) = name.split_once(':').ok_or_else(bad)?;
     let ordinal: usize = ordinal.parse().map_err(|_| bad())?;
     match kind {
@@ -25,12 +29,18 @@ pub fn open_device(name: &str) -> Result<Device, TrialsError> {
 #[cfg(feature = "cuda")]
 fn open_cuda(ordinal: usize) -> Result<Device, TrialsError> {
     if !crate::gpu::driver_present() {
-        return Err(TrialsError::Device("no CUDA driver (libcuda.so.1) on this machine".into()));
+        return Err(TrialsError::Device(
+            "no CUDA driver (libcuda.so.1) on this machine".into(),
+        ));
     }
     // cudarc panics when a library it needs cannot be loaded; that must fail the trial, not
     // the sweep.
     std::panic::catch_unwind(|| Device::new_cuda(ordinal))
-        .map_err(|_| TrialsError::Device(format!("cuda:{ordinal}: the CUDA libraries could not be loaded")))?
+        .map_err(|_| {
+            TrialsError::Device(format!(
+                "cuda:{ordinal}: the CUDA libraries could not be loaded"
+            ))
+        })?
         .map_err(|e| TrialsError::Device(format!("cuda:{ordinal}: {e}")))
 }
 

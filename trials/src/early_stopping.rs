@@ -21,7 +21,12 @@ pub struct EarlyStopping {
 
 impl EarlyStopping {
     pub fn new(patience: u64, min_delta: f64) -> EarlyStopping {
-        EarlyStopping { patience, min_delta, best: f64::INFINITY, bad_epochs: 0 }
+        EarlyStopping {
+            patience,
+            min_delta,
+            best: f64::INFINITY,
+            bad_epochs: 0,
+        }
     }
 
     /// Records one epoch's loss; true when the trial should stop.

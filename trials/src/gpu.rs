@@ -64,7 +64,8 @@ mod imp {
                 .map(|i| {
                     let ctx = CudaContext::new(i).map_err(|e| format!("GPU {i}: {e}"))?;
                     ctx.bind_to_thread().map_err(|e| format!("GPU {i}: {e}"))?;
-                    let (free, total) = result::mem_get_info().map_err(|e| format!("GPU {i}: {e}"))?;
+                    let (free, total) =
+                        result::mem_get_info().map_err(|e| format!("GPU {i}: {e}"))?;
                     Ok(GpuInfo {
                         ordinal: i,
                         name: ctx.name().unwrap_or_else(|_| format!("GPU {i}")),
@@ -83,7 +84,9 @@ mod imp {
         guarded(|| {
             let ctx = CudaContext::new(ordinal).map_err(|e| e.to_string())?;
             ctx.bind_to_thread().map_err(|e| e.to_string())?;
-            result::mem_get_info().map(|(free, _)| free as u64).map_err(|e| e.to_string())
+            result::mem_get_info()
+                .map(|(free, _)| free as u64)
+                .map_err(|e| e.to_string())
         })
         .ok()
     }

@@ -52,6 +52,9 @@ pub enum TrialsError {
 }
 
 /// The candidate closest to `word` by edit distance, when it is close enough to be a typo.
-pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     tune_search::did_you_mean(word, candidates)
 }

@@ -38,7 +38,11 @@ impl Optimizer {
             .iter()
             .map(|(_, v)| (0..slots).map(|_| v.zeros_like()).collect())
             .collect::<candle_core::Result<_>>()?;
-        Ok(Optimizer { kind: cfg.optimizer, state, steps: 0 })
+        Ok(Optimizer {
+            kind: cfg.optimizer,
+            state,
+            steps: 0,
+        })
     }
 
     pub fn kind(&self) -> OptimizerKind {
@@ -51,7 +55,13 @@ impl Optimizer {
     }
 
     /// One update of every variable from its gradient, at learning rate `lr`.
-    pub fn step(&mut self, vars: &NamedVars, grads: &GradStore, lr: f64, cfg: &TrainConfig) -> Result<(), TrialsError> {
+    pub fn step(
+        &mut self,
+        vars: &NamedVars,
+        grads: &GradStore,
+        lr: f64,
+        cfg: &TrainConfig,
+    ) -> Result<(), TrialsError> {
         self.steps += 1;
         let t = self.steps as i32;
         for ((name, var), state) in vars.iter().zip(&mut self.state) {
@@ -61,18 +71,27 @@ impl Optimizer {
             let p = var.as_tensor();
             match self.kind {
                 OptimizerKind::Sgd => {
-                    let g = if cfg.weight_decay > 0.0 { (g + p.affine(cfg.weight_decay, 0.0)?)? } else { g.clone() };
+                    let g = if cfg.weight_decay > 0.0 {
+                        (g + p.affine(cfg.weight_decay, 0.0)?)?
+                    } else {
+                        g.clone()
+                    };
                     // PyTorch starts the buffer at the first gradient; with dampening 0 that
                     // equals momentum * 0 + g.
                     let buf = (state[0].affine(cfg.momentum, 0.0)? + &g)?;
-                    let update = if cfg.nesterov { (g + buf.affine(cfg.momentum, 0.0)?)? } else { buf.clone() };
+                    let update = if cfg.nesterov {
+                        (g + buf.affine(cfg.momentum, 0.0)?)?
+                    } else {
+                        buf.clone()
+                    };
                     var.set(&(p - update.affine(lr, 0.0)?)?)?;
                     state[0] = buf;
                 }
                 OptimizerKind::Adamw => {
                     let decayed = p.affine(1.0 - lr * cfg.weight_decay, 0.0)?;
                     let m = (state[0].affine(cfg.beta1, 0.0)? + g.affine(1.0 - cfg.beta1, 0.0)?)?;
-                    let v = (state[1].affine(cfg.beta2, 0.0)? + g.sqr()?.affine(1.0 - cfg.beta2, 0.0)?)?;
+                    let v = (state[1].affine(cfg.beta2, 0.0)?
+                        + g.sqr()?.affine(1.0 - cfg.beta2, 0.0)?)?;
                     let bias1 = 1.0 - cfg.beta1.powi(t);
                     let bias2 = 1.0 - cfg.beta2.powi(t);
                     // PyTorch: p -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps)
@@ -96,7 +115,10 @@ impl Optimizer {
         vars.iter()
             .zip(&self.state)
             .flat_map(|((name, _), state)| {
-                slots.iter().zip(state).map(move |(slot, t)| (format!("optim.{slot}.{name}"), t.clone()))
+                slots
+                    .iter()
+                    .zip(state)
+                    .map(move |(slot, t)| (format!("optim.{slot}.{name}"), t.clone()))
             })
             .collect()
     }
@@ -108,7 +130,11 @@ impl Optimizer {
         steps: u64,
         get: &mut dyn FnMut(&str) -> Result<Tensor, TrialsError>,
     ) -> Result<(), TrialsError> {
-        let names: Vec<String> = self.state_tensors(vars).into_iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = self
+            .state_tensors(vars)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         let mut it = names.iter();
         for state in &mut self.state {
             for slot in state.iter_mut() {
@@ -159,14 +185,24 @@ mod tests {
     /// Two AdamW steps on f(w) = sum(w^2), computed by hand with PyTorch's formulas.
     #[test]
     fn adamw_matches_hand_computed_pytorch_steps() {
-        let cfg = TrainConfig { weight_decay: 0.1, ..TrainConfig::default() };
+        let cfg = TrainConfig {
+            weight_decay: 0.1,
+            ..TrainConfig::default()
+        };
         let w = Var::new(&[1.0f32], &Device::Cpu).unwrap();
         let vars = vec![("w".to_string(), w.clone())];
         let mut opt = Optimizer::new(&cfg, &vars).unwrap();
         let (lr, b1, b2, eps) = (0.1f64, 0.9f64, 0.999f64, 1e-8f64);
         let (mut p, mut m, mut v) = (1.0f64, 0.0f64, 0.0f64);
         for t in 1..=2 {
-            let grads = w.as_tensor().sqr().unwrap().sum_all().unwrap().backward().unwrap();
+            let grads = w
+                .as_tensor()
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
             opt.step(&vars, &grads, lr, &cfg).unwrap();
             let g = 2.0 * p;
             p *= 1.0 - lr * 0.1;
@@ -195,7 +231,14 @@ mod tests {
             let mut opt = Optimizer::new(&cfg, &vars).unwrap();
             let (mut p, mut buf) = (2.0f64, 0.0f64);
             for _ in 0..3 {
-                let grads = w.as_tensor().sqr().unwrap().sum_all().unwrap().backward().unwrap();
+                let grads = w
+                    .as_tensor()
+                    .sqr()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
                 opt.step(&vars, &grads, 0.1, &cfg).unwrap();
                 let g = 2.0 * p + 0.01 * p;
                 buf = 0.5 * buf + g;

@@ -97,10 +97,24 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    pub fn new(builtin: Builtin, cfg: TrainConfig, split: &Split, device: &Device, seed: u64) -> Result<Trainer, TrialsError> {
+    pub fn new(
+        builtin: Builtin,
+        cfg: TrainConfig,
+        split: &Split,
+        device: &Device,
+        seed: u64,
+    ) -> Result<Trainer, TrialsError> {
         let data = &split.train;
         let model: Box<dyn Model> = match builtin {
-            Builtin::Mlp => Box::new(Mlp::new(data.features, data.classes, cfg.depth, cfg.width, cfg.activation, seed, device)?),
+            Builtin::Mlp => Box::new(Mlp::new(
+                data.features,
+                data.classes,
+                cfg.depth,
+                cfg.width,
+                cfg.activation,
+                seed,
+                device,
+            )?),
             Builtin::Cnn => {
                 let image = data.image.ok_or_else(|| {
                     TrialsError::Config(format!(
@@ -108,7 +122,15 @@ impl Trainer {
                         data.name
                     ))
                 })?;
-                Box::new(Cnn::new(image, data.classes, cfg.channels, cfg.width, cfg.activation, seed, device)?)
+                Box::new(Cnn::new(
+                    image,
+                    data.classes,
+                    cfg.channels,
+                    cfg.width,
+                    cfg.activation,
+                    seed,
+                    device,
+                )?)
             }
         };
         let optimizer = Optimizer::new(&cfg, model.vars())?;
@@ -164,8 +186,15 @@ impl Trainer {
             let logits = self.model.forward(&bx, Some(&mut dropout))?;
             let loss = candle_nn::loss::cross_entropy(&logits, &by)?;
             let grads = loss.backward()?;
-            lr = lr_at(self.cfg.lr, first_update + i as u64, warmup, total, self.cfg.lr_decay);
-            self.optimizer.step(self.model.vars(), &grads, lr, &self.cfg)?;
+            lr = lr_at(
+                self.cfg.lr,
+                first_update + i as u64,
+                warmup,
+                total,
+                self.cfg.lr_decay,
+            );
+            self.optimizer
+                .step(self.model.vars(), &grads, lr, &self.cfg)?;
             loss_sum = (loss_sum + loss.detach().affine(batch.len() as f64, 0.0)?)?;
         }
         let train_loss = loss_sum.to_scalar::<f32>()? as f64 / *n as f64;
@@ -182,7 +211,14 @@ impl Trainer {
                 self.epoch, self.cfg.lr
             )));
         }
-        Ok(EpochReport { epoch: self.epoch, train_loss, val_loss, val_accuracy, lr, stop_early })
+        Ok(EpochReport {
+            epoch: self.epoch,
+            train_loss,
+            val_loss,
+            val_accuracy,
+            lr,
+            stop_early,
+        })
     }
 
     /// Mean cross-entropy and accuracy on the validation rows (no dropout).
@@ -190,7 +226,12 @@ impl Trainer {
         let (x, y, n) = &self.val;
         let logits = self.model.forward(x, None)?;
         let loss = candle_nn::loss::cross_entropy(&logits, y)?.to_scalar::<f32>()? as f64;
-        let hits = logits.argmax(D::Minus1)?.eq(y)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+        let hits = logits
+            .argmax(D::Minus1)?
+            .eq(y)?
+            .to_dtype(DType::F32)?
+            .sum_all()?
+            .to_scalar::<f32>()?;
         Ok((loss, hits as f64 / *n as f64))
     }
 
@@ -204,15 +245,26 @@ impl Trainer {
             .collect();
         tensors.extend(self.optimizer.state_tensors(self.model.vars()));
         let cfg = serde_json::to_value(&self.cfg).expect("a config serialises");
-        let arch: serde_json::Map<String, serde_json::Value> =
-            ARCHITECTURE_KEYS.iter().map(|k| (k.to_string(), cfg[k].clone())).collect();
+        let arch: serde_json::Map<String, serde_json::Value> = ARCHITECTURE_KEYS
+            .iter()
+            .map(|k| (k.to_string(), cfg[k].clone()))
+            .collect();
         let mut meta = HashMap::from([
             ("format".to_string(), "tune-trials/1".to_string()),
             ("builtin".to_string(), self.builtin.name().to_string()),
             ("epoch".to_string(), self.epoch.to_string()),
-            ("optimizer".to_string(), serde_json::to_string(&self.optimizer.kind()).unwrap()),
-            ("optimizer_steps".to_string(), self.optimizer.steps().to_string()),
-            ("architecture".to_string(), serde_json::Value::Object(arch).to_string()),
+            (
+                "optimizer".to_string(),
+                serde_json::to_string(&self.optimizer.kind()).unwrap(),
+            ),
+            (
+                "optimizer_steps".to_string(),
+                self.optimizer.steps().to_string(),
+            ),
+            (
+                "architecture".to_string(),
+                serde_json::Value::Object(arch).to_string(),
+            ),
         ]);
         if let Some(es) = &self.early {
             meta.insert("early_stopping".into(), serde_json::to_string(es).unwrap());
@@ -249,14 +301,16 @@ impl Trainer {
         let steps: u64 = ck.meta("optimizer_steps")?;
         let saved_kind: String = ck.meta("optimizer")?;
         if saved_kind == serde_json::to_string(&self.optimizer.kind()).unwrap() {
-            self.optimizer.load_state(self.model.vars(), steps, &mut |n| ck.tensor(n))?;
+            self.optimizer
+                .load_state(self.model.vars(), steps, &mut |n| ck.tensor(n))?;
         } else {
             self.optimizer = Optimizer::new(&self.cfg, self.model.vars())?;
         }
         self.epoch = ck.meta("epoch")?;
         if let (Some(es), Some(saved)) = (&mut self.early, ck.metadata.get("early_stopping")) {
-            let saved: EarlyStopping = serde_json::from_str(saved)
-                .map_err(|e| TrialsError::Checkpoint(format!("{}: early_stopping: {e}", ck.path())))?;
+            let saved: EarlyStopping = serde_json::from_str(saved).map_err(|e| {
+                TrialsError::Checkpoint(format!("{}: early_stopping: {e}", ck.path()))
+            })?;
             es.best = saved.best;
             es.bad_epochs = saved.bad_epochs;
         }

@@ -25,7 +25,12 @@ pub(super) fn parse_sklearn(name: &str, text: &str) -> Result<Dataset, TrialsErr
         for f in &fields[..fields.len() - 1] {
             x.push(f.trim().parse::<f32>().map_err(|_| bad())?);
         }
-        y.push(fields[fields.len() - 1].trim().parse::<u32>().map_err(|_| bad())?);
+        y.push(
+            fields[fields.len() - 1]
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| bad())?,
+        );
     }
     let features = width.map_or(0, |w| w - 1);
     let classes = y.iter().max().map_or(0, |&m| m as usize + 1);
@@ -58,7 +63,10 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
     let Some((_, header)) = lines.next() else {
         return Err(TrialsError::Data(format!("{shown}: the file is empty")));
     };
-    let columns: Vec<&str> = header.split(',').map(|c| c.trim().trim_matches('"')).collect();
+    let columns: Vec<&str> = header
+        .split(',')
+        .map(|c| c.trim().trim_matches('"'))
+        .collect();
     let label_col = match target {
         None => columns.len() - 1,
         Some(t) => columns.iter().position(|c| *c == t).ok_or_else(|| {
@@ -78,7 +86,10 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
     }
     let (mut x, mut labels) = (Vec::new(), Vec::new());
     for (i, line) in lines {
-        let fields: Vec<&str> = line.split(',').map(|c| c.trim().trim_matches('"')).collect();
+        let fields: Vec<&str> = line
+            .split(',')
+            .map(|c| c.trim().trim_matches('"'))
+            .collect();
         if fields.len() != columns.len() {
             return Err(TrialsError::Data(format!(
                 "{shown}:{}: expected {} fields like the header, found {}",
@@ -156,12 +167,21 @@ mod tests {
     fn user_csv_errors_name_the_line_and_column() {
         let f = write("a,b,label\n1,2,x\n1,oops,y\n");
         let e = read_csv(f.path(), None).unwrap_err().to_string();
-        assert!(e.contains(":3: column `b`: expected a number, found \"oops\""), "{e}");
+        assert!(
+            e.contains(":3: column `b`: expected a number, found \"oops\""),
+            "{e}"
+        );
         let e = read_csv(f.path(), Some("lable")).unwrap_err().to_string();
-        assert!(e.contains("no column \"lable\"") && e.contains("did you mean `label`?"), "{e}");
+        assert!(
+            e.contains("no column \"lable\"") && e.contains("did you mean `label`?"),
+            "{e}"
+        );
         let f = write("a,label\n1,x\n2\n");
         let e = read_csv(f.path(), None).unwrap_err().to_string();
-        assert!(e.contains(":3: expected 2 fields like the header, found 1"), "{e}");
+        assert!(
+            e.contains(":3: expected 2 fields like the header, found 1"),
+            "{e}"
+        );
         let f = write("a,label\n1,x\n2,x\n");
         let e = read_csv(f.path(), None).unwrap_err().to_string();
         assert!(e.contains("at least two classes"), "{e}");

@@ -135,14 +135,19 @@ impl Dataset {
             "digits" => {
                 let mut text = String::new();
                 std::io::Read::read_to_string(
-                    &mut flate2::read::GzDecoder::new(&include_bytes!("../../data/digits.csv.gz")[..]),
+                    &mut flate2::read::GzDecoder::new(
+                        &include_bytes!("../../data/digits.csv.gz")[..],
+                    ),
                     &mut text,
                 )
                 .map_err(|e| TrialsError::Data(format!("digits.csv.gz: {e}")))?;
                 (text, Some((1, 8, 8)))
             }
             "wine" => (include_str!("../../data/wine_data.csv").to_string(), None),
-            "breast_cancer" => (include_str!("../../data/breast_cancer.csv").to_string(), None),
+            "breast_cancer" => (
+                include_str!("../../data/breast_cancer.csv").to_string(),
+                None,
+            ),
             other => {
                 let hint = crate::did_you_mean(other, DATASETS)
                     .map(|s| format!(" (did you mean `{s}`?)"))
@@ -244,9 +249,15 @@ mod tests {
     #[test]
     fn shipped_datasets_have_their_documented_shapes() {
         let digits = Dataset::builtin("digits").unwrap();
-        assert_eq!((digits.len(), digits.features, digits.classes), (1797, 64, 10));
+        assert_eq!(
+            (digits.len(), digits.features, digits.classes),
+            (1797, 64, 10)
+        );
         // scikit-learn's description: pixels are integers 0..16; classes are roughly balanced.
-        assert!(digits.x.iter().all(|&v| (0.0..=16.0).contains(&v) && v.fract() == 0.0));
+        assert!(digits
+            .x
+            .iter()
+            .all(|&v| (0.0..=16.0).contains(&v) && v.fract() == 0.0));
         let per_class = (0..10).map(|c| digits.y.iter().filter(|&&y| y == c).count());
         assert!(per_class.into_iter().all(|n| (174..=183).contains(&n)));
         let wine = Dataset::builtin("wine").unwrap();
@@ -266,9 +277,17 @@ mod tests {
         assert_ne!(a.val.y, digits.split(0.2, 8).unwrap().val.y);
         assert_eq!((a.train.len(), a.val.len()), (1438, 359));
         for j in 0..64 {
-            let col: Vec<f64> = a.train.x.iter().skip(j).step_by(64).map(|&v| v as f64).collect();
+            let col: Vec<f64> = a
+                .train
+                .x
+                .iter()
+                .skip(j)
+                .step_by(64)
+                .map(|&v| v as f64)
+                .collect();
             let mean = col.iter().sum::<f64>() / col.len() as f64;
-            let sd = (col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / col.len() as f64).sqrt();
+            let sd =
+                (col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / col.len() as f64).sqrt();
             assert!(mean.abs() < 1e-5, "feature {j}: mean {mean}");
             assert!((sd - 1.0).abs() < 1e-4 || sd == 0.0, "feature {j}: sd {sd}");
         }

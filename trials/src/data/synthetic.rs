@@ -28,7 +28,12 @@ fn check(samples: usize, classes: usize, noise: f64) -> Result<(), TrialsError> 
 /// let d = tune_trials::spirals(300, 3, 0.1, 0).unwrap();
 /// assert_eq!((d.len(), d.features, d.classes), (300, 2, 3));
 /// ```
-pub fn spirals(samples: usize, classes: usize, noise: f64, seed: u64) -> Result<Dataset, TrialsError> {
+pub fn spirals(
+    samples: usize,
+    classes: usize,
+    noise: f64,
+    seed: u64,
+) -> Result<Dataset, TrialsError> {
     check(samples, classes, noise)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (mut x, mut y) = (Vec::with_capacity(2 * samples), Vec::with_capacity(samples));
@@ -40,7 +45,14 @@ pub fn spirals(samples: usize, classes: usize, noise: f64, seed: u64) -> Result<
         x.push((r * theta.cos() + noise * standard_normal(&mut rng)) as f32);
         y.push(class as u32);
     }
-    Ok(Dataset { name: "spirals".into(), x, y, features: 2, classes, image: None })
+    Ok(Dataset {
+        name: "spirals".into(),
+        x,
+        y,
+        features: 2,
+        classes,
+        image: None,
+    })
 }
 
 /// Isotropic Gaussian blobs in 8 dimensions around seeded centres in [-1, 1]^8.
@@ -49,12 +61,22 @@ pub fn spirals(samples: usize, classes: usize, noise: f64, seed: u64) -> Result<
 /// let d = tune_trials::blobs(200, 4, 0.5, 1).unwrap();
 /// assert_eq!((d.len(), d.features, d.classes), (200, 8, 4));
 /// ```
-pub fn blobs(samples: usize, classes: usize, noise: f64, seed: u64) -> Result<Dataset, TrialsError> {
+pub fn blobs(
+    samples: usize,
+    classes: usize,
+    noise: f64,
+    seed: u64,
+) -> Result<Dataset, TrialsError> {
     const DIM: usize = 8;
     check(samples, classes, noise)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let centres: Vec<f64> = (0..classes * DIM).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let (mut x, mut y) = (Vec::with_capacity(DIM * samples), Vec::with_capacity(samples));
+    let centres: Vec<f64> = (0..classes * DIM)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let (mut x, mut y) = (
+        Vec::with_capacity(DIM * samples),
+        Vec::with_capacity(samples),
+    );
     for i in 0..samples {
         let class = i % classes;
         for c in &centres[class * DIM..(class + 1) * DIM] {
@@ -62,7 +84,14 @@ pub fn blobs(samples: usize, classes: usize, noise: f64, seed: u64) -> Result<Da
         }
         y.push(class as u32);
     }
-    Ok(Dataset { name: "blobs".into(), x, y, features: DIM, classes, image: None })
+    Ok(Dataset {
+        name: "blobs".into(),
+        x,
+        y,
+        features: DIM,
+        classes,
+        image: None,
+    })
 }
 
 #[cfg(test)]
@@ -71,8 +100,14 @@ mod tests {
 
     #[test]
     fn generators_are_seeded_and_balanced() {
-        assert_eq!(spirals(90, 3, 0.1, 4).unwrap(), spirals(90, 3, 0.1, 4).unwrap());
-        assert_ne!(spirals(90, 3, 0.1, 4).unwrap().x, spirals(90, 3, 0.1, 5).unwrap().x);
+        assert_eq!(
+            spirals(90, 3, 0.1, 4).unwrap(),
+            spirals(90, 3, 0.1, 4).unwrap()
+        );
+        assert_ne!(
+            spirals(90, 3, 0.1, 4).unwrap().x,
+            spirals(90, 3, 0.1, 5).unwrap().x
+        );
         let b = blobs(100, 4, 0.0, 2).unwrap();
         assert!((0..4).all(|c| b.y.iter().filter(|&&y| y == c).count() == 25));
         // Without noise, every sample of a class sits on its centre.

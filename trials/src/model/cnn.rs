@@ -46,17 +46,32 @@ impl Cnn {
         let flat = 2 * channels * (h / 2) * (w / 2);
         let dense = init.layer("dense", &[width, flat], flat)?;
         let out = init.layer("out", &[classes, width], width)?;
-        Ok(Cnn { conv1, conv2, dense, out, image, activation, vars: init.finish() })
+        Ok(Cnn {
+            conv1,
+            conv2,
+            dense,
+            out,
+            image,
+            activation,
+            vars: init.finish(),
+        })
     }
 
     fn conv(&self, x: &Tensor, (w, b): &(Var, Var)) -> candle_core::Result<Tensor> {
         let y = x.conv2d(w, 1, 1, 1, 1)?;
-        activate(&y.broadcast_add(&b.reshape((1, (), 1, 1))?)?, self.activation)
+        activate(
+            &y.broadcast_add(&b.reshape((1, (), 1, 1))?)?,
+            self.activation,
+        )
     }
 }
 
 impl Model for Cnn {
-    fn forward(&self, x: &Tensor, mut dropout: Option<&mut Dropout>) -> candle_core::Result<Tensor> {
+    fn forward(
+        &self,
+        x: &Tensor,
+        mut dropout: Option<&mut Dropout>,
+    ) -> candle_core::Result<Tensor> {
         let (c, h, w) = self.image;
         let x = x.reshape(((), c, h, w))?;
         let y = self.conv(&self.conv(&x, &self.conv1)?, &self.conv2)?;

@@ -35,12 +35,20 @@ impl Mlp {
             fan_in = width;
         }
         layers.push(init.layer("out", &[classes, fan_in], fan_in)?);
-        Ok(Mlp { layers, activation, vars: init.finish() })
+        Ok(Mlp {
+            layers,
+            activation,
+            vars: init.finish(),
+        })
     }
 }
 
 impl Model for Mlp {
-    fn forward(&self, x: &Tensor, mut dropout: Option<&mut Dropout>) -> candle_core::Result<Tensor> {
+    fn forward(
+        &self,
+        x: &Tensor,
+        mut dropout: Option<&mut Dropout>,
+    ) -> candle_core::Result<Tensor> {
         let (last, hidden) = self.layers.split_last().expect("an output layer");
         let mut h = x.clone();
         for (w, b) in hidden {

@@ -38,11 +38,20 @@ impl Init {
     pub(crate) fn new(seed: u64, device: &Device) -> Init {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(INIT_STREAM);
-        Init { rng, device: device.clone(), vars: Vec::new() }
+        Init {
+            rng,
+            device: device.clone(),
+            vars: Vec::new(),
+        }
     }
 
     /// A weight of `shape` with `fan_in` inputs per output, and its bias of `shape[0]`.
-    pub(crate) fn layer(&mut self, name: &str, shape: &[usize], fan_in: usize) -> Result<(Var, Var), TrialsError> {
+    pub(crate) fn layer(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        fan_in: usize,
+    ) -> Result<(Var, Var), TrialsError> {
         let bound = 1.0 / (fan_in as f64).sqrt();
         let w = self.uniform(&format!("{name}.weight"), shape, bound)?;
         let b = self.uniform(&format!("{name}.bias"), &shape[..1], bound)?;
@@ -97,7 +106,13 @@ impl Dropout {
         }
         let scale = (1.0 / (1.0 - self.p)) as f32;
         let mask: Vec<f32> = (0..x.elem_count())
-            .map(|_| if self.rng.random::<f64>() < self.p { 0.0 } else { scale })
+            .map(|_| {
+                if self.rng.random::<f64>() < self.p {
+                    0.0
+                } else {
+                    scale
+                }
+            })
             .collect();
         x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
     }

@@ -1,0 +1,68 @@
+//! Built-in Candle trainables as objectives: the data is loaded once per sweep, and each trial
+//! trains in-process on its slot's device, checkpointing after every decided epoch.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tune_trials::{open_device, Builtin, DataSpec, TrainConfig, Trainer};
+
+use super::{ObjectiveFn, Stop, TrialContext};
+use crate::error::TuneError;
+use crate::spec::{builtin_options, ObjectiveSpec};
+
+/// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
+/// taken from `workdir`.
+pub(crate) fn builtin_objective(
+    obj: &ObjectiveSpec,
+    workdir: &Path,
+) -> Result<Arc<ObjectiveFn>, TuneError> {
+    let name = obj.builtin.as_deref().unwrap_or_default();
+    let builtin: Builtin = name
+        .parse()
+        .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?;
+    let (data, fixed) = builtin_options(obj);
+    let data: DataSpec = toml::Value::Table(data)
+        .try_into()
+        .map_err(|e: toml::de::Error| {
+            TuneError::Invalid(format!("[objective] {}", e.message().trim()))
+        })?;
+    let split = Arc::new(
+        data.load(workdir)
+            .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?,
+    );
+    if builtin == Builtin::Cnn && split.train.image.is_none() {
+        return Err(TuneError::Invalid(format!(
+            "[objective] `builtin`: the cnn trains on images; dataset `{}` has plain feature rows (use \"mlp\")",
+            split.train.name
+        )));
+    }
+    Ok(Arc::new(move |ctx: &mut TrialContext| {
+        let cfg = TrainConfig::from_parts(&fixed, ctx.params())?;
+        let device = open_device(ctx.device())?;
+        let seed = cfg.seed.unwrap_or(ctx.id());
+        let mut trainer = Trainer::new(builtin, cfg, &split, &device, seed)?;
+        if let Some(dir) = ctx.restore_dir() {
+            trainer.restore(dir)?;
+        }
+        while !trainer.finished() {
+            let r = trainer.train_epoch()?;
+            let heard = ctx.report(
+                r.epoch,
+                [
+                    ("val_loss", r.val_loss),
+                    ("val_accuracy", r.val_accuracy),
+                    ("train_loss", r.train_loss),
+                    ("lr", r.lr),
+                ],
+            );
+            // The checkpoint follows the decision, as the command protocol's does: a paused
+            // trial resumes after the epoch it reported, a stopped one needs none.
+            match heard {
+                Ok(()) | Err(Stop::Paused) => trainer.save(ctx.checkpoint_dir()?)?,
+                Err(_) => {}
+            }
+            heard?;
+        }
+        Ok(())
+    }))
+}

@@ -1,0 +1,272 @@
+//! Built-in Candle trainables through the real binary: curves in the export, ASHA stopping
+//! them, HyperBand pausing and resuming them from checkpoints, kill -9 and resume; each trial's
+//! curve must equal the same model trained without interruption, bit for bit.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value as Json;
+use tune_search::{Params, Value};
+use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+
+/// Fixed keys of every spec below.
+const FIXED: &str = "builtin = \"mlp\"\ndataset = \"wine\"\nbatch_size = 16\nwidth = 12\n";
+
+fn spec(dir: &Path, top: &str, objective: &str) -> PathBuf {
+    let path = dir.join("space.toml");
+    let text = format!(
+        "name = \"wine\"\nmetric = \"val_loss\"\nmode = \"min\"\n{top}\n[objective]\n{FIXED}{objective}\n[space]\nlr = {{ loguniform = [1e-3, 1e-1] }}\ndropout = {{ uniform = [0.0, 0.3] }}\noptimizer = {{ choice = [\"sgd\", \"adamw\"] }}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn steps(t: &Json) -> Vec<u64> {
+    t["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect()
+}
+
+/// Trains the trial's params without any pause and checks that every exported result equals
+/// that run's epoch (the last report wins where a crash repeated an epoch).
+fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
+    let split = DataSpec {
+        dataset: Some("wine".into()),
+        ..DataSpec::default()
+    }
+    .load(".".as_ref())
+    .unwrap();
+    let fixed = serde_json::json!({"batch_size": 16, "width": 12, "epochs": epochs});
+    let mut params = Params::default();
+    for (k, v) in t["params"].as_object().unwrap() {
+        let v = match v {
+            Json::String(s) => Value::Str(s.clone()),
+            v => Value::Float(v.as_f64().unwrap()),
+        };
+        params.insert(k.clone(), v);
+    }
+    let cfg = TrainConfig::from_parts(fixed.as_object().unwrap(), &params).unwrap();
+    let id = t["id"].as_u64().unwrap();
+    let mut trainer =
+        Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, id).unwrap();
+    let mut expected = Vec::new();
+    while !trainer.finished() {
+        expected.push(trainer.train_epoch().unwrap());
+    }
+    let results = t["results"].as_array().unwrap();
+    assert!(!results.is_empty(), "trial {id} has no results");
+    for r in results {
+        let step = r["step"].as_u64().unwrap();
+        let e = expected[step as usize - 1];
+        for (key, want) in [
+            ("val_loss", e.val_loss),
+            ("val_accuracy", e.val_accuracy),
+            ("train_loss", e.train_loss),
+            ("lr", e.lr),
+        ] {
+            assert_eq!(
+                r[key].as_f64(),
+                Some(want),
+                "trial {id}, epoch {step}, {key}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
+        "samples = 8\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 2",
+        "epochs = 8",
+    );
+    let dir = tmp.path().join("run");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 8);
+    let mut stopped = 0;
+    for t in &trials {
+        let s = steps(t);
+        assert_eq!(
+            s,
+            (1..=s.len() as u64).collect::<Vec<_>>(),
+            "trial {}",
+            t["id"]
+        );
+        match t["status"].as_str().unwrap() {
+            "completed" => assert_eq!(s.len(), 8),
+            "stopped" => {
+                assert!(s.len() < 8);
+                stopped += 1
+            }
+            other => panic!("trial {}: {other}", t["id"]),
+        }
+        assert_matches_uninterrupted(t, 8);
+    }
+    assert!(stopped >= 4, "{stopped} stopped");
+    let best = trials.iter().filter_map(|t| {
+        t["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["val_accuracy"].as_f64().unwrap())
+            .reduce(f64::max)
+    });
+    assert!(
+        best.clone().fold(0.0, f64::max) >= 0.9,
+        "{:?}",
+        best.collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn builtin_trials_paused_and_resumed_by_hyperband_train_as_if_never_paused() {
+    let tmp = tempfile::tempdir().unwrap();
+    // max_t 9, eta 3: brackets of 9, 5 and 3 trials with milestones at 1 and 3.
+    let spec = spec(
+        tmp.path(),
+        "samples = 17\nseed = 2\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 2",
+        "epochs = 9",
+    );
+    let dir = tmp.path().join("hb");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    let resumed = trials
+        .iter()
+        .filter(|t| t["attempts"].as_u64().unwrap() > 1)
+        .count();
+    assert!(
+        resumed >= 3,
+        "only {resumed} trials were paused and resumed"
+    );
+    for t in &trials {
+        let s = steps(t);
+        assert_eq!(
+            s,
+            (1..=s.len() as u64).collect::<Vec<_>>(),
+            "trial {}",
+            t["id"]
+        );
+        assert_matches_uninterrupted(t, 9);
+    }
+}
+
+#[test]
+fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
+        "samples = 6\nseed = 9\n[resources]\ncpu_slots = 2",
+        "epochs = 25",
+    );
+    let dir = tmp.path().join("killed");
+    let seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    let waits: Vec<u64> = (0..4)
+        .map(|i| 150 + (seed.wrapping_mul(2654435761).rotate_left(i * 13) % 700))
+        .collect();
+    eprintln!("kill waits (ms): {waits:?}");
+    run_with_kills(&spec, &dir, &waits);
+    run_ok(tune().arg("resume").arg(&dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 6);
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
+        // Every epoch reported, in order; a kill between an epoch's report and its
+        // checkpoint can make the resumed run report that epoch again, never skip one.
+        let mut s = steps(t);
+        s.dedup();
+        assert_eq!(s, (1..=25).collect::<Vec<_>>(), "trial {}", t["id"]);
+        assert_matches_uninterrupted(t, 25);
+    }
+}
+
+#[test]
+fn bad_builtin_specs_exit_2_with_the_key_and_leave_nothing() {
+    let cases = [
+        (
+            "builtin = \"mpl\"\ndataset = \"wine\"",
+            "",
+            "did you mean `mlp`?",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wines\"",
+            "",
+            "did you mean `wine`?",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"\nepocs = 3",
+            "",
+            "unknown key `epocs` (did you mean `epochs`?)",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"",
+            "lrr = { uniform = [0.1, 0.2] }",
+            "`lrr` is not a hyperparameter",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"",
+            "width = { uniform = [8.0, 64.0] }",
+            "expected usize",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"",
+            "optimizer = { choice = [\"sgd\", \"adma\"] }",
+            "unknown variant `adma`",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"\ndropout = 1.5",
+            "",
+            "dropout: expected a probability",
+        ),
+        (
+            "builtin = \"cnn\"\ndataset = \"wine\"",
+            "",
+            "the cnn trains on images",
+        ),
+        (
+            "builtin = \"mlp\"\ncsv = \"missing.csv\"",
+            "",
+            "missing.csv: cannot read the file",
+        ),
+        ("builtin = \"mlp\"", "", "needs `dataset"),
+        (
+            "command = [\"true\"]\ndataset = \"wine\"",
+            "",
+            "unknown key `dataset`",
+        ),
+    ];
+    for (objective, space, want) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("space.toml");
+        let text = format!(
+            "name = \"bad\"\nmetric = \"val_loss\"\nsamples = 2\n[objective]\n{objective}\n[space]\nlr = {{ loguniform = [1e-3, 1e-1] }}\n{space}\n"
+        );
+        std::fs::write(&path, &text).unwrap();
+        let dir = tmp.path().join("run");
+        let out = tune_run(&path, &dir).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{objective} / {space}: {err}");
+        assert!(
+            err.contains(want),
+            "{objective} / {space}: wanted {want:?} in {err}"
+        );
+        assert!(err.contains("space.toml"), "{err}");
+        assert!(!dir.exists(), "{objective}: a folder was left");
+    }
+    // A metric the trainable does not report.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("space.toml");
+    std::fs::write(&path, "name = \"m\"\nmetric = \"accuracy\"\nmode = \"max\"\nsamples = 2\n[objective]\nbuiltin = \"mlp\"\ndataset = \"wine\"\n[space]\nlr = { loguniform = [1e-3, 1e-1] }\n").unwrap();
+    let out = tune_run(&path, &tmp.path().join("run")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("`metric`: the `mlp` trainable reports val_loss, val_accuracy, train_loss, lr, not \"accuracy\""), "{}", stderr(&out));
+}
