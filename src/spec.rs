@@ -536,7 +536,7 @@ impl ExperimentSpec {
             one.try_into::<DataSpec>()
                 .map_err(|e| problem("objective", key, e.message().trim().to_string()))?;
         }
-        if obj.options.get("dataset").is_none() && obj.options.get("csv").is_none() {
+        if !obj.options.contains_key("dataset") && !obj.options.contains_key("csv") {
             return Err(problem(
                 "objective",
                 "builtin",

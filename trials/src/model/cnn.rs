@@ -80,7 +80,7 @@ impl Model for Cnn {
             y = d.apply(&y)?;
         }
         let mut y = activate(&linear(&y, &self.dense.0, &self.dense.1)?, self.activation)?;
-        if let Some(d) = dropout.as_deref_mut() {
+        if let Some(d) = dropout {
             y = d.apply(&y)?;
         }
         linear(&y, &self.out.0, &self.out.1)
