@@ -18,6 +18,7 @@ use tune_search::{History, Mode, Searcher, Status, TrialId};
 use crate::error::TuneError;
 use crate::experiment::trial_dir;
 use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
+use crate::pool::{Pool, Slot};
 use crate::store::TrialStore;
 use crate::trial::{now_ms, Trial, TrialResult};
 
@@ -74,7 +75,7 @@ pub trait Observer: Send {
 /// What the coordinator needs to know about an attempt in flight.
 struct InFlight {
     attempt: u32,
-    slot: usize,
+    slot: Slot,
     reports: u64,
     /// The last step reported before this run (a resumed trial numbers on from there).
     base_step: u64,
@@ -91,7 +92,6 @@ pub(crate) struct Plan {
     pub metric: String,
     pub mode: Mode,
     pub samples: u64,
-    pub slots: usize,
     pub max_failures: u32,
     pub timeout: Option<Duration>,
 }
@@ -109,7 +109,7 @@ pub(crate) struct Coordinator {
     next_seq: u64,
     queue: VecDeque<TrialId>,
     in_flight: HashMap<TrialId, InFlight>,
-    free_slots: Vec<usize>,
+    pool: Pool,
     summary: Summary,
     tx: mpsc::UnboundedSender<WorkerMsg>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
@@ -132,6 +132,7 @@ impl Coordinator {
         searcher: Box<dyn Searcher>,
         scheduler: Box<dyn Scheduler>,
         objective: Objective,
+        pool: Pool,
         observers: Vec<Box<dyn Observer>>,
     ) -> Coordinator {
         let mut history = History::new(plan.mode);
@@ -180,7 +181,7 @@ impl Coordinator {
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
         Coordinator {
-            free_slots: (0..plan.slots).rev().collect(),
+            pool,
             plan,
             store,
             searcher,
@@ -282,7 +283,7 @@ impl Coordinator {
 
     /// Claims free slots for re-queued trials first, then for new ones while the budget lasts.
     fn fill_slots(&mut self) -> Result<(), TuneError> {
-        while let Some(&slot) = self.free_slots.last() {
+        while self.pool.has_free() {
             let id = if let Some(id) = self.queue.pop_front() {
                 id
             } else if let Some(id) = self.next_paused() {
@@ -307,14 +308,14 @@ impl Coordinator {
             } else {
                 break;
             };
-            self.free_slots.pop();
+            let slot = self.pool.claim().expect("a free slot");
             self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
             let t = &mut self.trials[id as usize];
             t.attempts += 1;
             t.started_at = Some(now_ms());
             t.finished_at = None;
-            t.device = Some(format!("cpu:{slot}"));
+            t.device = Some(slot.to_string());
             self.store.put_trial(t)?;
             let base_step = t.results.last().map_or(0, |r| r.step);
             let restore_dir = Some(trial_dir(&self.plan.dir, id)).filter(|d| {
@@ -587,7 +588,7 @@ impl Coordinator {
         let Some(run) = self.in_flight.remove(&id) else {
             return Ok(());
         };
-        self.free_slots.push(run.slot);
+        self.pool.release(run.slot);
         if run.settled {
             return Ok(());
         }

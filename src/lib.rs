@@ -34,6 +34,7 @@ mod error;
 pub mod experiment;
 pub mod export;
 mod objective;
+mod pool;
 mod progress;
 mod spec;
 pub mod store;
@@ -43,6 +44,7 @@ mod tuner;
 pub use coordinator::{Event, Observer, Summary};
 pub use error::TuneError;
 pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
+pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};
 pub use spec::{
     Algorithm, AshaVariant, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind,

@@ -11,6 +11,7 @@ use crate::coordinator::{Coordinator, Observer, Plan};
 use crate::error::TuneError;
 use crate::experiment::Experiment;
 use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
+use crate::pool::Pool;
 use crate::progress::ProgressLine;
 use crate::spec::{
     Algorithm, AshaVariant, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec,
@@ -225,13 +226,19 @@ impl Tuner {
         // Objective, searcher and scheduler are built before a new experiment folder is
         // created, so bad input leaves nothing behind.
         let prepare = |spec: &ExperimentSpec, dir: &Path| -> Result<_, TuneError> {
+            let (pool, note) = Pool::new(
+                &spec.resources,
+                tune_trials::gpu::discover(),
+                Box::new(tune_trials::gpu::free_bytes),
+            )?;
             Ok((
                 objective(spec, dir)?,
                 make_searcher(spec)?,
                 make_scheduler(spec)?,
+                (pool, note),
             ))
         };
-        let (mut exp, (objective, searcher, scheduler)) = match &self.resume {
+        let (mut exp, (objective, searcher, scheduler, (pool, note))) = match &self.resume {
             Some(dir) => {
                 let mut exp = Experiment::open(dir)?;
                 let parts = prepare(&exp.snapshot.meta.spec, &exp.dir)?;
@@ -264,7 +271,6 @@ impl Tuner {
             metric: spec.metric.clone(),
             mode: spec.mode,
             samples: exp.snapshot.meta.samples,
-            slots: spec.resources.cpu_slots,
             max_failures: spec.max_failures,
             timeout: spec
                 .objective
@@ -272,6 +278,9 @@ impl Tuner {
                 .and_then(|o| o.timeout_s)
                 .map(Duration::from_secs_f64),
         };
+        if let Some(note) = &note {
+            eprintln!("tune: {note}");
+        }
         let trials = std::mem::take(&mut exp.snapshot.trials);
         let store: Box<dyn TrialStore> = Box::new(exp.store);
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -286,6 +295,7 @@ impl Tuner {
             searcher,
             scheduler,
             objective,
+            pool,
             self.observers,
         );
         if self.handle_signals {

@@ -52,7 +52,8 @@ impl TrialContext {
         &self.params
     }
 
-    /// Where the trial runs (`cpu:0`).
+    /// Where the trial runs: `cpu:N` (a CPU slot) or `cuda:N` (a share of GPU N, in the
+    /// `cuda` build). [`tune_trials::open_device`] turns it into a Candle device.
     pub fn device(&self) -> &str {
         &self.device
     }

@@ -67,6 +67,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
             serde_json::to_string(&job.params).unwrap_or_default(),
         )
         .env("TUNE_TRIAL_ID", job.id.to_string())
+        .env("TUNE_DEVICE", &job.device)
         .env("TUNE_ATTEMPT", job.attempt.to_string())
         .env("TUNE_CHECKPOINT_DIR", &job.trial_dir)
         .env("TUNE_EXPERIMENT_DIR", &obj.experiment_dir)
@@ -74,6 +75,12 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         .envs(job.restore_dir.iter().map(|d| ("TUNE_RESTORE_DIR", d)))
         // Python buffers a piped stdout; unbuffered, each report arrives when printed.
         .env("PYTHONUNBUFFERED", "1")
+        // A trial on a GPU sees only its own (as device 0), as with Ray Tune.
+        .envs(
+            job.device
+                .strip_prefix("cuda:")
+                .map(|n| ("CUDA_VISIBLE_DEVICES", n)),
+        )
         .envs(&obj.env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,0 +1,285 @@
+//! The worker pool: the places trials run. With GPUs (the `cuda` build on a machine that has
+//! them) that is `trials_per_gpu` shares of each chosen GPU, a new trial going to the GPU with
+//! the most free memory; otherwise `cpu_slots` CPU slots.
+
+use std::fmt;
+
+use tune_trials::gpu::GpuInfo;
+
+use crate::error::TuneError;
+use crate::spec::{Gpus, Resources};
+
+/// Where one trial runs.
+///
+/// ```
+/// use tune::Slot;
+/// assert_eq!(Slot::Gpu(1).to_string(), "cuda:1");
+/// assert_eq!(Slot::Cpu(0).to_string(), "cpu:0");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// CPU slot number N.
+    Cpu(usize),
+    /// A share of GPU N (its CUDA ordinal).
+    Gpu(usize),
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Slot::Cpu(n) => write!(f, "cpu:{n}"),
+            Slot::Gpu(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+struct GpuShare {
+    ordinal: usize,
+    running: usize,
+}
+
+/// Hands out slots and takes them back.
+pub(crate) struct Pool {
+    cpu_free: Vec<usize>,
+    gpus: Vec<GpuShare>,
+    per_gpu: usize,
+    /// Free memory of a GPU now (bytes), asked at each placement.
+    free_memory: Box<dyn FnMut(usize) -> Option<u64> + Send>,
+}
+
+impl Pool {
+    /// The pool for `resources` on a machine whose GPUs are `found` (or, as `Err`, why there
+    /// are none). Returns a note for the user when GPUs were wanted but cannot be used.
+    pub(crate) fn new(
+        resources: &Resources,
+        found: Result<Vec<GpuInfo>, String>,
+        free_memory: Box<dyn FnMut(usize) -> Option<u64> + Send>,
+    ) -> Result<(Pool, Option<String>), TuneError> {
+        let cpu = |note| {
+            let pool = Pool {
+                cpu_free: (0..resources.cpu_slots).rev().collect(),
+                gpus: Vec::new(),
+                per_gpu: 0,
+                free_memory: Box::new(|_| None),
+            };
+            Ok((pool, note))
+        };
+        let fallback = |why: &str| {
+            Some(format!(
+                "no GPU used ({why}); running {} trials at a time on CPU slots",
+                resources.cpu_slots
+            ))
+        };
+        let found = match (found, &resources.gpus) {
+            (_, Gpus::List(list)) if list.is_empty() => return cpu(None),
+            (Err(why), Gpus::Auto) if !cfg!(feature = "cuda") => {
+                let _ = why; // the default build: CPU is expected, nothing to say
+                return cpu(None);
+            }
+            (Err(why), _) => return cpu(fallback(&why)),
+            (Ok(found), _) if found.is_empty() => return cpu(fallback("none found")),
+            (Ok(found), _) => found,
+        };
+        let ordinals: Vec<usize> = match &resources.gpus {
+            Gpus::Auto => found.iter().map(|g| g.ordinal).collect(),
+            Gpus::List(list) => {
+                for &n in list {
+                    if !found.iter().any(|g| g.ordinal == n as usize) {
+                        return Err(TuneError::Invalid(format!(
+                            "[resources] `gpus`: GPU {n} does not exist; this machine has {}",
+                            found
+                                .iter()
+                                .map(|g| g.ordinal.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                }
+                list.iter().map(|&n| n as usize).collect()
+            }
+        };
+        let pool = Pool {
+            cpu_free: Vec::new(),
+            gpus: ordinals
+                .into_iter()
+                .map(|ordinal| GpuShare {
+                    ordinal,
+                    running: 0,
+                })
+                .collect(),
+            per_gpu: resources.trials_per_gpu.max(1) as usize,
+            free_memory,
+        };
+        Ok((pool, None))
+    }
+
+    /// How many more trials can start now.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.cpu_free.len() + self.gpus.len() * self.per_gpu
+            - self.gpus.iter().map(|g| g.running).sum::<usize>()
+    }
+
+    /// Whether a slot is free (without claiming it).
+    pub(crate) fn has_free(&self) -> bool {
+        !self.cpu_free.is_empty() || self.gpus.iter().any(|g| g.running < self.per_gpu)
+    }
+
+    /// A free slot: the GPU with room and the most free memory (then the fewest trials, then
+    /// the lowest number), else the lowest free CPU slot.
+    pub(crate) fn claim(&mut self) -> Option<Slot> {
+        let per_gpu = self.per_gpu;
+        let free_memory = &mut self.free_memory;
+        let best = self
+            .gpus
+            .iter_mut()
+            .filter(|g| g.running < per_gpu)
+            .map(|g| ((free_memory)(g.ordinal).unwrap_or(0), g))
+            .max_by(|(ma, a), (mb, b)| {
+                ma.cmp(mb)
+                    .then(b.running.cmp(&a.running))
+                    .then(b.ordinal.cmp(&a.ordinal))
+            });
+        if let Some((_, g)) = best {
+            g.running += 1;
+            return Some(Slot::Gpu(g.ordinal));
+        }
+        self.cpu_free.pop().map(Slot::Cpu)
+    }
+
+    pub(crate) fn release(&mut self, slot: Slot) {
+        match slot {
+            Slot::Cpu(n) => {
+                self.cpu_free.push(n);
+                // Lowest number first, so slots are reused in a stable order.
+                self.cpu_free.sort_unstable_by(|a, b| b.cmp(a));
+            }
+            Slot::Gpu(n) => {
+                if let Some(g) = self.gpus.iter_mut().find(|g| g.ordinal == n) {
+                    g.running = g.running.saturating_sub(1);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    fn gpus(n: usize) -> Vec<GpuInfo> {
+        (0..n)
+            .map(|i| GpuInfo {
+                ordinal: i,
+                name: format!("GPU {i}"),
+                total_bytes: 80 << 30,
+                free_bytes: 80 << 30,
+            })
+            .collect()
+    }
+
+    fn resources(cpu: usize, gpus: Gpus, per_gpu: u32) -> Resources {
+        Resources {
+            cpu_slots: cpu,
+            gpus,
+            trials_per_gpu: per_gpu,
+        }
+    }
+
+    #[test]
+    fn without_gpus_the_cpu_slots_run_trials() {
+        let (mut pool, note) = Pool::new(
+            &resources(2, Gpus::Auto, 1),
+            Err("x".into()),
+            Box::new(|_| None),
+        )
+        .unwrap();
+        assert_eq!(note.is_some(), cfg!(feature = "cuda"));
+        assert_eq!(pool.capacity(), 2);
+        assert_eq!(
+            (pool.claim(), pool.claim(), pool.claim()),
+            (Some(Slot::Cpu(0)), Some(Slot::Cpu(1)), None)
+        );
+        pool.release(Slot::Cpu(0));
+        assert_eq!(pool.claim(), Some(Slot::Cpu(0)));
+        // Asked for GPUs explicitly, found none: say so.
+        let (_, note) = Pool::new(
+            &resources(3, Gpus::List(vec![0]), 1),
+            Err("no CUDA driver".into()),
+            Box::new(|_| None),
+        )
+        .unwrap();
+        assert_eq!(
+            note.unwrap(),
+            "no GPU used (no CUDA driver); running 3 trials at a time on CPU slots"
+        );
+        let (_, note) =
+            Pool::new(&resources(1, Gpus::Auto, 1), Ok(vec![]), Box::new(|_| None)).unwrap();
+        assert!(note.unwrap().contains("none found"));
+    }
+
+    #[test]
+    fn trials_pack_onto_gpus_by_free_memory() {
+        // GPU 1 has more free memory; each trial placed takes 10 GiB.
+        let free = Arc::new(Mutex::new(vec![30u64 << 30, 35 << 30]));
+        let probe = free.clone();
+        let (mut pool, note) = Pool::new(
+            &resources(4, Gpus::Auto, 3),
+            Ok(gpus(2)),
+            Box::new(move |i| Some(probe.lock().unwrap()[i])),
+        )
+        .unwrap();
+        assert_eq!((note, pool.capacity()), (None, 6));
+        let mut placed = Vec::new();
+        while let Some(slot) = pool.claim() {
+            if let Slot::Gpu(i) = slot {
+                free.lock().unwrap()[i] -= 10 << 30;
+            }
+            placed.push(slot.to_string());
+        }
+        // Most free memory first: 35 (GPU 1), 30 (0), 25 (1), 20 (0), 15 (1, now full), then
+        // GPU 0 alone; the CPU slots stay unused while GPUs exist.
+        assert_eq!(
+            placed,
+            ["cuda:1", "cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
+        );
+        assert!(!pool.has_free());
+        pool.release(Slot::Gpu(1));
+        assert_eq!(pool.claim(), Some(Slot::Gpu(1)));
+    }
+
+    #[test]
+    fn a_gpu_list_picks_devices_and_rejects_missing_ones() {
+        let (mut pool, _) = Pool::new(
+            &resources(1, Gpus::List(vec![1]), 2),
+            Ok(gpus(2)),
+            Box::new(|_| Some(1)),
+        )
+        .unwrap();
+        assert_eq!(
+            (pool.claim(), pool.claim(), pool.claim()),
+            (Some(Slot::Gpu(1)), Some(Slot::Gpu(1)), None)
+        );
+        let e = Pool::new(
+            &resources(1, Gpus::List(vec![0, 3]), 1),
+            Ok(gpus(2)),
+            Box::new(|_| None),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.to_string()
+                .contains("`gpus`: GPU 3 does not exist; this machine has 0, 1"),
+            "{e}"
+        );
+        // An empty list means CPU only, without a note.
+        let (pool, note) = Pool::new(
+            &resources(2, Gpus::List(vec![]), 1),
+            Ok(gpus(2)),
+            Box::new(|_| None),
+        )
+        .unwrap();
+        assert_eq!((pool.capacity(), note), (2, None));
+    }
+}
