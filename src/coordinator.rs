@@ -92,6 +92,8 @@ pub(crate) struct Plan {
     pub metric: String,
     pub mode: Mode,
     pub samples: u64,
+    /// Where trials run.
+    pub pool: Pool,
     pub max_failures: u32,
     pub timeout: Option<Duration>,
 }
@@ -109,7 +111,6 @@ pub(crate) struct Coordinator {
     next_seq: u64,
     queue: VecDeque<TrialId>,
     in_flight: HashMap<TrialId, InFlight>,
-    pool: Pool,
     summary: Summary,
     tx: mpsc::UnboundedSender<WorkerMsg>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
@@ -132,7 +133,6 @@ impl Coordinator {
         searcher: Box<dyn Searcher>,
         scheduler: Box<dyn Scheduler>,
         objective: Objective,
-        pool: Pool,
         observers: Vec<Box<dyn Observer>>,
     ) -> Coordinator {
         let mut history = History::new(plan.mode);
@@ -181,7 +181,6 @@ impl Coordinator {
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
         Coordinator {
-            pool,
             plan,
             store,
             searcher,
@@ -283,7 +282,7 @@ impl Coordinator {
 
     /// Claims free slots for re-queued trials first, then for new ones while the budget lasts.
     fn fill_slots(&mut self) -> Result<(), TuneError> {
-        while self.pool.has_free() {
+        while self.plan.pool.has_free() {
             let id = if let Some(id) = self.queue.pop_front() {
                 id
             } else if let Some(id) = self.next_paused() {
@@ -308,7 +307,7 @@ impl Coordinator {
             } else {
                 break;
             };
-            let slot = self.pool.claim().expect("a free slot");
+            let slot = self.plan.pool.claim().expect("a free slot");
             self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
             let t = &mut self.trials[id as usize];
@@ -588,7 +587,7 @@ impl Coordinator {
         let Some(run) = self.in_flight.remove(&id) else {
             return Ok(());
         };
-        self.pool.release(run.slot);
+        self.plan.pool.release(run.slot);
         if run.settled {
             return Ok(());
         }

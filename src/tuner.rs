@@ -271,6 +271,7 @@ impl Tuner {
             metric: spec.metric.clone(),
             mode: spec.mode,
             samples: exp.snapshot.meta.samples,
+            pool,
             max_failures: spec.max_failures,
             timeout: spec
                 .objective
@@ -295,7 +296,6 @@ impl Tuner {
             searcher,
             scheduler,
             objective,
-            pool,
             self.observers,
         );
         if self.handle_signals {
