@@ -83,13 +83,13 @@ fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = spec(
         tmp.path(),
-        "samples = 8\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 2",
+        "samples = 10\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1",
         "epochs = 8",
     );
     let dir = tmp.path().join("run");
     run_ok(&mut tune_run(&spec, &dir));
     let trials = export_json(&dir);
-    assert_eq!(trials.len(), 8);
+    assert_eq!(trials.len(), 10);
     let mut stopped = 0;
     for t in &trials {
         let s = steps(t);
