@@ -205,7 +205,11 @@ impl Tuner {
             };
             let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
             if obj.builtin.is_some() {
-                return Ok(Objective::Closure(builtin_objective(obj, &workdir)?));
+                return Ok(Objective::Closure(builtin_objective(
+                    obj,
+                    &workdir,
+                    spec.resources.cpu_slots,
+                )?));
             }
             check_program(&obj.command[0], &workdir)?;
             Ok(Objective::Command(Arc::new(CommandObjective {
