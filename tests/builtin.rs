@@ -281,3 +281,42 @@ fn the_mlp_digits_example_is_a_valid_spec() {
     assert_eq!(spec.space.len(), 8);
     assert_eq!(spec.objective.unwrap().builtin.as_deref(), Some("mlp"));
 }
+
+/// PBT on a built-in trainable: an exploited trial continues from its source's checkpoint
+/// (its next epoch follows the source's), under perturbed params.
+#[test]
+fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
+        "samples = 6\nseed = 4\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 2\n[resources]\ncpu_slots = 3",
+        "epochs = 10",
+    );
+    let dir = tmp.path().join("pbt");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    let mut continued = 0;
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
+        let results = t["results"].as_array().unwrap();
+        for w in results.windows(2) {
+            let (a, b) = (
+                w[0]["step"].as_u64().unwrap(),
+                w[1]["step"].as_u64().unwrap(),
+            );
+            if w[0]["attempt"] == w[1]["attempt"] {
+                assert_eq!(b, a + 1, "trial {}", t["id"]);
+            } else if b > 1 {
+                // A new run that did not start over: it restored a checkpoint.
+                continued += 1;
+            }
+        }
+        assert!(results.last().unwrap()["step"].as_u64().unwrap() <= 10);
+    }
+    let exploited = trials
+        .iter()
+        .filter(|t| !t["lineage"].as_array().map_or(true, |l| l.is_empty()))
+        .count();
+    assert!(exploited >= 1, "no exploits");
+    assert!(continued >= 1, "no run continued from a checkpoint");
+}
