@@ -315,7 +315,7 @@ fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
     }
     let exploited = trials
         .iter()
-        .filter(|t| !t["lineage"].as_array().map_or(true, |l| l.is_empty()))
+        .filter(|t| t["lineage"].as_array().is_some_and(|l| !l.is_empty()))
         .count();
     assert!(exploited >= 1, "no exploits");
     assert!(continued >= 1, "no run continued from a checkpoint");
