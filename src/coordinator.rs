@@ -641,10 +641,15 @@ fn copy_dir(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()>
     for entry in entries {
         let entry = entry?;
         let to = dst.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &to)?;
-        } else {
-            std::fs::copy(entry.path(), to)?;
+        let copied = match entry.file_type()?.is_dir() {
+            true => copy_dir(&entry.path(), &to),
+            false => std::fs::copy(entry.path(), to).map(drop),
+        };
+        match copied {
+            // The running source renamed its temporary file over its checkpoint meanwhile:
+            // the checkpoint itself is copied (old or new, whole) under its own name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
         }
     }
     Ok(())

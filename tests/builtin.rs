@@ -23,6 +23,15 @@ fn spec(dir: &Path, top: &str, objective: &str) -> PathBuf {
     path
 }
 
+/// Runs a sweep of `spec(top, objective)` to the end and returns its export.
+fn sweep(top: &str, objective: &str) -> Vec<Json> {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(tmp.path(), top, objective);
+    let dir = tmp.path().join("run");
+    run_ok(&mut tune_run(&spec, &dir));
+    export_json(&dir)
+}
+
 fn steps(t: &Json) -> Vec<u64> {
     t["results"]
         .as_array()
@@ -80,15 +89,10 @@ fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
 
 #[test]
 fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = spec(
-        tmp.path(),
+    let trials = sweep(
         "samples = 10\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1",
         "epochs = 8",
     );
-    let dir = tmp.path().join("run");
-    run_ok(&mut tune_run(&spec, &dir));
-    let trials = export_json(&dir);
     assert_eq!(trials.len(), 10);
     let mut stopped = 0;
     for t in &trials {
@@ -127,16 +131,11 @@ fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
 
 #[test]
 fn builtin_trials_paused_and_resumed_by_hyperband_train_as_if_never_paused() {
-    let tmp = tempfile::tempdir().unwrap();
     // max_t 9, eta 3: brackets of 9, 5 and 3 trials with milestones at 1 and 3.
-    let spec = spec(
-        tmp.path(),
+    let trials = sweep(
         "samples = 17\nseed = 2\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 2",
         "epochs = 9",
     );
-    let dir = tmp.path().join("hb");
-    run_ok(&mut tune_run(&spec, &dir));
-    let trials = export_json(&dir);
     let resumed = trials
         .iter()
         .filter(|t| t["attempts"].as_u64().unwrap() > 1)
@@ -179,10 +178,12 @@ fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 6);
     for t in &trials {
-        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
-        // Every epoch reported, in order; a kill between an epoch's report and its
-        // checkpoint can make the resumed run report that epoch again, never skip one.
+        assert_eq!(t["status"], "completed", "trial {}: {}", t["id"], t["error"]);
+        // Every epoch reported. A kill between an epoch's report and its checkpoint makes the
+        // resumed run report that epoch again (from the start, before the first checkpoint),
+        // never skip one; the values repeat exactly (checked below).
         let mut s = steps(t);
+        s.sort_unstable();
         s.dedup();
         assert_eq!(s, (1..=25).collect::<Vec<_>>(), "trial {}", t["id"]);
         assert_matches_uninterrupted(t, 25);
@@ -286,18 +287,17 @@ fn the_mlp_digits_example_is_a_valid_spec() {
 /// (its next epoch follows the source's), under perturbed params.
 #[test]
 fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = spec(
-        tmp.path(),
+    let trials = sweep(
         "samples = 6\nseed = 4\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 2\n[resources]\ncpu_slots = 3",
         "epochs = 10",
     );
-    let dir = tmp.path().join("pbt");
-    run_ok(&mut tune_run(&spec, &dir));
-    let trials = export_json(&dir);
     let mut continued = 0;
     for t in &trials {
-        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
+        assert_eq!(
+            t["status"], "completed",
+            "trial {}: {}",
+            t["id"], t["error"]
+        );
         let results = t["results"].as_array().unwrap();
         for w in results.windows(2) {
             let (a, b) = (

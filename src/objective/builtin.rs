@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tune_trials::{open_device, Builtin, DataSpec, TrainConfig, Trainer};
+use tune_trials::{open_device, Builtin, DataSpec, TrainConfig, Trainer, CHECKPOINT_FILE};
 
 use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
@@ -43,7 +43,13 @@ pub(crate) fn builtin_objective(
         let device = open_device(ctx.device())?;
         let seed = cfg.seed.unwrap_or(ctx.id());
         let mut trainer = Trainer::new(builtin, cfg, &split, &device, seed)?;
-        if let Some(dir) = ctx.restore_dir() {
+        // A run killed before its first checkpoint landed (or an exploit that snapshotted a
+        // source before its first) leaves a folder without one: the trial starts over, and
+        // since training is seeded it reports the same epochs again.
+        if let Some(dir) = ctx
+            .restore_dir()
+            .filter(|d| d.join(CHECKPOINT_FILE).exists())
+        {
             trainer.restore(dir)?;
         }
         while !trainer.finished() {

@@ -182,6 +182,17 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
+    /// Gradients of f(w) = sum(w^2), that is 2w.
+    fn grads_of_sum_of_squares(w: &Var) -> GradStore {
+        w.as_tensor()
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap()
+    }
+
     /// Two AdamW steps on f(w) = sum(w^2), computed by hand with PyTorch's formulas.
     #[test]
     fn adamw_matches_hand_computed_pytorch_steps() {
@@ -195,14 +206,7 @@ mod tests {
         let (lr, b1, b2, eps) = (0.1f64, 0.9f64, 0.999f64, 1e-8f64);
         let (mut p, mut m, mut v) = (1.0f64, 0.0f64, 0.0f64);
         for t in 1..=2 {
-            let grads = w
-                .as_tensor()
-                .sqr()
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let grads = grads_of_sum_of_squares(&w);
             opt.step(&vars, &grads, lr, &cfg).unwrap();
             let g = 2.0 * p;
             p *= 1.0 - lr * 0.1;
@@ -231,14 +235,7 @@ mod tests {
             let mut opt = Optimizer::new(&cfg, &vars).unwrap();
             let (mut p, mut buf) = (2.0f64, 0.0f64);
             for _ in 0..3 {
-                let grads = w
-                    .as_tensor()
-                    .sqr()
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .backward()
-                    .unwrap();
+                let grads = grads_of_sum_of_squares(&w);
                 opt.step(&vars, &grads, 0.1, &cfg).unwrap();
                 let g = 2.0 * p + 0.01 * p;
                 buf = 0.5 * buf + g;
