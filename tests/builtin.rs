@@ -178,7 +178,11 @@ fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 6);
     for t in &trials {
-        assert_eq!(t["status"], "completed", "trial {}: {}", t["id"], t["error"]);
+        assert_eq!(
+            t["status"], "completed",
+            "trial {}: {}",
+            t["id"], t["error"]
+        );
         // Every epoch reported. A kill between an epoch's report and its checkpoint makes the
         // resumed run report that epoch again (from the start, before the first checkpoint),
         // never skip one; the values repeat exactly (checked below).
