@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tune_search::{did_you_mean, Mode, Params, Space, TpeOptions};
+use tune_search::{did_you_mean, did_you_mean_hint, Mode, Params, Space, TpeOptions};
 
 /// A whole sweep: metric, budget, search, scheduler, resources, objective and space.
 ///
@@ -566,9 +566,7 @@ impl ExperimentSpec {
             }
         }
         if !BUILTIN_METRICS.contains(&self.metric.as_str()) {
-            let hint = did_you_mean(&self.metric, BUILTIN_METRICS)
-                .map(|s| format!(" (did you mean `{s}`?)"))
-                .unwrap_or_default();
+            let hint = did_you_mean_hint(&self.metric, BUILTIN_METRICS);
             return Err(problem(
                 "",
                 "metric",

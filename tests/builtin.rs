@@ -32,6 +32,18 @@ fn sweep(top: &str, objective: &str) -> Vec<Json> {
     export_json(&dir)
 }
 
+/// The trial's steps, checked to be 1, 2, .. with none repeated or skipped.
+fn dense_steps(t: &Json) -> Vec<u64> {
+    let s = steps(t);
+    assert_eq!(
+        s,
+        (1..=s.len() as u64).collect::<Vec<_>>(),
+        "trial {}",
+        t["id"]
+    );
+    s
+}
+
 fn steps(t: &Json) -> Vec<u64> {
     t["results"]
         .as_array()
@@ -96,13 +108,7 @@ fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
     assert_eq!(trials.len(), 10);
     let mut stopped = 0;
     for t in &trials {
-        let s = steps(t);
-        assert_eq!(
-            s,
-            (1..=s.len() as u64).collect::<Vec<_>>(),
-            "trial {}",
-            t["id"]
-        );
+        let s = dense_steps(t);
         match t["status"].as_str().unwrap() {
             "completed" => assert_eq!(s.len(), 8),
             "stopped" => {
@@ -145,13 +151,7 @@ fn builtin_trials_paused_and_resumed_by_hyperband_train_as_if_never_paused() {
         "only {resumed} trials were paused and resumed"
     );
     for t in &trials {
-        let s = steps(t);
-        assert_eq!(
-            s,
-            (1..=s.len() as u64).collect::<Vec<_>>(),
-            "trial {}",
-            t["id"]
-        );
+        dense_steps(t);
         assert_matches_uninterrupted(t, 9);
     }
 }

@@ -58,6 +58,19 @@ pub fn did_you_mean<'a>(
         .map(|(_, c)| c)
 }
 
+/// [`did_you_mean`] as the tail of an error message: `` (did you mean `samples`?)``, or
+/// nothing when no candidate is close.
+///
+/// ```
+/// assert_eq!(tune_search::did_you_mean_hint("sampels", ["samples"]), " (did you mean `samples`?)");
+/// assert_eq!(tune_search::did_you_mean_hint("zzz", ["samples"]), "");
+/// ```
+pub fn did_you_mean_hint<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(found, candidates)
+        .map(|s| format!(" (did you mean `{s}`?)"))
+        .unwrap_or_default()
+}
+
 /// Levenshtein distance with adjacent transpositions counted as one edit.
 fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());

@@ -211,9 +211,7 @@ pub(crate) fn check_key(key: &str) -> Result<(), TrialsError> {
     if TRAIN_KEYS.contains(&key) {
         return Ok(());
     }
-    let hint = crate::did_you_mean(key, TRAIN_KEYS)
-        .map(|s| format!(" (did you mean `{s}`?)"))
-        .unwrap_or_default();
+    let hint = tune_search::did_you_mean_hint(key, TRAIN_KEYS);
     Err(TrialsError::Config(format!(
         "`{key}` is not a hyperparameter of the built-in trainables{hint}; they take {}",
         TRAIN_KEYS.join(", ")

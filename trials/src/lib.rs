@@ -50,11 +50,3 @@ pub enum TrialsError {
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
 }
-
-/// The candidate closest to `word` by edit distance, when it is close enough to be a typo.
-pub(crate) fn did_you_mean<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    tune_search::did_you_mean(word, candidates)
-}

@@ -32,9 +32,7 @@ impl std::str::FromStr for Builtin {
             "mlp" => Ok(Builtin::Mlp),
             "cnn" => Ok(Builtin::Cnn),
             other => {
-                let hint = crate::did_you_mean(other, ["mlp", "cnn"])
-                    .map(|s| format!(" (did you mean `{s}`?)"))
-                    .unwrap_or_default();
+                let hint = tune_search::did_you_mean_hint(other, ["mlp", "cnn"]);
                 Err(TrialsError::Config(format!(
                     "builtin: expected \"mlp\" or \"cnn\", found \"{other}\"{hint}"
                 )))

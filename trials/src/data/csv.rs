@@ -70,9 +70,7 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
     let label_col = match target {
         None => columns.len() - 1,
         Some(t) => columns.iter().position(|c| *c == t).ok_or_else(|| {
-            let hint = crate::did_you_mean(t, columns.iter().copied())
-                .map(|s| format!(" (did you mean `{s}`?)"))
-                .unwrap_or_default();
+            let hint = tune_search::did_you_mean_hint(t, columns.iter().copied());
             TrialsError::Data(format!(
                 "{shown}: target: no column \"{t}\" in the header ({}){hint}",
                 columns.join(", ")

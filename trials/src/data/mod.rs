@@ -149,9 +149,7 @@ impl Dataset {
                 None,
             ),
             other => {
-                let hint = crate::did_you_mean(other, DATASETS)
-                    .map(|s| format!(" (did you mean `{s}`?)"))
-                    .unwrap_or_default();
+                let hint = tune_search::did_you_mean_hint(other, DATASETS);
                 return Err(TrialsError::Config(format!(
                     "dataset: expected one of {}, found \"{other}\"{hint}",
                     DATASETS.join(", ")
