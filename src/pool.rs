@@ -49,7 +49,8 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// The pool for `resources` on a machine whose GPUs are `found` (or, as `Err`, why there
-    /// are none). Returns a note for the user when GPUs were wanted but cannot be used.
+    /// are none). Returns a note for the user: the GPUs used, or why GPUs that were wanted
+    /// cannot be.
     pub(crate) fn new(
         resources: &Resources,
         found: Result<Vec<GpuInfo>, String>,
@@ -98,6 +99,24 @@ impl Pool {
                 list.iter().map(|&n| n as usize).collect()
             }
         };
+        let per_gpu = resources.trials_per_gpu.max(1) as usize;
+        let used = ordinals
+            .iter()
+            .filter_map(|&n| found.iter().find(|g| g.ordinal == n))
+            .map(|g| {
+                format!(
+                    "cuda:{} ({}, {:.1} GiB free)",
+                    g.ordinal,
+                    g.name,
+                    g.free_bytes as f64 / (1u64 << 30) as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let note = format!(
+            "running up to {per_gpu} trial{} at a time on each GPU: {used}",
+            if per_gpu == 1 { "" } else { "s" }
+        );
         let pool = Pool {
             cpu_free: Vec::new(),
             gpus: ordinals
@@ -107,10 +126,10 @@ impl Pool {
                     running: 0,
                 })
                 .collect(),
-            per_gpu: resources.trials_per_gpu.max(1) as usize,
+            per_gpu,
             free_memory,
         };
-        Ok((pool, None))
+        Ok((pool, Some(note)))
     }
 
     /// How many more trials can start now.
@@ -230,7 +249,12 @@ mod tests {
             Box::new(move |i| Some(probe.lock().unwrap()[i])),
         )
         .unwrap();
-        assert_eq!((note, pool.capacity()), (None, 6));
+        assert_eq!(pool.capacity(), 6);
+        assert_eq!(
+            note.unwrap(),
+            "running up to 3 trials at a time on each GPU: cuda:0 (GPU 0, 80.0 GiB free), \
+             cuda:1 (GPU 1, 80.0 GiB free)"
+        );
         let mut placed = Vec::new();
         while let Some(slot) = pool.claim() {
             if let Slot::Gpu(i) = slot {

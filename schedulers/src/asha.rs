@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use tune_search::trial_rng;
 
-use crate::{reward, Decision, Mode, Scheduler, TrialId};
+use crate::{reward, shown, Decision, Mode, Scheduler, TrialId};
 
 /// ASHA's settings (Ray Tune's names and defaults, in steps).
 #[derive(Debug, Clone, PartialEq)]
@@ -159,6 +159,31 @@ impl Scheduler for Asha {
             self.record(id, step, value);
         }
     }
+
+    /// One line per rung, lowest first: how many trials reached it and the value the next
+    /// one must beat.
+    fn describe(&self) -> Vec<String> {
+        let q = (1.0 - 1.0 / self.config.reduction_factor.max(2) as f64) * 100.0;
+        let mut lines = Vec::new();
+        for (b, bracket) in self.brackets.iter().enumerate() {
+            for rung in bracket.rungs.iter().rev() {
+                let prefix = if self.brackets.len() > 1 {
+                    format!("bracket {b} ")
+                } else {
+                    String::new()
+                };
+                let n = rung.recorded.len();
+                let cutoff = percentile(rung.recorded.values().copied().collect(), q)
+                    .map_or("-".into(), |c| shown(self.mode, c));
+                lines.push(format!(
+                    "{prefix}rung t={}: {n} trial{}, cut-off {cutoff}",
+                    rung.milestone,
+                    if n == 1 { "" } else { "s" }
+                ));
+            }
+        }
+        lines
+    }
 }
 
 /// numpy's `percentile` with linear interpolation; `None` for no values.
@@ -274,4 +299,24 @@ mod tests {
         assert_eq!(first, again);
         assert_eq!(a.on_result(4, 1, 0.7), b.on_result(4, 1, 0.7));
     }
+
+    #[test]
+    fn describe_shows_each_rung_with_its_count_and_cutoff() {
+        let mut a = asha(9, 1, 3, 1);
+        a.on_result(0, 1, 0.5);
+        a.on_result(1, 1, 0.9);
+        a.on_result(0, 3, 0.4);
+        // (Mode max.) Rung 1 holds 0.5 and 0.9; the 66.7th percentile is
+        // 0.5 + (2/3)(0.4) = 0.7667, the value the next trial there must reach.
+        assert_eq!(
+            a.describe(),
+            [
+                "rung t=1: 2 trials, cut-off 0.7667",
+                "rung t=3: 1 trial, cut-off 0.4",
+                "rung t=9: 0 trials, cut-off -"
+            ]
+        );
+        assert!(asha(9, 1, 3, 2).describe()[3].starts_with("bracket 1 rung t=3:"));
+    }
+
 }

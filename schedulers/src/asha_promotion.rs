@@ -99,6 +99,25 @@ impl Scheduler for AshaPromotion {
         self.waiting.remove(&id);
     }
 
+    /// One line per rung: trials recorded, promoted and waiting there.
+    fn describe(&self) -> Vec<String> {
+        self.milestones
+            .iter()
+            .enumerate()
+            .map(|(k, m)| {
+                let waiting = self.recorded[k]
+                    .keys()
+                    .filter(|id| self.waiting.contains(id) && !self.promoted[k].contains(id))
+                    .count();
+                format!(
+                    "rung t={m}: {} recorded, {} promoted, {waiting} waiting",
+                    self.recorded[k].len(),
+                    self.promoted[k].len()
+                )
+            })
+            .collect()
+    }
+
     fn choose_paused(&mut self) -> Option<TrialId> {
         for k in (0..self.milestones.len()).rev() {
             let mut ranked: Vec<(TrialId, f64)> =

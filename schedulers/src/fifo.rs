@@ -15,4 +15,8 @@ impl Scheduler for Fifo {
     fn on_result(&mut self, _id: TrialId, _step: u64, _value: f64) -> Decision {
         Decision::Continue
     }
+
+    fn describe(&self) -> Vec<String> {
+        vec!["FIFO: every trial runs to its end".into()]
+    }
 }

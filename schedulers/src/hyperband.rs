@@ -224,6 +224,35 @@ impl Scheduler for HyperBand {
     fn drain_ended(&mut self) -> Vec<(TrialId, Decision)> {
         std::mem::take(&mut self.ended)
     }
+
+    /// The brackets still running (at most the last four), each with its rung and how many of
+    /// its live trials have reported there.
+    fn describe(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .brackets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| !b.live.is_empty() || !b.full())
+            .map(|(i, b)| {
+                let reported = b.live.values().filter(|r| r.is_some()).count();
+                let rung = b.milestones.get(b.rung).map_or("done".into(), |m| {
+                    format!("rung t={m} ({}/{})", b.rung + 1, b.milestones.len())
+                });
+                format!(
+                    "bracket {i}: {}/{} trials, {rung}, {reported}/{} there",
+                    b.added,
+                    b.size,
+                    b.live.len()
+                )
+            })
+            .collect();
+        let hidden = lines.len().saturating_sub(4);
+        lines.drain(..hidden);
+        if lines.is_empty() {
+            lines.push(format!("{} brackets, all done", self.brackets.len()));
+        }
+        lines
+    }
 }
 
 #[cfg(test)]
@@ -332,4 +361,25 @@ mod tests {
         let stopped: BTreeSet<TrialId> = hb.drain_ended().into_iter().map(|(id, _)| id).collect();
         assert_eq!(stopped, BTreeSet::from([0, 2, 4, 6, 7]));
     }
+
+    #[test]
+    fn describe_shows_running_brackets_and_their_rungs() {
+        let mut hb = HyperBand::new(
+            HyperBandConfig {
+                max_t: 9,
+                reduction_factor: 3,
+            },
+            Mode::Min,
+        );
+        // The first bracket of R = 9, eta = 3 takes 9 trials at t = 1.
+        for id in 0..3 {
+            hb.on_trial_add(id, &crate::Params::default());
+        }
+        hb.on_result(0, 1, 0.5);
+        assert_eq!(
+            hb.describe(),
+            ["bracket 0: 3/9 trials, rung t=1 (1/3), 1/3 there"]
+        );
+    }
+
 }

@@ -69,6 +69,17 @@ pub trait Scheduler: Send {
     fn drain_ended(&mut self) -> Vec<(TrialId, Decision)> {
         Vec::new()
     }
+
+    /// What the scheduler is doing now, a few short lines for a dashboard: rungs with their
+    /// counts and cut-offs, brackets, the population and its recent exploits.
+    ///
+    /// ```
+    /// use tune_schedulers::{Fifo, Scheduler};
+    /// assert_eq!(Fifo.describe(), vec!["FIFO: every trial runs to its end".to_string()]);
+    /// ```
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Values oriented so that higher is better (as Ray Tune does internally).
@@ -76,5 +87,18 @@ pub(crate) fn reward(mode: Mode, value: f64) -> f64 {
     match mode {
         Mode::Max => value,
         Mode::Min => -value,
+    }
+}
+
+/// A reward shown as the user's metric again, to 4 significant digits.
+pub(crate) fn shown(mode: Mode, reward: f64) -> String {
+    let v = match mode {
+        Mode::Max => reward,
+        Mode::Min => -reward,
+    };
+    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
+        format!("{v:.3e}")
+    } else {
+        format!("{}", (v * 1e4).round() / 1e4)
     }
 }

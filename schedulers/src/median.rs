@@ -98,6 +98,17 @@ impl Scheduler for MedianStopping {
             Decision::Continue
         }
     }
+
+    /// How many trials report and how many were stopped.
+    fn describe(&self) -> Vec<String> {
+        vec![format!(
+            "median stopping after step {} with {}+ others: {} trials reporting, {} stopped",
+            self.config.grace_period,
+            self.config.min_samples_required,
+            self.results.len(),
+            self.stopped.len()
+        )]
+    }
 }
 
 #[cfg(test)]
@@ -143,4 +154,24 @@ mod tests {
         // Now three others reached step 5: median of 1, 0, -1 is 0; best -5 < 0.
         assert_eq!(m.on_result(3, 5, -5.0), Decision::Stop);
     }
+
+    #[test]
+    fn describe_counts_reporting_and_stopped_trials() {
+        let mut m = MedianStopping::new(
+            MedianConfig {
+                grace_period: 1,
+                min_samples_required: 2,
+            },
+            Mode::Min,
+        );
+        for id in 0..2 {
+            m.on_result(id, 1, 1.0);
+        }
+        m.on_result(2, 1, 5.0);
+        assert_eq!(
+            m.describe(),
+            ["median stopping after step 1 with 2+ others: 3 trials reporting, 1 stopped"]
+        );
+    }
+
 }

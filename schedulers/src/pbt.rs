@@ -8,12 +8,12 @@
 //! 0.8 (kept in the domain) or shifts a choice to a neighbouring value. Every draw is seeded by
 //! (seed, trial, step), so replaying the same results makes the same decisions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use rand::Rng;
 use tune_search::{trial_rng, Domain, Params, Space, Value};
 
-use crate::{reward, Decision, Mode, Scheduler, TrialId};
+use crate::{reward, shown, Decision, Mode, Scheduler, TrialId};
 
 /// PBT's settings (Ray Tune's names; the interval is in steps).
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +71,8 @@ pub struct Pbt {
     mode: Mode,
     seed: u64,
     population: BTreeMap<TrialId, Member>,
+    /// The latest exploits as (trial, source, step), oldest first, for `describe`.
+    exploits: VecDeque<(TrialId, TrialId, u64)>,
 }
 
 impl Pbt {
@@ -81,6 +83,7 @@ impl Pbt {
             mode,
             seed,
             population: BTreeMap::new(),
+            exploits: VecDeque::new(),
         }
     }
 
@@ -220,7 +223,43 @@ impl Scheduler for Pbt {
             member.last = source_last;
             member.last_perturbation = source_step;
         }
+        if self.exploits.len() == 5 {
+            self.exploits.pop_front();
+        }
+        self.exploits.push_back((id, from, step));
         Decision::Exploit { from, params }
+    }
+
+    /// The population, the values that mark its top and bottom quantiles, and the latest
+    /// exploits.
+    fn describe(&self) -> Vec<String> {
+        let training = self.population.values().filter(|m| !m.finished).count();
+        let mut lines = vec![format!(
+            "population {}, {training} training, perturbed every {} steps",
+            self.population.len(),
+            self.config.perturbation_interval
+        )];
+        let (bottom, top) = self.quantiles();
+        let value = |ids: &[TrialId], pick: fn(f64, f64) -> f64| {
+            ids.iter()
+                .filter_map(|id| self.population[id].last)
+                .reduce(pick)
+                .map(|r| shown(self.mode, r))
+        };
+        if let (Some(b), Some(t)) = (value(&bottom, f64::max), value(&top, f64::min)) {
+            lines.push(format!(
+                "the bottom {} (at best {b}) copy the top {} (at worst {t})",
+                bottom.len(),
+                top.len()
+            ));
+        }
+        lines.extend(
+            self.exploits
+                .iter()
+                .rev()
+                .map(|(id, from, step)| format!("trial {id} took trial {from}'s weights at step {step}")),
+        );
+        lines
     }
 }
 
@@ -369,4 +408,25 @@ mod tests {
             assert!(v == 200 || v == 256, "{v}");
         }
     }
+
+    #[test]
+    fn describe_shows_the_population_quantiles_and_exploits() {
+        let config = PbtConfig {
+            perturbation_interval: 2,
+            ..PbtConfig::default()
+        };
+        let mut pbt = Pbt::new(config, space(), Mode::Min, 0);
+        for id in 0..4 {
+            pbt.on_trial_add(id, &params(1e-3, 32, "sgd"));
+            pbt.on_result(id, 1, id as f64);
+        }
+        assert!(matches!(pbt.on_result(3, 2, 3.0), Decision::Exploit { from: 0, .. }));
+        let lines = pbt.describe();
+        assert_eq!(lines[0], "population 4, 4 training, perturbed every 2 steps");
+        // Trial 3 now stands where its source stood (loss 0): the bottom is trial 2 (loss 2),
+        // the top trial 0 or 3 (loss 0).
+        assert_eq!(lines[1], "the bottom 1 (at best 2) copy the top 1 (at worst 0)");
+        assert_eq!(lines[2], "trial 3 took trial 0's weights at step 2");
+    }
+
 }
