@@ -7,7 +7,8 @@
 //! Data: the shipped digits, 1,438 training rows. Models: the MLP (2 hidden layers of 128,
 //! ReLU) and the CNN (16 and 32 3x3 filters, max-pool, 64 dense units); AdamW, batch 64.
 //! The number is the median over `TUNE_BENCH_EPOCHS` (default 10) epochs after one warm-up
-//! epoch, in milliseconds. The `cuda` build on a machine with a GPU adds a GPU column.
+//! epoch, in milliseconds. The `cuda` build (scripts/build-cuda) on a machine with a GPU adds
+//! GPU columns.
 
 use std::process::Command;
 use std::time::Instant;
@@ -69,43 +70,60 @@ fn main() {
                 .map(|&b| epoch_ms(b, &split, &dev))
                 .collect()
         });
-    let peer = std::env::var("TUNE_PEER_PYTHON").ok().and_then(|python| {
+    let peer = |device: &str| -> Option<serde_json::Value> {
+        let python = std::env::var("TUNE_PEER_PYTHON").ok()?;
         let out = Command::new(&python)
-            .arg("benches/peers/torch_epoch.py")
-            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(["benches/peers/torch_epoch.py", ".", device])
             .output()
             .ok()?;
         if !out.status.success() {
             eprintln!(
-                "PyTorch peer failed: {}",
+                "PyTorch peer ({device}) failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
             return None;
         }
         serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
-    });
+    };
+    let peer_cpu = peer("cpu");
+    let peer_gpu = gpu.as_ref().and_then(|_| peer("cuda"));
     println!(
         "one epoch of digits (1,438 rows, batch 64, AdamW), median of {} epochs, ms",
         epochs()
     );
-    println!("| model | tune CPU | PyTorch CPU | PyTorch / tune | tune GPU |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| model | tune CPU | PyTorch CPU | PyTorch / tune | tune GPU | PyTorch GPU | PyTorch / tune |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let ms = |v: Option<f64>| v.map_or("-".into(), |t| format!("{t:.1}"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        _ => "-".into(),
+    };
     for (i, name) in ["mlp", "cnn"].iter().enumerate() {
-        let torch = peer.as_ref().and_then(|p| p[format!("{name}_ms")].as_f64());
+        let key = format!("{name}_ms");
+        let torch_cpu = peer_cpu.as_ref().and_then(|p| p[&key].as_f64());
+        let torch_gpu = peer_gpu.as_ref().and_then(|p| p[&key].as_f64());
+        let tune_gpu = gpu.as_ref().map(|g| g[i]);
         println!(
-            "| {name} | {:.1} | {} | {} | {} |",
+            "| {name} | {:.1} | {} | {} | {} | {} | {} |",
             cpu[i],
-            torch.map_or("-".into(), |t| format!("{t:.1}")),
-            torch.map_or("-".into(), |t| format!("{:.2}", t / cpu[i])),
-            gpu.as_ref().map_or("-".into(), |g| format!("{:.1}", g[i])),
+            ms(torch_cpu),
+            ratio(torch_cpu, Some(cpu[i])),
+            ms(tune_gpu),
+            ms(torch_gpu),
+            ratio(torch_gpu, tune_gpu),
         );
     }
-    if let Some(p) = &peer {
+    if let Some(p) = &peer_cpu {
         println!(
             "PyTorch {} with {} threads; tune with {} threads",
             p["torch"],
             p["threads"],
             candle_core::utils::get_num_threads()
         );
+    }
+    if let Some(p) = &peer_gpu {
+        println!("GPU: {}", p["device"]);
     }
 }

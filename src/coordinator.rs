@@ -7,7 +7,7 @@
 //! is acknowledged before it is durable, and a sweep that returns has synced everything.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
@@ -27,7 +27,14 @@ use crate::trial::{now_ms, Trial, TrialResult};
 pub enum Event<'a> {
     Started(&'a Trial),
     Result(&'a Trial, &'a TrialResult),
+    /// The scheduler paused the trial (to resume it later, or to exploit another's weights).
+    Paused(&'a Trial),
     Finished(&'a Trial),
+    /// The scheduler's account of itself ([`tune_schedulers::Scheduler::describe`]), sent at
+    /// most four times a second and at the end.
+    Scheduler(&'a [String]),
+    /// Something the user should know (the GPUs used, a fallback to CPU).
+    Note(&'a str),
 }
 
 /// Running counts of the sweep, kept current by the coordinator.
@@ -66,8 +73,23 @@ impl Summary {
     }
 }
 
+/// What observers learn when a sweep starts (or resumes).
+#[derive(Debug)]
+pub struct SweepInfo<'a> {
+    pub name: &'a str,
+    pub dir: &'a Path,
+    /// Search algorithm and scheduler, as named in the spec (`tpe`, `asha`).
+    pub search: &'a str,
+    pub scheduler: &'a str,
+    /// The worker slots (`cpu:0`, `cuda:1`).
+    pub slots: Vec<String>,
+    /// The trials so far, with their results (a resumed sweep has some).
+    pub trials: &'a [Trial],
+}
+
 /// Receives events on the coordinator's thread; must be quick (throttle, or forward to a channel).
 pub trait Observer: Send {
+    fn on_start(&mut self, _info: &SweepInfo<'_>, _summary: &Summary) {}
     fn on_event(&mut self, event: &Event<'_>, summary: &Summary);
     fn on_end(&mut self, _summary: &Summary) {}
 }
@@ -88,6 +110,14 @@ struct InFlight {
 
 /// Settings of one sweep run.
 pub(crate) struct Plan {
+    pub name: String,
+    /// Search algorithm and scheduler names, for observers.
+    pub search: String,
+    pub scheduler: String,
+    /// Told to observers at the start (or printed when there are none).
+    pub note: Option<String>,
+    /// Set to end the sweep early, resumable.
+    pub stop: StopHandle,
     pub dir: PathBuf,
     pub metric: String,
     pub mode: Mode,
@@ -121,6 +151,8 @@ pub(crate) struct Coordinator {
     all_added: bool,
     /// Paused trials chosen for resuming whose previous run has not ended yet.
     deferred: VecDeque<TrialId>,
+    /// When observers last heard the scheduler describe itself.
+    described_at: Option<Instant>,
 }
 
 impl Coordinator {
@@ -180,6 +212,7 @@ impl Coordinator {
         }
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
+        let shutdown = plan.stop.0.clone();
         Coordinator {
             plan,
             store,
@@ -196,23 +229,56 @@ impl Coordinator {
             summary,
             tx,
             rx,
-            shutdown: watch::channel(false).0,
+            shutdown,
             acks: Vec::new(),
             to_launch: Vec::new(),
             all_added,
             // Paused by an exploit not yet applied: they run again as soon as a slot is free.
             deferred: trials_pending_exploit,
+            described_at: None,
         }
     }
 
-    /// A sender that interrupts the sweep (signal handlers use it).
-    pub(crate) fn interrupter(&self) -> Interrupter {
-        Interrupter(self.shutdown.clone())
+    /// Tells observers what the scheduler is doing, at most four times a second unless `now`.
+    fn describe_scheduler(&mut self, now: bool) {
+        if self.observers.is_empty()
+            || !now
+                && self
+                    .described_at
+                    .is_some_and(|t| t.elapsed() < Duration::from_millis(250))
+        {
+            return;
+        }
+        self.described_at = Some(Instant::now());
+        let lines = self.scheduler.describe();
+        emit(
+            &mut self.observers,
+            &Event::Scheduler(&lines),
+            &self.summary,
+        );
     }
 
     /// Runs until the budget is spent and every trial has ended, or until interrupted.
     pub(crate) fn run(mut self, rt: &Handle) -> Result<Vec<Trial>, TuneError> {
         let mut shutdown_rx = self.shutdown.subscribe();
+        let info = SweepInfo {
+            name: &self.plan.name,
+            dir: &self.plan.dir,
+            search: &self.plan.search,
+            scheduler: &self.plan.scheduler,
+            slots: self.plan.pool.slots().iter().map(Slot::to_string).collect(),
+            trials: &self.trials,
+        };
+        for o in &mut self.observers {
+            o.on_start(&info, &self.summary);
+        }
+        if let Some(note) = &self.plan.note {
+            if self.observers.is_empty() {
+                eprintln!("tune: {note}");
+            }
+            emit(&mut self.observers, &Event::Note(note), &self.summary);
+        }
+        self.describe_scheduler(true);
         loop {
             let interrupted = *shutdown_rx.borrow();
             self.settle_ended()?;
@@ -260,6 +326,7 @@ impl Coordinator {
                 self.handle(msg)?;
             }
         }
+        self.describe_scheduler(true);
         for o in &mut self.observers {
             o.on_end(&self.summary);
         }
@@ -436,6 +503,8 @@ impl Coordinator {
                 run.settled = true;
                 self.set_status(id, Status::Paused);
                 self.store.put_trial(&self.trials[id as usize])?;
+                let t = &self.trials[id as usize];
+                emit(&mut self.observers, &Event::Paused(t), &self.summary);
                 Heard::Pause
             }
             Decision::Exploit { from, params } => {
@@ -461,6 +530,8 @@ impl Coordinator {
                 })?;
                 self.history.set_params(id, params);
                 self.deferred.push_back(id);
+                let t = &self.trials[id as usize];
+                emit(&mut self.observers, &Event::Paused(t), &self.summary);
                 Heard::Pause
             }
             Decision::Stop => {
@@ -475,6 +546,7 @@ impl Coordinator {
             }
         };
         self.acks.push((ack, heard));
+        self.describe_scheduler(false);
         Ok(())
     }
 
@@ -657,7 +729,7 @@ fn copy_dir(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()>
 
 /// Rebuilds a scheduler's state from stored trials: every result in the order the coordinator
 /// received it, and each finished trial's completion right after its last result.
-fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
+pub(crate) fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
     enum Step {
         Result(TrialId, u64, f64),
         Complete(TrialId, Option<(u64, f64)>),
@@ -708,13 +780,28 @@ fn emit(observers: &mut [Box<dyn Observer>], event: &Event<'_>, summary: &Summar
     }
 }
 
-/// Asks a running sweep to stop: no new trials start, running ones are ended and left for
-/// `resume`.
-#[derive(Clone)]
-pub(crate) struct Interrupter(watch::Sender<bool>);
+/// Asks a running sweep to stop cleanly: no new trials start, running ones are ended and
+/// left for `tune resume` (what Ctrl-C and the dashboard's quit do).
+///
+/// ```
+/// let tuner = tune::Tuner::new(tune::Space::builder().uniform("x", 0.0, 1.0).build().unwrap());
+/// let stop = tuner.stop_handle();
+/// std::thread::spawn(move || { /* later */ stop.stop(); });
+/// ```
+#[derive(Clone, Debug)]
+pub struct StopHandle(pub(crate) watch::Sender<bool>);
 
-impl Interrupter {
-    pub(crate) fn interrupt(&self) {
-        let _ = self.0.send(true);
+impl StopHandle {
+    pub(crate) fn new() -> StopHandle {
+        StopHandle(watch::channel(false).0)
+    }
+
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_stopped(&self) -> bool {
+        *self.0.borrow()
     }
 }

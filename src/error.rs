@@ -41,7 +41,8 @@ impl TuneError {
         )
     }
 
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> TuneError {
+    /// An I/O error, with what was being done when it happened.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> TuneError {
         TuneError::Io {
             context: context.into(),
             source,

@@ -30,6 +30,7 @@
 struct ReadmeExamples;
 
 mod coordinator;
+pub mod dashboard;
 mod error;
 pub mod experiment;
 pub mod export;
@@ -41,7 +42,7 @@ pub mod store;
 mod trial;
 mod tuner;
 
-pub use coordinator::{Event, Observer, Summary};
+pub use coordinator::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use error::TuneError;
 pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
 pub use pool::Slot;
@@ -54,4 +55,4 @@ pub use trial::{Trial, TrialResult};
 pub use tune_search::{
     Domain, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
 };
-pub use tuner::{best_trial, TuneResult, Tuner};
+pub use tuner::{best_trial, scheduler_status, TuneResult, Tuner};

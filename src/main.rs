@@ -1,12 +1,20 @@
 //! The `tune` command line: run, resume, inspect and export sweeps.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tune::dashboard::{App, Board, Hub, Update};
 use tune::experiment::Experiment;
 use tune::{best_trial, ExperimentSpec, Status, TuneError, Tuner};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// Hyperparameter tuning: search, early stopping, durable trials, resume.
 #[derive(Parser)]
@@ -48,6 +56,12 @@ enum Command {
         /// The experiment folder.
         dir: PathBuf,
     },
+    /// The dashboard of an experiment: live while its sweep runs (in another process), or as
+    /// it ended. Read-only.
+    Watch {
+        /// The experiment folder.
+        dir: PathBuf,
+    },
     /// Every trial, to stdout.
     Export {
         /// The experiment folder.
@@ -79,7 +93,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
         Command::Run {
             spec,
             dir,
-            no_tui: _,
+            no_tui,
             seed,
         } => {
             let (mut parsed, text) = ExperimentSpec::read(&spec)?;
@@ -94,33 +108,27 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             }
             let dir = dir.unwrap_or_else(|| Path::new("runs").join(&parsed.name));
             println!("tune: sweep `{}` in {}", parsed.name, dir.display());
-            let result = Tuner::from_spec(parsed)
-                .dir(dir)
-                .spec_text(text)
-                .progress(true)
-                .handle_signals(true)
-                .fit_spec()
-                .map_err(|e| match e {
-                    TuneError::Invalid(msg) => {
-                        TuneError::Invalid(format!("{}: {msg}", spec.display()))
-                    }
-                    other => other,
-                })?;
+            let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text);
+            let result = sweep(tuner, !no_tui).map_err(|e| match e {
+                TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
+                other => other,
+            })?;
             Ok(finish(&result))
         }
         Command::Resume {
             dir,
             samples,
-            no_tui: _,
+            no_tui,
         } => {
-            let mut tuner = Tuner::resume(&dir).progress(true).handle_signals(true);
+            let mut tuner = Tuner::resume(&dir);
             if let Some(n) = samples {
                 tuner = tuner.samples(n);
             }
             println!("tune: resuming {}", dir.display());
-            let result = tuner.fit_spec()?;
+            let result = sweep(tuner, !no_tui)?;
             Ok(finish(&result))
         }
+        Command::Watch { dir } => watch(&dir),
         Command::Status { dir } => {
             let exp = Experiment::open(&dir)?;
             quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &exp))?;
@@ -148,6 +156,93 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Runs a sweep: under the dashboard when asked for and stdout and stdin are a terminal,
+/// with the progress line otherwise. Either way `tune watch` can look in while it runs.
+fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
+    let hub = Hub::default();
+    let tuner = tuner.handle_signals(true).observer(hub.serving_observer());
+    if !(tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        return tuner.progress(true).fit_spec();
+    }
+    let updates = hub.subscribe();
+    let stop = tuner.stop_handle();
+    let coordinator = std::thread::Builder::new()
+        .name("tune-coordinator".into())
+        .spawn(move || {
+            let result = tuner.fit_spec();
+            if let Err(e) = &result {
+                // The dashboard hears why the sweep ended, then is left to the user.
+                hub.publish(Update::Log {
+                    at: now_ms(),
+                    text: format!("error: {e}"),
+                });
+                hub.publish(Update::Ended {
+                    at: now_ms(),
+                    interrupted: true,
+                });
+            }
+            drop(hub);
+            result
+        })
+        .map_err(|e| TuneError::io("starting the coordinator", e))?;
+    let shown = tune::dashboard::run(updates, Some(stop.clone()));
+    if stop.is_stopped() {
+        println!("tune: stopping: running trials are ended and left for `tune resume`");
+    }
+    if let Err(e) = shown {
+        // Without a dashboard the sweep goes on; say why and wait for it.
+        eprintln!("tune: the dashboard failed ({e}); the sweep goes on without it");
+    }
+    coordinator.join().unwrap_or_else(|_| {
+        Err(TuneError::Io {
+            context: "the coordinator".into(),
+            source: std::io::Error::other("it panicked"),
+        })
+    })
+}
+
+/// `tune watch`: the running sweep's own board over its socket, else the stored one.
+fn watch(dir: &Path) -> Result<ExitCode, TuneError> {
+    let live = tune::dashboard::connect(dir).and_then(|rx| {
+        // A stale address (a sweep killed with -9) answers nothing or refuses.
+        let first = rx.recv_timeout(Duration::from_secs(3)).ok()?;
+        let (tx, chained) = std::sync::mpsc::channel();
+        let _ = tx.send(first);
+        std::thread::spawn(move || {
+            for u in rx {
+                if tx.send(u).is_err() {
+                    return;
+                }
+            }
+        });
+        Some(chained)
+    });
+    let updates = match live {
+        Some(rx) => rx,
+        None => {
+            let exp = Experiment::open(dir)?;
+            let (tx, rx) = std::sync::mpsc::channel();
+            let _ = tx.send(Update::Snapshot(Box::new(
+                tune::dashboard::board_of_experiment(&exp),
+            )));
+            rx
+        }
+    };
+    if !std::io::stdout().is_terminal() {
+        // Not a terminal: print one frame of what the dashboard shows now.
+        let mut board = Board::default();
+        while let Ok(u) = updates.recv_timeout(Duration::from_millis(200)) {
+            board.apply(u);
+        }
+        let mut app = App::new(board, false);
+        let frame = tune::dashboard::render_to_string(&mut app, 120, 40, now_ms());
+        quiet_on_broken_pipe(std::io::stdout().lock().write_all(frame.as_bytes()))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    tune::dashboard::run(updates, None).map_err(|e| TuneError::io("the dashboard", e))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the best trial; exit 1 when no trial completed.

@@ -139,6 +139,17 @@ impl Pool {
             - self.gpus.iter().map(|g| g.running).sum::<usize>()
     }
 
+    /// Every slot of the pool, free or not, in order.
+    pub(crate) fn slots(&self) -> Vec<Slot> {
+        let gpus = self
+            .gpus
+            .iter()
+            .flat_map(|g| std::iter::repeat_n(Slot::Gpu(g.ordinal), self.per_gpu));
+        let mut cpu: Vec<usize> = self.cpu_free.clone();
+        cpu.sort_unstable();
+        gpus.chain(cpu.into_iter().map(Slot::Cpu)).collect()
+    }
+
     /// Whether a slot is free (without claiming it).
     pub(crate) fn has_free(&self) -> bool {
         !self.cpu_free.is_empty() || self.gpus.iter().any(|g| g.running < self.per_gpu)

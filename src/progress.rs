@@ -71,6 +71,9 @@ pub fn format_line(s: &Summary) -> String {
 
 impl Observer for ProgressLine {
     fn on_event(&mut self, event: &Event<'_>, summary: &Summary) {
+        if let Event::Note(note) = event {
+            eprintln!("tune: {note}");
+        }
         if !matches!(event, Event::Finished(_)) {
             return;
         }

@@ -139,6 +139,16 @@ pub enum Algorithm {
     Tpe,
 }
 
+impl Algorithm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Random => "random",
+            Algorithm::Grid => "grid",
+            Algorithm::Tpe => "tpe",
+        }
+    }
+}
+
 /// `[scheduler]`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

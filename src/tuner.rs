@@ -7,7 +7,7 @@ use std::time::Duration;
 use tune_schedulers::{Asha, AshaPromotion, Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
-use crate::coordinator::{Coordinator, Observer, Plan};
+use crate::coordinator::{Coordinator, Observer, Plan, StopHandle};
 use crate::error::TuneError;
 use crate::experiment::Experiment;
 use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
@@ -51,6 +51,7 @@ pub struct Tuner {
     observers: Vec<Box<dyn Observer>>,
     handle_signals: bool,
     grace: Duration,
+    stop: StopHandle,
 }
 
 impl Tuner {
@@ -84,6 +85,7 @@ impl Tuner {
             observers: Vec::new(),
             handle_signals: false,
             grace: Duration::from_secs(5),
+            stop: StopHandle::new(),
         }
     }
 
@@ -169,6 +171,11 @@ impl Tuner {
     pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observers.push(Box::new(observer));
         self
+    }
+
+    /// A handle that stops the sweep cleanly from another thread (resumable, as Ctrl-C does).
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
     }
 
     /// Stops cleanly on Ctrl-C / SIGTERM (leaving the sweep resumable). Off by default, since a
@@ -271,6 +278,11 @@ impl Tuner {
         };
         let spec = exp.snapshot.meta.spec.clone();
         let plan = Plan {
+            name: spec.name.clone(),
+            search: spec.search.algorithm.as_str().into(),
+            scheduler: spec.scheduler.kind.as_str().into(),
+            note,
+            stop: self.stop.clone(),
             dir: exp.dir.clone(),
             metric: spec.metric.clone(),
             mode: spec.mode,
@@ -283,9 +295,6 @@ impl Tuner {
                 .and_then(|o| o.timeout_s)
                 .map(Duration::from_secs_f64),
         };
-        if let Some(note) = &note {
-            eprintln!("tune: {note}");
-        }
         let trials = std::mem::take(&mut exp.snapshot.trials);
         let store: Box<dyn TrialStore> = Box::new(exp.store);
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -303,14 +312,14 @@ impl Tuner {
             self.observers,
         );
         if self.handle_signals {
-            let interrupter = coordinator.interrupter();
+            let interrupter = self.stop.clone();
             rt.spawn(async move {
                 let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}
                     _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
                 }
-                interrupter.interrupt();
+                interrupter.stop();
             });
         }
         let outcome = coordinator.run(rt.handle());
@@ -418,4 +427,16 @@ pub fn best_trial<'a>(trials: &'a [Trial], metric: &str, mode: Mode) -> Option<&
             _ => Some((t, v)),
         })
         .map(|(t, _)| t)
+}
+
+/// What the sweep's scheduler would say about itself after these trials (a finished or
+/// interrupted sweep, rebuilt by replaying its results as `resume` does).
+pub fn scheduler_status(spec: &ExperimentSpec, trials: &[Trial]) -> Vec<String> {
+    match make_scheduler(spec) {
+        Ok(mut scheduler) => {
+            crate::coordinator::replay(scheduler.as_mut(), trials, &spec.metric);
+            scheduler.describe()
+        }
+        Err(e) => vec![format!("cannot rebuild the scheduler: {e}")],
+    }
 }

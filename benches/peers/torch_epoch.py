@@ -1,8 +1,12 @@
-"""One training epoch of the models in benches/train_epoch.rs, in PyTorch (CPU).
+"""One training epoch of the models in benches/train_epoch.rs, in PyTorch.
+
+    python3 torch_epoch.py REPO_ROOT [cpu|cuda]
 
 Same data (the digits shipped in trials/data, 1,438 training rows after the 20% hold-out),
 same shapes, AdamW, batch 64, shuffled each epoch. Prints one JSON object:
-{"torch": version, "threads": n, "mlp_ms": median ms per epoch, "cnn_ms": ...}.
+{"torch": version, "threads": n, "device": ..., "mlp_ms": median ms per epoch, "cnn_ms": ...}.
+On a GPU the data lives there and each epoch ends with a synchronize, as tune's epoch ends
+reading its loss back.
 """
 import gzip
 import json
@@ -50,18 +54,21 @@ class Cnn(nn.Module):
 
 
 def epoch_ms(model, x, y):
+    model = model.to(x.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     loss_fn = nn.CrossEntropyLoss()
     times = []
     for e in range(EPOCHS + 1):
         start = time.perf_counter()
-        order = torch.randperm(len(y))
+        order = torch.randperm(len(y), device=x.device)
         for i in range(0, len(y), 64):
             idx = order[i : i + 64]
             opt.zero_grad()
             loss = loss_fn(model(x[idx]), y[idx])
             loss.backward()
             opt.step()
+        if x.is_cuda:
+            torch.cuda.synchronize()
         if e > 0:  # the first epoch warms up
             times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
@@ -69,11 +76,14 @@ def epoch_ms(model, x, y):
 
 def main():
     root = sys.argv[1]
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     torch.manual_seed(0)
     x, y = load(root)
+    x, y = x.to(device), y.to(device)
     print(json.dumps({
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "mlp_ms": epoch_ms(mlp(), x, y),
         "cnn_ms": epoch_ms(Cnn(), x, y),
     }))

@@ -318,5 +318,4 @@ mod tests {
         );
         assert!(asha(9, 1, 3, 2).describe()[3].starts_with("bracket 1 rung t=3:"));
     }
-
 }

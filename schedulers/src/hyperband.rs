@@ -381,5 +381,4 @@ mod tests {
             ["bracket 0: 3/9 trials, rung t=1 (1/3), 1/3 there"]
         );
     }
-
 }

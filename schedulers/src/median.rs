@@ -173,5 +173,4 @@ mod tests {
             ["median stopping after step 1 with 2+ others: 3 trials reporting, 1 stopped"]
         );
     }
-
 }

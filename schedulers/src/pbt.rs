@@ -253,12 +253,9 @@ impl Scheduler for Pbt {
                 top.len()
             ));
         }
-        lines.extend(
-            self.exploits
-                .iter()
-                .rev()
-                .map(|(id, from, step)| format!("trial {id} took trial {from}'s weights at step {step}")),
-        );
+        lines.extend(self.exploits.iter().rev().map(|(id, from, step)| {
+            format!("trial {id} took trial {from}'s weights at step {step}")
+        }));
         lines
     }
 }
@@ -420,13 +417,21 @@ mod tests {
             pbt.on_trial_add(id, &params(1e-3, 32, "sgd"));
             pbt.on_result(id, 1, id as f64);
         }
-        assert!(matches!(pbt.on_result(3, 2, 3.0), Decision::Exploit { from: 0, .. }));
+        assert!(matches!(
+            pbt.on_result(3, 2, 3.0),
+            Decision::Exploit { from: 0, .. }
+        ));
         let lines = pbt.describe();
-        assert_eq!(lines[0], "population 4, 4 training, perturbed every 2 steps");
+        assert_eq!(
+            lines[0],
+            "population 4, 4 training, perturbed every 2 steps"
+        );
         // Trial 3 now stands where its source stood (loss 0): the bottom is trial 2 (loss 2),
         // the top trial 0 or 3 (loss 0).
-        assert_eq!(lines[1], "the bottom 1 (at best 2) copy the top 1 (at worst 0)");
+        assert_eq!(
+            lines[1],
+            "the bottom 1 (at best 2) copy the top 1 (at worst 0)"
+        );
         assert_eq!(lines[2], "trial 3 took trial 0's weights at step 2");
     }
-
 }

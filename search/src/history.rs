@@ -8,9 +8,10 @@ use crate::Params;
 pub type TrialId = u64;
 
 /// Whether the metric is minimised or maximised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    #[default]
     Min,
     Max,
 }
