@@ -55,6 +55,11 @@ impl Theme {
 /// Draws the whole dashboard for the time `now` (Unix milliseconds).
 pub fn draw(frame: &mut Frame, app: &mut App, theme: Theme, now: u64) {
     let area = frame.area();
+    if app.board.header.name.is_empty() {
+        // Nothing heard from the sweep yet (it is opening its folder, or failing to).
+        frame.render_widget(Paragraph::new("tune: starting the sweep..."), area);
+        return;
+    }
     let bottom_height = match area.height {
         h if h >= 36 => 10,
         h if h >= 24 => 7,

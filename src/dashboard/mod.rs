@@ -57,9 +57,10 @@ pub fn board_of_experiment(exp: &Experiment) -> Board {
 /// terminal, and for tests).
 ///
 /// ```
-/// use tune::dashboard::{render_to_string, App, Board};
-/// let text = render_to_string(&mut App::new(Board::default(), false), 60, 20, 0);
-/// assert!(text.contains("trials"));
+/// use tune::dashboard::{render_to_string, App, Board, Header};
+/// let board = Board::new(Header { name: "demo".into(), ..Header::default() });
+/// let text = render_to_string(&mut App::new(board, false), 60, 20, 0);
+/// assert!(text.contains("tune · demo") && text.contains("trials ("));
 /// ```
 pub fn render_to_string(app: &mut App, width: u16, height: u16, now: u64) -> String {
     let backend = ratatui::backend::TestBackend::new(width, height);
