@@ -134,12 +134,21 @@ impl App {
             (None, Some(_)) => std::cmp::Ordering::Greater,
             (None, None) => std::cmp::Ordering::Equal,
         };
-        rows.sort_by(|a, b| {
+        // Keys are computed once per row, not once per comparison (10,000 rows).
+        let key = |t: &TrialView| -> Option<f64> {
+            match self.sort {
+                SortKey::Last => t.last(metric),
+                SortKey::Best => t.best(metric, mode),
+                _ => None,
+            }
+        };
+        let mut keyed: Vec<(&TrialView, Option<f64>)> =
+            rows.into_iter().map(|t| (t, key(t))).collect();
+        keyed.sort_by(|(a, ka), (b, kb)| {
             let order = match self.sort {
                 SortKey::Id => a.trial.id.cmp(&b.trial.id),
                 SortKey::Status => status_rank(a.trial.status).cmp(&status_rank(b.trial.status)),
-                SortKey::Last => by_value(a.last(metric), b.last(metric)),
-                SortKey::Best => by_value(a.best(metric, mode), b.best(metric, mode)),
+                SortKey::Last | SortKey::Best => by_value(*ka, *kb),
                 SortKey::Step => b.results.len().cmp(&a.results.len()),
             };
             let order = if self.descending {
@@ -149,7 +158,7 @@ impl App {
             };
             order.then(a.trial.id.cmp(&b.trial.id))
         });
-        rows.into_iter().map(|t| t.trial.id).collect()
+        keyed.into_iter().map(|(t, _)| t.trial.id).collect()
     }
 
     /// The selected trial, if the table has rows.
