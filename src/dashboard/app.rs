@@ -118,7 +118,7 @@ impl App {
         let metric = &self.board.header.metric;
         let mode = self.board.header.mode;
         let needle = self.filter.to_lowercase();
-        let mut rows: Vec<&TrialView> = self
+        let rows: Vec<&TrialView> = self
             .board
             .trials
             .iter()

@@ -9,7 +9,7 @@ use ratatui::widgets::{
     TableState, Wrap,
 };
 use ratatui::Frame;
-use tune_search::Status;
+use tune_search::{Status, TrialId};
 
 use super::app::{params_text, short, App, Focus, Popup};
 
@@ -73,6 +73,11 @@ pub fn draw(frame: &mut Frame, app: &mut App, theme: Theme, now: u64) {
     ])
     .areas(area);
     draw_header(frame, header, app, theme, now);
+    // Filtering and sorting every trial is the costly part of a frame: once per frame.
+    let rows = app.rows();
+    let selected = rows
+        .get(app.selected.min(rows.len().saturating_sub(1)))
+        .copied();
     if main.width >= 100 {
         let [table, charts] =
             Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)])
@@ -80,11 +85,11 @@ pub fn draw(frame: &mut Frame, app: &mut App, theme: Theme, now: u64) {
         let [best, curve] =
             Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)])
                 .areas(charts);
-        draw_trials(frame, table, app, theme);
+        draw_trials(frame, table, app, &rows, theme);
         draw_best_over_time(frame, best, app, theme);
-        draw_curves(frame, curve, app, theme);
+        draw_curves(frame, curve, app, selected, theme);
     } else {
-        draw_trials(frame, main, app, theme);
+        draw_trials(frame, main, app, &rows, theme);
     }
     if bottom.width >= 90 {
         let [workers, scheduler, log] = Layout::horizontal([
@@ -107,7 +112,7 @@ pub fn draw(frame: &mut Frame, app: &mut App, theme: Theme, now: u64) {
     draw_keys(frame, keys, app);
     match app.popup {
         Some(Popup::Help) => draw_help(frame, area),
-        Some(Popup::Details) => draw_details(frame, area, app),
+        Some(Popup::Details) => draw_details(frame, area, app, selected),
         Some(Popup::ConfirmQuit) => draw_confirm(frame, area, app),
         None => {}
     }
@@ -190,8 +195,14 @@ fn focused(title: String, on: bool) -> Block<'static> {
     }
 }
 
-pub(crate) fn draw_trials(frame: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
-    let rows = app.rows();
+/// The table of `rows` (trial ids as [`App::rows`] orders them).
+pub(crate) fn draw_trials(
+    frame: &mut Frame,
+    area: Rect,
+    app: &mut App,
+    rows: &[TrialId],
+    theme: Theme,
+) {
     let metric = app.board.header.metric.clone();
     let mode = app.board.header.mode;
     let filter = if app.filter.is_empty() {
@@ -303,10 +314,16 @@ pub(crate) fn draw_best_over_time(frame: &mut Frame, area: Rect, app: &App, them
     frame.render_widget(chart, area);
 }
 
-pub(crate) fn draw_curves(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn draw_curves(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    selected: Option<TrialId>,
+    theme: Theme,
+) {
     let b = &app.board;
     let metric = &b.header.metric;
-    let selected = app.selected_trial().and_then(|id| b.trial(id));
+    let selected = selected.and_then(|id| b.trial(id));
     let best = b.best().and_then(|(id, _)| b.trial(id));
     let to_points = |t: Option<&super::board::TrialView>| -> Vec<(f64, f64)> {
         t.map(|t| {
@@ -484,8 +501,8 @@ pub(crate) fn draw_help(frame: &mut Frame, area: Rect) {
     );
 }
 
-pub(crate) fn draw_details(frame: &mut Frame, area: Rect, app: &App) {
-    let Some(t) = app.selected_trial().and_then(|id| app.board.trial(id)) else {
+pub(crate) fn draw_details(frame: &mut Frame, area: Rect, app: &App, selected: Option<TrialId>) {
+    let Some(t) = selected.and_then(|id| app.board.trial(id)) else {
         return;
     };
     let tr = &t.trial;
@@ -547,7 +564,7 @@ mod tests {
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
     use std::collections::BTreeMap;
-    use tune_search::{Mode, TrialId, Value};
+    use tune_search::{Mode, Value};
 
     const T0: u64 = 1_000_000;
 
@@ -665,7 +682,8 @@ mod tests {
     #[test]
     fn the_table_shows_status_step_last_best_and_params() {
         let mut app = mixed();
-        let text = panel(90, 9, |f, a| draw_trials(f, a, &mut app, PLAIN));
+        let rows = app.rows();
+        let text = panel(90, 9, |f, a| draw_trials(f, a, &mut app, &rows, PLAIN));
         let row = |id: &str| {
             text.lines()
                 .find(|l| l.starts_with(&format!("│{id} ")))
@@ -685,7 +703,8 @@ mod tests {
     fn the_table_scrolls_to_keep_the_selection_visible() {
         let mut app = mixed();
         app.selected = 9; // past the end: the last row
-        let text = panel(90, 6, |f, a| draw_trials(f, a, &mut app, PLAIN));
+        let rows = app.rows();
+        let text = panel(90, 6, |f, a| draw_trials(f, a, &mut app, &rows, PLAIN));
         // Three rows fit: the selection (trial 4) is the last of them.
         assert!(text.contains("│2 ") && text.contains("│4 "), "{text}");
         assert!(!text.contains("│1 "), "{text}");
@@ -700,7 +719,7 @@ mod tests {
         // Y labels span the bests (0.4, then 0.2) with 5% padding.
         assert!(best.contains("0.41") && best.contains("0.19"), "{best}");
         app.selected = 1;
-        let curves = panel(60, 12, |f, a| draw_curves(f, a, &app, PLAIN));
+        let curves = panel(60, 12, |f, a| draw_curves(f, a, &app, Some(1), PLAIN));
         assert!(
             curves.contains("loss by step: trial 1 vs best 3"),
             "{curves}"
