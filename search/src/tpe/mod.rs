@@ -6,6 +6,7 @@
 
 mod coords;
 mod estimator;
+mod eval;
 mod index;
 mod numerics;
 

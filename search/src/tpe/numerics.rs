@@ -1,5 +1,5 @@
-//! Normal-distribution numerics for the Parzen estimators: tail-accurate CDF, truncated
-//! sampling, log-sum-exp.
+//! Normal-distribution numerics for the Parzen estimators: tail-accurate CDF and truncated
+//! sampling.
 
 use statrs::function::erf::{erfc, erfc_inv};
 
@@ -40,70 +40,6 @@ pub(crate) fn truncnorm_std(a: f64, b: f64, u: f64) -> f64 {
     let (pa, pb) = (ndtr(a), ndtr(b));
     let p = (pa + u * (pb - pa)).clamp(f64::MIN_POSITIVE, 1.0 - f64::EPSILON);
     ndtri(p).clamp(a, b)
-}
-
-/// ln(sum(exp(xs))), stable; -inf for an empty slice.
-///
-/// Terms more than 40 below the largest add under 4.3e-18 relative each, so even a million of
-/// them stay below f64's resolution: they are masked to zero, which also keeps the loop free of
-/// branches (and of exp's slow underflow path) so it vectorises, with four accumulators.
-pub(crate) fn logsumexp(xs: &[f64]) -> f64 {
-    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if !max.is_finite() {
-        return max;
-    }
-    let table = exp2_table();
-    let term = |x: f64| {
-        let d = x - max;
-        let keep = f64::from(u8::from(d > -40.0));
-        keep * exp_small_with(table, d.max(-40.0))
-    };
-    let mut acc = [0.0f64; 4];
-    let chunks = xs.chunks_exact(4);
-    let tail: f64 = chunks.remainder().iter().map(|&x| term(x)).sum();
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a += term(x);
-        }
-    }
-    max + ((acc[0] + acc[1]) + (acc[2] + acc[3]) + tail).ln()
-}
-
-/// 2^(j/64) for j in 0..64.
-fn exp2_table() -> &'static [f64; 64] {
-    static TABLE: std::sync::OnceLock<[f64; 64]> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| std::array::from_fn(|j| (j as f64 / 64.0).exp2()))
-}
-
-/// exp(x) for x in [-40, 0] (see [`exp_small_with`]).
-#[cfg(test)]
-pub(crate) fn exp_small(x: f64) -> f64 {
-    exp_small_with(exp2_table(), x)
-}
-
-/// exp(x) for x in [-40, 0], inlined and branch-free (log-sum-exp runs it on every term).
-///
-/// x = (64 m + j) ln2/64 + r with |r| <= ln2/128 (Cody-Waite, two-part ln2/64); then
-/// exp(x) = 2^m * 2^(j/64) * exp(r), the middle factor from a table and exp(r) from a degree-6
-/// Taylor polynomial (truncation error below 2e-17 relative).
-#[inline]
-fn exp_small_with(table: &[f64; 64], x: f64) -> f64 {
-    // ln2/64 split so that k * HI is exact for |k| < 2^20 (HI has 21 trailing zero bits).
-    const LN2_64_HI: f64 = 0.010_830_424_693_267_56;
-    const LN2_64_LO: f64 = 2.981_585_826_985_293_3e-12;
-    const INV_LN2_64: f64 = 92.332_482_616_893_66;
-    // Adding and subtracting 1.5 * 2^52 rounds to the nearest integer without a libm call.
-    const ROUND: f64 = 6_755_399_441_055_744.0;
-    let k = (x * INV_LN2_64 + ROUND) - ROUND;
-    let r = (x - k * LN2_64_HI) - k * LN2_64_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let k = k as i64;
-    let (m, j) = (k >> 6, (k & 63) as usize);
-    // 2^m for m in [-58, 0]: a normal number, built from its exponent bits.
-    p * table[j] * f64::from_bits(((m + 1023) as u64) << 52)
 }
 
 #[cfg(test)]
@@ -148,22 +84,5 @@ mod tests {
             let half = (ndtr(mid) - ndtr(a)) / z;
             assert!((half - 0.5).abs() < 1e-6, "[{a}, {b}]: {half}");
         }
-    }
-
-    #[test]
-    fn fast_exp_matches_libm() {
-        for i in 0..=40_000 {
-            let x = -40.0 * i as f64 / 40_000.0;
-            let (a, b) = (exp_small(x), x.exp());
-            assert!((a / b - 1.0).abs() < 4e-16, "{x}: {a} vs {b}");
-        }
-        assert_eq!(exp_small(0.0), 1.0);
-    }
-
-    #[test]
-    fn logsumexp_is_stable() {
-        assert!((logsumexp(&[1000.0, 1000.0]) - (1000.0 + 2f64.ln())).abs() < 1e-12);
-        assert_eq!(logsumexp(&[]), f64::NEG_INFINITY);
-        assert!((logsumexp(&[-1e308, 0.0])).abs() < 1e-12);
     }
 }
