@@ -337,7 +337,7 @@ mod tests {
     fn truncated_mixture_integrates_to_one() {
         for obs in [vec![0.02, 0.3, 0.31, 0.97], vec![0.5], vec![]] {
             let w = vec![1.0; obs.len()];
-            let p = Parzen::new(&[UNIT], &[obs.clone()], &w, OPTS, None, None);
+            let p = Parzen::new(&[UNIT], std::slice::from_ref(&obs), &w, OPTS, None, None);
             assert!((mass(&p) - 1.0).abs() < 1e-6, "{obs:?}: {}", mass(&p));
         }
     }
