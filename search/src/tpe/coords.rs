@@ -8,7 +8,7 @@
 //! that data never covers.
 
 use crate::domain::{prev_float, round_to_q};
-use crate::{Domain, Value};
+use crate::{Domain, TrialId, Value};
 
 use super::estimator::DimSpec;
 use super::numerics::{ndtr, ndtri};
@@ -112,6 +112,52 @@ pub(crate) fn from_internal(domain: &Domain, x: f64) -> Value {
             Value::Float(mu + sigma * ndtri(x.clamp(1e-12, 1.0 - 1e-12)))
         }
         Domain::Choice(ref v) | Domain::Grid(ref v) => v[(x as usize).min(v.len() - 1)].clone(),
+    }
+}
+
+/// Every trial's internal coordinates in one flat array (trial-major, NaN where a parameter
+/// is inactive), so the per-suggestion passes over the history read memory in order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrialCoords {
+    stride: usize,
+    values: Vec<f64>,
+    known: Vec<bool>,
+}
+
+impl TrialCoords {
+    pub(crate) fn new(params: usize) -> TrialCoords {
+        TrialCoords {
+            stride: params,
+            ..TrialCoords::default()
+        }
+    }
+
+    /// Trial `id`'s coordinates, if recorded.
+    pub(crate) fn get(&self, id: TrialId) -> Option<&[f64]> {
+        let i = id as usize;
+        self.known
+            .get(i)
+            .copied()
+            .unwrap_or(false)
+            .then(|| &self.values[i * self.stride..(i + 1) * self.stride])
+    }
+
+    /// Records trial `id` once (its params never change); `compute` fills its row.
+    pub(crate) fn ensure(&mut self, id: TrialId, compute: impl FnOnce(&mut [f64])) {
+        let i = id as usize;
+        if self.known.len() <= i {
+            self.known.resize(i + 1, false);
+            self.values.resize((i + 1) * self.stride, f64::NAN);
+        }
+        if !self.known[i] {
+            compute(&mut self.values[i * self.stride..(i + 1) * self.stride]);
+            self.known[i] = true;
+        }
+    }
+
+    /// Trials recorded so far (by id, some perhaps missing).
+    pub(crate) fn len(&self) -> usize {
+        self.known.len()
     }
 }
 

@@ -63,98 +63,30 @@ pub(crate) struct Parzen {
 
 impl Parzen {
     /// `obs[d][k]` is dimension `d` of observation `k`; `weights[k]` its (unnormalised) weight.
-    /// With `memo`, observation `k` is trial `ids[k]` and dimension `d` is parameter
-    /// `params[d]`, and kernel normalisers are looked up instead of recomputed.
+    /// This is the good side's estimator, which is both sampled and scored.
     pub(crate) fn new(
         specs: &[DimSpec],
         obs: &[Vec<f64>],
         weights: &[f64],
         opts: EstimatorOptions,
-        mut memo: Option<(&mut NormMemo, &[u64], &[usize])>,
-        orders: Option<&[Vec<usize>]>,
     ) -> Parzen {
-        let n = weights.len();
-        let mut w: Vec<f64> = weights.to_vec();
-        w.push(opts.prior_weight);
-        let total: f64 = w.iter().sum();
-        // Per component: ln weight plus every numeric dimension's ln normaliser.
-        let mut consts: Vec<f64> = w.iter().map(|x| (x / total).ln()).collect();
-        let mut acc = 0.0;
-        let cumulative = w
+        let kernels: Vec<Kernel> = specs
             .iter()
+            .zip(obs)
+            .map(|(spec, values)| kernel(spec, values, None, opts))
+            .collect();
+        let total: f64 = weights.iter().sum::<f64>() + opts.prior_weight;
+        let mut acc = 0.0;
+        let cumulative = weights
+            .iter()
+            .chain([&opts.prior_weight])
             .map(|x| {
                 acc += x / total;
                 acc
             })
             .collect();
-        let kernels: Vec<Kernel> = specs
-            .iter()
-            .zip(obs)
-            .enumerate()
-            .map(|(d, (spec, values))| match *spec {
-                DimSpec::Numeric {
-                    low,
-                    high,
-                    range,
-                    prior_mu,
-                    prior_sigma,
-                } => {
-                    let order = orders.map(|o| o[d].as_slice());
-                    let mut sigmas =
-                        neighbour_sigmas(values, order, low, high, opts.consider_endpoints);
-                    let max_sigma = range;
-                    let min_sigma = if opts.magic_clip {
-                        range / (1.0 + n as f64 + 1.0).min(100.0)
-                    } else {
-                        f64::EPSILON * range
-                    };
-                    for s in &mut sigmas {
-                        *s = s.clamp(min_sigma, max_sigma);
-                    }
-                    let mut mus = values.clone();
-                    mus.push(prior_mu);
-                    sigmas.push(prior_sigma);
-                    // -ln(sigma) - ln(sqrt(2 pi)) - ln(mass of the kernel inside [low, high]).
-                    for (k, ((&m, &s), c)) in mus.iter().zip(&sigmas).zip(&mut consts).enumerate() {
-                        let compute =
-                            || -s.ln() - LN_SQRT_2PI - log_mass((low - m) / s, (high - m) / s);
-                        *c += match memo.as_mut() {
-                            Some((memo, ids, params)) if k < n => {
-                                memo.get(ids[k], params[d], s, compute)
-                            }
-                            _ => compute(),
-                        };
-                    }
-                    Kernel::Numeric {
-                        low,
-                        high,
-                        mus,
-                        sigmas,
-                    }
-                }
-                DimSpec::Categorical { n: choices } => {
-                    // Optuna: every kernel row starts at prior_weight / kernels, the observed
-                    // choice gets +1, rows are normalised; the prior row stays uniform.
-                    let kernels = n + 1;
-                    let base = opts.prior_weight / kernels as f64;
-                    let mut log_probs = Vec::with_capacity(kernels * choices);
-                    for k in 0..kernels {
-                        let observed = values.get(k).map(|&v| v as usize);
-                        let row_total =
-                            base * choices as f64 + f64::from(u8::from(observed.is_some()));
-                        for c in 0..choices {
-                            let p = base + f64::from(u8::from(observed == Some(c)));
-                            log_probs.push((p / row_total).ln());
-                        }
-                    }
-                    Kernel::Categorical {
-                        n: choices,
-                        log_probs,
-                    }
-                }
-            })
-            .collect();
-        let mut table = Table::new(&consts);
+        let mut table = Table::default();
+        table.reset(weights, opts.prior_weight);
         for (d, kernel) in kernels.iter().enumerate() {
             match kernel {
                 Kernel::Numeric {
@@ -162,7 +94,7 @@ impl Parzen {
                     high,
                     mus,
                     sigmas,
-                } => table.push_numeric(d, *low, high - low, mus, sigmas),
+                } => push_numeric(&mut table, d, *low, *high, mus, sigmas, None),
                 Kernel::Categorical { n, log_probs } => table.push_categorical(d, *n, log_probs),
             }
         }
@@ -170,6 +102,40 @@ impl Parzen {
             cumulative,
             kernels,
             table,
+        }
+    }
+
+    /// The bad side's estimator, which is only ever scored: its table is built into `table`,
+    /// reusing its buffers and `bufs` (a suggestion late in a sweep builds megabytes, and fresh
+    /// allocations of that size cost page faults every time). With `memo`, observation `k` is
+    /// trial `ids[k]` and dimension `d` is parameter `params[d]`, and kernel normalisers are
+    /// looked up instead of recomputed; `orders[d]` lists the observations by their value
+    /// along dimension `d`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn scoring_table(
+        table: &mut Table,
+        bufs: &mut (Vec<f64>, Vec<f64>),
+        specs: &[DimSpec],
+        obs: &[Vec<f64>],
+        weights: &[f64],
+        opts: EstimatorOptions,
+        mut memo: Option<(&mut NormMemo, &[u64], &[usize])>,
+        orders: &[Vec<usize>],
+    ) {
+        table.reset(weights, opts.prior_weight);
+        for (d, ((spec, values), order)) in specs.iter().zip(obs).zip(orders).enumerate() {
+            match *spec {
+                DimSpec::Numeric { low, high, .. } => {
+                    let (mus, sigmas) = bufs;
+                    numeric_kernel(spec, values, Some(order), opts, mus, sigmas);
+                    push_numeric(table, d, low, high, mus, sigmas, memo.as_mut());
+                }
+                DimSpec::Categorical { .. } => {
+                    if let Kernel::Categorical { n, log_probs } = kernel(spec, values, None, opts) {
+                        table.push_categorical(d, n, &log_probs);
+                    }
+                }
+            }
         }
     }
 
@@ -217,9 +183,111 @@ impl Parzen {
 }
 
 /// Buffers reused by [`Parzen::log_pdf`].
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Scratch {
-    terms: Vec<f32>,
+    pub(crate) terms: Vec<f32>,
+}
+
+/// One dimension's kernels: one per observation, then the prior's.
+fn kernel(
+    spec: &DimSpec,
+    values: &[f64],
+    order: Option<&[usize]>,
+    opts: EstimatorOptions,
+) -> Kernel {
+    let n = values.len();
+    match *spec {
+        DimSpec::Numeric { low, high, .. } => {
+            let (mut mus, mut sigmas) = (Vec::new(), Vec::new());
+            numeric_kernel(spec, values, order, opts, &mut mus, &mut sigmas);
+            Kernel::Numeric {
+                low,
+                high,
+                mus,
+                sigmas,
+            }
+        }
+        DimSpec::Categorical { n: choices } => {
+            // Optuna: every kernel row starts at prior_weight / kernels, the observed choice
+            // gets +1, rows are normalised; the prior row stays uniform.
+            let kernels = n + 1;
+            let base = opts.prior_weight / kernels as f64;
+            let mut log_probs = Vec::with_capacity(kernels * choices);
+            for k in 0..kernels {
+                let observed = values.get(k).map(|&v| v as usize);
+                let row_total = base * choices as f64 + f64::from(u8::from(observed.is_some()));
+                for c in 0..choices {
+                    let p = base + f64::from(u8::from(observed == Some(c)));
+                    log_probs.push((p / row_total).ln());
+                }
+            }
+            Kernel::Categorical {
+                n: choices,
+                log_probs,
+            }
+        }
+    }
+}
+
+/// A numeric dimension's kernel means and widths into `mus` and `sigmas` (the observations',
+/// then the prior's).
+fn numeric_kernel(
+    spec: &DimSpec,
+    values: &[f64],
+    order: Option<&[usize]>,
+    opts: EstimatorOptions,
+    mus: &mut Vec<f64>,
+    sigmas: &mut Vec<f64>,
+) {
+    let DimSpec::Numeric {
+        low,
+        high,
+        range,
+        prior_mu,
+        prior_sigma,
+    } = *spec
+    else {
+        unreachable!("numeric_kernel on a categorical dimension")
+    };
+    let n = values.len();
+    let min_sigma = if opts.magic_clip {
+        range / (1.0 + n as f64 + 1.0).min(100.0)
+    } else {
+        f64::EPSILON * range
+    };
+    neighbour_sigmas(values, order, low, high, opts.consider_endpoints, sigmas);
+    for s in sigmas.iter_mut() {
+        *s = s.clamp(min_sigma, range);
+    }
+    sigmas.push(prior_sigma);
+    mus.clear();
+    mus.extend_from_slice(values);
+    mus.push(prior_mu);
+}
+
+/// Adds a numeric dimension to `table`, with each component's normaliser
+/// -ln(sigma) - ln(sqrt(2 pi)) - ln(mass of the kernel inside [low, high]).
+fn push_numeric(
+    table: &mut Table,
+    d: usize,
+    low: f64,
+    high: f64,
+    mus: &[f64],
+    sigmas: &[f64],
+    mut memo: Option<&mut (&mut NormMemo, &[u64], &[usize])>,
+) {
+    let observations = mus.len() - 1;
+    let log_norm = |k: usize| {
+        let (m, s) = (mus[k], sigmas[k]);
+        let compute = || -s.ln() - LN_SQRT_2PI - log_mass((low - m) / s, (high - m) / s);
+        match memo.as_mut() {
+            Some((memo, ids, params)) if k < observations => {
+                memo.get(ids[k], params[d], s, compute)
+            }
+            _ => compute(),
+        }
+    };
+    table.push_numeric(d, low, high - low, mus, sigmas, log_norm);
 }
 
 /// Kernel normalisers by (trial, parameter), valid for the width they were computed with.
@@ -267,32 +335,44 @@ fn neighbour_sigmas(
     low: f64,
     high: f64,
     consider_endpoints: bool,
-) -> Vec<f64> {
-    let order: Vec<usize> = match order {
-        Some(o) => o.to_vec(),
+    sigmas: &mut Vec<f64>,
+) {
+    let computed;
+    let order = match order {
+        Some(o) => o,
         None => {
             let mut o: Vec<usize> = (0..values.len()).collect();
             o.sort_unstable_by(|&i, &j| values[i].total_cmp(&values[j]).then(i.cmp(&j)));
-            o
+            computed = o;
+            &computed
         }
     };
-    let sorted: Vec<f64> = std::iter::once(low)
-        .chain(order.iter().map(|&i| values[i]))
-        .chain(std::iter::once(high))
-        .collect();
     let m = order.len();
-    let mut sorted_sigmas: Vec<f64> = (1..=m)
-        .map(|i| (sorted[i] - sorted[i - 1]).max(sorted[i + 1] - sorted[i]))
-        .collect();
-    if !consider_endpoints && m >= 2 {
-        sorted_sigmas[0] = sorted[2] - sorted[1];
-        sorted_sigmas[m - 1] = sorted[m] - sorted[m - 1];
+    sigmas.clear();
+    sigmas.resize(m, 0.0);
+    // The value at sorted position r, with the bounds at -1 and m.
+    let at = |r: isize| -> f64 {
+        if r < 0 {
+            low
+        } else if r as usize >= m {
+            high
+        } else {
+            values[order[r as usize]]
+        }
+    };
+    for (r, &i) in order.iter().enumerate() {
+        let r = r as isize;
+        let (left, right) = (at(r) - at(r - 1), at(r + 1) - at(r));
+        sigmas[i] = if consider_endpoints || m < 2 {
+            left.max(right)
+        } else if r == 0 {
+            right
+        } else if r as usize == m - 1 {
+            left
+        } else {
+            left.max(right)
+        };
     }
-    let mut sigmas = vec![0.0; m];
-    for (rank, &i) in order.iter().enumerate() {
-        sigmas[i] = sorted_sigmas[rank];
-    }
-    sigmas
 }
 
 #[cfg(test)]
@@ -337,7 +417,7 @@ mod tests {
     fn truncated_mixture_integrates_to_one() {
         for obs in [vec![0.02, 0.3, 0.31, 0.97], vec![0.5], vec![]] {
             let w = vec![1.0; obs.len()];
-            let p = Parzen::new(&[UNIT], std::slice::from_ref(&obs), &w, OPTS, None, None);
+            let p = Parzen::new(&[UNIT], std::slice::from_ref(&obs), &w, OPTS);
             assert!((mass(&p) - 1.0).abs() < 1e-6, "{obs:?}: {}", mass(&p));
         }
     }
@@ -346,7 +426,7 @@ mod tests {
     fn hand_checked_single_kernel_density() {
         // One observation at 0.25 in [0, 1]: sigma = max(0.25 - 0, 1 - 0.25) = 0.75 (inside the
         // clip [1/3, 1]), weight 1/2; the prior N(0.5, 1), weight 1/2; both truncated to [0, 1].
-        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS, None, None);
+        let p = Parzen::new(&[UNIT], &[vec![0.25]], &[1.0], OPTS);
         let (x, s) = (0.4, 0.75);
         let k1 = phi((x - 0.25) / s) / s / (ndtr(0.75 / s) - ndtr(-0.25 / s));
         let k2 = phi(x - 0.5) / (ndtr(0.5) - ndtr(-0.5));
@@ -359,7 +439,8 @@ mod tests {
     #[test]
     fn widths_are_neighbour_gaps() {
         // Sorted: [0 (low), 0.1, 0.2, 0.6, 0.9, 1 (high)].
-        let s = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], None, 0.0, 1.0, false);
+        let mut s = Vec::new();
+        neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], None, 0.0, 1.0, false, &mut s);
         // 0.1: first -> gap to next (0.1); 0.2: max(0.1, 0.4); 0.6: max(0.4, 0.3); 0.9: last -> 0.3.
         let expect = [0.3, 0.1, 0.4, 0.4];
         assert!(
@@ -367,7 +448,8 @@ mod tests {
             "{s:?}"
         );
         // With endpoints the outer ones see the bounds too: 0.9 -> max(0.3, 0.1).
-        let e = neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], None, 0.0, 1.0, true);
+        let mut e = Vec::new();
+        neighbour_sigmas(&[0.9, 0.1, 0.6, 0.2], None, 0.0, 1.0, true, &mut e);
         assert!(
             (e[1] - 0.1).abs() < 1e-12 && (e[0] - 0.3).abs() < 1e-12,
             "{e:?}"
@@ -377,7 +459,7 @@ mod tests {
     #[test]
     fn magic_clip_bounds_the_widths() {
         // Ten identical observations: gaps are 0, clipped up to range / min(100, 1 + 11).
-        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS, None, None);
+        let p = Parzen::new(&[UNIT], &[vec![0.5; 10]], &[1.0; 10], OPTS);
         let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
             unreachable!()
         };
@@ -396,8 +478,6 @@ mod tests {
             &[vec![0.0, 2.0]],
             &[1.0, 1.0],
             OPTS,
-            None,
-            None,
         );
         let mut scratch = Scratch::default();
         // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2,
@@ -421,8 +501,6 @@ mod tests {
             &[vec![0.1, 0.15], vec![1.0, 1.0]],
             &[10.0, 10.0],
             OPTS,
-            None,
-            None,
         );
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut out = [0.0; 2];

@@ -27,33 +27,47 @@ struct CategoricalColumn {
     log_probs: Vec<f32>,
 }
 
-/// A mixture laid out for scoring: per component, a constant (ln weight plus the numeric
-/// dimensions' normalisers) and the per-dimension columns.
+/// A mixture laid out for scoring: per component its weight and a constant (the numeric
+/// dimensions' ln normalisers), and the per-dimension columns. Rebuilding a table reuses its
+/// buffers.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Table {
     len: usize,
+    /// Normalised weights. They multiply exp(term) instead of adding ln(weight) to the term:
+    /// that saves a logarithm per component and suggestion, since linear forgetting changes
+    /// every weight whenever a trial finishes.
+    weights: Vec<f32>,
     consts: Vec<f32>,
     numeric: Vec<NumericColumn>,
     categorical: Vec<CategoricalColumn>,
+    /// Numeric columns of the previous build, kept for their buffers.
+    spare: Vec<NumericColumn>,
 }
 
 /// sqrt(1/2): z / sqrt(2) squared is the exponent of a unit normal.
 const SQRT_HALF: f64 = std::f64::consts::FRAC_1_SQRT_2;
 
 impl Table {
-    /// A table for `len` components whose constants (ln weight plus every numeric
-    /// dimension's ln normaliser) are `consts`.
-    pub(crate) fn new(consts: &[f64]) -> Table {
-        Table {
-            len: consts.len(),
-            consts: consts.iter().map(|&c| c as f32).collect(),
-            numeric: Vec::new(),
-            categorical: Vec::new(),
-        }
+    /// Empties the table for `weights.len()` observations plus a prior component of weight
+    /// `prior_weight`.
+    pub(crate) fn reset(&mut self, weights: &[f64], prior_weight: f64) {
+        self.len = weights.len() + 1;
+        let total = weights.iter().sum::<f64>() + prior_weight;
+        self.weights.clear();
+        self.weights.extend(
+            weights
+                .iter()
+                .chain([&prior_weight])
+                .map(|&w| (w / total) as f32),
+        );
+        self.consts.clear();
+        self.consts.resize(self.len, 0.0);
+        self.spare.append(&mut self.numeric);
+        self.categorical.clear();
     }
 
     /// Adds numeric dimension `dim` over `[low, low + range]` with the components' means and
-    /// widths.
+    /// widths; `log_norm(k)` is component `k`'s ln normaliser along it.
     pub(crate) fn push_numeric(
         &mut self,
         dim: usize,
@@ -61,22 +75,31 @@ impl Table {
         range: f64,
         mus: &[f64],
         sigmas: &[f64],
+        mut log_norm: impl FnMut(usize) -> f64,
     ) {
         debug_assert_eq!(mus.len(), self.len);
+        for (k, c) in self.consts.iter_mut().enumerate() {
+            *c += log_norm(k) as f32;
+        }
         let inv_range = 1.0 / range;
-        self.numeric.push(NumericColumn {
+        // Reuse the column buffers left from the previous build, if any.
+        let mut col = self.spare.pop().unwrap_or(NumericColumn {
             dim,
             low,
             inv_range,
-            mus: mus
-                .iter()
-                .map(|&m| ((m - low) * inv_range) as f32)
-                .collect(),
-            scales: sigmas
-                .iter()
-                .map(|&s| (range / s * SQRT_HALF) as f32)
-                .collect(),
+            mus: Vec::new(),
+            scales: Vec::new(),
         });
+        col.dim = dim;
+        col.low = low;
+        col.inv_range = inv_range;
+        col.mus.clear();
+        col.mus
+            .extend(mus.iter().map(|&m| ((m - low) * inv_range) as f32));
+        col.scales.clear();
+        col.scales
+            .extend(sigmas.iter().map(|&s| (range / s * SQRT_HALF) as f32));
+        self.numeric.push(col);
     }
 
     /// Adds categorical dimension `dim` with `n` choices; `log_probs[k * n + c]` is component
@@ -146,24 +169,24 @@ impl Table {
                 *t += lp;
             }
         }
-        log_sum_exp(terms)
+        log_sum_exp(terms, &self.weights)
     }
 }
 
-/// ln(sum(exp(xs))) for f32 terms, accumulated in eight fixed lanes; overwrites `xs`.
+/// ln(sum(weights * exp(xs))) for f32 terms, accumulated in eight fixed lanes; overwrites `xs`.
 ///
-/// Terms more than 40 below the largest add under 4.3e-18 relative each and are masked to
-/// zero, which keeps the loop free of branches (and of exp's underflow path). The exp pass and
+/// Terms more than 40 below the largest add under 4.3e-18 relative each (times the weights'
+/// ratio, at most the number of components) and are masked to zero, which keeps the loop free of branches (and of exp's underflow path). The exp pass and
 /// the summing pass are separate loops because each vectorises on its own.
 #[inline(always)]
-fn log_sum_exp(xs: &mut [f32]) -> f64 {
+fn log_sum_exp(xs: &mut [f32], weights: &[f32]) -> f64 {
     let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         return f64::from(max);
     }
-    for x in xs.iter_mut() {
+    for (x, &w) in xs.iter_mut().zip(weights) {
         let d = *x - max;
-        let keep = if d > -40.0 { 1.0 } else { 0.0 };
+        let keep = if d > -40.0 { w } else { 0.0 };
         *x = keep * exp_neg(d.max(-40.0));
     }
     let mut acc = [0.0f32; 8];
@@ -223,37 +246,46 @@ mod tests {
     fn log_sum_exp_is_stable_and_accurate() {
         let xs: Vec<f32> = (0..1001).map(|i| -(i as f32) * 0.05).collect();
         let exact = xs.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln();
-        assert!((log_sum_exp(&mut xs.clone()) - exact).abs() < 1e-6);
-        assert!((log_sum_exp(&mut [1000.0, 1000.0]) - (1000.0 + 2f64.ln())).abs() < 1e-4);
-        assert_eq!(log_sum_exp(&mut []), f64::NEG_INFINITY);
+        let ones = vec![1.0; xs.len()];
+        assert!((log_sum_exp(&mut xs.clone(), &ones) - exact).abs() < 1e-6);
+        let halves = [0.5, 0.5];
+        assert!((log_sum_exp(&mut [1000.0, 1000.0], &halves) - 1000.0).abs() < 1e-4);
+        assert_eq!(log_sum_exp(&mut [], &[]), f64::NEG_INFINITY);
     }
 
     #[test]
     fn avx2_and_portable_builds_agree_bit_for_bit() {
         let n = 1003;
         let consts: Vec<f64> = (0..n).map(|k| -((k % 7) as f64) * 0.3).collect();
-        let mut t = Table::new(&consts);
+        let weights: Vec<f64> = (0..n - 1).map(|k| 1.0 + (k % 3) as f64).collect();
+        let total = weights.iter().sum::<f64>() + 2.0;
         let mus: Vec<f64> = (0..n)
             .map(|k| 2.0 + (k as f64 * 0.618).fract() * 3.0)
             .collect();
         let sigmas: Vec<f64> = (0..n).map(|k| 0.03 + (k % 5) as f64 * 0.1).collect();
-        t.push_numeric(0, 2.0, 3.0, &mus, &sigmas);
         let probs: Vec<f64> = (0..n * 3).map(|i| -1.0 - (i % 3) as f64 * 0.5).collect();
-        t.push_categorical(1, 3, &probs);
+        let mut t = Table::default();
         let mut terms = Vec::new();
-        for x in [2.0, 2.7, 3.3, 4.99] {
-            let p = [x, 1.0];
-            let portable = t.log_pdf_portable(&p, &mut terms);
-            assert_eq!(t.log_pdf(&p, &mut terms).to_bits(), portable.to_bits());
-            // Against the same mixture in f64.
-            let exact = (0..n)
-                .map(|k| {
-                    let z = (x - mus[k]) / sigmas[k];
-                    (consts[k] - 0.5 * z * z + probs[k * 3 + 1]).exp()
-                })
-                .sum::<f64>()
-                .ln();
-            assert!((portable - exact).abs() < 1e-5, "{portable} vs {exact}");
+        // The second round rebuilds the table over the first one's buffers.
+        for _ in 0..2 {
+            t.reset(&weights, 2.0);
+            t.push_numeric(0, 2.0, 3.0, &mus, &sigmas, |k| consts[k]);
+            t.push_categorical(1, 3, &probs);
+            for x in [2.0, 2.7, 3.3, 4.99] {
+                let p = [x, 1.0];
+                let portable = t.log_pdf_portable(&p, &mut terms);
+                assert_eq!(t.log_pdf(&p, &mut terms).to_bits(), portable.to_bits());
+                // Against the same mixture in f64.
+                let exact = (0..n)
+                    .map(|k| {
+                        let z = (x - mus[k]) / sigmas[k];
+                        let w = weights.get(k).copied().unwrap_or(2.0) / total;
+                        w * (consts[k] - 0.5 * z * z + probs[k * 3 + 1]).exp()
+                    })
+                    .sum::<f64>()
+                    .ln();
+                assert!((portable - exact).abs() < 1e-5, "{portable} vs {exact}");
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::cmp::Ordering;
 
+use super::coords::TrialCoords;
 use crate::{History, Mode, Status, TrialId};
 
 /// How a trial takes part in the model.
@@ -57,7 +58,7 @@ impl TrialIndex {
     pub(crate) fn sync(
         &mut self,
         history: &History,
-        coords: &[Option<Vec<f64>>],
+        coords: &TrialCoords,
         params: usize,
         liar: bool,
     ) {
@@ -101,7 +102,7 @@ impl TrialIndex {
             }
             let (was, is) = (old != Role::Out, role != Role::Out);
             if was != is {
-                if let Some(c) = coords.get(t.id as usize).and_then(Option::as_ref) {
+                if let Some(c) = coords.get(t.id) {
                     for (p, &x) in c.iter().enumerate().filter(|(_, x)| !x.is_nan()) {
                         if is {
                             insert(&mut self.by_param[p], (x, t.id), by_value);
@@ -122,9 +123,10 @@ impl TrialIndex {
 
     /// Optuna's split: completed trials by value, then stopped ones by deepest step and value;
     /// the best `n_below` are good, every other modelled trial (the liars too) is bad.
-    /// Returns a flag per trial id: good?
-    pub(crate) fn below(&self, n_below: usize) -> Vec<bool> {
-        let mut good = vec![false; self.roles.len()];
+    /// Fills `good` with a flag per trial id: good?
+    pub(crate) fn below_into(&self, n_below: usize, good: &mut Vec<bool>) {
+        good.clear();
+        good.resize(self.roles.len(), false);
         let ranked = self
             .complete
             .iter()
@@ -133,7 +135,6 @@ impl TrialIndex {
         for id in ranked.take(n_below) {
             good[id as usize] = true;
         }
-        good
     }
 
     /// Whether trial `id` is modelled at all.

@@ -15,8 +15,9 @@ use std::cmp::Ordering;
 use serde::{Deserialize, Serialize};
 
 use crate::{trial_rng, Condition, History, Params, Searcher, Space, TrialId};
-use coords::{dim_spec, from_internal, to_internal};
+use coords::{dim_spec, from_internal, to_internal, TrialCoords};
 use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen, Scratch};
+use eval::Table;
 use index::TrialIndex;
 
 /// TPE settings; the defaults are Optuna 5's (multivariate, with a constant liar on top).
@@ -78,23 +79,50 @@ impl TpeOptions {
     /// Optuna's weights for `n` trials in id order: 1 for the newest `linear_forgetting`, a
     /// linear ramp from 1/n up to 1 for the older ones.
     pub fn weights(&self, n: usize) -> Vec<f64> {
-        let flat = self.linear_forgetting;
-        if n < flat {
-            return vec![1.0; n];
-        }
-        let ramp = n - flat;
-        let mut w: Vec<f64> = (0..ramp)
-            .map(|i| {
-                if ramp == 1 {
-                    1.0 / n as f64
-                } else {
-                    1.0 / n as f64 + (1.0 - 1.0 / n as f64) * i as f64 / (ramp - 1) as f64
-                }
-            })
-            .collect();
-        w.extend(std::iter::repeat_n(1.0, flat));
+        let mut w = Vec::new();
+        self.weights_into(n, &mut w);
         w
     }
+
+    /// [`TpeOptions::weights`] into a reused buffer.
+    fn weights_into(&self, n: usize, w: &mut Vec<f64>) {
+        w.clear();
+        let flat = self.linear_forgetting;
+        if n < flat {
+            w.resize(n, 1.0);
+            return;
+        }
+        let ramp = n - flat;
+        w.extend((0..ramp).map(|i| {
+            if ramp == 1 {
+                1.0 / n as f64
+            } else {
+                1.0 / n as f64 + (1.0 - 1.0 / n as f64) * i as f64 / (ramp - 1) as f64
+            }
+        }));
+        w.extend(std::iter::repeat_n(1.0, flat));
+    }
+}
+
+/// A suggestion's buffers, reused: late in a sweep they are megabytes, and allocating them
+/// afresh each time cost more in page faults than the arithmetic done in them.
+#[derive(Debug, Clone, Default)]
+struct Workspace {
+    /// Per trial id: among the best `gamma(n)`?
+    good: Vec<bool>,
+    /// Per trial id: kernel index on the bad side in the current group (u32::MAX: none).
+    kernel_of: Vec<u32>,
+    below_ids: Vec<TrialId>,
+    above_ids: Vec<TrialId>,
+    /// Per group dimension: the bad observations' internal coordinates.
+    above_cols: Vec<Vec<f64>>,
+    /// Per group dimension: bad kernel indices in the order of their values.
+    orders: Vec<Vec<usize>>,
+    weights: Vec<f64>,
+    kernel_bufs: (Vec<f64>, Vec<f64>),
+    /// The bad side's scoring table.
+    bad: Table,
+    scratch: Scratch,
 }
 
 /// Parameters sampled together: same activation condition.
@@ -132,11 +160,13 @@ pub struct Tpe {
     opts: TpeOptions,
     groups: Vec<Group>,
     /// Internal coordinates of each trial's params (NaN where inactive), by trial id.
-    coords: Vec<Option<Vec<f64>>>,
+    coords: TrialCoords,
     /// Normalisers of the bad-trial kernels (the many), reused between suggestions.
     norms: NormMemo,
     /// Rankings and per-parameter orders, kept current between suggestions.
     index: TrialIndex,
+    /// Buffers of a suggestion, kept for the next one.
+    work: Workspace,
 }
 
 impl Tpe {
@@ -144,34 +174,27 @@ impl Tpe {
         let groups = make_groups(&space, &opts);
         Tpe {
             norms: NormMemo::new(space.len()),
+            coords: TrialCoords::new(space.len()),
             space,
             seed,
             opts,
             groups,
-            coords: Vec::new(),
             index: TrialIndex::default(),
+            work: Workspace::default(),
         }
     }
 
-    /// Internal coordinates of trial `id` (computed once: a trial's params never change).
-    fn coords_of(&mut self, id: TrialId, params: &Params) -> &[f64] {
-        let i = id as usize;
-        if self.coords.len() <= i {
-            self.coords.resize(i + 1, None);
-        }
+    /// Records the internal coordinates of trial `id` (once: a trial's params never change).
+    fn record_coords(&mut self, id: TrialId, params: &Params) {
         let space = &self.space;
-        self.coords[i].get_or_insert_with(|| {
-            space
-                .params()
-                .iter()
-                .map(|p| {
-                    params
-                        .get(&p.name)
-                        .and_then(|v| to_internal(&p.domain, v))
-                        .unwrap_or(f64::NAN)
-                })
-                .collect()
-        })
+        self.coords.ensure(id, |row| {
+            for (x, p) in row.iter_mut().zip(space.params()) {
+                *x = params
+                    .get(&p.name)
+                    .and_then(|v| to_internal(&p.domain, v))
+                    .unwrap_or(f64::NAN);
+            }
+        });
     }
 }
 
@@ -213,7 +236,7 @@ impl Searcher for Tpe {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
         let mut rng = trial_rng(self.seed, id);
         for t in history.iter() {
-            self.coords_of(t.id, &t.params);
+            self.record_coords(t.id, &t.params);
         }
         self.index.sync(
             history,
@@ -226,88 +249,100 @@ impl Searcher for Tpe {
             return Some(self.space.sample(&mut rng));
         }
         // Like Optuna, gamma counts finished trials only; liars only join the bad side.
-        let good = self.index.below(self.opts.gamma(finished));
+        let work = &mut self.work;
+        self.index
+            .below_into(self.opts.gamma(finished), &mut work.good);
         let est_opts = EstimatorOptions {
             prior_weight: self.opts.prior_weight,
             magic_clip: self.opts.consider_magic_clip,
             consider_endpoints: self.opts.consider_endpoints,
         };
         let mut params = Params::default();
-        let mut scratch = Scratch::default();
-        // Kernel index of each bad trial in the current group (u32::MAX: not a kernel).
-        let mut kernel_of = vec![u32::MAX; self.index.len()];
+        work.kernel_of.clear();
+        work.kernel_of.resize(self.index.len(), u32::MAX);
         for group in &self.groups {
             let first = &self.space.params()[group.params[0]];
             if !self.space.is_active(first, &params) {
                 continue;
             }
             // The modelled trials in which every parameter of the group was active, in id order.
-            let (mut below_ids, mut above_ids) = (Vec::new(), Vec::new());
-            for (i, c) in self.coords.iter().enumerate().take(self.index.len()) {
-                let Some(c) = c else { continue };
+            work.below_ids.clear();
+            work.above_ids.clear();
+            for i in 0..self.index.len().min(self.coords.len()) {
+                let Some(c) = self.coords.get(i as TrialId) else {
+                    continue;
+                };
                 if !self.index.modelled(i as TrialId) || group.params.iter().any(|&p| c[p].is_nan())
                 {
                     continue;
                 }
-                if good[i] {
-                    below_ids.push(i as TrialId);
+                if work.good[i] {
+                    work.below_ids.push(i as TrialId);
                 } else {
-                    kernel_of[i] = above_ids.len() as u32;
-                    above_ids.push(i as TrialId);
+                    work.kernel_of[i] = work.above_ids.len() as u32;
+                    work.above_ids.push(i as TrialId);
                 }
             }
-            let columns = |ids: &[TrialId]| -> Vec<Vec<f64>> {
-                let coords = &self.coords;
-                group
-                    .params
-                    .iter()
-                    .map(|&p| {
-                        ids.iter()
-                            .map(|&i| coords[i as usize].as_ref().map_or(f64::NAN, |c| c[p]))
-                            .collect()
-                    })
-                    .collect()
+            let coords = &self.coords;
+            let column = |p: usize, ids: &[TrialId], out: &mut Vec<f64>| {
+                out.clear();
+                out.extend(
+                    ids.iter()
+                        .map(|&i| coords.get(i).map_or(f64::NAN, |c| c[p])),
+                );
             };
-            // The bad kernels' order along each dimension, read off the index (no sorting).
-            let orders: Vec<Vec<usize>> = group
+            let dims = group.params.len();
+            work.above_cols.resize_with(dims, Vec::new);
+            work.orders.resize_with(dims, Vec::new);
+            for (d, &p) in group.params.iter().enumerate() {
+                column(p, &work.above_ids, &mut work.above_cols[d]);
+                // The bad kernels' order along this dimension, read off the index (no sorting).
+                let kernel_of = &work.kernel_of;
+                let order = &mut work.orders[d];
+                order.clear();
+                order.extend(self.index.sorted(p).filter_map(|i| {
+                    kernel_of
+                        .get(i as usize)
+                        .filter(|&&k| k != u32::MAX)
+                        .map(|&k| k as usize)
+                }));
+            }
+            for &i in &work.above_ids {
+                work.kernel_of[i as usize] = u32::MAX;
+            }
+            let below_cols: Vec<Vec<f64>> = group
                 .params
                 .iter()
                 .map(|&p| {
-                    self.index
-                        .sorted(p)
-                        .filter_map(|i| {
-                            kernel_of
-                                .get(i as usize)
-                                .filter(|&&k| k != u32::MAX)
-                                .map(|&k| k as usize)
-                        })
-                        .collect()
+                    let mut out = Vec::new();
+                    column(p, &work.below_ids, &mut out);
+                    out
                 })
                 .collect();
-            for &i in &above_ids {
-                kernel_of[i as usize] = u32::MAX;
-            }
             let l = Parzen::new(
                 &group.specs,
-                &columns(&below_ids),
-                &self.opts.weights(below_ids.len()),
+                &below_cols,
+                &self.opts.weights(work.below_ids.len()),
                 est_opts,
-                None,
-                None,
             );
             let memo = Some((
                 &mut self.norms,
-                above_ids.as_slice(),
+                work.above_ids.as_slice(),
                 group.params.as_slice(),
             ));
-            let g = Parzen::new(
+            self.opts
+                .weights_into(work.above_ids.len(), &mut work.weights);
+            Parzen::scoring_table(
+                &mut work.bad,
+                &mut work.kernel_bufs,
                 &group.specs,
-                &columns(&above_ids),
-                &self.opts.weights(above_ids.len()),
+                &work.above_cols[..dims],
+                &work.weights,
                 est_opts,
                 memo,
-                Some(&orders),
+                &work.orders[..dims],
             );
+            let (g, scratch) = (&work.bad, &mut work.scratch);
             let mut candidate = vec![0.0; group.params.len()];
             let mut best: Option<(f64, Vec<f64>)> = None;
             for _ in 0..self.opts.n_ei_candidates.max(1) {
@@ -318,7 +353,7 @@ impl Searcher for Tpe {
                     *x = to_internal(domain, &from_internal(domain, *x)).unwrap_or(*x);
                 }
                 let score =
-                    l.log_pdf(&candidate, &mut scratch) - g.log_pdf(&candidate, &mut scratch);
+                    l.log_pdf(&candidate, scratch) - g.log_pdf(&candidate, &mut scratch.terms);
                 if best
                     .as_ref()
                     .is_none_or(|(b, _)| score.partial_cmp(b) == Some(Ordering::Greater))
