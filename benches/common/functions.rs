@@ -167,3 +167,86 @@ pub fn all() -> Vec<Benchmark> {
         },
     ]
 }
+
+/// Functions outside `shared/bench`, to check that a change to TPE's defaults is not tuned to
+/// the six above: none of them was looked at while choosing those defaults.
+#[allow(dead_code)]
+pub fn held_out() -> Vec<Benchmark> {
+    vec![
+        Benchmark {
+            name: "SixHumpCamel",
+            space: space("x0 = { uniform = [-3.0, 3.0] }\nx1 = { uniform = [-2.0, 2.0] }"),
+            f: |p| {
+                let (a, b) = (x(p, 0), x(p, 1));
+                (4.0 - 2.1 * a * a + a.powi(4) / 3.0) * a * a + a * b + (-4.0 + 4.0 * b * b) * b * b
+            },
+            known_min: -1.031_628_453_489_877,
+            budget: 100,
+        },
+        Benchmark {
+            name: "StyblinskiTang4D",
+            space: boxed(4, -5.0, 5.0),
+            f: |p| {
+                (0..4)
+                    .map(|i| {
+                        let v = x(p, i);
+                        0.5 * (v.powi(4) - 16.0 * v * v + 5.0 * v)
+                    })
+                    .sum()
+            },
+            known_min: -39.166_165_703_771_42 * 4.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Levy4D",
+            space: boxed(4, -10.0, 10.0),
+            f: |p| {
+                let w: Vec<f64> = (0..4).map(|i| 1.0 + (x(p, i) - 1.0) / 4.0).collect();
+                let sin2 = |v: f64| v.sin() * v.sin();
+                let mid: f64 = w[..3]
+                    .iter()
+                    .map(|&wi| (wi - 1.0).powi(2) * (1.0 + 10.0 * sin2(PI * wi + 1.0)))
+                    .sum();
+                sin2(PI * w[0]) + mid + (w[3] - 1.0).powi(2) * (1.0 + sin2(2.0 * PI * w[3]))
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Rastrigin3D",
+            space: boxed(3, -5.12, 5.12),
+            f: |p| {
+                (0..3)
+                    .map(|i| {
+                        let v = x(p, i);
+                        v * v - 10.0 * (2.0 * PI * v).cos() + 10.0
+                    })
+                    .sum()
+            },
+            known_min: 0.0,
+            budget: 150,
+        },
+        Benchmark {
+            name: "MixedTrainer",
+            space: space(
+                "act = { choice = [\"relu\", \"tanh\", \"sigmoid\"] }\n\
+                 lr = { loguniform = [1e-5, 1.0] }\n\
+                 units = { int = [8, 512], log = true }\n\
+                 momentum = { uniform = [0.0, 1.0] }",
+            ),
+            f: |p| {
+                let off = match p.str("act").expect("act") {
+                    "relu" => 0.0,
+                    "tanh" => 0.3,
+                    _ => 0.8,
+                };
+                let lr = p.f64("lr").expect("lr").log10() + 2.5;
+                let units = (p.i64("units").expect("units") as f64).log2() - 7.0;
+                let m = p.f64("momentum").expect("momentum") - 0.9;
+                off + lr * lr + 0.25 * units * units + 10.0 * m * m
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+    ]
+}
