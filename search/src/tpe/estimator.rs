@@ -73,7 +73,7 @@ impl Parzen {
         let kernels: Vec<Kernel> = specs
             .iter()
             .zip(obs)
-            .map(|(spec, values)| kernel(spec, values, None, opts))
+            .map(|(spec, values)| kernel(spec, values, opts))
             .collect();
         let total: f64 = weights.iter().sum::<f64>() + opts.prior_weight;
         let mut acc = 0.0;
@@ -131,7 +131,7 @@ impl Parzen {
                     push_numeric(table, d, low, high, mus, sigmas, memo.as_mut());
                 }
                 DimSpec::Categorical { .. } => {
-                    if let Kernel::Categorical { n, log_probs } = kernel(spec, values, None, opts) {
+                    if let Kernel::Categorical { n, log_probs } = kernel(spec, values, opts) {
                         table.push_categorical(d, n, &log_probs);
                     }
                 }
@@ -176,30 +176,19 @@ impl Parzen {
         }
     }
 
-    /// ln density at `x`; `scratch` is reused between calls to avoid allocation.
-    pub(crate) fn log_pdf(&self, x: &[f64], scratch: &mut Scratch) -> f64 {
-        self.table.log_pdf(x, &mut scratch.terms)
+    /// ln density at `x`; `terms` is a buffer reused between calls to avoid allocation.
+    pub(crate) fn log_pdf(&self, x: &[f64], terms: &mut Vec<f32>) -> f64 {
+        self.table.log_pdf(x, terms)
     }
 }
 
-/// Buffers reused by [`Parzen::log_pdf`].
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Scratch {
-    pub(crate) terms: Vec<f32>,
-}
-
 /// One dimension's kernels: one per observation, then the prior's.
-fn kernel(
-    spec: &DimSpec,
-    values: &[f64],
-    order: Option<&[usize]>,
-    opts: EstimatorOptions,
-) -> Kernel {
+fn kernel(spec: &DimSpec, values: &[f64], opts: EstimatorOptions) -> Kernel {
     let n = values.len();
     match *spec {
         DimSpec::Numeric { low, high, .. } => {
             let (mut mus, mut sigmas) = (Vec::new(), Vec::new());
-            numeric_kernel(spec, values, order, opts, &mut mus, &mut sigmas);
+            numeric_kernel(spec, values, None, opts, &mut mus, &mut sigmas);
             Kernel::Numeric {
                 low,
                 high,
@@ -399,7 +388,7 @@ mod tests {
     /// Integrates exp(log_pdf) over [0, 1] with the midpoint rule.
     fn mass(p: &Parzen) -> f64 {
         let n = 20_000;
-        let mut scratch = Scratch::default();
+        let mut scratch = Vec::new();
         (0..n)
             .map(|i| {
                 p.log_pdf(&[(i as f64 + 0.5) / n as f64], &mut scratch)
@@ -431,7 +420,7 @@ mod tests {
         let k1 = phi((x - 0.25) / s) / s / (ndtr(0.75 / s) - ndtr(-0.25 / s));
         let k2 = phi(x - 0.5) / (ndtr(0.5) - ndtr(-0.5));
         let expected = 0.5 * k1 + 0.5 * k2;
-        let got = p.log_pdf(&[x], &mut Scratch::default()).exp();
+        let got = p.log_pdf(&[x], &mut Vec::new()).exp();
         // Scoring runs in f32 lanes: ~1e-6 relative.
         assert!((got / expected - 1.0).abs() < 2e-6, "{got} vs {expected}");
     }
@@ -479,7 +468,7 @@ mod tests {
             &[1.0, 1.0],
             OPTS,
         );
-        let mut scratch = Scratch::default();
+        let mut scratch = Vec::new();
         // P(c) = 1/3 * [row0(c) + row1(c) + prior(c)], row0 = [4/3, 1/3, 1/3] / 2,
         // row1 = [1/3, 1/3, 4/3] / 2, prior = 1/3 each.
         let expect = [

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{trial_rng, Condition, History, Params, Searcher, Space, TrialId};
 use coords::{dim_spec, from_internal, to_internal, TrialCoords};
-use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen, Scratch};
+use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen};
 use eval::Table;
 use index::TrialIndex;
 
@@ -127,7 +127,8 @@ struct Workspace {
     kernel_bufs: (Vec<f64>, Vec<f64>),
     /// The bad side's scoring table.
     bad: Table,
-    scratch: Scratch,
+    /// Per-component terms of a density evaluation.
+    terms: Vec<f32>,
 }
 
 /// Parameters sampled together: same activation condition.
@@ -347,7 +348,7 @@ impl Searcher for Tpe {
                 memo,
                 &work.orders[..dims],
             );
-            let (g, scratch) = (&work.bad, &mut work.scratch);
+            let (g, terms) = (&work.bad, &mut work.terms);
             let mut candidate = vec![0.0; group.params.len()];
             let mut best: Option<(f64, Vec<f64>)> = None;
             for _ in 0..self.opts.n_ei_candidates.max(1) {
@@ -357,8 +358,7 @@ impl Searcher for Tpe {
                     let domain = &self.space.params()[p].domain;
                     *x = to_internal(domain, &from_internal(domain, *x)).unwrap_or(*x);
                 }
-                let score =
-                    l.log_pdf(&candidate, scratch) - g.log_pdf(&candidate, &mut scratch.terms);
+                let score = l.log_pdf(&candidate, terms) - g.log_pdf(&candidate, terms);
                 if best
                     .as_ref()
                     .is_none_or(|(b, _)| score.partial_cmp(b) == Some(Ordering::Greater))
