@@ -7,6 +7,8 @@
 
 #[path = "common/curves.rs"]
 mod curves;
+#[path = "common/held_out_curves.rs"]
+mod held_out_curves;
 #[path = "common/simulator.rs"]
 mod simulator;
 
@@ -114,6 +116,22 @@ fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     ))
 }
 
+/// TPE options: the defaults, or `TUNE_TPE_OPTS` (JSON) for experiments.
+fn tpe_options() -> TpeOptions {
+    std::env::var("TUNE_TPE_OPTS")
+        .map(|j| serde_json::from_str(&j).expect("TUNE_TPE_OPTS"))
+        .unwrap_or_default()
+}
+
+/// What `tune` gives TPE under ASHA and HyperBand (`ExperimentSpec::tpe_options`).
+fn rung_tpe_options() -> TpeOptions {
+    let mut o = tpe_options();
+    if std::env::var("TUNE_TPE_OPTS").is_err() {
+        o.stopped_min_depth = TpeOptions::RUNG_STOPPED_MIN_DEPTH;
+    }
+    o
+}
+
 /// Median over seeds; `None` (no incumbent yet) counts as +inf, as in the peers' table.
 fn median(values: Vec<Option<f64>>) -> Option<f64> {
     let mut v: Vec<f64> = values
@@ -152,7 +170,7 @@ fn main() {
         ),
         (
             "tune TPE, full budget",
-            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            |s| Box::new(Tpe::new(curves::space(), s, tpe_options())),
             |_| Box::new(Fifo),
         ),
         (
@@ -162,7 +180,7 @@ fn main() {
         ),
         (
             "tune TPE + median",
-            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            |s| Box::new(Tpe::new(curves::space(), s, tpe_options())),
             |_| Box::new(MedianStopping::new(MedianConfig::default(), Mode::Min)),
         ),
         (
@@ -172,7 +190,7 @@ fn main() {
         ),
         (
             "tune TPE + ASHA",
-            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            |s| Box::new(Tpe::new(curves::space(), s, rung_tpe_options())),
             asha,
         ),
         (
@@ -187,10 +205,11 @@ fn main() {
         ),
         (
             "tune TPE + HyperBand",
-            |s| Box::new(Tpe::new(curves::space(), s, TpeOptions::default())),
+            |s| Box::new(Tpe::new(curves::space(), s, rung_tpe_options())),
             hyperband,
         ),
     ];
+    let shared = simulator::shared_curves();
     for workers in [1, 8] {
         println!("median regret over {seeds} seeds, {workers} worker(s); peers from shared/bench/README.md (1 worker)");
         println!();
@@ -200,6 +219,7 @@ fn main() {
             let runs: Vec<Vec<Option<f64>>> = (0..seeds)
                 .map(|seed| {
                     simulator::simulate(
+                        &shared,
                         searcher(seed).as_mut(),
                         scheduler(seed).as_mut(),
                         workers,
@@ -221,4 +241,60 @@ fn main() {
         }
         println!();
     }
+    held_out(seeds);
+}
+
+/// TPE under ASHA and HyperBand on curve families outside `curves.py`: with what `tune`
+/// gives it there (shallow stopped trials left out) and with Optuna's treatment (all
+/// modelled, `stopped_min_depth = 0`), a check that the choice was not fitted to `curves.py`.
+fn held_out(seeds: u64) {
+    let keep_all = TpeOptions {
+        stopped_min_depth: 0.0,
+        ..tpe_options()
+    };
+    let schedulers: [(&str, MakeScheduler); 2] = [("ASHA", asha), ("HyperBand", hyperband)];
+    println!("held-out curve families (not in shared/bench), median regret over {seeds} seeds, 1 worker, at 810 / 1620 / 2430 epochs:");
+    println!();
+    println!("| curves | TPE + | tune | all stopped trials modelled (Optuna) |");
+    println!("|---|---|---|---|");
+    let mut log_ratio = (0.0, 0);
+    for (family, curves) in held_out_curves::all() {
+        for (name, scheduler) in &schedulers {
+            let row = |opts: &TpeOptions| -> Vec<Option<f64>> {
+                let runs: Vec<Vec<Option<f64>>> = (0..seeds)
+                    .map(|seed| {
+                        let mut tpe = Tpe::new(curves::space(), seed, opts.clone());
+                        simulator::simulate(
+                            &curves,
+                            &mut tpe,
+                            scheduler(seed).as_mut(),
+                            1,
+                            2430,
+                            &CHECKPOINTS[2..],
+                        )
+                    })
+                    .collect();
+                (0..3)
+                    .map(|i| median(runs.iter().map(|r| r[i]).collect()))
+                    .collect()
+            };
+            let (ours, theirs) = (row(&rung_tpe_options()), row(&keep_all));
+            if let (Some(a), Some(b)) = (ours[2], theirs[2]) {
+                log_ratio.0 += (a.max(1e-6) / b.max(1e-6)).ln();
+                log_ratio.1 += 1;
+            }
+            let cells =
+                |r: &[Option<f64>]| r.iter().map(|x| show(*x)).collect::<Vec<_>>().join(" / ");
+            println!(
+                "| {family} | {name} | {} | {} |",
+                cells(&ours),
+                cells(&theirs)
+            );
+        }
+    }
+    println!();
+    println!(
+        "geometric mean of the 2430-epoch ratio (tune / Optuna's treatment): {:.3}",
+        (log_ratio.0 / f64::from(log_ratio.1.max(1))).exp()
+    );
 }

@@ -83,6 +83,8 @@ pub struct SearchSpec {
     pub group: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constant_liar: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_min_depth: Option<f64>,
 }
 
 impl SearchSpec {
@@ -107,6 +109,7 @@ impl SearchSpec {
             multivariate: self.multivariate.unwrap_or(d.multivariate),
             group: self.group.unwrap_or(d.group),
             constant_liar: self.constant_liar.unwrap_or(d.constant_liar),
+            stopped_min_depth: self.stopped_min_depth.unwrap_or(d.stopped_min_depth),
         }
     }
 
@@ -124,6 +127,7 @@ impl SearchSpec {
             ("multivariate", self.multivariate.is_some()),
             ("group", self.group.is_some()),
             ("constant_liar", self.constant_liar.is_some()),
+            ("stopped_min_depth", self.stopped_min_depth.is_some()),
         ];
         set.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect()
     }
@@ -441,6 +445,30 @@ impl fmt::Display for SpecError {
 }
 
 impl ExperimentSpec {
+    /// TPE's options for this experiment: `[search]`'s, and where it leaves
+    /// `stopped_min_depth` unset, [`TpeOptions::RUNG_STOPPED_MIN_DEPTH`] under ASHA or
+    /// HyperBand (Optuna's 0 otherwise).
+    ///
+    /// ```
+    /// let mut spec: tune::ExperimentSpec = toml::from_str(
+    ///     "name = \"demo\"\nmetric = \"loss\"\nsamples = 8\n[search]\nalgorithm = \"tpe\"\n[scheduler]\nkind = \"asha\"\n[space]\nx = { uniform = [0.0, 1.0] }",
+    /// ).unwrap();
+    /// assert_eq!(spec.tpe_options().stopped_min_depth, 0.1);
+    /// spec.search.stopped_min_depth = Some(0.0);
+    /// assert_eq!(spec.tpe_options().stopped_min_depth, 0.0);
+    /// ```
+    pub fn tpe_options(&self) -> TpeOptions {
+        let mut tpe = self.search.tpe_options();
+        let rungs = matches!(
+            self.scheduler.kind,
+            SchedulerKind::Asha | SchedulerKind::Hyperband
+        );
+        if self.search.stopped_min_depth.is_none() && rungs {
+            tpe.stopped_min_depth = TpeOptions::RUNG_STOPPED_MIN_DEPTH;
+        }
+        tpe
+    }
+
     /// Reads and validates a spec file, returning it with the file's text (kept verbatim as
     /// the experiment's frozen copy). The objective's working folder defaults to the file's.
     pub fn read(path: &Path) -> Result<(ExperimentSpec, String), SpecError> {
@@ -628,7 +656,7 @@ impl ExperimentSpec {
                 return Err(("search", key, "applies to algorithm = \"tpe\" only".into()));
             }
         }
-        let tpe = self.search.tpe_options();
+        let tpe = self.tpe_options();
         if !(tpe.gamma_fraction > 0.0 && tpe.gamma_fraction <= 1.0) {
             return Err((
                 "search",
@@ -649,6 +677,16 @@ impl ExperimentSpec {
                 "search",
                 "prior_weight",
                 format!("expected a positive number, found {}", tpe.prior_weight),
+            ));
+        }
+        if !(0.0..=1.0).contains(&tpe.stopped_min_depth) {
+            return Err((
+                "search",
+                "stopped_min_depth",
+                format!(
+                    "expected a number in [0, 1], found {}",
+                    tpe.stopped_min_depth
+                ),
             ));
         }
         let sched = &self.scheduler;
@@ -946,6 +984,13 @@ x = { uniform = [-5.0, 10.0] }
             "{GOOD}\n[search]\nalgorithm = \"tpe\"\ngamma_fraction = 1.5\n"
         ));
         assert!(e.contains("space.toml:13:1: [search] `gamma_fraction`: expected a number in (0, 1], found 1.5"), "{e}");
+        let e = err(&format!(
+            "{GOOD}\n[search]\nalgorithm = \"tpe\"\nstopped_min_depth = 2.0\n"
+        ));
+        assert!(
+            e.contains("[search] `stopped_min_depth`: expected a number in [0, 1], found 2"),
+            "{e}"
+        );
         let e = err(&format!(
             "{GOOD}\n[search]\nalgorithm = \"tpe\"\nn_startup = 5\n"
         ));

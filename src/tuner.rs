@@ -340,7 +340,7 @@ fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> 
         Algorithm::Grid => Box::new(
             GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?,
         ),
-        Algorithm::Tpe => Box::new(Tpe::new(space, spec.seed, spec.search.tpe_options())),
+        Algorithm::Tpe => Box::new(Tpe::new(space, spec.seed, spec.tpe_options())),
     })
 }
 

