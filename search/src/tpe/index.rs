@@ -80,14 +80,19 @@ impl TrialIndex {
         } else {
             1.0
         };
-        let deepest = history
-            .iter()
-            .filter(|t| {
-                matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some()
-            })
-            .filter_map(|t| t.last_step)
-            .max()
-            .unwrap_or(0);
+        // Only needed (a pass over the history) when shallow stopped trials are left out.
+        let deepest = if min_depth > 0.0 {
+            history
+                .iter()
+                .filter(|t| {
+                    matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some()
+                })
+                .filter_map(|t| t.last_step)
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
         let shallow = |step: u64| (step as f64) < min_depth * deepest as f64;
         self.roles.resize(history.len(), Role::Out);
         for t in history.iter() {
