@@ -11,7 +11,10 @@ mod curves;
 mod held_out_curves;
 #[path = "common/simulator.rs"]
 mod simulator;
+#[path = "common/tpe_env.rs"]
+mod tpe_env;
 
+use tpe_env::tpe_options;
 use tune_schedulers::{
     Asha, AshaConfig, AshaPromotion, Fifo, HyperBand, HyperBandConfig, MedianConfig,
     MedianStopping, Mode, Scheduler,
@@ -116,13 +119,6 @@ fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     ))
 }
 
-/// TPE options: the defaults, or `TUNE_TPE_OPTS` (JSON) for experiments.
-fn tpe_options() -> TpeOptions {
-    std::env::var("TUNE_TPE_OPTS")
-        .map(|j| serde_json::from_str(&j).expect("TUNE_TPE_OPTS"))
-        .unwrap_or_default()
-}
-
 /// What `tune` gives TPE under ASHA and HyperBand (`ExperimentSpec::tpe_options`).
 fn rung_tpe_options() -> TpeOptions {
     let mut o = tpe_options();
@@ -146,6 +142,18 @@ fn median(values: Vec<Option<f64>>) -> Option<f64> {
         0.5 * (v[n / 2 - 1] + v[n / 2])
     };
     m.is_finite().then_some(m)
+}
+
+/// Runs `run` for seeds 0..seeds and takes, at each of its `points` checkpoints, the median.
+fn medians_over_seeds(
+    seeds: u64,
+    points: usize,
+    run: impl Fn(u64) -> Vec<Option<f64>>,
+) -> Vec<Option<f64>> {
+    let runs: Vec<Vec<Option<f64>>> = (0..seeds).map(run).collect();
+    (0..points)
+        .map(|i| median(runs.iter().map(|r| r[i]).collect()))
+        .collect()
 }
 
 fn show(x: Option<f64>) -> String {
@@ -216,21 +224,19 @@ fn main() {
         println!("| method | 243 ep | 405 ep | 810 ep | 1620 ep | 2430 ep |");
         println!("|---|---|---|---|---|---|");
         for (name, searcher, scheduler) in &methods {
-            let runs: Vec<Vec<Option<f64>>> = (0..seeds)
-                .map(|seed| {
-                    simulator::simulate(
-                        &shared,
-                        searcher(seed).as_mut(),
-                        scheduler(seed).as_mut(),
-                        workers,
-                        2430,
-                        &CHECKPOINTS,
-                    )
-                })
-                .collect();
-            let cells: Vec<String> = (0..CHECKPOINTS.len())
-                .map(|i| show(median(runs.iter().map(|r| r[i]).collect())))
-                .collect();
+            let cells: Vec<String> = medians_over_seeds(seeds, CHECKPOINTS.len(), |seed| {
+                simulator::simulate(
+                    &shared,
+                    searcher(seed).as_mut(),
+                    scheduler(seed).as_mut(),
+                    workers,
+                    2430,
+                    &CHECKPOINTS,
+                )
+            })
+            .into_iter()
+            .map(show)
+            .collect();
             println!("| {name} | {} |", cells.join(" | "));
         }
         if workers == 1 {
@@ -260,23 +266,18 @@ fn held_out(seeds: u64) {
     let mut log_ratio = (0.0, 0);
     for (family, curves) in held_out_curves::all() {
         for (name, scheduler) in &schedulers {
-            let row = |opts: &TpeOptions| -> Vec<Option<f64>> {
-                let runs: Vec<Vec<Option<f64>>> = (0..seeds)
-                    .map(|seed| {
-                        let mut tpe = Tpe::new(curves::space(), seed, opts.clone());
-                        simulator::simulate(
-                            &curves,
-                            &mut tpe,
-                            scheduler(seed).as_mut(),
-                            1,
-                            2430,
-                            &CHECKPOINTS[2..],
-                        )
-                    })
-                    .collect();
-                (0..3)
-                    .map(|i| median(runs.iter().map(|r| r[i]).collect()))
-                    .collect()
+            let row = |opts: &TpeOptions| {
+                medians_over_seeds(seeds, 3, |seed| {
+                    let mut tpe = Tpe::new(curves::space(), seed, opts.clone());
+                    simulator::simulate(
+                        &curves,
+                        &mut tpe,
+                        scheduler(seed).as_mut(),
+                        1,
+                        2430,
+                        &CHECKPOINTS[2..],
+                    )
+                })
             };
             let (ours, theirs) = (row(&rung_tpe_options()), row(&keep_all));
             if let (Some(a), Some(b)) = (ours[2], theirs[2]) {

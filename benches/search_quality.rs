@@ -9,6 +9,10 @@
 
 #[path = "common/functions.rs"]
 mod functions;
+#[path = "common/tpe_env.rs"]
+mod tpe_env;
+
+use tpe_env::tpe_options;
 
 use tune_search::{History, Mode, RandomSearch, Searcher, Space, Status, Tpe, TpeOptions};
 
@@ -71,7 +75,7 @@ fn main() {
             Box::new(RandomSearch::new(s, seed))
         }),
         ("tune tpe", |s, seed| {
-            Box::new(Tpe::new(s, seed, env_opts()))
+            Box::new(Tpe::new(s, seed, tpe_options()))
         }),
         ("tune tpe independent", |s, seed| {
             Box::new(Tpe::new(
@@ -160,7 +164,7 @@ fn held_out(seeds: u64) {
     for b in &all {
         let ours = median(
             (0..seeds)
-                .map(|s| final_regret(&mut Tpe::new(b.space.clone(), s, env_opts()), b))
+                .map(|s| final_regret(&mut Tpe::new(b.space.clone(), s, tpe_options()), b))
                 .collect(),
         );
         let theirs = median(
@@ -181,11 +185,4 @@ fn held_out(seeds: u64) {
         "geometric mean of the ratio: {:.3}",
         (log_ratio / all.len() as f64).exp()
     );
-}
-
-/// TPE options: the defaults, or `TUNE_TPE_OPTS` (JSON) for experiments.
-fn env_opts() -> TpeOptions {
-    std::env::var("TUNE_TPE_OPTS")
-        .map(|j| serde_json::from_str(&j).expect("TUNE_TPE_OPTS"))
-        .unwrap_or_default()
 }
