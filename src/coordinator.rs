@@ -98,9 +98,15 @@ pub trait Observer: Send {
 struct InFlight {
     attempt: u32,
     slot: Slot,
+    /// Reports this run made, re-runs of stored steps included.
     reports: u64,
-    /// The last step reported before this run (a resumed trial numbers on from there).
+    /// Where this run's reports without a step number on from: the trial's last stored step
+    /// when it continues from a checkpoint (its own or an exploited one), else 0.
     base_step: u64,
+    /// A relaunch of the trial's own work redoes the steps after its checkpoint (or all of
+    /// them, with none): reports up to this step, its last stored one, were already stored
+    /// and decided, so they are not taken again. Cleared by the first report past it.
+    redo_through: Option<u64>,
     /// The checkpoint this run continues from (a trial that ran before and left one).
     restore_dir: Option<std::path::PathBuf>,
     /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
@@ -153,6 +159,8 @@ pub(crate) struct Coordinator {
     deferred: VecDeque<TrialId>,
     /// When observers last heard the scheduler describe itself.
     described_at: Option<Instant>,
+    /// Decisions made before a kill whose effect was not stored yet (see [`replay`]).
+    undelivered: Vec<(TrialId, u64, Decision)>,
 }
 
 impl Coordinator {
@@ -204,7 +212,7 @@ impl Coordinator {
             .map(|t| t.id)
             .collect();
         let mut scheduler = scheduler;
-        replay(scheduler.as_mut(), &trials, &plan.metric);
+        let undelivered = replay(scheduler.as_mut(), &trials, &plan.metric);
         let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
         let all_added = trials.len() as u64 >= budget;
         if all_added {
@@ -236,6 +244,7 @@ impl Coordinator {
             // Paused by an exploit not yet applied: they run again as soon as a slot is free.
             deferred: trials_pending_exploit,
             described_at: None,
+            undelivered,
         }
     }
 
@@ -277,6 +286,10 @@ impl Coordinator {
                 eprintln!("tune: {note}");
             }
             emit(&mut self.observers, &Event::Note(note), &self.summary);
+        }
+        for (id, step, decision) in std::mem::take(&mut self.undelivered) {
+            self.queue.retain(|&q| q != id);
+            self.apply_decision(id, step, decision)?;
         }
         self.describe_scheduler(true);
         loop {
@@ -375,6 +388,7 @@ impl Coordinator {
                 break;
             };
             let slot = self.plan.pool.claim().expect("a free slot");
+            let exploited = self.trials[id as usize].restore_from.is_some();
             self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
             let t = &mut self.trials[id as usize];
@@ -383,10 +397,16 @@ impl Coordinator {
             t.finished_at = None;
             t.device = Some(slot.to_string());
             self.store.put_trial(t)?;
-            let base_step = t.results.last().map_or(0, |r| r.step);
+            let last_step = t.results.last().map(|r| r.step);
             let restore_dir = Some(trial_dir(&self.plan.dir, id)).filter(|d| {
-                !t.results.is_empty() && std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some())
+                last_step.is_some() && std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some())
             });
+            // An exploit goes on from another trial's point: its steps are new, not redone.
+            let redo_through = last_step.filter(|_| !exploited);
+            let base_step = match restore_dir.is_some() || exploited {
+                true => last_step.unwrap_or(0),
+                false => 0,
+            };
             self.in_flight.insert(
                 id,
                 InFlight {
@@ -394,6 +414,7 @@ impl Coordinator {
                     slot,
                     reports: 0,
                     base_step,
+                    redo_through,
                     restore_dir,
                     settled: false,
                 },
@@ -458,6 +479,13 @@ impl Coordinator {
         };
         run.reports += 1;
         let step = step.unwrap_or(run.base_step + run.reports);
+        if run.redo_through.is_some_and(|last| step <= last) {
+            // A step redone after a restart from an older checkpoint (a kill came between its
+            // acknowledgement and the checkpoint): its result and decision are already stored.
+            self.acks.push((ack, Heard::Continue));
+            return Ok(());
+        }
+        run.redo_through = None;
         let value = match metrics.get(metric) {
             Some(&v) if v.is_finite() => v,
             bad => {
@@ -497,10 +525,29 @@ impl Coordinator {
             emit(&mut self.observers, &Event::Result(t, r), &self.summary);
         }
         // The decision is stored with the result, before the trial hears it.
+        let heard = self.apply_decision(id, step, decision)?;
+        self.acks.push((ack, heard));
+        self.describe_scheduler(false);
+        Ok(())
+    }
+
+    /// Acts on the scheduler's `decision` for trial `id`'s result at `step`: stores what it
+    /// changes (status, params, lineage) and says what the trial's run is to hear.
+    fn apply_decision(
+        &mut self,
+        id: TrialId,
+        step: u64,
+        decision: Decision,
+    ) -> Result<Heard, TuneError> {
+        if decision != Decision::Continue {
+            // The trial's end (or pause) is decided: its run, if any, is only winding down.
+            if let Some(run) = self.in_flight.get_mut(&id) {
+                run.settled = true;
+            }
+        }
         let heard = match decision {
             Decision::Continue => Heard::Continue,
             Decision::Pause => {
-                run.settled = true;
                 self.set_status(id, Status::Paused);
                 self.store.put_trial(&self.trials[id as usize])?;
                 let t = &self.trials[id as usize];
@@ -510,7 +557,6 @@ impl Coordinator {
             Decision::Exploit { from, params } => {
                 // The run checkpoints and ends; the trial then starts again from `from`'s
                 // checkpoint with the new params (see `fill_slots`).
-                run.settled = true;
                 self.set_status(id, Status::Paused);
                 let t = &mut self.trials[id as usize];
                 let previous = std::mem::replace(&mut t.params, params.clone());
@@ -535,19 +581,15 @@ impl Coordinator {
                 Heard::Pause
             }
             Decision::Stop => {
-                run.settled = true;
                 self.settle(id, Status::Stopped, None)?;
                 Heard::Stop
             }
             Decision::Complete => {
-                run.settled = true;
                 self.settle(id, Status::Completed, None)?;
                 Heard::Stop
             }
         };
-        self.acks.push((ack, heard));
-        self.describe_scheduler(false);
-        Ok(())
+        Ok(heard)
     }
 
     /// Copies the checkpoint of the trial that `id` exploited into `id`'s folder (then forgets
@@ -664,10 +706,14 @@ impl Coordinator {
             return Ok(());
         }
         let t = &self.trials[id as usize];
-        // A run that reported completes the trial; so does one resumed from a checkpoint with
-        // nothing left to report (its earlier results stand). A fresh run must report.
+        // A run that reported completes the trial; so does one that only redid stored steps, or
+        // one resumed from a checkpoint with nothing left to report (its earlier results
+        // stand). A fresh run must report.
         let this_run_reported = t.results.last().is_some_and(|r| r.attempt == attempt);
-        let reported = this_run_reported || (run.restore_dir.is_some() && !t.results.is_empty());
+        let redid_stored_steps = run.reports > 0 && run.redo_through.is_some();
+        let reported = this_run_reported
+            || redid_stored_steps
+            || (run.restore_dir.is_some() && !t.results.is_empty());
         let (status, error) = match outcome {
             Outcome::Interrupted => {
                 // Left as running in the store: `resume` re-queues it.
@@ -729,7 +775,15 @@ fn copy_dir(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()>
 
 /// Rebuilds a scheduler's state from stored trials: every result in the order the coordinator
 /// received it, and each finished trial's completion right after its last result.
-pub(crate) fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &str) {
+///
+/// Returns the decisions the store has not caught up with: an unfinished trial whose last
+/// result the scheduler answers with more than `Continue`, because a kill came after the
+/// result was stored and before the decision's effect was (a paused trial's was).
+pub(crate) fn replay(
+    scheduler: &mut dyn Scheduler,
+    trials: &[Trial],
+    metric: &str,
+) -> Vec<(TrialId, u64, Decision)> {
     enum Step {
         Result(TrialId, u64, f64),
         Complete(TrialId, Option<(u64, f64)>),
@@ -753,14 +807,24 @@ pub(crate) fn replay(scheduler: &mut dyn Scheduler, trials: &[Trial], metric: &s
         }
     }
     events.sort_by_key(|e| (e.0, e.1));
+    let mut last_decision: HashMap<TrialId, (u64, Decision)> = HashMap::new();
     for (_, _, step) in events {
         match step {
             Step::Result(id, s, v) => {
-                scheduler.on_result(id, s, v);
+                let decision = scheduler.on_result(id, s, v);
+                last_decision.insert(id, (s, decision));
             }
             Step::Complete(id, last) => scheduler.on_complete(id, last),
         }
     }
+    trials
+        .iter()
+        .filter(|t| !t.status.is_finished() && t.status != Status::Paused)
+        .filter_map(|t| {
+            let (step, decision) = last_decision.remove(&t.id)?;
+            (decision != Decision::Continue).then_some((t.id, step, decision))
+        })
+        .collect()
 }
 
 fn note_best(summary: &mut Summary, t: &Trial) {

@@ -434,7 +434,7 @@ pub fn best_trial<'a>(trials: &'a [Trial], metric: &str, mode: Mode) -> Option<&
 pub fn scheduler_status(spec: &ExperimentSpec, trials: &[Trial]) -> Vec<String> {
     match make_scheduler(spec) {
         Ok(mut scheduler) => {
-            crate::coordinator::replay(scheduler.as_mut(), trials, &spec.metric);
+            let _undelivered = crate::coordinator::replay(scheduler.as_mut(), trials, &spec.metric);
             scheduler.describe()
         }
         Err(e) => vec![format!("cannot rebuild the scheduler: {e}")],

@@ -54,7 +54,7 @@ fn steps(t: &Json) -> Vec<u64> {
 }
 
 /// Trains the trial's params without any pause and checks that every exported result equals
-/// that run's epoch (the last report wins where a crash repeated an epoch).
+/// that run's epoch.
 fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
     let split = DataSpec {
         dataset: Some("wine".into()),
@@ -146,8 +146,10 @@ fn builtin_trials_paused_and_resumed_by_hyperband_train_as_if_never_paused() {
         .iter()
         .filter(|t| t["attempts"].as_u64().unwrap() > 1)
         .count();
+    // The 9-trial bracket promotes 3 from epoch 1, and only the last of them to finish that
+    // epoch can go on without a pause: at least 2 are paused and resumed.
     assert!(
-        resumed >= 3,
+        resumed >= 2,
         "only {resumed} trials were paused and resumed"
     );
     for t in &trials {
@@ -183,13 +185,10 @@ fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
             "trial {}: {}",
             t["id"], t["error"]
         );
-        // Every epoch reported. A kill between an epoch's report and its checkpoint makes the
-        // resumed run report that epoch again (from the start, before the first checkpoint),
-        // never skip one; the values repeat exactly (checked below).
-        let mut s = steps(t);
-        s.sort_unstable();
-        s.dedup();
-        assert_eq!(s, (1..=25).collect::<Vec<_>>(), "trial {}", t["id"]);
+        // Every epoch reported once. A kill between an epoch's report and its checkpoint makes
+        // the resumed run redo that epoch (all of them, before the first checkpoint), which is
+        // not stored twice; the stored values are an uninterrupted run's (checked below).
+        assert_eq!(dense_steps(t).len(), 25, "trial {}", t["id"]);
         assert_matches_uninterrupted(t, 25);
     }
 }
