@@ -99,14 +99,26 @@ fn asha(seed: u64) -> Box<dyn Scheduler> {
     Box::new(Asha::new(config, Mode::Min, seed))
 }
 
-fn asha_promotion(_seed: u64) -> Box<dyn Scheduler> {
+fn asha_promotion(seed: u64) -> Box<dyn Scheduler> {
     let config = AshaConfig {
         max_t: 81,
         grace_period: 1,
         reduction_factor: 3,
         ..AshaConfig::default()
     };
-    Box::new(AshaPromotion::new(config, Mode::Min))
+    Box::new(AshaPromotion::new(config, Mode::Min, seed))
+}
+
+/// Asynchronous HyperBand (Li et al. 2018): the promotion variant over HyperBand's 5 brackets.
+fn async_hyperband(seed: u64) -> Box<dyn Scheduler> {
+    let config = AshaConfig {
+        max_t: 81,
+        grace_period: 1,
+        reduction_factor: 3,
+        brackets: 5,
+        ..AshaConfig::default()
+    };
+    Box::new(AshaPromotion::new(config, Mode::Min, seed))
 }
 
 fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
@@ -170,7 +182,7 @@ fn main() {
         } else {
             2
         });
-    let methods: [(&str, MakeSearcher, MakeScheduler); 9] = [
+    let methods: [(&str, MakeSearcher, MakeScheduler); 10] = [
         (
             "tune random, full budget",
             |s| Box::new(RandomSearch::new(curves::space(), s)),
@@ -205,6 +217,11 @@ fn main() {
             "tune random + ASHA (promotion)",
             |s| Box::new(RandomSearch::new(curves::space(), s)),
             asha_promotion,
+        ),
+        (
+            "tune random + async HyperBand (promotion, 5 brackets)",
+            |s| Box::new(RandomSearch::new(curves::space(), s)),
+            async_hyperband,
         ),
         (
             "tune random + HyperBand",

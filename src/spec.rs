@@ -168,7 +168,8 @@ pub struct SchedulerSpec {
     /// ASHA: the rung spacing and 1/fraction kept (default 4, as in Ray Tune).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduction_factor: Option<u64>,
-    /// ASHA: number of brackets (default 1).
+    /// ASHA: number of brackets (default 1); bracket `s` starts at `grace_period *
+    /// reduction_factor^s`. Several with the promotion variant: asynchronous HyperBand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brackets: Option<usize>,
     /// ASHA: `stopping` (Ray Tune's, the default) or `promotion` (the paper's: pause at each
@@ -762,13 +763,6 @@ impl ExperimentSpec {
                         "expected 1 <= grace_period <= max_t ({}), found {}",
                         asha.max_t, asha.grace_period
                     ),
-                ));
-            }
-            if self.scheduler.variant == Some(AshaVariant::Promotion) && asha.brackets != 1 {
-                return Err((
-                    "scheduler",
-                    "brackets",
-                    "the promotion variant runs one bracket; remove `brackets`".into(),
                 ));
             }
             if asha.brackets == 0 {

@@ -350,7 +350,7 @@ fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError
         SchedulerKind::Fifo => Ok(Box::new(Fifo)),
         SchedulerKind::Median => Ok(Box::new(MedianStopping::new(s.median(), spec.mode))),
         SchedulerKind::Asha if s.variant == Some(AshaVariant::Promotion) => {
-            Ok(Box::new(AshaPromotion::new(s.asha(), spec.mode)))
+            Ok(Box::new(AshaPromotion::new(s.asha(), spec.mode, spec.seed)))
         }
         SchedulerKind::Asha => Ok(Box::new(Asha::new(s.asha(), spec.mode, spec.seed))),
         SchedulerKind::Hyperband => Ok(Box::new(HyperBand::new(s.hyperband(), spec.mode))),

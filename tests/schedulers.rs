@@ -575,3 +575,55 @@ fn paused_trials_without_checkpoints_redo_their_steps_and_end_as_with_them() {
         assert_eq!(a["results"], b["results"], "trial {}", a["id"]);
     }
 }
+
+#[test]
+fn asynchronous_hyperband_runs_brackets_of_the_promotion_variant() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 30\nseed = 3\n[scheduler]\nkind = \"asha\"\nvariant = \"promotion\"\nbrackets = 2\nmax_t = 9\ngrace_period = 1\nreduction_factor = 3\n[resources]\ncpu_slots = 2",
+        &["--y", "{y}", "--steps", "9", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("ahb");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 30);
+    let mut last_steps = BTreeMap::new();
+    for t in &trials {
+        let steps: Vec<u64> = t["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(steps, (1..=steps.len() as u64).collect::<Vec<_>>());
+        let status = t["status"].as_str().unwrap().to_string();
+        *last_steps.entry((status, steps.len())).or_insert(0) += 1;
+    }
+    // Bracket 0 pauses at 1 and 3, bracket 1 first at 3: trials stopped at both, and some
+    // promoted to the end.
+    assert!(
+        last_steps.contains_key(&("stopped".to_string(), 1)),
+        "{last_steps:?}"
+    );
+    assert!(
+        last_steps.contains_key(&("stopped".to_string(), 3)),
+        "{last_steps:?}"
+    );
+    assert!(
+        last_steps.contains_key(&("completed".to_string(), 9)),
+        "{last_steps:?}"
+    );
+    // What the dashboard shows of the scheduler, rebuilt from the store.
+    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    let text = tune::scheduler_status(&exp.snapshot.meta.spec, &exp.snapshot.trials).join("\n");
+    for line in [
+        "bracket 0 rung t=1:",
+        "bracket 0 rung t=3:",
+        "bracket 1 rung t=3:",
+    ] {
+        assert!(text.contains(line), "no `{line}` in:\n{text}");
+    }
+    assert!(!text.contains("bracket 1 rung t=1:"), "{text}");
+}

@@ -88,12 +88,9 @@ impl Asha {
                     .collect(),
             })
             .collect();
-        let sizes: Vec<f64> = brackets.iter().map(|b| b.rungs.len() as f64).collect();
-        let top = sizes.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let weights: Vec<f64> = sizes.iter().map(|s| (s - top).exp()).collect();
-        let total: f64 = weights.iter().sum();
+        let sizes: Vec<usize> = brackets.iter().map(|b| b.rungs.len()).collect();
         Asha {
-            probs: weights.iter().map(|w| w / total).collect(),
+            probs: bracket_probs(&sizes),
             config,
             mode,
             seed,
@@ -106,20 +103,8 @@ impl Asha {
         self.brackets[b].rungs.iter().map(|r| r.milestone).collect()
     }
 
-    /// The bracket of trial `id`: a seeded draw, so resuming assigns it the same one.
     fn bracket_of(&self, id: TrialId) -> usize {
-        if self.brackets.len() == 1 {
-            return 0;
-        }
-        let u: f64 = trial_rng(self.seed ^ 0x0A5A_5A5A_5A5A_5A5A, id).random();
-        let mut acc = 0.0;
-        for (i, p) in self.probs.iter().enumerate() {
-            acc += p;
-            if u < acc {
-                return i;
-            }
-        }
-        self.brackets.len() - 1
+        draw_bracket(&self.probs, self.seed, id)
     }
 
     /// Records the result at the first rung it reaches; `Stop` if it is below that rung's cutoff.
@@ -184,6 +169,31 @@ impl Scheduler for Asha {
         }
         lines
     }
+}
+
+/// Each bracket's selection probability from its number of rungs (Ray: their softmax), so
+/// the aggressive brackets, with more rungs, get more trials.
+pub(crate) fn bracket_probs(rungs: &[usize]) -> Vec<f64> {
+    let top = rungs.iter().copied().max().unwrap_or(0) as f64;
+    let weights: Vec<f64> = rungs.iter().map(|&r| (r as f64 - top).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| w / total).collect()
+}
+
+/// The bracket of trial `id`: a seeded draw, so resuming assigns it the same one.
+pub(crate) fn draw_bracket(probs: &[f64], seed: u64, id: TrialId) -> usize {
+    if probs.len() <= 1 {
+        return 0;
+    }
+    let u: f64 = trial_rng(seed ^ 0x0A5A_5A5A_5A5A_5A5A, id).random();
+    let mut acc = 0.0;
+    for (i, p) in probs.iter().enumerate() {
+        acc += p;
+        if u < acc {
+            return i;
+        }
+    }
+    probs.len() - 1
 }
 
 /// numpy's `percentile` with linear interpolation; `None` for no values.
