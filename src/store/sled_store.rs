@@ -1,6 +1,7 @@
 //! The embedded default store: one sled database in the experiment folder.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use tune_search::TrialId;
@@ -51,9 +52,27 @@ fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
+/// How long [`SledStore::open`] waits for a lock another process holds. A process killed a
+/// moment ago can still hold it: after SIGKILL, a tune with GPU trials was seen (H100) to keep
+/// it while its threads were torn down, so a `tune resume` started right then failed.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
 impl SledStore {
-    /// Opens (or creates) the database at `path`; fails with `InUse` if another process has it.
+    /// Opens (or creates) the database at `path`; fails with `InUse` if another process has
+    /// held it for a few seconds.
     pub fn open(path: &Path) -> Result<SledStore, StoreError> {
+        let deadline = Instant::now() + LOCK_WAIT;
+        loop {
+            match SledStore::open_now(path) {
+                Err(StoreError::InUse(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    fn open_now(path: &Path) -> Result<SledStore, StoreError> {
         let db = sled::Config::new()
             .path(path)
             .flush_every_ms(None)
@@ -119,5 +138,28 @@ impl TrialStore for SledStore {
     fn sync(&mut self) -> Result<(), StoreError> {
         self.db.flush().map_err(db_err)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_waits_for_a_lock_released_soon_and_gives_up_on_one_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tune.db");
+        let held = SledStore::open(&path).unwrap();
+        // Held throughout: `InUse`, once the wait is over.
+        let started = Instant::now();
+        assert!(matches!(SledStore::open(&path), Err(StoreError::InUse(_))));
+        assert!(started.elapsed() >= LOCK_WAIT);
+        // Released while `open` waits (as by a process that is exiting): opened.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            drop(held);
+        });
+        assert!(SledStore::open(&path).is_ok());
+        releaser.join().unwrap();
     }
 }
