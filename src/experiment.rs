@@ -84,17 +84,8 @@ impl Experiment {
             std::fs::remove_dir(dir).map_err(|e| io("replacing", dir, e))?;
         }
         std::fs::rename(&staging, dir).map_err(|e| io("moving the new experiment to", dir, e))?;
-        // sled's IO threads can hold the closed database's lock a moment longer.
-        let mut attempts = 0;
-        let store = loop {
-            match SledStore::open(&dir.join(DB_DIR)) {
-                Err(StoreError::InUse(_)) if attempts < 500 => {
-                    attempts += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                other => break other?,
-            }
-        };
+        // sled's IO threads can hold the closed database's lock a moment longer: `open` waits.
+        let store = SledStore::open(&dir.join(DB_DIR))?;
         Ok(Experiment {
             dir: dir.to_path_buf(),
             store,

@@ -130,27 +130,24 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
         }
         Command::Watch { dir } => watch(&dir),
         Command::Status { dir } => {
-            let exp = Experiment::open(&dir)?;
-            quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &exp))?;
+            let sweep = Snapshot::load(&dir)?;
+            quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &sweep))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Export { dir, format } => {
-            let exp = Experiment::open(&dir)?;
-            let spec = &exp.snapshot.meta.spec;
+            let sweep = Snapshot::load(&dir)?;
+            let spec = &sweep.spec;
             let mut out = std::io::stdout().lock();
             let written = match format {
                 Format::Json => serde_json::to_writer_pretty(
                     &mut out,
-                    &tune::export::to_json(&exp.snapshot.trials, &spec.metric),
+                    &tune::export::to_json(&sweep.trials, &spec.metric),
                 )
                 .map_err(std::io::Error::from)
                 .and_then(|_| writeln!(out)),
-                Format::Csv => tune::export::write_csv(
-                    &mut out,
-                    &exp.snapshot.trials,
-                    &spec.space,
-                    &spec.metric,
-                ),
+                Format::Csv => {
+                    tune::export::write_csv(&mut out, &sweep.trials, &spec.space, &spec.metric)
+                }
             };
             quiet_on_broken_pipe(written)?;
             Ok(ExitCode::SUCCESS)
@@ -299,16 +296,59 @@ fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<(), TuneError> {
     }
 }
 
-fn print_status(out: &mut impl Write, exp: &Experiment) -> std::io::Result<()> {
-    let spec = &exp.snapshot.meta.spec;
-    let trials = &exp.snapshot.trials;
+/// What `status` and `export` read: the experiment's store, or, while a sweep runs there and
+/// holds the store, what that sweep's coordinator holds (as `tune watch` sees it).
+struct Snapshot {
+    dir: PathBuf,
+    spec: ExperimentSpec,
+    /// The budget in force.
+    samples: u64,
+    trials: Vec<tune::Trial>,
+    live: bool,
+}
+
+impl Snapshot {
+    fn load(dir: &Path) -> Result<Snapshot, TuneError> {
+        // A running sweep is asked first: its store stays locked while it runs.
+        if let Some(board) = tune::dashboard::live_board(dir) {
+            let file = dir.join(tune::experiment::SPEC_FILE);
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| TuneError::io(format!("reading {}", file.display()), e))?;
+            return Ok(Snapshot {
+                dir: dir.to_path_buf(),
+                spec: ExperimentSpec::from_toml(&text, &file)?,
+                samples: board.header.total,
+                trials: board.trials.iter().map(|v| v.to_trial()).collect(),
+                live: true,
+            });
+        }
+        let exp = Experiment::open(dir)?;
+        Ok(Snapshot {
+            dir: exp.dir,
+            spec: exp.snapshot.meta.spec,
+            samples: exp.snapshot.meta.samples,
+            trials: exp.snapshot.trials,
+            live: false,
+        })
+    }
+}
+
+fn print_status(out: &mut impl Write, sweep: &Snapshot) -> std::io::Result<()> {
+    let spec = &sweep.spec;
+    let trials = &sweep.trials;
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
-    writeln!(out, "experiment: {} ({})", spec.name, exp.dir.display())?;
+    let running = if sweep.live { ", running now" } else { "" };
+    writeln!(
+        out,
+        "experiment: {} ({}{running})",
+        spec.name,
+        sweep.dir.display()
+    )?;
     writeln!(
         out,
         "trials: {} of {} created | {} completed, {} stopped, {} failed, {} unfinished",
         trials.len(),
-        exp.snapshot.meta.samples,
+        sweep.samples,
         count(Status::Completed),
         count(Status::Stopped),
         count(Status::Failed),

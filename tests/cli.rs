@@ -452,3 +452,62 @@ flag = { grid = [true, false] }"#,
     let later = trials[6..].iter().map(value).fold(f64::INFINITY, f64::min);
     assert!(later < start, "{later} vs {start}");
 }
+
+#[test]
+fn status_and_export_of_a_running_sweep_come_from_its_coordinator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 4\nseed = 2\n[resources]\ncpu_slots = 1",
+        &["--steps", "200", "--sleep", "0.05"],
+        "x = { uniform = [-2.0, 2.0] }",
+    );
+    let dir = tmp.path().join("live");
+    let mut sweep = tune_run(&spec, &dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The sweep holds the store: `export` and `status` ask the sweep instead.
+    let mut trials: Vec<Json> = Vec::new();
+    for _ in 0..300 {
+        let export = tune()
+            .arg("export")
+            .arg(&dir)
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        if export.status.success() {
+            trials = serde_json::from_slice(&export.stdout).unwrap();
+            if trials
+                .first()
+                .is_some_and(|t| t["results"].as_array().unwrap().len() >= 2)
+            {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = tune().arg("status").arg(&dir).output().unwrap();
+    let still_running = sweep.try_wait().unwrap().is_none();
+    sweep.kill().unwrap();
+    sweep.wait().unwrap();
+    assert!(
+        still_running,
+        "the sweep ended before the checks: they prove nothing"
+    );
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{}", stderr(&status));
+    assert!(
+        text.contains("running now") && text.contains(" of 4 created"),
+        "{text}"
+    );
+    assert_eq!(trials[0]["status"], "running", "{trials:?}");
+    let results = trials[0]["results"].as_array().unwrap();
+    assert!(results.len() >= 2, "{trials:?}");
+    let x = trials[0]["params"]["x"].as_f64().unwrap();
+    for r in results {
+        let step = r["step"].as_u64().unwrap();
+        assert_eq!(r["loss"].as_f64(), Some(quadratic(x, 0.0, step)));
+    }
+}

@@ -38,6 +38,14 @@ pub struct TrialView {
 }
 
 impl TrialView {
+    /// The trial record with its results, as the store keeps it.
+    pub fn to_trial(&self) -> Trial {
+        Trial {
+            results: self.results.clone(),
+            ..self.trial.clone()
+        }
+    }
+
     /// The metric's values by step, in the order reported.
     pub fn curve(&self, metric: &str) -> Vec<(u64, f64)> {
         self.results

@@ -158,6 +158,18 @@ pub fn connect(dir: &Path) -> Option<Receiver<Update>> {
     Some(rx)
 }
 
+/// The board of the sweep running in `dir`, as its coordinator holds it now; `None` if no
+/// sweep answers within a few seconds (none runs, or its address is stale after a kill).
+pub fn live_board(dir: &Path) -> Option<Board> {
+    match connect(dir)?
+        .recv_timeout(std::time::Duration::from_secs(3))
+        .ok()?
+    {
+        Update::Snapshot(board) => Some(*board),
+        _ => None,
+    }
+}
+
 /// The board of a sweep that is not running, from its stored trials.
 pub fn board_from_trials(header: Header, trials: &[Trial], ended_at: u64) -> Board {
     let mut board = Board::new(header);

@@ -19,7 +19,9 @@ use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
 pub use app::{params_text, short, Action, App, Focus, Popup, SortKey};
 pub use board::{Board, Header, TrialView, Update};
 pub use draw::{draw, Theme};
-pub use feed::{board_from_trials, connect, Hub, HubObserver, WatchServer, WATCH_ADDR_FILE};
+pub use feed::{
+    board_from_trials, connect, live_board, Hub, HubObserver, WatchServer, WATCH_ADDR_FILE,
+};
 
 use crate::coordinator::StopHandle;
 use crate::experiment::Experiment;
