@@ -44,15 +44,6 @@ fn dense_steps(t: &Json) -> Vec<u64> {
     s
 }
 
-fn steps(t: &Json) -> Vec<u64> {
-    t["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["step"].as_u64().unwrap())
-        .collect()
-}
-
 /// Trains the trial's params without any pause and checks that every exported result equals
 /// that run's epoch.
 fn assert_matches_uninterrupted(t: &Json, epochs: u64) {

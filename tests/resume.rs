@@ -157,12 +157,7 @@ fn sigkill_at_random_moments_then_resume_loses_nothing() {
             assert_eq!(&t["params"], p);
         }
         // Killed runs started over, redoing stored steps without storing them again.
-        let steps: Vec<u64> = t["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["step"].as_u64().unwrap())
-            .collect();
+        let steps = steps(t);
         assert_eq!(steps, [1, 2, 3], "trial {id}");
         // The value is the last step's, recomputed from the params.
         let (x, y) = (

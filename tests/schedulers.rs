@@ -66,12 +66,7 @@ fn assert_asha_applied(trials: &[Json]) -> (usize, usize) {
     let (mut stopped, mut completed) = (0, 0);
     for t in trials {
         let id = t["id"].as_u64().unwrap();
-        let steps: Vec<u64> = t["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["step"].as_u64().unwrap())
-            .collect();
+        let steps = steps(t);
         let last = *steps.last().unwrap();
         let ending = decisions[&(id, last)].clone();
         // Every earlier result was a "continue".
@@ -226,12 +221,7 @@ fn hyperband_through_the_binary_matches_the_papers_band() {
     assert_eq!(trials.len(), 143);
     let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
     for t in &trials {
-        let steps: Vec<u64> = t["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["step"].as_u64().unwrap())
-            .collect();
+        let steps = steps(t);
         // Resumed from its checkpoints: every step exactly once, in order.
         assert_eq!(
             steps,
@@ -294,12 +284,7 @@ fn hyperband_killed_and_resumed_still_completes_the_band() {
     assert_eq!(trials.len(), 143);
     let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
     for t in &trials {
-        let steps: Vec<u64> = t["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["step"].as_u64().unwrap())
-            .collect();
+        let steps = steps(t);
         // A run killed mid-way restarts from its last checkpoint, redoing steps that are
         // already stored: each step is stored once, none skipped.
         assert_eq!(
@@ -591,12 +576,7 @@ fn asynchronous_hyperband_runs_brackets_of_the_promotion_variant() {
     assert_eq!(trials.len(), 30);
     let mut last_steps = BTreeMap::new();
     for t in &trials {
-        let steps: Vec<u64> = t["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["step"].as_u64().unwrap())
-            .collect();
+        let steps = steps(t);
         assert_eq!(steps, (1..=steps.len() as u64).collect::<Vec<_>>());
         let status = t["status"].as_str().unwrap().to_string();
         *last_steps.entry((status, steps.len())).or_insert(0) += 1;

@@ -98,3 +98,13 @@ pub fn quadratic(x: f64, y: f64, step: u64) -> f64 {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A trial's exported steps, in the order its results were stored.
+pub fn steps(t: &Json) -> Vec<u64> {
+    t["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect()
+}
