@@ -403,9 +403,10 @@ impl Coordinator {
             });
             // An exploit goes on from another trial's point: its steps are new, not redone.
             let redo_through = last_step.filter(|_| !exploited);
-            let base_step = match restore_dir.is_some() || exploited {
-                true => last_step.unwrap_or(0),
-                false => 0,
+            let base_step = if restore_dir.is_some() || exploited {
+                last_step.unwrap_or(0)
+            } else {
+                0
             };
             self.in_flight.insert(
                 id,
@@ -480,8 +481,9 @@ impl Coordinator {
         run.reports += 1;
         let step = step.unwrap_or(run.base_step + run.reports);
         if run.redo_through.is_some_and(|last| step <= last) {
-            // A step redone after a restart from an older checkpoint (a kill came between its
-            // acknowledgement and the checkpoint): its result and decision are already stored.
+            // A step this run redoes, restarted from an older checkpoint (a kill came between
+            // the step's acknowledgement and its checkpoint) or from scratch: its result and
+            // decision are already stored.
             self.acks.push((ack, Heard::Continue));
             return Ok(());
         }
