@@ -214,14 +214,19 @@ impl Scheduler for AshaPromotion {
 mod tests {
     use super::*;
 
-    fn asha() -> AshaPromotion {
-        let config = AshaConfig {
+    /// Rungs 1, 3, 9 below max_t 27 (bracket 0), in `brackets` brackets.
+    fn config(brackets: usize) -> AshaConfig {
+        AshaConfig {
             max_t: 27,
             grace_period: 1,
             reduction_factor: 3,
+            brackets,
             ..AshaConfig::default()
-        };
-        AshaPromotion::new(config, Mode::Min, 0)
+        }
+    }
+
+    fn asha() -> AshaPromotion {
+        AshaPromotion::new(config(1), Mode::Min, 0)
     }
 
     #[test]
@@ -280,14 +285,7 @@ mod tests {
 
     #[test]
     fn brackets_pause_at_their_own_rungs_and_promote_within_themselves() {
-        let config = AshaConfig {
-            max_t: 27,
-            grace_period: 1,
-            reduction_factor: 3,
-            brackets: 2,
-            ..AshaConfig::default()
-        };
-        let mut a = AshaPromotion::new(config, Mode::Min, 7);
+        let mut a = AshaPromotion::new(config(2), Mode::Min, 7);
         assert_eq!(
             (a.milestones(0), a.milestones(1)),
             (vec![1, 3, 9], vec![3, 9])
@@ -331,7 +329,7 @@ mod tests {
         assert_eq!(a.brackets[1].recorded[0].len(), 3);
         assert_eq!(a.choose_paused(), None);
         // A replay of the same results in order rebuilds both brackets' promotions.
-        let mut r = AshaPromotion::new(a_config(2), Mode::Min, 7);
+        let mut r = AshaPromotion::new(config(2), Mode::Min, 7);
         for &id in in_0[..3].iter().chain(&in_1[..3]) {
             r.on_trial_add(id, &Params::default());
         }
@@ -350,15 +348,5 @@ mod tests {
         assert!(r.brackets[1].promoted[0].contains(&in_1[1]));
         assert!(r.brackets[0].promoted[0].contains(&in_0[1]));
         assert_eq!(r.choose_paused(), None);
-    }
-
-    fn a_config(brackets: usize) -> AshaConfig {
-        AshaConfig {
-            max_t: 27,
-            grace_period: 1,
-            reduction_factor: 3,
-            brackets,
-            ..AshaConfig::default()
-        }
     }
 }
