@@ -85,6 +85,12 @@ pub struct SearchSpec {
     pub constant_liar: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_min_depth: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bandwidth_factor: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub magic_clip_exponent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discrete_min_bandwidth: Option<f64>,
 }
 
 impl SearchSpec {
@@ -110,6 +116,9 @@ impl SearchSpec {
             group: self.group.unwrap_or(d.group),
             constant_liar: self.constant_liar.unwrap_or(d.constant_liar),
             stopped_min_depth: self.stopped_min_depth.unwrap_or(d.stopped_min_depth),
+            min_bandwidth_factor: self.min_bandwidth_factor,
+            magic_clip_exponent: self.magic_clip_exponent,
+            discrete_min_bandwidth: self.discrete_min_bandwidth,
         }
     }
 
@@ -128,6 +137,12 @@ impl SearchSpec {
             ("group", self.group.is_some()),
             ("constant_liar", self.constant_liar.is_some()),
             ("stopped_min_depth", self.stopped_min_depth.is_some()),
+            ("min_bandwidth_factor", self.min_bandwidth_factor.is_some()),
+            ("magic_clip_exponent", self.magic_clip_exponent.is_some()),
+            (
+                "discrete_min_bandwidth",
+                self.discrete_min_bandwidth.is_some(),
+            ),
         ];
         set.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect()
     }
@@ -680,15 +695,29 @@ impl ExperimentSpec {
                 format!("expected a positive number, found {}", tpe.prior_weight),
             ));
         }
-        if !(0.0..=1.0).contains(&tpe.stopped_min_depth) {
-            return Err((
-                "search",
-                "stopped_min_depth",
-                format!(
-                    "expected a number in [0, 1], found {}",
-                    tpe.stopped_min_depth
-                ),
-            ));
+        for (key, value) in [
+            ("stopped_min_depth", tpe.stopped_min_depth),
+            ("min_bandwidth_factor", tpe.kernel_floors().0),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err((
+                    "search",
+                    key,
+                    format!("expected a number in [0, 1], found {value}"),
+                ));
+            }
+        }
+        for (key, value) in [
+            ("magic_clip_exponent", tpe.kernel_floors().1),
+            ("discrete_min_bandwidth", tpe.kernel_floors().2),
+        ] {
+            if !(value >= 0.0 && value.is_finite()) {
+                return Err((
+                    "search",
+                    key,
+                    format!("expected a number >= 0, found {value}"),
+                ));
+            }
         }
         let sched = &self.scheduler;
         if sched.kind == SchedulerKind::Pbt {
@@ -983,6 +1012,20 @@ x = { uniform = [-5.0, 10.0] }
         ));
         assert!(
             e.contains("[search] `stopped_min_depth`: expected a number in [0, 1], found 2"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{GOOD}\n[search]\nalgorithm = \"tpe\"\nmin_bandwidth_factor = -0.1\n"
+        ));
+        assert!(
+            e.contains("[search] `min_bandwidth_factor`: expected a number in [0, 1], found -0.1"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{GOOD}\n[search]\nalgorithm = \"tpe\"\ndiscrete_min_bandwidth = nan\n"
+        ));
+        assert!(
+            e.contains("[search] `discrete_min_bandwidth`: expected a number >= 0, found NaN"),
             "{e}"
         );
         let e = err(&format!(

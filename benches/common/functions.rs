@@ -250,3 +250,200 @@ pub fn held_out() -> Vec<Benchmark> {
         },
     ]
 }
+
+/// A third set, added after the defaults' parameters were chosen on `all()` and `held_out()`,
+/// and run once per candidate setting to confirm the choice (see `benches/search_quality.rs`).
+/// Standard test functions (minima from the literature, or from a local optimisation where
+/// rounding moves them) and two hyperparameter-like ones with int, stepped and choice domains.
+pub fn validation() -> Vec<Benchmark> {
+    vec![
+        Benchmark {
+            name: "GoldsteinPrice",
+            space: boxed(2, -2.0, 2.0),
+            f: |p| {
+                let (a, b) = (x(p, 0), x(p, 1));
+                let s = a + b + 1.0;
+                let t = 2.0 * a - 3.0 * b;
+                (1.0 + s
+                    * s
+                    * (19.0 - 14.0 * a + 3.0 * a * a - 14.0 * b + 6.0 * a * b + 3.0 * b * b))
+                    * (30.0
+                        + t * t
+                            * (18.0 - 32.0 * a + 12.0 * a * a + 48.0 * b - 36.0 * a * b
+                                + 27.0 * b * b))
+            },
+            known_min: 3.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Beale",
+            space: boxed(2, -4.5, 4.5),
+            f: |p| {
+                let (a, b) = (x(p, 0), x(p, 1));
+                (1.5 - a + a * b).powi(2)
+                    + (2.25 - a + a * b * b).powi(2)
+                    + (2.625 - a + a * b.powi(3)).powi(2)
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Hartmann3",
+            space: boxed(3, 0.0, 1.0),
+            f: hartmann3,
+            known_min: -3.862_779_787_332_663,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Zakharov4D",
+            space: boxed(4, -5.0, 10.0),
+            f: |p| {
+                let sq: f64 = (0..4).map(|i| x(p, i).powi(2)).sum();
+                let lin: f64 = (0..4).map(|i| 0.5 * (i + 1) as f64 * x(p, i)).sum();
+                sq + lin.powi(2) + lin.powi(4)
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "DixonPrice4D",
+            space: boxed(4, -10.0, 10.0),
+            f: |p| {
+                (x(p, 0) - 1.0).powi(2)
+                    + (1..4)
+                        .map(|i| (i + 1) as f64 * (2.0 * x(p, i).powi(2) - x(p, i - 1)).powi(2))
+                        .sum::<f64>()
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Powell4D",
+            space: boxed(4, -4.0, 5.0),
+            f: |p| {
+                let (a, b, c, d) = (x(p, 0), x(p, 1), x(p, 2), x(p, 3));
+                (a + 10.0 * b).powi(2)
+                    + 5.0 * (c - d).powi(2)
+                    + (b - 2.0 * c).powi(4)
+                    + 10.0 * (a - d).powi(4)
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Trid4D",
+            space: boxed(4, -16.0, 16.0),
+            f: |p| {
+                (0..4).map(|i| (x(p, i) - 1.0).powi(2)).sum::<f64>()
+                    - (1..4).map(|i| x(p, i) * x(p, i - 1)).sum::<f64>()
+            },
+            known_min: -16.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "Shekel4D",
+            space: boxed(4, 0.0, 10.0),
+            f: shekel10,
+            known_min: -10.536_443_153_483_53,
+            budget: 200,
+        },
+        Benchmark {
+            name: "Griewank5D",
+            space: boxed(5, -10.0, 10.0),
+            f: |p| {
+                let sum: f64 = (0..5).map(|i| x(p, i).powi(2) / 4000.0).sum();
+                let prod: f64 = (0..5)
+                    .map(|i| (x(p, i) / ((i + 1) as f64).sqrt()).cos())
+                    .product();
+                sum - prod + 1.0
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "SteppedTrainer",
+            space: space(
+                "lr = { loguniform = [1e-4, 1.0] }\n\
+                 batch = { int = [16, 256], step = 16 }\n\
+                 depth = { int = [1, 12] }\n\
+                 dropout = { quniform = [0.0, 0.5, 0.05] }",
+            ),
+            f: |p| {
+                let lr = p.f64("lr").expect("lr").log10() + 2.0;
+                let batch = (p.i64("batch").expect("batch") - 64) as f64 / 64.0;
+                let depth = (p.i64("depth").expect("depth") - 7) as f64;
+                let dropout = p.f64("dropout").expect("dropout") - 0.2;
+                lr * lr + batch * batch + 0.1 * depth * depth + 10.0 * dropout * dropout
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+        Benchmark {
+            name: "ChoiceNet",
+            space: space(
+                "opt = { choice = [\"sgd\", \"adam\", \"adamw\", \"lion\"] }\n\
+                 norm = { choice = [\"none\", \"batch\", \"layer\"] }\n\
+                 wd = { loguniform = [1e-6, 1e-1] }\n\
+                 warmup = { uniform = [0.0, 0.3] }",
+            ),
+            f: |p| {
+                let (opt, wd_best) = match p.str("opt").expect("opt") {
+                    "sgd" => (0.25, -4.0),
+                    "adam" => (0.1, -5.0),
+                    "adamw" => (0.0, -2.0),
+                    _ => (0.05, -3.0),
+                };
+                let norm = match p.str("norm").expect("norm") {
+                    "none" => 0.3,
+                    "batch" => 0.02,
+                    _ => 0.0,
+                };
+                let wd = p.f64("wd").expect("wd").log10() - wd_best;
+                let warmup = p.f64("warmup").expect("warmup") - 0.1;
+                opt + norm + 0.1 * wd * wd + 5.0 * warmup * warmup
+            },
+            known_min: 0.0,
+            budget: 100,
+        },
+    ]
+}
+
+fn hartmann3(p: &Params) -> f64 {
+    const ALPHA: [f64; 4] = [1.0, 1.2, 3.0, 3.2];
+    const A: [[f64; 3]; 4] = [
+        [3.0, 10.0, 30.0],
+        [0.1, 10.0, 35.0],
+        [3.0, 10.0, 30.0],
+        [0.1, 10.0, 35.0],
+    ];
+    const P: [[f64; 3]; 4] = [
+        [3689.0, 1170.0, 2673.0],
+        [4699.0, 4387.0, 7470.0],
+        [1091.0, 8732.0, 5547.0],
+        [381.0, 5743.0, 8828.0],
+    ];
+    -(0..4)
+        .map(|i| {
+            let inner: f64 = (0..3)
+                .map(|j| A[i][j] * (x(p, j) - 1e-4 * P[i][j]).powi(2))
+                .sum();
+            ALPHA[i] * (-inner).exp()
+        })
+        .sum::<f64>()
+}
+
+fn shekel10(p: &Params) -> f64 {
+    const C: [[f64; 10]; 4] = [
+        [4.0, 1.0, 8.0, 6.0, 3.0, 2.0, 5.0, 8.0, 6.0, 7.0],
+        [4.0, 1.0, 8.0, 6.0, 7.0, 9.0, 3.0, 1.0, 2.0, 3.6],
+        [4.0, 1.0, 8.0, 6.0, 3.0, 2.0, 5.0, 8.0, 6.0, 7.0],
+        [4.0, 1.0, 8.0, 6.0, 7.0, 9.0, 3.0, 1.0, 2.0, 3.6],
+    ];
+    const BETA: [f64; 10] = [0.1, 0.2, 0.2, 0.4, 0.4, 0.6, 0.3, 0.7, 0.5, 0.5];
+    -(0..10)
+        .map(|i| {
+            let d: f64 = (0..4).map(|j| (x(p, j) - C[j][i]).powi(2)).sum();
+            1.0 / (d + BETA[i])
+        })
+        .sum::<f64>()
+}

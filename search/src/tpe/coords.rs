@@ -20,18 +20,20 @@ fn q_steps(low: f64, high: f64, q: f64) -> f64 {
 
 /// The internal interval of a domain, with its prior kernel.
 pub(crate) fn dim_spec(domain: &Domain) -> DimSpec {
-    let numeric = |low: f64, high: f64| DimSpec::Numeric {
+    let stepped = |low: f64, high: f64, step: f64| DimSpec::Numeric {
         low,
         high,
         range: high - low,
         prior_mu: 0.5 * (low + high),
         prior_sigma: high - low,
+        step,
     };
+    let numeric = |low: f64, high: f64| stepped(low, high, 0.0);
     match *domain {
         Domain::Uniform { low, high } => numeric(low, high),
         Domain::LogUniform { low, high } => numeric(low.ln(), high.ln()),
         Domain::QUniform { low, high, q } => {
-            numeric(low - q / 2.0, low + q_steps(low, high, q) * q + q / 2.0)
+            stepped(low - q / 2.0, low + q_steps(low, high, q) * q + q / 2.0, q)
         }
         Domain::QLogUniform { low, high, q } => {
             let (kmin, kmax) = ((low / q).ceil(), (high / q).floor());
@@ -44,9 +46,10 @@ pub(crate) fn dim_spec(domain: &Domain) -> DimSpec {
             log: false,
         } => {
             let top = low + (high - low) / step * step;
-            numeric(
+            stepped(
                 low as f64 - step as f64 / 2.0,
                 top as f64 + step as f64 / 2.0,
+                step as f64,
             )
         }
         Domain::Int {
@@ -259,7 +262,8 @@ mod tests {
                 high: 4.5,
                 range: 4.0,
                 prior_mu: 2.5,
-                prior_sigma: 4.0
+                prior_sigma: 4.0,
+                step: 1.0
             }
         );
         // Every point of the widened interval maps to a value of the domain.
@@ -281,7 +285,8 @@ mod tests {
                 high: 1.125,
                 range: 1.25,
                 prior_mu: 0.5,
-                prior_sigma: 1.25
+                prior_sigma: 1.25,
+                step: 0.25
             }
         );
     }

@@ -22,6 +22,8 @@ pub(crate) enum DimSpec {
         range: f64,
         prior_mu: f64,
         prior_sigma: f64,
+        /// The spacing of a linear discrete domain's values (int, quniform); 0 otherwise.
+        step: f64,
     },
     /// Choice indices 0..n.
     Categorical { n: usize },
@@ -35,6 +37,9 @@ pub(crate) struct EstimatorOptions {
     pub prior_weight: f64,
     pub magic_clip: bool,
     pub consider_endpoints: bool,
+    pub min_bandwidth_factor: f64,
+    pub magic_clip_exponent: f64,
+    pub discrete_min_bandwidth: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -234,16 +239,21 @@ fn numeric_kernel(
         range,
         prior_mu,
         prior_sigma,
+        step,
     } = *spec
     else {
         unreachable!("numeric_kernel on a categorical dimension")
     };
     let n = values.len();
     let min_sigma = if opts.magic_clip {
-        range / (1.0 + n as f64 + 1.0).min(100.0)
+        range
+            / (1.0 + n as f64 + 1.0)
+                .powf(opts.magic_clip_exponent)
+                .min(1.0 / opts.min_bandwidth_factor)
     } else {
         f64::EPSILON * range
-    };
+    }
+    .max(opts.discrete_min_bandwidth * step);
     neighbour_sigmas(values, order, low, high, opts.consider_endpoints, sigmas);
     for s in sigmas.iter_mut() {
         *s = s.clamp(min_sigma, range);
@@ -377,12 +387,16 @@ mod tests {
         range: 1.0,
         prior_mu: 0.5,
         prior_sigma: 1.0,
+        step: 0.0,
     };
 
     const OPTS: EstimatorOptions = EstimatorOptions {
         prior_weight: 1.0,
         magic_clip: true,
         consider_endpoints: false,
+        min_bandwidth_factor: 0.01,
+        magic_clip_exponent: 1.0,
+        discrete_min_bandwidth: 0.0,
     };
 
     /// Integrates exp(log_pdf) over [0, 1] with the midpoint rule.
