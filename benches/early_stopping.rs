@@ -131,10 +131,16 @@ fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     ))
 }
 
+/// What `tune` gives TPE under median stopping (`ExperimentSpec::tpe_options`).
+fn scheduler_tpe_options() -> TpeOptions {
+    tpe_options().under_scheduler()
+}
+
 /// What `tune` gives TPE under ASHA and HyperBand (`ExperimentSpec::tpe_options`).
 fn rung_tpe_options() -> TpeOptions {
-    let mut o = tpe_options();
-    if std::env::var("TUNE_TPE_OPTS").is_err() {
+    let mut o = scheduler_tpe_options();
+    let set_by_env = std::env::var("TUNE_TPE_OPTS").is_ok_and(|j| j.contains("stopped_min_depth"));
+    if !set_by_env {
         o.stopped_min_depth = TpeOptions::RUNG_STOPPED_MIN_DEPTH;
     }
     o
@@ -200,7 +206,7 @@ fn main() {
         ),
         (
             "tune TPE + median",
-            |s| Box::new(Tpe::new(curves::space(), s, tpe_options())),
+            |s| Box::new(Tpe::new(curves::space(), s, scheduler_tpe_options())),
             |_| Box::new(MedianStopping::new(MedianConfig::default(), Mode::Min)),
         ),
         (
@@ -273,7 +279,7 @@ fn main() {
 fn held_out(seeds: u64) {
     let keep_all = TpeOptions {
         stopped_min_depth: 0.0,
-        ..tpe_options()
+        ..scheduler_tpe_options()
     };
     let schedulers: [(&str, MakeScheduler); 2] = [("ASHA", asha), ("HyperBand", hyperband)];
     println!("held-out curve families (not in shared/bench), median regret over {seeds} seeds, 1 worker, at 810 / 1620 / 2430 epochs:");

@@ -470,6 +470,7 @@ impl ExperimentSpec {
     ///     "name = \"demo\"\nmetric = \"loss\"\nsamples = 8\n[search]\nalgorithm = \"tpe\"\n[scheduler]\nkind = \"asha\"\n[space]\nx = { uniform = [0.0, 1.0] }",
     /// ).unwrap();
     /// assert_eq!(spec.tpe_options().stopped_min_depth, 0.1);
+    /// assert_eq!(spec.tpe_options().kernel_floors(), (0.01, 1.0, 0.0));
     /// spec.search.stopped_min_depth = Some(0.0);
     /// assert_eq!(spec.tpe_options().stopped_min_depth, 0.0);
     /// ```
@@ -482,7 +483,11 @@ impl ExperimentSpec {
         if self.search.stopped_min_depth.is_none() && rungs {
             tpe.stopped_min_depth = TpeOptions::RUNG_STOPPED_MIN_DEPTH;
         }
-        tpe
+        if self.scheduler.kind == SchedulerKind::Fifo {
+            tpe
+        } else {
+            tpe.under_scheduler()
+        }
     }
 
     /// Reads and validates a spec file, returning it with the file's text (kept verbatim as

@@ -21,8 +21,10 @@ pub fn tune_run(spec: &Path, dir: &Path) -> Command {
 /// Starts the sweep (`tune run`, then `tune resume` for later rounds) once per entry of
 /// `waits_ms`, sending SIGKILL after that long if it is still running.
 pub fn run_with_kills(spec: &Path, dir: &Path, waits_ms: &[u64]) {
-    for (round, &wait) in waits_ms.iter().enumerate() {
-        let mut cmd = if round == 0 {
+    for &wait in waits_ms {
+        // On a loaded machine a kill can land before `run` has made the experiment (creation
+        // is atomic, so then there is none): the next round runs again instead of resuming.
+        let mut cmd = if !dir.exists() {
             tune_run(spec, dir)
         } else {
             let mut c = tune();
@@ -39,6 +41,9 @@ pub fn run_with_kills(spec: &Path, dir: &Path, waits_ms: &[u64]) {
             child.kill().unwrap(); // SIGKILL
         }
         child.wait().unwrap();
+    }
+    if !dir.exists() {
+        run_ok(&mut tune_run(spec, dir));
     }
 }
 
