@@ -474,6 +474,49 @@ mod tests {
     }
 
     #[test]
+    fn narrow_floors_follow_the_exponent_and_the_step() {
+        let widths = |spec: &DimSpec, n: usize, opts: EstimatorOptions| {
+            let p = Parzen::new(&[spec.clone()], &[vec![0.5; n]], &vec![1.0; n], opts);
+            let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
+                unreachable!()
+            };
+            sigmas[0]
+        };
+        let narrow = EstimatorOptions {
+            min_bandwidth_factor: 0.03,
+            magic_clip_exponent: 1.5,
+            discrete_min_bandwidth: 1.0,
+            ..OPTS
+        };
+        // (n + 2)^-1.5 while above 0.03: n = 2 -> 1/8; n = 7 -> 1/27; from n = 8 (10^-1.5 =
+        // 0.0316) to n = 9 it crosses, then 0.03 for good.
+        assert!((widths(&UNIT, 2, narrow) - 0.125).abs() < 1e-12);
+        assert!((widths(&UNIT, 7, narrow) - 1.0 / 27.0).abs() < 1e-12);
+        assert!((widths(&UNIT, 8, narrow) - 10f64.powf(-1.5)).abs() < 1e-12);
+        assert!((widths(&UNIT, 9, narrow) - 0.03).abs() < 1e-12);
+        assert!((widths(&UNIT, 25, narrow) - 0.03).abs() < 1e-12);
+        // Optuna's: 1 / (n + 2) down to 0.01.
+        assert!((widths(&UNIT, 7, OPTS) - 1.0 / 9.0).abs() < 1e-12);
+        assert!((widths(&UNIT, 200, OPTS) - 0.01).abs() < 1e-12);
+        // An int domain 1..=8 (internal [0.5, 8.5], step 1): 0.03 * 8 = 0.24 would leave the
+        // neighbours of a value almost no mass; the step floor keeps them a quarter each.
+        let ints = DimSpec::Numeric {
+            low: 0.5,
+            high: 8.5,
+            range: 8.0,
+            prior_mu: 4.5,
+            prior_sigma: 8.0,
+            step: 1.0,
+        };
+        assert!((widths(&ints, 25, narrow) - 1.0).abs() < 1e-12);
+        let no_step = EstimatorOptions {
+            discrete_min_bandwidth: 0.0,
+            ..narrow
+        };
+        assert!((widths(&ints, 25, no_step) - 0.24).abs() < 1e-12);
+    }
+
+    #[test]
     fn categorical_kernel_matches_optuna() {
         // Two observations (choices 0 and 2) of 3 choices, prior weight 1 => 3 kernels, base 1/3.
         let p = Parzen::new(
