@@ -476,7 +476,12 @@ mod tests {
     #[test]
     fn narrow_floors_follow_the_exponent_and_the_step() {
         let widths = |spec: &DimSpec, n: usize, opts: EstimatorOptions| {
-            let p = Parzen::new(&[spec.clone()], &[vec![0.5; n]], &vec![1.0; n], opts);
+            let p = Parzen::new(
+                std::slice::from_ref(spec),
+                &[vec![0.5; n]],
+                &vec![1.0; n],
+                opts,
+            );
             let Kernel::Numeric { sigmas, .. } = &p.kernels[0] else {
                 unreachable!()
             };
