@@ -71,6 +71,7 @@ impl Experiment {
         let staging = dir.with_file_name(format!(".{name}.creating-{}", std::process::id()));
         let io =
             |what: &str, path: &Path, e| TuneError::io(format!("{what} {}", path.display()), e);
+        remove_stale_staging(dir, &name);
         std::fs::create_dir_all(&staging).map_err(|e| io("creating", &staging, e))?;
         std::fs::write(staging.join(SPEC_FILE), text)
             .map_err(|e| io("writing", &staging.join(SPEC_FILE), e))?;
@@ -144,5 +145,35 @@ impl Experiment {
         self.store.put_meta(&self.snapshot.meta)?;
         self.store.sync()?;
         Ok(())
+    }
+}
+
+/// Removes what a `run` killed while creating this experiment left beside it: staging folders
+/// `.{name}.creating-{pid}` whose process is gone. Best effort, and Linux only (the process
+/// check reads `/proc`); elsewhere they stay, harmless, hidden, and never read.
+fn remove_stale_staging(dir: &Path, name: &str) {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = format!(".{name}.creating-");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }

@@ -297,6 +297,27 @@ fn run_into_an_existing_experiment_refuses_with_a_hint() {
     assert_eq!(export_json(&dir), before, "the refused run changed nothing");
 }
 
+#[test]
+#[cfg(target_os = "linux")]
+fn a_run_clears_what_a_killed_creation_of_its_experiment_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "samples = 1", &["--steps", "1"], X);
+    // A `run` killed mid-creation leaves its staging folder, named after its (now dead) pid.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let stale = tmp.path().join(format!(".e.creating-{}", gone.id()));
+    std::fs::create_dir_all(stale.join("db")).unwrap();
+    // One whose process is alive (this test's) may still be creating: it stays.
+    let live = tmp.path().join(format!(".e.creating-{}", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    let unrelated = tmp.path().join(".other.creating-1");
+    std::fs::create_dir(&unrelated).unwrap();
+    run_ok(&mut tune_run(&spec, &tmp.path().join("e")));
+    assert!(!stale.exists(), "the dead run's staging folder is removed");
+    assert!(live.exists() && unrelated.exists());
+    assert_eq!(export_json(&tmp.path().join("e")).len(), 1);
+}
+
 fn statuses(trials: &[Json]) -> Vec<(f64, String, Json)> {
     trials
         .iter()
