@@ -93,4 +93,26 @@ fn main() {
             show(peer(&OPTUNA_RANDOM)),
         );
     }
+    // No peer numbers for this one: a check that int and choice dimensions stay as cheap.
+    let mixed: Space = toml::from_str(
+        "a = { uniform = [0.0, 1.0] }\nb = { loguniform = [1e-5, 1.0] }\n\
+         c = { uniform = [0.0, 1.0] }\nn = { int = [1, 64] }\n\
+         act = { choice = [\"relu\", \"tanh\", \"gelu\", \"silu\"] }",
+    )
+    .expect("space");
+    let tpe = windows(&mut Tpe::new(mixed, 0, TpeOptions::default()), &ends);
+    println!();
+    println!("mixed 5-D space (3 float, 1 int, 1 choice of 4), ms per trial, mean (median):");
+    println!();
+    println!("| window | tune tpe |");
+    println!("|---|---|");
+    for (i, end) in ends.iter().enumerate() {
+        println!(
+            "| {}-{} | {:.3} ({:.3}) |",
+            end - 100,
+            end,
+            tpe[i].0,
+            tpe[i].1
+        );
+    }
 }

@@ -308,7 +308,9 @@ fn a_run_clears_what_a_killed_creation_of_its_experiment_left() {
     let stale = tmp.path().join(format!(".e.creating-{}", gone.id()));
     std::fs::create_dir_all(stale.join("db")).unwrap();
     // One whose process is alive (this test's) may still be creating: it stays.
-    let live = tmp.path().join(format!(".e.creating-{}", std::process::id()));
+    let live = tmp
+        .path()
+        .join(format!(".e.creating-{}", std::process::id()));
     std::fs::create_dir(&live).unwrap();
     let unrelated = tmp.path().join(".other.creating-1");
     std::fs::create_dir(&unrelated).unwrap();

@@ -52,8 +52,10 @@ enum Kernel {
     },
     Categorical {
         n: usize,
-        /// Row-major: component k, choice c at `k * n + c`.
-        log_probs: Vec<f64>,
+        /// Per component: its observed choice, `n` for the prior.
+        rows_of: Vec<usize>,
+        /// [`categorical_rows`].
+        rows: Vec<f64>,
     },
 }
 
@@ -100,7 +102,9 @@ impl Parzen {
                     mus,
                     sigmas,
                 } => push_numeric(&mut table, d, *low, *high, mus, sigmas, None),
-                Kernel::Categorical { n, log_probs } => table.push_categorical(d, *n, log_probs),
+                Kernel::Categorical { n, rows_of, rows } => {
+                    table.push_categorical(d, *n, |k| rows_of[k], rows)
+                }
             }
         }
         Parzen {
@@ -135,10 +139,11 @@ impl Parzen {
                     numeric_kernel(spec, values, Some(order), opts, mus, sigmas);
                     push_numeric(table, d, low, high, mus, sigmas, memo.as_mut());
                 }
-                DimSpec::Categorical { .. } => {
-                    if let Kernel::Categorical { n, log_probs } = kernel(spec, values, opts) {
-                        table.push_categorical(d, n, &log_probs);
-                    }
+                DimSpec::Categorical { n } => {
+                    // Thousands of components, n + 1 distinct rows: looked up, not built.
+                    let rows = categorical_rows(n, values.len(), opts.prior_weight);
+                    let row_of = |k: usize| values.get(k).map_or(n, |&v| v as usize);
+                    table.push_categorical(d, n, row_of, &rows);
                 }
             }
         }
@@ -164,8 +169,8 @@ impl Parzen {
                     let z = truncnorm_std((low - m) / s, (high - m) / s, rng.random());
                     (m + s * z).clamp(*low, *high)
                 }
-                Kernel::Categorical { n, log_probs } => {
-                    let row = &log_probs[k * n..(k + 1) * n];
+                Kernel::Categorical { n, rows_of, rows } => {
+                    let row = &rows[rows_of[k] * n..(rows_of[k] + 1) * n];
                     let mut u: f64 = rng.random();
                     let mut pick = n - 1;
                     for (c, lp) in row.iter().enumerate() {
@@ -201,26 +206,34 @@ fn kernel(spec: &DimSpec, values: &[f64], opts: EstimatorOptions) -> Kernel {
                 sigmas,
             }
         }
-        DimSpec::Categorical { n: choices } => {
-            // Optuna: every kernel row starts at prior_weight / kernels, the observed choice
-            // gets +1, rows are normalised; the prior row stays uniform.
-            let kernels = n + 1;
-            let base = opts.prior_weight / kernels as f64;
-            let mut log_probs = Vec::with_capacity(kernels * choices);
-            for k in 0..kernels {
-                let observed = values.get(k).map(|&v| v as usize);
-                let row_total = base * choices as f64 + f64::from(u8::from(observed.is_some()));
-                for c in 0..choices {
-                    let p = base + f64::from(u8::from(observed == Some(c)));
-                    log_probs.push((p / row_total).ln());
-                }
-            }
-            Kernel::Categorical {
-                n: choices,
-                log_probs,
-            }
+        DimSpec::Categorical { n: choices } => Kernel::Categorical {
+            n: choices,
+            rows_of: values
+                .iter()
+                .map(|&v| v as usize)
+                .chain([choices])
+                .collect(),
+            rows: categorical_rows(choices, n, opts.prior_weight),
+        },
+    }
+}
+
+/// Optuna's categorical kernel over `choices` choices for `observations` observations plus
+/// the prior: every component's row starts at `prior_weight / components`, the observed
+/// choice gets +1, rows are normalised, the prior's row stays uniform. Components that
+/// observed the same choice share a row, so this is the `choices + 1` distinct rows of ln
+/// probabilities, row-major: row `c` (observed choice `c`) then row `choices` (the prior's).
+fn categorical_rows(choices: usize, observations: usize, prior_weight: f64) -> Vec<f64> {
+    let base = prior_weight / (observations + 1) as f64;
+    let mut rows = Vec::with_capacity((choices + 1) * choices);
+    for observed in (0..choices).map(Some).chain([None]) {
+        let row_total = base * choices as f64 + f64::from(u8::from(observed.is_some()));
+        for c in 0..choices {
+            let p = base + f64::from(u8::from(observed == Some(c)));
+            rows.push((p / row_total).ln());
         }
     }
+    rows
 }
 
 /// A numeric dimension's kernel means and widths into `mus` and `sigmas` (the observations',

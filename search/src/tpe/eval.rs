@@ -40,8 +40,9 @@ pub(crate) struct Table {
     consts: Vec<f32>,
     numeric: Vec<NumericColumn>,
     categorical: Vec<CategoricalColumn>,
-    /// Numeric columns of the previous build, kept for their buffers.
+    /// Columns of the previous build, kept for their buffers.
     spare: Vec<NumericColumn>,
+    spare_categorical: Vec<CategoricalColumn>,
 }
 
 /// sqrt(1/2): z / sqrt(2) squared is the exponent of a unit normal.
@@ -63,7 +64,7 @@ impl Table {
         self.consts.clear();
         self.consts.resize(self.len, 0.0);
         self.spare.append(&mut self.numeric);
-        self.categorical.clear();
+        self.spare_categorical.append(&mut self.categorical);
     }
 
     /// Adds numeric dimension `dim` over `[low, low + range]` with the components' means and
@@ -102,20 +103,29 @@ impl Table {
         self.numeric.push(col);
     }
 
-    /// Adds categorical dimension `dim` with `n` choices; `log_probs[k * n + c]` is component
-    /// `k`'s ln probability of choice `c`.
-    pub(crate) fn push_categorical(&mut self, dim: usize, n: usize, log_probs: &[f64]) {
-        debug_assert_eq!(log_probs.len(), self.len * n);
-        let mut by_choice = vec![0.0f32; n * self.len];
-        for (k, row) in log_probs.chunks_exact(n).enumerate() {
+    /// Adds categorical dimension `dim` with `n` choices: component `k`'s ln probabilities are
+    /// row `row_of(k)` of `rows` (row-major, `n` per row).
+    pub(crate) fn push_categorical(
+        &mut self,
+        dim: usize,
+        n: usize,
+        row_of: impl Fn(usize) -> usize,
+        rows: &[f64],
+    ) {
+        let mut col = self.spare_categorical.pop().unwrap_or(CategoricalColumn {
+            dim,
+            log_probs: Vec::new(),
+        });
+        col.dim = dim;
+        col.log_probs.clear();
+        col.log_probs.resize(n * self.len, 0.0);
+        for k in 0..self.len {
+            let row = &rows[row_of(k) * n..][..n];
             for (c, &lp) in row.iter().enumerate() {
-                by_choice[c * self.len + k] = lp as f32;
+                col.log_probs[c * self.len + k] = lp as f32;
             }
         }
-        self.categorical.push(CategoricalColumn {
-            dim,
-            log_probs: by_choice,
-        });
+        self.categorical.push(col);
     }
 
     /// ln density at `x` (one value per dimension, in the estimator's internal coordinates);
@@ -270,7 +280,7 @@ mod tests {
         for _ in 0..2 {
             t.reset(&weights, 2.0);
             t.push_numeric(0, 2.0, 3.0, &mus, &sigmas, |k| consts[k]);
-            t.push_categorical(1, 3, &probs);
+            t.push_categorical(1, 3, |k| k, &probs);
             for x in [2.0, 2.7, 3.3, 4.99] {
                 let p = [x, 1.0];
                 let portable = t.log_pdf_portable(&p, &mut terms);
