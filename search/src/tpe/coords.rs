@@ -10,7 +10,7 @@
 use crate::domain::{prev_float, round_to_q};
 use crate::{Domain, TrialId, Value};
 
-use super::estimator::DimSpec;
+use super::estimator::{DimSpec, NumericDim};
 use super::numerics::{ndtr, ndtri};
 
 /// The number of quantized steps `k` in `low + k*q <= high` (as [`Domain::sample`] counts them).
@@ -20,13 +20,15 @@ fn q_steps(low: f64, high: f64, q: f64) -> f64 {
 
 /// The internal interval of a domain, with its prior kernel.
 pub(crate) fn dim_spec(domain: &Domain) -> DimSpec {
-    let stepped = |low: f64, high: f64, step: f64| DimSpec::Numeric {
-        low,
-        high,
-        range: high - low,
-        prior_mu: 0.5 * (low + high),
-        prior_sigma: high - low,
-        step,
+    let stepped = |low: f64, high: f64, step: f64| {
+        DimSpec::Numeric(NumericDim {
+            low,
+            high,
+            range: high - low,
+            prior_mu: 0.5 * (low + high),
+            prior_sigma: high - low,
+            step,
+        })
     };
     let numeric = |low: f64, high: f64| stepped(low, high, 0.0);
     match *domain {
@@ -178,7 +180,7 @@ mod tests {
                 }
                 (back, v) => assert_eq!(&back, v, "{d:?}"),
             }
-            if let DimSpec::Numeric { low, high, .. } = dim_spec(d) {
+            if let DimSpec::Numeric(NumericDim { low, high, .. }) = dim_spec(d) {
                 assert!(
                     low <= x && x <= high,
                     "{x} outside [{low}, {high}] for {v:?}"
@@ -257,14 +259,14 @@ mod tests {
         };
         assert_eq!(
             dim_spec(&d),
-            DimSpec::Numeric {
+            DimSpec::Numeric(NumericDim {
                 low: 0.5,
                 high: 4.5,
                 range: 4.0,
                 prior_mu: 2.5,
                 prior_sigma: 4.0,
                 step: 1.0
-            }
+            })
         );
         // Every point of the widened interval maps to a value of the domain.
         for i in 0..=400 {
@@ -280,14 +282,14 @@ mod tests {
         });
         assert_eq!(
             q,
-            DimSpec::Numeric {
+            DimSpec::Numeric(NumericDim {
                 low: -0.125,
                 high: 1.125,
                 range: 1.25,
                 prior_mu: 0.5,
                 prior_sigma: 1.25,
                 step: 0.25
-            }
+            })
         );
     }
 

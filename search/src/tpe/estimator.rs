@@ -11,27 +11,35 @@ use rand::Rng;
 use super::eval::Table;
 use super::numerics::{log_mass, truncnorm_std, LN_SQRT_2PI};
 
+/// A numeric dimension of the internal space: coordinates in [low, high] (log for log
+/// domains, widened by half a step for discrete ones); `range` scales the bandwidth; the prior
+/// kernel is N(prior_mu, prior_sigma).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct NumericDim {
+    pub low: f64,
+    pub high: f64,
+    pub range: f64,
+    pub prior_mu: f64,
+    pub prior_sigma: f64,
+    /// The spacing of a linear discrete domain's values (int, quniform); 0 otherwise.
+    pub step: f64,
+}
+
 /// One dimension of the internal space.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum DimSpec {
-    /// Internal coordinates in [low, high] (log for log domains, widened by half a step for
-    /// discrete ones); `range` scales the bandwidth; the prior kernel is N(prior_mu, prior_sigma).
-    Numeric {
-        low: f64,
-        high: f64,
-        range: f64,
-        prior_mu: f64,
-        prior_sigma: f64,
-        /// The spacing of a linear discrete domain's values (int, quniform); 0 otherwise.
-        step: f64,
-    },
+    Numeric(NumericDim),
     /// Choice indices 0..n.
-    Categorical { n: usize },
+    Categorical {
+        n: usize,
+    },
 }
 
 /// Kernel widths follow Optuna 5 in every mode: per dimension, the larger distance from an
 /// observation to its sorted neighbours (the bounds close the ends), clipped by the magic clip
-/// to [range / min(100, kernels + 1), range].
+/// to [range * max(min_bandwidth_factor, (kernels + 1)^-magic_clip_exponent), range] (Optuna:
+/// factor 0.01, exponent 1) and, on stepped dimensions, to at least
+/// `discrete_min_bandwidth` steps.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct EstimatorOptions {
     pub prior_weight: f64,
@@ -134,10 +142,10 @@ impl Parzen {
         table.reset(weights, opts.prior_weight);
         for (d, ((spec, values), order)) in specs.iter().zip(obs).zip(orders).enumerate() {
             match *spec {
-                DimSpec::Numeric { low, high, .. } => {
+                DimSpec::Numeric(dim) => {
                     let (mus, sigmas) = bufs;
-                    numeric_kernel(spec, values, Some(order), opts, mus, sigmas);
-                    push_numeric(table, d, low, high, mus, sigmas, memo.as_mut());
+                    numeric_kernel(&dim, values, Some(order), opts, mus, sigmas);
+                    push_numeric(table, d, dim.low, dim.high, mus, sigmas, memo.as_mut());
                 }
                 DimSpec::Categorical { n } => {
                     // Thousands of components, n + 1 distinct rows: looked up, not built.
@@ -196,12 +204,12 @@ impl Parzen {
 fn kernel(spec: &DimSpec, values: &[f64], opts: EstimatorOptions) -> Kernel {
     let n = values.len();
     match *spec {
-        DimSpec::Numeric { low, high, .. } => {
+        DimSpec::Numeric(dim) => {
             let (mut mus, mut sigmas) = (Vec::new(), Vec::new());
-            numeric_kernel(spec, values, None, opts, &mut mus, &mut sigmas);
+            numeric_kernel(&dim, values, None, opts, &mut mus, &mut sigmas);
             Kernel::Numeric {
-                low,
-                high,
+                low: dim.low,
+                high: dim.high,
                 mus,
                 sigmas,
             }
@@ -239,24 +247,21 @@ fn categorical_rows(choices: usize, observations: usize, prior_weight: f64) -> V
 /// A numeric dimension's kernel means and widths into `mus` and `sigmas` (the observations',
 /// then the prior's).
 fn numeric_kernel(
-    spec: &DimSpec,
+    dim: &NumericDim,
     values: &[f64],
     order: Option<&[usize]>,
     opts: EstimatorOptions,
     mus: &mut Vec<f64>,
     sigmas: &mut Vec<f64>,
 ) {
-    let DimSpec::Numeric {
+    let NumericDim {
         low,
         high,
         range,
         prior_mu,
         prior_sigma,
         step,
-    } = *spec
-    else {
-        unreachable!("numeric_kernel on a categorical dimension")
-    };
+    } = *dim;
     let n = values.len();
     let min_sigma = if opts.magic_clip {
         range
@@ -394,14 +399,14 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    const UNIT: DimSpec = DimSpec::Numeric {
+    const UNIT: DimSpec = DimSpec::Numeric(NumericDim {
         low: 0.0,
         high: 1.0,
         range: 1.0,
         prior_mu: 0.5,
         prior_sigma: 1.0,
         step: 0.0,
-    };
+    });
 
     const OPTS: EstimatorOptions = EstimatorOptions {
         prior_weight: 1.0,
@@ -518,14 +523,14 @@ mod tests {
         assert!((widths(&UNIT, 200, OPTS) - 0.01).abs() < 1e-12);
         // An int domain 1..=8 (internal [0.5, 8.5], step 1): 0.03 * 8 = 0.24 would leave the
         // neighbours of a value almost no mass; the step floor keeps them a quarter each.
-        let ints = DimSpec::Numeric {
+        let ints = DimSpec::Numeric(NumericDim {
             low: 0.5,
             high: 8.5,
             range: 8.0,
             prior_mu: 4.5,
             prior_sigma: 8.0,
             step: 1.0,
-        };
+        });
         assert!((widths(&ints, 25, narrow) - 1.0).abs() < 1e-12);
         let no_step = EstimatorOptions {
             discrete_min_bandwidth: 0.0,
