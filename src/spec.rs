@@ -700,9 +700,11 @@ impl ExperimentSpec {
                 format!("expected a positive number, found {}", tpe.prior_weight),
             ));
         }
+        let (min_bandwidth_factor, magic_clip_exponent, discrete_min_bandwidth) =
+            tpe.kernel_floors();
         for (key, value) in [
             ("stopped_min_depth", tpe.stopped_min_depth),
-            ("min_bandwidth_factor", tpe.kernel_floors().0),
+            ("min_bandwidth_factor", min_bandwidth_factor),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err((
@@ -713,8 +715,8 @@ impl ExperimentSpec {
             }
         }
         for (key, value) in [
-            ("magic_clip_exponent", tpe.kernel_floors().1),
-            ("discrete_min_bandwidth", tpe.kernel_floors().2),
+            ("magic_clip_exponent", magic_clip_exponent),
+            ("discrete_min_bandwidth", discrete_min_bandwidth),
         ] {
             if !(value >= 0.0 && value.is_finite()) {
                 return Err((

@@ -67,11 +67,16 @@ pub struct TpeOptions {
     /// `max(min_bandwidth_factor, (kernels + 1)^-magic_clip_exponent)`. `None` takes the
     /// mode's default ([`TpeOptions::kernel_floors`]).
     pub min_bandwidth_factor: Option<f64>,
+    /// The exponent in that floor. `None` takes the mode's default.
     pub magic_clip_exponent: Option<f64>,
     /// On int and stepped (`quniform`) dimensions, kernels are at least this many steps wide,
     /// so that the neighbouring values keep a real chance. `None` takes the mode's default.
     pub discrete_min_bandwidth: Option<f64>,
 }
+
+/// Optuna's magic clip, as `TpeOptions::kernel_floors` returns it: the floor is
+/// `max(0.01, 1 / (kernels + 1))` of the range, and none by steps.
+const OPTUNA_FLOORS: (f64, f64, f64) = (0.01, 1.0, 0.0);
 
 impl Default for TpeOptions {
     fn default() -> Self {
@@ -139,7 +144,7 @@ impl TpeOptions {
         let (factor, exponent, steps) = if self.multivariate {
             (0.03, 1.5, 1.0)
         } else {
-            (0.01, 1.0, 0.0)
+            OPTUNA_FLOORS
         };
         (
             self.min_bandwidth_factor.unwrap_or(factor),
@@ -181,11 +186,12 @@ impl TpeOptions {
     /// assert_eq!((o.gamma(100), o.kernel_floors()), (10, (0.01, 1.0, 0.0)));
     /// ```
     pub fn optuna() -> TpeOptions {
+        let (factor, exponent, steps) = OPTUNA_FLOORS;
         TpeOptions {
             gamma_fraction: 0.1,
-            min_bandwidth_factor: Some(0.01),
-            magic_clip_exponent: Some(1.0),
-            discrete_min_bandwidth: Some(0.0),
+            min_bandwidth_factor: Some(factor),
+            magic_clip_exponent: Some(exponent),
+            discrete_min_bandwidth: Some(steps),
             ..TpeOptions::default()
         }
     }
