@@ -52,13 +52,18 @@ const H6_P: [[f64; 6]; 4] = [
 ];
 
 pub fn hartmann6(p: &Params) -> f64 {
+    hartmann(p, &H6_A, &H6_P)
+}
+
+/// The Hartmann family in `D` dimensions: `-sum_i alpha_i exp(-sum_j A_ij (x_j - 1e-4 P_ij)^2)`.
+fn hartmann<const D: usize>(p: &Params, a: &[[f64; D]; 4], pp: &[[f64; D]; 4]) -> f64 {
     let mut total = 0.0;
     for i in 0..4 {
         let mut inner = 0.0;
-        for j in 0..6 {
+        for j in 0..D {
             // numpy: 1e-4 * P, then (x - P)**2, then A * that.
-            let d = x(p, j) - 1e-4 * H6_P[i][j];
-            inner += H6_A[i][j] * (d * d);
+            let d = x(p, j) - 1e-4 * pp[i][j];
+            inner += a[i][j] * (d * d);
         }
         total += H6_ALPHA[i] * (-inner).exp();
     }
@@ -408,8 +413,8 @@ pub fn validation() -> Vec<Benchmark> {
     ]
 }
 
+/// Hartmann3 shares Hartmann6's alpha.
 fn hartmann3(p: &Params) -> f64 {
-    const ALPHA: [f64; 4] = [1.0, 1.2, 3.0, 3.2];
     const A: [[f64; 3]; 4] = [
         [3.0, 10.0, 30.0],
         [0.1, 10.0, 35.0],
@@ -422,14 +427,7 @@ fn hartmann3(p: &Params) -> f64 {
         [1091.0, 8732.0, 5547.0],
         [381.0, 5743.0, 8828.0],
     ];
-    -(0..4)
-        .map(|i| {
-            let inner: f64 = (0..3)
-                .map(|j| A[i][j] * (x(p, j) - 1e-4 * P[i][j]).powi(2))
-                .sum();
-            ALPHA[i] * (-inner).exp()
-        })
-        .sum::<f64>()
+    hartmann(p, &A, &P)
 }
 
 fn shekel10(p: &Params) -> f64 {
