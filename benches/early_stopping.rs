@@ -139,7 +139,10 @@ fn scheduler_tpe_options() -> TpeOptions {
 /// What `tune` gives TPE under ASHA and HyperBand (`ExperimentSpec::tpe_options`).
 fn rung_tpe_options() -> TpeOptions {
     let mut o = scheduler_tpe_options();
-    let set_by_env = std::env::var("TUNE_TPE_OPTS").is_ok_and(|j| j.contains("stopped_min_depth"));
+    let set_by_env = std::env::var("TUNE_TPE_OPTS").is_ok_and(|j| {
+        serde_json::from_str::<serde_json::Value>(&j)
+            .is_ok_and(|v| v.get("stopped_min_depth").is_some())
+    });
     if !set_by_env {
         o.stopped_min_depth = TpeOptions::RUNG_STOPPED_MIN_DEPTH;
     }

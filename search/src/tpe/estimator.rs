@@ -60,8 +60,8 @@ enum Kernel {
     },
     Categorical {
         n: usize,
-        /// Per component: its observed choice, `n` for the prior.
-        rows_of: Vec<usize>,
+        /// The observed choices (the prior's component follows them).
+        observed: Vec<f64>,
         /// [`categorical_rows`].
         rows: Vec<f64>,
     },
@@ -110,8 +110,8 @@ impl Parzen {
                     mus,
                     sigmas,
                 } => push_numeric(&mut table, d, *low, *high, mus, sigmas, None),
-                Kernel::Categorical { n, rows_of, rows } => {
-                    table.push_categorical(d, *n, |k| rows_of[k], rows)
+                Kernel::Categorical { n, observed, rows } => {
+                    table.push_categorical(d, *n, |k| categorical_row(observed, *n, k), rows)
                 }
             }
         }
@@ -150,8 +150,7 @@ impl Parzen {
                 DimSpec::Categorical { n } => {
                     // Thousands of components, n + 1 distinct rows: looked up, not built.
                     let rows = categorical_rows(n, values.len(), opts.prior_weight);
-                    let row_of = |k: usize| values.get(k).map_or(n, |&v| v as usize);
-                    table.push_categorical(d, n, row_of, &rows);
+                    table.push_categorical(d, n, |k| categorical_row(values, n, k), &rows);
                 }
             }
         }
@@ -177,8 +176,8 @@ impl Parzen {
                     let z = truncnorm_std((low - m) / s, (high - m) / s, rng.random());
                     (m + s * z).clamp(*low, *high)
                 }
-                Kernel::Categorical { n, rows_of, rows } => {
-                    let row = &rows[rows_of[k] * n..(rows_of[k] + 1) * n];
+                Kernel::Categorical { n, observed, rows } => {
+                    let row = &rows[categorical_row(observed, *n, k) * n..][..*n];
                     let mut u: f64 = rng.random();
                     let mut pick = n - 1;
                     for (c, lp) in row.iter().enumerate() {
@@ -216,11 +215,7 @@ fn kernel(spec: &DimSpec, values: &[f64], opts: EstimatorOptions) -> Kernel {
         }
         DimSpec::Categorical { n: choices } => Kernel::Categorical {
             n: choices,
-            rows_of: values
-                .iter()
-                .map(|&v| v as usize)
-                .chain([choices])
-                .collect(),
+            observed: values.to_vec(),
             rows: categorical_rows(choices, n, opts.prior_weight),
         },
     }
@@ -242,6 +237,12 @@ fn categorical_rows(choices: usize, observations: usize, prior_weight: f64) -> V
         }
     }
     rows
+}
+
+/// The row of [`categorical_rows`] that component `k` uses: its observation's choice, or the
+/// prior's row past the observations.
+fn categorical_row(observed: &[f64], choices: usize, k: usize) -> usize {
+    observed.get(k).map_or(choices, |&v| v as usize)
 }
 
 /// A numeric dimension's kernel means and widths into `mus` and `sigmas` (the observations',

@@ -41,7 +41,7 @@ pub(crate) struct Table {
     numeric: Vec<NumericColumn>,
     categorical: Vec<CategoricalColumn>,
     /// Columns of the previous build, kept for their buffers.
-    spare: Vec<NumericColumn>,
+    spare_numeric: Vec<NumericColumn>,
     spare_categorical: Vec<CategoricalColumn>,
 }
 
@@ -63,7 +63,7 @@ impl Table {
         );
         self.consts.clear();
         self.consts.resize(self.len, 0.0);
-        self.spare.append(&mut self.numeric);
+        self.spare_numeric.append(&mut self.numeric);
         self.spare_categorical.append(&mut self.categorical);
     }
 
@@ -84,7 +84,7 @@ impl Table {
         }
         let inv_range = 1.0 / range;
         // Reuse the column buffers left from the previous build, if any.
-        let mut col = self.spare.pop().unwrap_or(NumericColumn {
+        let mut col = self.spare_numeric.pop().unwrap_or(NumericColumn {
             dim,
             low,
             inv_range,
