@@ -123,8 +123,9 @@ fn peer_storage(python: &str, root: &Path, storage: &str) -> Option<f64> {
 }
 
 fn max_rss_mib() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
+    // SAFETY: rusage is plain integers, for which all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     usage.ru_maxrss as f64 / 1024.0
 }

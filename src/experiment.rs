@@ -6,7 +6,7 @@ use tune_search::TrialId;
 
 use crate::error::TuneError;
 use crate::spec::ExperimentSpec;
-use crate::store::{Meta, SledStore, Snapshot, StoreError, TrialStore};
+use crate::store::{Meta, SledStore, StoreError, StoredExperiment, TrialStore};
 
 /// A human-readable copy of the spec the sweep was started with.
 pub const SPEC_FILE: &str = "spec.toml";
@@ -22,11 +22,21 @@ pub fn trial_dir(dir: &Path, id: TrialId) -> PathBuf {
     dir.join(TRIALS_DIR).join(id.to_string())
 }
 
-/// An opened experiment: its store and what the store held.
+/// An opened experiment: its folder (trial checkpoints), its store and what the store held.
+///
+/// Reading a finished or running sweep's trials, read-only:
+///
+/// ```no_run
+/// let exp = tune::experiment::Experiment::open("runs/quadratic".as_ref())?;
+/// for trial in &exp.stored.trials {
+///     println!("{} {:?} {:?}", trial.id, trial.status, trial.value("loss"));
+/// }
+/// # Ok::<(), tune::TuneError>(())
+/// ```
 pub struct Experiment {
     pub dir: PathBuf,
-    pub store: SledStore,
-    pub snapshot: Snapshot,
+    pub store: Box<dyn TrialStore>,
+    pub stored: StoredExperiment,
 }
 
 impl Experiment {
@@ -89,8 +99,8 @@ impl Experiment {
         let store = SledStore::open(&dir.join(DB_DIR))?;
         Ok(Experiment {
             dir: dir.to_path_buf(),
-            store,
-            snapshot: Snapshot {
+            store: Box::new(store),
+            stored: StoredExperiment {
                 meta,
                 trials: Vec::new(),
             },
@@ -110,39 +120,51 @@ impl Experiment {
             return Err(not(&format!("it has no {DB_DIR} database")));
         }
         let store = SledStore::open(&dir.join(DB_DIR))?;
-        let snapshot = match store.load() {
+        Experiment::from_store(dir, Box::new(store))
+    }
+
+    /// An experiment whose records are in `store` (and whose trial folders are under `dir`),
+    /// refusing a store that holds none or holds a format this build cannot read.
+    pub fn from_store(dir: &Path, store: Box<dyn TrialStore>) -> Result<Experiment, TuneError> {
+        let not = |reason: String| TuneError::NotAnExperiment {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        let stored = match store.load() {
             Ok(s) => s,
-            Err(StoreError::NoMeta) => return Err(not("its database holds no experiment record")),
+            Err(StoreError::NoMeta) => {
+                return Err(not("its database holds no experiment record".into()))
+            }
             Err(e) => return Err(e.into()),
         };
-        if snapshot.meta.format != FORMAT {
-            return Err(not(&format!(
+        if stored.meta.format != FORMAT {
+            return Err(not(format!(
                 "it was written in store format {}, this build reads format {FORMAT}",
-                snapshot.meta.format
+                stored.meta.format
             )));
         }
         Ok(Experiment {
             dir: dir.to_path_buf(),
             store,
-            snapshot,
+            stored,
         })
     }
 
     /// Raises the budget to `samples` (and records it before anything runs).
     pub fn set_samples(&mut self, samples: u64) -> Result<(), TuneError> {
-        let created = self.snapshot.trials.len() as u64;
+        let created = self.stored.trials.len() as u64;
         if samples == 0 {
             return Err(TuneError::Invalid(
                 "--samples: expected at least 1, found 0".into(),
             ));
         }
-        if samples < self.snapshot.meta.samples && samples < created {
+        if samples < self.stored.meta.samples && samples < created {
             return Err(TuneError::Invalid(format!(
                 "--samples {samples} is below the {created} trials already created; the budget can only grow"
             )));
         }
-        self.snapshot.meta.samples = samples;
-        self.store.put_meta(&self.snapshot.meta)?;
+        self.stored.meta.samples = samples;
+        self.store.put_meta(&self.stored.meta)?;
         self.store.sync()?;
         Ok(())
     }

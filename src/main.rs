@@ -325,9 +325,9 @@ impl Snapshot {
         let exp = Experiment::open(dir)?;
         Ok(Snapshot {
             dir: exp.dir,
-            spec: exp.snapshot.meta.spec,
-            samples: exp.snapshot.meta.samples,
-            trials: exp.snapshot.trials,
+            spec: exp.stored.meta.spec,
+            samples: exp.stored.meta.samples,
+            trials: exp.stored.trials,
             live: false,
         })
     }

@@ -16,7 +16,6 @@ use crate::progress::ProgressLine;
 use crate::spec::{
     Algorithm, AshaVariant, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec,
 };
-use crate::store::TrialStore;
 use crate::trial::Trial;
 
 /// Sets up and runs a sweep.
@@ -252,7 +251,7 @@ impl Tuner {
         let (mut exp, (objective, searcher, scheduler, (pool, note))) = match &self.resume {
             Some(dir) => {
                 let mut exp = Experiment::open(dir)?;
-                let parts = prepare(&exp.snapshot.meta.spec, &exp.dir)?;
+                let parts = prepare(&exp.stored.meta.spec, &exp.dir)?;
                 if let Some(n) = self.resume_samples {
                     exp.set_samples(n)?;
                 }
@@ -276,7 +275,7 @@ impl Tuner {
                 )
             }
         };
-        let spec = exp.snapshot.meta.spec.clone();
+        let spec = exp.stored.meta.spec.clone();
         let plan = Plan {
             name: spec.name.clone(),
             search: spec.search.algorithm.as_str().into(),
@@ -286,7 +285,7 @@ impl Tuner {
             dir: exp.dir.clone(),
             metric: spec.metric.clone(),
             mode: spec.mode,
-            samples: exp.snapshot.meta.samples,
+            samples: exp.stored.meta.samples,
             pool,
             max_failures: spec.max_failures,
             timeout: spec
@@ -295,8 +294,8 @@ impl Tuner {
                 .and_then(|o| o.timeout_s)
                 .map(Duration::from_secs_f64),
         };
-        let trials = std::mem::take(&mut exp.snapshot.trials);
-        let store: Box<dyn TrialStore> = Box::new(exp.store);
+        let trials = std::mem::take(&mut exp.stored.trials);
+        let store = exp.store;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -29,8 +29,8 @@ use crate::trial::now_ms;
 
 /// The board of an experiment folder opened from its store (a sweep that is not running).
 pub fn board_of_experiment(exp: &Experiment) -> Board {
-    let spec = &exp.snapshot.meta.spec;
-    let trials = &exp.snapshot.trials;
+    let spec = &exp.stored.meta.spec;
+    let trials = &exp.stored.trials;
     let mut slots: Vec<String> = trials.iter().filter_map(|t| t.device.clone()).collect();
     slots.sort();
     slots.dedup();
@@ -41,7 +41,7 @@ pub fn board_of_experiment(exp: &Experiment) -> Board {
         scheduler: spec.scheduler.kind.as_str().into(),
         metric: spec.metric.clone(),
         mode: spec.mode,
-        total: exp.snapshot.meta.samples,
+        total: exp.stored.meta.samples,
         slots,
         started_at: trials.iter().map(|t| t.created_at).min().unwrap_or(0),
     };

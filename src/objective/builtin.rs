@@ -37,12 +37,28 @@ pub(crate) fn builtin_objective(
             split.train.name
         )));
     }
-    share_cores(cpu_slots);
-    Ok(Arc::new(move |ctx: &mut TrialContext| {
-        let cfg = TrainConfig::from_parts(&fixed, ctx.params())?;
+    let threads = threads_per_trial(cpu_slots);
+    Ok(Arc::new(move |ctx: &mut TrialContext| match threads {
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()?
+            .install(|| train(builtin, &fixed, &split, ctx)),
+        None => train(builtin, &fixed, &split, ctx),
+    }))
+}
+
+/// One trial of a built-in trainable: train, report and checkpoint epoch by epoch.
+fn train(
+    builtin: Builtin,
+    fixed: &serde_json::Map<String, serde_json::Value>,
+    split: &tune_trials::Split,
+    ctx: &mut TrialContext,
+) -> Result<(), super::BoxError> {
+    {
+        let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
         let device = open_device(ctx.device())?;
         let seed = cfg.seed.unwrap_or(ctx.id());
-        let mut trainer = Trainer::new(builtin, cfg, &split, &device, seed)?;
+        let mut trainer = Trainer::new(builtin, cfg, split, &device, seed)?;
         // A run killed before its first checkpoint landed (or an exploit that snapshotted a
         // source before its first) leaves a folder without one: the trial starts over, and
         // since training is seeded it reports the same epochs again.
@@ -72,20 +88,18 @@ pub(crate) fn builtin_objective(
             heard?;
         }
         Ok(())
-    }))
+    }
 }
 
-/// Gives each concurrent trial its share of the cores for Candle's CPU kernels, unless the
-/// user set `RAYON_NUM_THREADS`. Small models lose to thread hand-offs when every trial asks
-/// for every core: the mlp-digits example ran in 3.1 s with 2 threads per trial on 2 cores
-/// and 1.9 s with 1, with identical results.
-fn share_cores(cpu_slots: usize) {
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // Set before any trial (and so before Candle's thread pool) starts.
-        std::env::set_var(
-            "RAYON_NUM_THREADS",
-            (cores / cpu_slots.max(1)).max(1).to_string(),
-        );
+/// Each concurrent trial's share of the cores for Candle's CPU kernels, run in a thread pool
+/// of its own; `None` where the user set `RAYON_NUM_THREADS` (Candle then follows it). Small
+/// models lose to thread hand-offs when every trial asks for every core: the mlp-digits example
+/// ran in 3.1 s with 2 threads per trial on 2 cores and 1.9 s with 1, with identical results.
+/// A pool, not the environment variable: setting it while other threads run is unsound.
+fn threads_per_trial(cpu_slots: usize) -> Option<usize> {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return None;
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some((cores / cpu_slots.max(1)).max(1))
 }

@@ -255,6 +255,7 @@ async fn terminate(child: &mut Child, patience: Duration, grace: Duration) {
     // SAFETY: kill(2) with a process group id we created; no memory is involved.
     unsafe { libc::kill(group, libc::SIGTERM) };
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        // SAFETY: as above.
         unsafe { libc::kill(group, libc::SIGKILL) };
         let _ = child.wait().await;
     }

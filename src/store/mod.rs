@@ -1,7 +1,17 @@
-//! Where trials are kept. Nothing outside this module knows which database holds them.
+//! Where trials are kept. Nothing outside this module knows which database holds them: the
+//! coordinator and [`crate::experiment::Experiment`] see a [`TrialStore`].
+//!
+//! Two stores: [`SledStore`], the embedded default (one sled database in the experiment
+//! folder), and [`MemoryStore`], for tests and throwaway sweeps. Every store passes the same
+//! conformance suite (`conformance.rs`).
 
+mod memory;
 mod sled_store;
 
+#[cfg(test)]
+pub(crate) mod conformance;
+
+pub use memory::{MemoryDb, MemoryStore};
 pub use sled_store::SledStore;
 
 use serde::{Deserialize, Serialize};
@@ -20,22 +30,33 @@ pub struct Meta {
     pub samples: u64,
 }
 
-/// What a store holds: the meta record and every trial with its results, in id order.
+/// Everything a store holds: the meta record and every trial with its results, in id order
+/// (results in the order they were received, `seq` ascending).
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct StoredExperiment {
     pub meta: Meta,
     pub trials: Vec<Trial>,
 }
 
+/// The source of a database's own error, kept whole.
+pub type DatabaseError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the experiment is in use by another tune process ({0})")]
-    InUse(String),
+    #[error("the experiment is in use by another tune process")]
+    InUse(#[source] std::io::Error),
     #[error("database error: {0}")]
-    Database(String),
+    Database(#[source] DatabaseError),
     #[error("stored {what} is unreadable: {source}")]
     Corrupt {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A record that could not be encoded; nothing was written.
+    #[error("{what} cannot be stored: {source}")]
+    Encode {
         what: String,
         #[source]
         source: serde_json::Error,
@@ -47,12 +68,55 @@ pub enum StoreError {
 /// Durable storage of one experiment.
 ///
 /// Writes may be buffered; [`TrialStore::sync`] returns only when everything written before
-/// it survives a crash. The coordinator syncs before it acts on (or acknowledges) a change.
+/// it survives a crash (group commit: the coordinator writes a round's changes, then syncs
+/// once). The coordinator syncs before it acts on (or acknowledges) a change.
+///
+/// ```
+/// use tune::store::{MemoryDb, TrialStore};
+/// let db = MemoryDb::new();
+/// let store = db.open().unwrap();
+/// assert!(store.load().is_err()); // nothing written yet
+/// ```
 pub trait TrialStore: Send {
-    fn load(&self) -> Result<Snapshot, StoreError>;
+    /// Everything stored; [`StoreError::NoMeta`] when no experiment was written.
+    fn load(&self) -> Result<StoredExperiment, StoreError>;
     fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError>;
     /// Writes the trial's record (not its results).
     fn put_trial(&mut self, trial: &Trial) -> Result<(), StoreError>;
+    /// Adds one result of trial `id`; results load in `seq` order.
     fn add_result(&mut self, id: TrialId, result: &TrialResult) -> Result<(), StoreError>;
     fn sync(&mut self) -> Result<(), StoreError>;
+}
+
+/// A record as stored: JSON, or an error naming it (never an empty record).
+fn encode<T: Serialize>(value: &T, what: impl FnOnce() -> String) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|source| StoreError::Encode {
+        what: what(),
+        source,
+    })
+}
+
+/// A stored record read back, or an error naming it.
+fn decode<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: impl FnOnce() -> String,
+) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Corrupt {
+        what: what(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_that_cannot_be_encoded_is_an_error_not_an_empty_record() {
+        // JSON object keys must be strings: serde_json refuses this map.
+        let bad = std::collections::BTreeMap::from([((1u8, 2u8), 3u8)]);
+        let e = encode(&bad, || "the test record".into()).unwrap_err();
+        assert!(matches!(e, StoreError::Encode { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("the test record cannot be stored: "), "{e}");
+    }
 }

@@ -1,12 +1,13 @@
 //! The embedded default store: one sled database in the experiment folder.
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
 use tune_search::TrialId;
 
-use super::{Meta, Snapshot, StoreError, TrialStore};
+use super::{decode, encode, Meta, StoreError, StoredExperiment, TrialStore};
 use crate::trial::{Trial, TrialResult};
 
 /// Trials in sled: a `meta` tree, a `trials` tree keyed by big-endian id, and a `results` tree
@@ -23,33 +24,16 @@ pub struct SledStore {
     meta: sled::Tree,
     trials: sled::Tree,
     results: sled::Tree,
+    /// Our own exclusive lock on the database (released when the file closes, on any exit):
+    /// sled's lock error is an untyped message, this one is an `io::Error` we can match on.
+    _lock: File,
 }
+
+/// The file inside the database folder that [`SledStore`] locks.
+const LOCK_FILE: &str = "tune.lock";
 
 fn db_err(e: sled::Error) -> StoreError {
-    let text = e.to_string();
-    if text.contains("lock")
-        || text.contains("WouldBlock")
-        || text.contains("temporarily unavailable")
-    {
-        StoreError::InUse(text)
-    } else {
-        StoreError::Database(text)
-    }
-}
-
-fn decode<T: DeserializeOwned>(
-    bytes: &[u8],
-    what: impl FnOnce() -> String,
-) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|source| StoreError::Corrupt {
-        what: what(),
-        source,
-    })
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    // Our records hold no maps with non-string keys and no non-finite floats, so this cannot fail.
-    serde_json::to_vec(value).unwrap_or_default()
+    StoreError::Database(Box::new(e))
 }
 
 /// How long [`SledStore::open`] waits for a lock another process holds. A process killed a
@@ -61,34 +45,69 @@ impl SledStore {
     /// Opens (or creates) the database at `path`; fails with `InUse` if another process has
     /// held it for a few seconds.
     pub fn open(path: &Path) -> Result<SledStore, StoreError> {
-        let deadline = Instant::now() + LOCK_WAIT;
-        loop {
-            match SledStore::open_now(path) {
+        SledStore::open_waiting(path, LOCK_WAIT)
+    }
+
+    /// [`SledStore::open`], waiting at most `wait` for a lock another process holds.
+    pub fn open_waiting(path: &Path, wait: Duration) -> Result<SledStore, StoreError> {
+        let deadline = Instant::now() + wait;
+        let lock = loop {
+            match lock_exclusive(path) {
                 Err(StoreError::InUse(_)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                opened => return opened,
+                locked => break locked?,
             }
-        }
-    }
-
-    fn open_now(path: &Path) -> Result<SledStore, StoreError> {
-        let db = sled::Config::new()
-            .path(path)
-            .flush_every_ms(None)
-            .open()
-            .map_err(db_err)?;
+        };
+        // Holding our lock, sled's can only be held by this process's own sled threads still
+        // closing a database dropped a moment ago (as `Experiment::create` does): wait for them,
+        // however short `wait` is.
+        let deadline = Instant::now() + LOCK_WAIT;
+        let db = loop {
+            let opened = sled::Config::new()
+                .path(path)
+                .flush_every_ms(None)
+                .open();
+            match opened {
+                Err(sled::Error::Io(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                opened => break opened.map_err(db_err)?,
+            }
+        };
         Ok(SledStore {
             meta: db.open_tree("meta").map_err(db_err)?,
             trials: db.open_tree("trials").map_err(db_err)?,
             results: db.open_tree("results").map_err(db_err)?,
             db,
+            _lock: lock,
         })
     }
 }
 
+/// Takes the exclusive lock of the database at `path` (created if missing), without waiting.
+fn lock_exclusive(path: &Path) -> Result<File, StoreError> {
+    let io = |e: std::io::Error| StoreError::Database(Box::new(e));
+    std::fs::create_dir_all(path).map_err(io)?;
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.join(LOCK_FILE))
+        .map_err(io)?;
+    // SAFETY: flock(2) on a descriptor we own and keep open; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.kind() {
+            std::io::ErrorKind::WouldBlock => StoreError::InUse(e),
+            _ => io(e),
+        });
+    }
+    Ok(file)
+}
+
 impl TrialStore for SledStore {
-    fn load(&self) -> Result<Snapshot, StoreError> {
+    fn load(&self) -> Result<StoredExperiment, StoreError> {
         let meta_bytes = self
             .meta
             .get("meta")
@@ -103,35 +122,39 @@ impl TrialStore for SledStore {
         }
         for item in self.results.iter() {
             let (key, value) = item.map_err(db_err)?;
-            let id = u64::from_be_bytes(key[..8].try_into().unwrap_or_default());
+            let Some(id) = key.get(..8).and_then(|k| k.try_into().ok()) else {
+                continue;
+            };
+            let id = u64::from_be_bytes(id);
             let result: TrialResult = decode(&value, || format!("result of trial {id}"))?;
             // Trials are keyed by dense big-endian ids, so the vector index is the id.
             if let Some(t) = trials.get_mut(id as usize).filter(|t| t.id == id) {
                 t.results.push(result);
             }
         }
-        Ok(Snapshot { meta, trials })
+        Ok(StoredExperiment { meta, trials })
     }
 
     fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError> {
-        self.meta.insert("meta", encode(meta)).map_err(db_err)?;
+        let bytes = encode(meta, || "the experiment record".into())?;
+        self.meta.insert("meta", bytes).map_err(db_err)?;
         Ok(())
     }
 
     fn put_trial(&mut self, trial: &Trial) -> Result<(), StoreError> {
+        let bytes = encode(trial, || format!("trial {}", trial.id))?;
         self.trials
-            .insert(trial.id.to_be_bytes(), encode(trial))
+            .insert(trial.id.to_be_bytes(), bytes)
             .map_err(db_err)?;
         Ok(())
     }
 
     fn add_result(&mut self, id: TrialId, result: &TrialResult) -> Result<(), StoreError> {
+        let bytes = encode(result, || format!("result {} of trial {id}", result.seq))?;
         let mut key = [0u8; 16];
         key[..8].copy_from_slice(&id.to_be_bytes());
         key[8..].copy_from_slice(&result.seq.to_be_bytes());
-        self.results
-            .insert(&key[..], encode(result))
-            .map_err(db_err)?;
+        self.results.insert(&key[..], bytes).map_err(db_err)?;
         Ok(())
     }
 
@@ -152,14 +175,22 @@ mod tests {
         let held = SledStore::open(&path).unwrap();
         // Held throughout: `InUse`, once the wait is over.
         let started = Instant::now();
-        assert!(matches!(SledStore::open(&path), Err(StoreError::InUse(_))));
-        assert!(started.elapsed() >= LOCK_WAIT);
-        // Released while `open` waits (as by a process that is exiting): opened.
+        assert!(matches!(
+            SledStore::open_waiting(&path, Duration::from_millis(300)),
+            Err(StoreError::InUse(_))
+        ));
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // Released while `open` waits (as by a process that is exiting): opened. The wait is
+        // long enough that no load on the machine makes the release come after it.
+        let (released_tx, released_rx) = std::sync::mpsc::channel();
         let releaser = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(500));
+            released_rx.recv().unwrap();
             drop(held);
         });
-        assert!(SledStore::open(&path).is_ok());
+        let opener = std::thread::spawn(move || SledStore::open_waiting(&path, Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(200));
+        released_tx.send(()).unwrap();
+        assert!(opener.join().unwrap().is_ok());
         releaser.join().unwrap();
     }
 }

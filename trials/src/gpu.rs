@@ -42,6 +42,8 @@ mod imp {
         // dlopen rather than a cudarc call: the same binary must start where there is no
         // driver at all.
         let name = c"libcuda.so.1";
+        // SAFETY: a NUL-terminated name; libcuda's initialisers run on load, which is what
+        // any CUDA use does anyway, and the handle is only compared with null.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
         !handle.is_null()
     }

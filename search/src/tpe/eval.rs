@@ -140,6 +140,9 @@ impl Table {
     }
 
     /// The same loop compiled for AVX2 (FMA stays off: identical results).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn log_pdf_avx2(&self, x: &[f64], terms: &mut Vec<f32>) -> f64 {
