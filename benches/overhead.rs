@@ -33,7 +33,7 @@ fn space() -> Space {
 /// Checks the stored experiment: `n` completed trials, each value the sum of its params.
 fn verify(dir: &Path, n: u64) {
     let exp = tune::experiment::Experiment::open(dir).expect("reopen");
-    let trials = &exp.snapshot.trials;
+    let trials = &exp.stored.trials;
     assert_eq!(trials.len() as u64, n, "every trial stored");
     for t in trials {
         assert_eq!(t.status, Status::Completed);

@@ -341,10 +341,9 @@ fn a_stop_decided_before_a_kill_but_not_stored_is_applied_on_resume() {
         .expect("ASHA stopped no trial");
     {
         let mut exp = tune::experiment::Experiment::open(&dir).unwrap();
-        let mut t = exp.snapshot.trials[victim as usize].clone();
+        let mut t = exp.stored.trials[victim as usize].clone();
         t.status = tune::Status::Running;
         t.finished_at = None;
-        use tune::store::TrialStore;
         exp.store.put_trial(&t).unwrap();
         exp.store.sync().unwrap();
     }

@@ -20,7 +20,7 @@ pub struct Theme {
 }
 
 impl Theme {
-    /// Colour unless the `NO_COLOR` environment variable is set (https://no-color.org).
+    /// Colour unless the `NO_COLOR` environment variable is set (<https://no-color.org>).
     pub fn from_env() -> Theme {
         Theme {
             color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use tune_search::{Params, Status, Value};
 
-
 use super::{Meta, StoreError, TrialStore};
 use crate::spec::ExperimentSpec;
 use crate::trial::{Trial, TrialResult};

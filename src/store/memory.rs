@@ -118,10 +118,9 @@ impl Drop for MemoryStore {
 impl TrialStore for MemoryStore {
     fn load(&self) -> Result<StoredExperiment, StoreError> {
         let records = &self.records;
-        let meta: Meta = decode(
-            records.meta.as_deref().ok_or(StoreError::NoMeta)?,
-            || "experiment record".into(),
-        )?;
+        let meta: Meta = decode(records.meta.as_deref().ok_or(StoreError::NoMeta)?, || {
+            "experiment record".into()
+        })?;
         let mut trials = Vec::with_capacity(records.trials.len());
         for (id, bytes) in &records.trials {
             let trial: Trial = decode(bytes, || format!("trial record {id}"))?;
@@ -137,7 +136,9 @@ impl TrialStore for MemoryStore {
     }
 
     fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError> {
-        self.write(Write::Meta(encode(meta, || "the experiment record".into())?));
+        self.write(Write::Meta(encode(meta, || {
+            "the experiment record".into()
+        })?));
         Ok(())
     }
 

@@ -117,6 +117,10 @@ mod tests {
         let bad = std::collections::BTreeMap::from([((1u8, 2u8), 3u8)]);
         let e = encode(&bad, || "the test record".into()).unwrap_err();
         assert!(matches!(e, StoreError::Encode { .. }), "{e:?}");
-        assert!(e.to_string().starts_with("the test record cannot be stored: "), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("the test record cannot be stored: "),
+            "{e}"
+        );
     }
 }

@@ -64,10 +64,7 @@ impl SledStore {
         // however short `wait` is.
         let deadline = Instant::now() + LOCK_WAIT;
         let db = loop {
-            let opened = sled::Config::new()
-                .path(path)
-                .flush_every_ms(None)
-                .open();
+            let opened = sled::Config::new().path(path).flush_every_ms(None).open();
             match opened {
                 Err(sled::Error::Io(_)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -187,7 +184,8 @@ mod tests {
             released_rx.recv().unwrap();
             drop(held);
         });
-        let opener = std::thread::spawn(move || SledStore::open_waiting(&path, Duration::from_secs(60)));
+        let opener =
+            std::thread::spawn(move || SledStore::open_waiting(&path, Duration::from_secs(60)));
         std::thread::sleep(Duration::from_millis(200));
         released_tx.send(()).unwrap();
         assert!(opener.join().unwrap().is_ok());
