@@ -22,6 +22,61 @@ pub fn trial_dir(dir: &Path, id: TrialId) -> PathBuf {
     dir.join(TRIALS_DIR).join(id.to_string())
 }
 
+/// Where the checkpoint an exploit took waits until the exploiting trial runs again.
+fn exploit_staging(dir: &Path, id: TrialId) -> PathBuf {
+    dir.join(TRIALS_DIR)
+        .join(format!(".exploit-{id}"))
+}
+
+/// Takes the checkpoint of trial `from` for trial `id`, which exploits it, as it is now (as
+/// Ray Tune does: `from` moves on); [`take_exploit`] moves it in when `id` runs again.
+pub(crate) fn stage_exploit(dir: &Path, id: TrialId, from: TrialId) -> Result<(), TuneError> {
+    let staged = exploit_staging(dir, id);
+    let _ = std::fs::remove_dir_all(&staged);
+    copy_dir(&trial_dir(dir, from), &staged)
+        .map_err(|e| TuneError::io(format!("copying the checkpoint of trial {from}"), e))
+}
+
+/// Puts the checkpoint trial `id` exploited in its folder: the one [`stage_exploit`] took, or,
+/// where a crash came between the decision and that copy, `from`'s latest.
+pub(crate) fn take_exploit(dir: &Path, id: TrialId, from: TrialId) -> Result<(), TuneError> {
+    let (staged, dst) = (exploit_staging(dir, id), trial_dir(dir, id));
+    let _ = std::fs::remove_dir_all(&dst);
+    let moved = staged.is_dir() && std::fs::rename(&staged, &dst).is_ok();
+    if !moved {
+        copy_dir(&trial_dir(dir, from), &dst).map_err(|e| {
+            TuneError::io(
+                format!("copying the checkpoint of trial {from} to trial {id}"),
+                e,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Copies a folder tree (a trial's checkpoint); a missing source copies nothing.
+fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dst)?;
+    let Ok(entries) = std::fs::read_dir(src) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        let to = dst.join(entry.file_name());
+        let copied = match entry.file_type()?.is_dir() {
+            true => copy_dir(&entry.path(), &to),
+            false => std::fs::copy(entry.path(), to).map(drop),
+        };
+        match copied {
+            // The running source renamed its temporary file over its checkpoint meanwhile:
+            // the checkpoint itself is copied (old or new, whole) under its own name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
 /// An opened experiment: its folder (trial checkpoints), its store and what the store held.
 ///
 /// Reading a finished or running sweep's trials, read-only:

@@ -35,14 +35,16 @@ mod error;
 pub mod experiment;
 pub mod export;
 mod objective;
+mod observer;
 mod pool;
 mod progress;
+mod replay;
 mod spec;
 pub mod store;
 mod trial;
 mod tuner;
 
-pub use coordinator::{Event, Observer, StopHandle, Summary, SweepInfo};
+pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use error::TuneError;
 pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
 pub use pool::Slot;
@@ -55,4 +57,5 @@ pub use trial::{Trial, TrialResult};
 pub use tune_search::{
     Domain, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
 };
-pub use tuner::{best_trial, scheduler_status, TuneResult, Tuner};
+pub use replay::scheduler_status;
+pub use tuner::{best_trial, TuneResult, Tuner};

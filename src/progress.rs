@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use crate::coordinator::{Event, Observer, Summary};
+use crate::observer::{Event, Observer, Summary};
 
 /// Prints progress to stdout: rewritten in place on a terminal, one line per update otherwise.
 ///

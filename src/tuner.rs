@@ -7,7 +7,8 @@ use std::time::Duration;
 use tune_schedulers::{Asha, AshaPromotion, Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
-use crate::coordinator::{Coordinator, Observer, Plan, StopHandle};
+use crate::coordinator::{Coordinator, Plan};
+use crate::observer::{Observer, StopHandle};
 use crate::error::TuneError;
 use crate::experiment::Experiment;
 use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
@@ -343,7 +344,7 @@ fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> 
     })
 }
 
-fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError> {
+pub(crate) fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError> {
     let s = &spec.scheduler;
     match s.kind {
         SchedulerKind::Fifo => Ok(Box::new(Fifo)),
@@ -415,27 +416,12 @@ impl TuneResult {
     }
 }
 
-/// The completed trial with the best value (ties: the lowest id).
+/// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id).
 pub fn best_trial<'a>(trials: &'a [Trial], metric: &str, mode: Mode) -> Option<&'a Trial> {
-    trials
+    let completed = trials
         .iter()
         .filter(|t| t.status == Status::Completed)
-        .filter_map(|t| t.value(metric).map(|v| (t, v)))
-        .fold(None, |best: Option<(&Trial, f64)>, (t, v)| match best {
-            Some((_, b)) if !mode.better(v, b) => best,
-            _ => Some((t, v)),
-        })
-        .map(|(t, _)| t)
-}
-
-/// What the sweep's scheduler would say about itself after these trials (a finished or
-/// interrupted sweep, rebuilt by replaying its results as `resume` does).
-pub fn scheduler_status(spec: &ExperimentSpec, trials: &[Trial]) -> Vec<String> {
-    match make_scheduler(spec) {
-        Ok(mut scheduler) => {
-            let _undelivered = crate::coordinator::replay(scheduler.as_mut(), trials, &spec.metric);
-            scheduler.describe()
-        }
-        Err(e) => vec![format!("cannot rebuild the scheduler: {e}")],
-    }
+        .filter_map(|t| Some((t.id, t.value(metric)?)));
+    let (id, _) = mode.best_of(completed)?;
+    trials.iter().find(|t| t.id == id)
 }

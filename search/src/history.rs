@@ -30,6 +30,38 @@ impl Mode {
             Mode::Max => a > b,
         }
     }
+
+    /// Whether trial `candidate` (id, value) takes the incumbent's place as the best trial:
+    /// a better value, or the same value and a lower id. The one rule for "the best trial",
+    /// wherever it is picked (search history, results, status, dashboard, progress line).
+    ///
+    /// ```
+    /// use tune_search::Mode;
+    /// assert!(Mode::Min.beats((5, 1.0), (2, 2.0)));
+    /// assert!(Mode::Min.beats((1, 2.0), (2, 2.0))); // a tie goes to the lower id
+    /// assert!(!Mode::Min.beats((3, 2.0), (2, 2.0)));
+    /// ```
+    pub fn beats(self, candidate: (TrialId, f64), incumbent: (TrialId, f64)) -> bool {
+        self.better(candidate.1, incumbent.1)
+            || (candidate.1 == incumbent.1 && candidate.0 < incumbent.0)
+    }
+
+    /// The best of (id, value) pairs by [`Mode::beats`], in whatever order they come.
+    ///
+    /// ```
+    /// use tune_search::Mode;
+    /// let best = Mode::Max.best_of([(4, 0.9), (1, 0.9), (2, 0.5)]);
+    /// assert_eq!(best, Some((1, 0.9)));
+    /// ```
+    pub fn best_of(
+        self,
+        trials: impl IntoIterator<Item = (TrialId, f64)>,
+    ) -> Option<(TrialId, f64)> {
+        trials.into_iter().fold(None, |best, t| match best {
+            Some(b) if !self.beats(t, b) => Some(b),
+            _ => Some(t),
+        })
+    }
 }
 
 /// Where a trial is in its life: `Pending -> Running -> (Paused -> Running ->) Completed | Stopped | Failed`.
@@ -163,20 +195,14 @@ impl History {
         self.trials.iter()
     }
 
-    /// The completed trial with the best value (ties: the earliest).
+    /// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id).
     pub fn best(&self) -> Option<&Observation> {
-        self.trials
+        let completed = self
+            .trials
             .iter()
-            .filter(|t| t.status == Status::Completed && t.value.is_some())
-            .fold(None, |best: Option<&Observation>, t| match best {
-                Some(b)
-                    if !self
-                        .mode
-                        .better(t.value.unwrap_or(f64::NAN), b.value.unwrap_or(f64::NAN)) =>
-                {
-                    Some(b)
-                }
-                _ => Some(t),
-            })
+            .filter(|t| t.status == Status::Completed)
+            .filter_map(|t| Some((t.id, t.value?)));
+        let (id, _) = self.mode.best_of(completed)?;
+        self.get(id)
     }
 }

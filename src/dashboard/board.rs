@@ -239,9 +239,10 @@ impl Board {
         let view = &self.trials[id];
         if view.trial.status == Status::Completed {
             if let Some(v) = view.last(&self.header.metric) {
+                let candidate = (view.trial.id, v);
                 if self
                     .best()
-                    .is_none_or(|(_, b)| self.header.mode.better(v, b))
+                    .is_none_or(|best| self.header.mode.beats(candidate, best))
                 {
                     self.best_over_time.push((at, v, view.trial.id));
                 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use crate::coordinator::{Event, Observer, Summary, SweepInfo};
+use crate::observer::{Event, Observer, Summary, SweepInfo};
 use crate::trial::{now_ms, Trial};
 
 use super::board::{Board, Header, TrialView, Update};

@@ -23,7 +23,7 @@ pub use feed::{
     board_from_trials, connect, live_board, Hub, HubObserver, WatchServer, WATCH_ADDR_FILE,
 };
 
-use crate::coordinator::StopHandle;
+use crate::observer::StopHandle;
 use crate::experiment::Experiment;
 use crate::trial::now_ms;
 
@@ -51,7 +51,7 @@ pub fn board_of_experiment(exp: &Experiment) -> Board {
         .max()
         .unwrap_or(header.started_at);
     let mut board = board_from_trials(header, trials, ended_at);
-    board.scheduler = crate::tuner::scheduler_status(spec, trials);
+    board.scheduler = crate::replay::scheduler_status(spec, trials);
     board
 }
 

@@ -7,7 +7,7 @@
 //! is acknowledged before it is durable, and a sweep that returns has synced everything.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
@@ -15,104 +15,19 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_schedulers::{Decision, Scheduler};
 use tune_search::{History, Mode, Searcher, Status, TrialId};
 
+mod in_flight;
+#[cfg(test)]
+mod tests;
+
 use crate::error::TuneError;
-use crate::experiment::trial_dir;
+use crate::experiment::{stage_exploit, take_exploit, trial_dir};
 use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
+use crate::observer::{emit, Event, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
+use crate::replay::replay;
+use in_flight::InFlight;
 use crate::store::TrialStore;
 use crate::trial::{now_ms, Trial, TrialResult};
-
-/// Something that happened in the sweep, for observers (progress line, dashboard).
-#[derive(Debug)]
-pub enum Event<'a> {
-    Started(&'a Trial),
-    Result(&'a Trial, &'a TrialResult),
-    /// The scheduler paused the trial (to resume it later, or to exploit another's weights).
-    Paused(&'a Trial),
-    Finished(&'a Trial),
-    /// The scheduler's account of itself ([`tune_schedulers::Scheduler::describe`]), sent at
-    /// most four times a second and at the end.
-    Scheduler(&'a [String]),
-    /// Something the user should know (the GPUs used, a fallback to CPU).
-    Note(&'a str),
-}
-
-/// Running counts of the sweep, kept current by the coordinator.
-#[derive(Debug, Clone)]
-pub struct Summary {
-    pub metric: String,
-    pub mode: Mode,
-    /// Trials the sweep will create in all.
-    pub total: u64,
-    pub pending: u64,
-    pub running: u64,
-    pub paused: u64,
-    pub completed: u64,
-    pub stopped: u64,
-    pub failed: u64,
-    /// The best completed trial and its value.
-    pub best: Option<(TrialId, f64)>,
-    pub started: Instant,
-}
-
-impl Summary {
-    fn count(&mut self, status: Status) -> &mut u64 {
-        match status {
-            Status::Pending => &mut self.pending,
-            Status::Running => &mut self.running,
-            Status::Paused => &mut self.paused,
-            Status::Completed => &mut self.completed,
-            Status::Stopped => &mut self.stopped,
-            Status::Failed => &mut self.failed,
-        }
-    }
-
-    /// Trials that will not run again.
-    pub fn finished(&self) -> u64 {
-        self.completed + self.stopped + self.failed
-    }
-}
-
-/// What observers learn when a sweep starts (or resumes).
-#[derive(Debug)]
-pub struct SweepInfo<'a> {
-    pub name: &'a str,
-    pub dir: &'a Path,
-    /// Search algorithm and scheduler, as named in the spec (`tpe`, `asha`).
-    pub search: &'a str,
-    pub scheduler: &'a str,
-    /// The worker slots (`cpu:0`, `cuda:1`).
-    pub slots: Vec<String>,
-    /// The trials so far, with their results (a resumed sweep has some).
-    pub trials: &'a [Trial],
-}
-
-/// Receives events on the coordinator's thread; must be quick (throttle, or forward to a channel).
-pub trait Observer: Send {
-    fn on_start(&mut self, _info: &SweepInfo<'_>, _summary: &Summary) {}
-    fn on_event(&mut self, event: &Event<'_>, summary: &Summary);
-    fn on_end(&mut self, _summary: &Summary) {}
-}
-
-/// What the coordinator needs to know about an attempt in flight.
-struct InFlight {
-    attempt: u32,
-    slot: Slot,
-    /// Reports this run made, re-runs of stored steps included.
-    reports: u64,
-    /// Where this run's reports without a step number on from: the trial's last stored step
-    /// when it continues from a checkpoint (its own or an exploited one), else 0.
-    base_step: u64,
-    /// A relaunch of the trial's own work redoes the steps after its checkpoint (or all of
-    /// them, with none): reports up to this step, its last stored one, were already stored
-    /// and decided, so they are not taken again. Cleared by the first report past it.
-    redo_through: Option<u64>,
-    /// The checkpoint this run continues from (a trial that ran before and left one).
-    restore_dir: Option<std::path::PathBuf>,
-    /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
-    /// scheduler stopped or completed it. The worker is only winding down.
-    settled: bool,
-}
 
 /// Settings of one sweep run.
 pub(crate) struct Plan {
@@ -176,19 +91,7 @@ impl Coordinator {
         observers: Vec<Box<dyn Observer>>,
     ) -> Coordinator {
         let mut history = History::new(plan.mode);
-        let mut summary = Summary {
-            metric: plan.metric.clone(),
-            mode: plan.mode,
-            total: 0,
-            pending: 0,
-            running: 0,
-            paused: 0,
-            completed: 0,
-            stopped: 0,
-            failed: 0,
-            best: None,
-            started: Instant::now(),
-        };
+        let mut summary = Summary::new(&plan.metric, plan.mode);
         let mut queue = VecDeque::new();
         let mut next_seq = 0;
         let mut trials = trials;
@@ -204,7 +107,7 @@ impl Coordinator {
             }
             next_seq = t.results.iter().map(|r| r.seq + 1).fold(next_seq, u64::max);
             *summary.count(t.status) += 1;
-            note_best(&mut summary, t);
+            summary.note_best(t);
         }
         let trials_pending_exploit: VecDeque<TrialId> = trials
             .iter()
@@ -343,9 +246,8 @@ impl Coordinator {
         for o in &mut self.observers {
             o.on_end(&self.summary);
         }
-        let unfinished = (self.trials.len() as u64) < self.budget
-            || self.summary.pending > 0
-            || self.summary.paused > 0;
+        let unfinished =
+            (self.trials.len() as u64) < self.budget || self.summary.unfinished() > 0;
         if *shutdown_rx.borrow() && unfinished {
             return Err(TuneError::Interrupted(self.plan.dir.clone()));
         }
@@ -397,29 +299,8 @@ impl Coordinator {
             t.finished_at = None;
             t.device = Some(slot.to_string());
             self.store.put_trial(t)?;
-            let last_step = t.results.last().map(|r| r.step);
-            let restore_dir = Some(trial_dir(&self.plan.dir, id)).filter(|d| {
-                last_step.is_some() && std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some())
-            });
-            // An exploit goes on from another trial's point: its steps are new, not redone.
-            let redo_through = last_step.filter(|_| !exploited);
-            let base_step = if restore_dir.is_some() || exploited {
-                last_step.unwrap_or(0)
-            } else {
-                0
-            };
-            self.in_flight.insert(
-                id,
-                InFlight {
-                    attempt: t.attempts,
-                    slot,
-                    reports: 0,
-                    base_step,
-                    redo_through,
-                    restore_dir,
-                    settled: false,
-                },
-            );
+            let run = InFlight::new(t, slot, &trial_dir(&self.plan.dir, id), exploited);
+            self.in_flight.insert(id, run);
             self.to_launch.push(id);
         }
         Ok(())
@@ -478,16 +359,11 @@ impl Coordinator {
             self.acks.push((ack, Heard::Stop));
             return Ok(());
         };
-        run.reports += 1;
-        let step = step.unwrap_or(run.base_step + run.reports);
-        if run.redo_through.is_some_and(|last| step <= last) {
-            // A step this run redoes, restarted from an older checkpoint (a kill came between
-            // the step's acknowledgement and its checkpoint) or from scratch: its result and
-            // decision are already stored.
+        let Some(step) = run.take_report(step) else {
+            // A step this run redoes: its result and decision are already stored.
             self.acks.push((ack, Heard::Continue));
             return Ok(());
-        }
-        run.redo_through = None;
+        };
         let value = match metrics.get(metric) {
             Some(&v) if v.is_finite() => v,
             bad => {
@@ -570,12 +446,7 @@ impl Coordinator {
                 t.parent = Some(from);
                 t.restore_from = Some(from);
                 self.store.put_trial(t)?;
-                // Take the source's checkpoint as it is now (as Ray Tune does): it moves on.
-                let staged = exploit_staging(&self.plan.dir, id);
-                let _ = std::fs::remove_dir_all(&staged);
-                copy_dir(&trial_dir(&self.plan.dir, from), &staged).map_err(|e| {
-                    TuneError::io(format!("copying the checkpoint of trial {from}"), e)
-                })?;
+                stage_exploit(&self.plan.dir, id, from)?;
                 self.history.set_params(id, params);
                 self.deferred.push_back(id);
                 let t = &self.trials[id as usize];
@@ -600,21 +471,7 @@ impl Coordinator {
         let Some(from) = self.trials[id as usize].restore_from else {
             return Ok(());
         };
-        let (staged, dst) = (
-            exploit_staging(&self.plan.dir, id),
-            trial_dir(&self.plan.dir, id),
-        );
-        let _ = std::fs::remove_dir_all(&dst);
-        let moved = staged.is_dir() && std::fs::rename(&staged, &dst).is_ok();
-        if !moved {
-            // No snapshot (a crash came between the decision and it): take the source's latest.
-            copy_dir(&trial_dir(&self.plan.dir, from), &dst).map_err(|e| {
-                TuneError::io(
-                    format!("copying the checkpoint of trial {from} to trial {id}"),
-                    e,
-                )
-            })?;
-        }
+        take_exploit(&self.plan.dir, id, from)?;
         let t = &mut self.trials[id as usize];
         t.restore_from = None;
         self.store.put_trial(t)?;
@@ -685,7 +542,7 @@ impl Coordinator {
         self.store.put_trial(t)?;
         let last = t.last_step().zip(t.value(&self.plan.metric));
         self.scheduler.on_complete(id, last);
-        note_best(&mut self.summary, t);
+        self.summary.note_best(t);
         emit(&mut self.observers, &Event::Finished(t), &self.summary);
         Ok(())
     }
@@ -708,14 +565,7 @@ impl Coordinator {
             return Ok(());
         }
         let t = &self.trials[id as usize];
-        // A run that reported completes the trial; so does one that only redid stored steps, or
-        // one resumed from a checkpoint with nothing left to report (its earlier results
-        // stand). A fresh run must report.
-        let this_run_reported = t.results.last().is_some_and(|r| r.attempt == attempt);
-        let redid_stored_steps = run.reports > 0 && run.redo_through.is_some();
-        let reported = this_run_reported
-            || redid_stored_steps
-            || (run.restore_dir.is_some() && !t.results.is_empty());
+        let reported = run.reported(t);
         let (status, error) = match outcome {
             Outcome::Interrupted => {
                 // Left as running in the store: `resume` re-queues it.
@@ -743,131 +593,5 @@ impl Coordinator {
             Outcome::Failed(reason) => (Status::Failed, Some(reason)),
         };
         self.settle(id, status, error)
-    }
-}
-
-/// Where the checkpoint an exploit took waits until the exploiting trial runs again.
-fn exploit_staging(dir: &std::path::Path, id: TrialId) -> std::path::PathBuf {
-    dir.join(crate::experiment::TRIALS_DIR)
-        .join(format!(".exploit-{id}"))
-}
-
-/// Copies a folder tree (a trial's checkpoint); a missing source copies nothing.
-fn copy_dir(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dst)?;
-    let Ok(entries) = std::fs::read_dir(src) else {
-        return Ok(());
-    };
-    for entry in entries {
-        let entry = entry?;
-        let to = dst.join(entry.file_name());
-        let copied = match entry.file_type()?.is_dir() {
-            true => copy_dir(&entry.path(), &to),
-            false => std::fs::copy(entry.path(), to).map(drop),
-        };
-        match copied {
-            // The running source renamed its temporary file over its checkpoint meanwhile:
-            // the checkpoint itself is copied (old or new, whole) under its own name.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            other => other?,
-        }
-    }
-    Ok(())
-}
-
-/// Rebuilds a scheduler's state from stored trials: every result in the order the coordinator
-/// received it, and each finished trial's completion right after its last result.
-///
-/// Returns the decisions the store has not caught up with: an unfinished trial whose last
-/// result the scheduler answers with more than `Continue`, because a kill came after the
-/// result was stored and before the decision's effect was (a paused trial's was).
-pub(crate) fn replay(
-    scheduler: &mut dyn Scheduler,
-    trials: &[Trial],
-    metric: &str,
-) -> Vec<(TrialId, u64, Decision)> {
-    enum Step {
-        Result(TrialId, u64, f64),
-        Complete(TrialId, Option<(u64, f64)>),
-    }
-    // Trials joined in id order (a synchronous scheduler fills its brackets that way).
-    for t in trials {
-        scheduler.on_trial_add(t.id, t.original_params());
-    }
-    let mut events: Vec<(u64, u8, Step)> = Vec::new();
-    for t in trials {
-        for r in &t.results {
-            if let Some(&v) = r.metrics.get(metric) {
-                events.push((r.seq, 0, Step::Result(t.id, r.step, v)));
-            }
-        }
-        if t.status.is_finished() {
-            if let Some(last) = t.results.last() {
-                let final_result = t.last_step().zip(t.value(metric));
-                events.push((last.seq, 1, Step::Complete(t.id, final_result)));
-            }
-        }
-    }
-    events.sort_by_key(|e| (e.0, e.1));
-    let mut last_decision: HashMap<TrialId, (u64, Decision)> = HashMap::new();
-    for (_, _, step) in events {
-        match step {
-            Step::Result(id, s, v) => {
-                let decision = scheduler.on_result(id, s, v);
-                last_decision.insert(id, (s, decision));
-            }
-            Step::Complete(id, last) => scheduler.on_complete(id, last),
-        }
-    }
-    trials
-        .iter()
-        .filter(|t| !t.status.is_finished() && t.status != Status::Paused)
-        .filter_map(|t| {
-            let (step, decision) = last_decision.remove(&t.id)?;
-            (decision != Decision::Continue).then_some((t.id, step, decision))
-        })
-        .collect()
-}
-
-fn note_best(summary: &mut Summary, t: &Trial) {
-    if t.status != Status::Completed {
-        return;
-    }
-    if let Some(v) = t.value(&summary.metric) {
-        if summary.best.is_none_or(|(_, b)| summary.mode.better(v, b)) {
-            summary.best = Some((t.id, v));
-        }
-    }
-}
-
-fn emit(observers: &mut [Box<dyn Observer>], event: &Event<'_>, summary: &Summary) {
-    for o in observers.iter_mut() {
-        o.on_event(event, summary);
-    }
-}
-
-/// Asks a running sweep to stop cleanly: no new trials start, running ones are ended and
-/// left for `tune resume` (what Ctrl-C and the dashboard's quit do).
-///
-/// ```
-/// let tuner = tune::Tuner::new(tune::Space::builder().uniform("x", 0.0, 1.0).build().unwrap());
-/// let stop = tuner.stop_handle();
-/// std::thread::spawn(move || { /* later */ stop.stop(); });
-/// ```
-#[derive(Clone, Debug)]
-pub struct StopHandle(pub(crate) watch::Sender<bool>);
-
-impl StopHandle {
-    pub(crate) fn new() -> StopHandle {
-        StopHandle(watch::channel(false).0)
-    }
-
-    pub fn stop(&self) {
-        self.0.send_replace(true);
-    }
-
-    /// Whether a stop was asked for.
-    pub fn is_stopped(&self) -> bool {
-        *self.0.borrow()
     }
 }
