@@ -24,8 +24,7 @@ pub fn trial_dir(dir: &Path, id: TrialId) -> PathBuf {
 
 /// Where the checkpoint an exploit took waits until the exploiting trial runs again.
 fn exploit_staging(dir: &Path, id: TrialId) -> PathBuf {
-    dir.join(TRIALS_DIR)
-        .join(format!(".exploit-{id}"))
+    dir.join(TRIALS_DIR).join(format!(".exploit-{id}"))
 }
 
 /// Takes the checkpoint of trial `from` for trial `id`, which exploits it, as it is now (as

@@ -44,11 +44,12 @@ pub mod store;
 mod trial;
 mod tuner;
 
-pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use error::TuneError;
 pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
+pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};
+pub use replay::scheduler_status;
 pub use spec::{
     Algorithm, AshaVariant, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind,
     SchedulerSpec, SearchSpec, SpecError,
@@ -57,5 +58,4 @@ pub use trial::{Trial, TrialResult};
 pub use tune_search::{
     Domain, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
 };
-pub use replay::scheduler_status;
 pub use tuner::{best_trial, TuneResult, Tuner};

@@ -8,10 +8,10 @@ use tune_schedulers::{Asha, AshaPromotion, Fifo, HyperBand, MedianStopping, Pbt,
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
 use crate::coordinator::{Coordinator, Plan};
-use crate::observer::{Observer, StopHandle};
 use crate::error::TuneError;
 use crate::experiment::Experiment;
 use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
+use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
 use crate::spec::{

@@ -121,7 +121,10 @@ fn sigkill_after_random_acknowledgements_then_resume_loses_nothing() {
         );
         let now = by_id(export_json(&dir));
         let acked = assert_acknowledged_results_kept(tmp.path(), &now);
-        assert!(acked >= due, "round {round}: {acked} acknowledged, kill due at {due}");
+        assert!(
+            acked >= due,
+            "round {round}: {acked} acknowledged, kill due at {due}"
+        );
         for (id, t) in &now {
             // Same id, same params, whatever happened.
             let p = params.entry(*id).or_insert_with(|| t["params"].clone());

@@ -25,9 +25,9 @@ use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
 use crate::observer::{emit, Event, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
 use crate::replay::replay;
-use in_flight::InFlight;
 use crate::store::TrialStore;
 use crate::trial::{now_ms, Trial, TrialResult};
+use in_flight::InFlight;
 
 /// Settings of one sweep run.
 pub(crate) struct Plan {
@@ -246,8 +246,7 @@ impl Coordinator {
         for o in &mut self.observers {
             o.on_end(&self.summary);
         }
-        let unfinished =
-            (self.trials.len() as u64) < self.budget || self.summary.unfinished() > 0;
+        let unfinished = (self.trials.len() as u64) < self.budget || self.summary.unfinished() > 0;
         if *shutdown_rx.borrow() && unfinished {
             return Err(TuneError::Interrupted(self.plan.dir.clone()));
         }

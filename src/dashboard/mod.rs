@@ -23,8 +23,8 @@ pub use feed::{
     board_from_trials, connect, live_board, Hub, HubObserver, WatchServer, WATCH_ADDR_FILE,
 };
 
-use crate::observer::StopHandle;
 use crate::experiment::Experiment;
+use crate::observer::StopHandle;
 use crate::trial::now_ms;
 
 /// The board of an experiment folder opened from its store (a sweep that is not running).

@@ -26,6 +26,25 @@ enum Write {
 }
 
 impl Records {
+    fn load(&self) -> Result<StoredExperiment, StoreError> {
+        let records = self;
+        let meta: Meta = decode(records.meta.as_deref().ok_or(StoreError::NoMeta)?, || {
+            "experiment record".into()
+        })?;
+        let mut trials = Vec::with_capacity(records.trials.len());
+        for (id, bytes) in &records.trials {
+            let trial: Trial = decode(bytes, || format!("trial record {id}"))?;
+            trials.push(trial);
+        }
+        for ((id, seq), bytes) in &records.results {
+            let result: TrialResult = decode(bytes, || format!("result {seq} of trial {id}"))?;
+            if let Some(t) = trials.get_mut(*id as usize).filter(|t| t.id == *id) {
+                t.results.push(result);
+            }
+        }
+        Ok(StoredExperiment { meta, trials })
+    }
+
     fn apply(&mut self, write: Write) {
         match write {
             Write::Meta(bytes) => self.meta = Some(bytes),
@@ -86,6 +105,20 @@ impl MemoryDb {
         })
     }
 
+    /// What the last sync left: what a crash now would leave, read without opening the
+    /// database (a store may have it open).
+    ///
+    /// ```
+    /// use tune::store::{MemoryDb, StoreError};
+    /// let db = MemoryDb::new();
+    /// let _store = db.open().unwrap();
+    /// assert!(matches!(db.synced(), Err(StoreError::NoMeta)));
+    /// ```
+    pub fn synced(&self) -> Result<StoredExperiment, StoreError> {
+        let records = self.lock().durable.clone();
+        records.load()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Shared> {
         // A panic while holding the lock leaves records that are still whole maps.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
@@ -117,22 +150,7 @@ impl Drop for MemoryStore {
 
 impl TrialStore for MemoryStore {
     fn load(&self) -> Result<StoredExperiment, StoreError> {
-        let records = &self.records;
-        let meta: Meta = decode(records.meta.as_deref().ok_or(StoreError::NoMeta)?, || {
-            "experiment record".into()
-        })?;
-        let mut trials = Vec::with_capacity(records.trials.len());
-        for (id, bytes) in &records.trials {
-            let trial: Trial = decode(bytes, || format!("trial record {id}"))?;
-            trials.push(trial);
-        }
-        for ((id, seq), bytes) in &records.results {
-            let result: TrialResult = decode(bytes, || format!("result {seq} of trial {id}"))?;
-            if let Some(t) = trials.get_mut(*id as usize).filter(|t| t.id == *id) {
-                t.results.push(result);
-            }
-        }
-        Ok(StoredExperiment { meta, trials })
+        self.records.load()
     }
 
     fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError> {
