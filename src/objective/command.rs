@@ -1,11 +1,12 @@
 //! Command objectives: one child process per trial attempt.
 //!
-//! The protocol (DESIGN.md): the trial reports by printing lines to stdout, a JSON object
-//! (`{"step": 3, "val_loss": 0.31}`) or `key: value` pairs (`val_loss: 0.31, acc: 0.9`); after
-//! each report the coordinator writes its decision (`continue` or `stop`) as one line to the
-//! trial's stdin. A trial that ignores `stop` gets SIGTERM, then SIGKILL, and whatever it
-//! reports after the decision is discarded. Exit 0 completes the trial; anything else fails it
-//! with the tail of its stderr.
+//! The protocol, in full in README.md ("The command objective protocol"): the trial reports by
+//! printing lines to stdout, a JSON object (`{"step": 3, "val_loss": 0.31}`) or `key: value`
+//! pairs (`val_loss: 0.31, acc: 0.9`); after each report, once it is durable, the coordinator
+//! writes its decision (`continue`, `stop` or `pause`) as one line to the trial's stdin. A
+//! trial that ignores `stop` or `pause` gets SIGTERM, then SIGKILL, and whatever it reports
+//! after the decision is discarded. Exit 0 completes the trial; anything else fails it with the
+//! tail of its stderr.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Child;
-use tokio::sync::{mpsc, oneshot};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::{substitute, Heard, Job, Outcome, WorkerMsg};
@@ -51,21 +52,56 @@ enum Cut {
 }
 
 async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
+    let mut child = match spawn(obj, job) {
+        Ok(child) => child,
+        Err(failed) => return failed,
+    };
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Outcome::Failed("the child's pipes were not set up".into());
+    };
+    // Decisions go through their own task: a trial that never reads stdin must not block us.
+    let (decide, decisions) = mpsc::unbounded_channel::<Heard>();
+    let writer = tokio::spawn(write_decisions(stdin, decisions));
+    let stderr_tail = tokio::spawn(stderr_tail(stderr));
+    let deadline = job.timeout.map(|t| Instant::now() + t);
+    let mut shutdown = job.shutdown.clone();
+    let cut = read_reports(obj, job, stdout, decide, deadline, &mut shutdown).await;
+    let outcome = finish(
+        obj,
+        job,
+        &mut child,
+        cut,
+        stderr_tail,
+        deadline,
+        &mut shutdown,
+    )
+    .await;
+    writer.abort();
+    outcome
+}
+
+/// Starts the trial's process: argv with the params filled in, the `TUNE_*` environment, pipes
+/// for the protocol, its own process group. `Err` is the failed outcome.
+fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
     let argv: Vec<String> = obj
         .argv
         .iter()
         .map(|a| substitute(a, &job.params))
         .collect();
     if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
-        return Outcome::Failed(format!("cannot create {}: {e}", job.trial_dir.display()));
+        return Err(Outcome::Failed(format!(
+            "cannot create {}: {e}",
+            job.trial_dir.display()
+        )));
     }
+    let params = serde_json::to_string(&job.params)
+        .map_err(|e| Outcome::Failed(format!("the params cannot be written as JSON: {e}")))?;
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .current_dir(&obj.workdir)
-        .env(
-            "TUNE_PARAMS",
-            serde_json::to_string(&job.params).unwrap_or_default(),
-        )
+        .env("TUNE_PARAMS", params)
         .env("TUNE_TRIAL_ID", job.id.to_string())
         .env("TUNE_DEVICE", &job.device)
         .env("TUNE_ATTEMPT", job.attempt.to_string())
@@ -96,67 +132,68 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return Outcome::Failed(format!(
-                "cannot start `{}` (in {}): {e}",
-                argv[0],
-                obj.workdir.display()
-            ))
-        }
-    };
-    let (Some(stdin), Some(stdout), Some(mut stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Outcome::Failed("the child's pipes were not set up".into());
-    };
+    cmd.spawn().map_err(|e| {
+        Outcome::Failed(format!(
+            "cannot start `{}` (in {}): {e}",
+            argv[0],
+            obj.workdir.display()
+        ))
+    })
+}
 
-    // Decisions go through their own task: a trial that never reads stdin must not block us.
-    let (decide, mut decisions) = mpsc::unbounded_channel::<Heard>();
-    let writer = tokio::spawn(async move {
-        let mut stdin = stdin;
-        while let Some(d) = decisions.recv().await {
-            let line = d.line();
-            if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
-                break;
-            }
+/// Writes each decision as its protocol line to the trial's stdin, until either side is gone.
+async fn write_decisions(mut stdin: ChildStdin, mut decisions: mpsc::UnboundedReceiver<Heard>) {
+    while let Some(d) = decisions.recv().await {
+        let line = d.line();
+        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+            break;
         }
-    });
-    let stderr_tail = tokio::spawn(async move {
-        let mut tail: Vec<u8> = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            tail.extend_from_slice(&buf[..n]);
-            if tail.len() > 2 * STDERR_TAIL {
-                tail.drain(..tail.len() - STDERR_TAIL);
-            }
-        }
-        let text = String::from_utf8_lossy(&tail).into_owned();
-        let start = text.len().saturating_sub(STDERR_TAIL);
-        let start = (start..text.len())
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(text.len());
-        text[start..].trim().to_string()
-    });
+    }
+}
 
-    let deadline = job.timeout.map(|t| Instant::now() + t);
-    let mut shutdown = job.shutdown.clone();
+/// The last [`STDERR_TAIL`] bytes of the trial's stderr (whole characters), for its error.
+async fn stderr_tail(mut stderr: ChildStderr) -> String {
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 2 * STDERR_TAIL {
+            tail.drain(..tail.len() - STDERR_TAIL);
+        }
+    }
+    let text = String::from_utf8_lossy(&tail).into_owned();
+    let start = text.len().saturating_sub(STDERR_TAIL);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    text[start..].trim().to_string()
+}
+
+/// Reads reports from the trial's stdout, sends each to the coordinator and its decision back
+/// to the trial, until the trial closes stdout (`None`) or the read is cut short.
+async fn read_reports(
+    obj: &CommandObjective,
+    job: &Job,
+    stdout: ChildStdout,
+    decide: mpsc::UnboundedSender<Heard>,
+    deadline: Option<Instant>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Cut> {
     let mut stdout = BufReader::new(stdout);
     let mut parser = ReportParser::new(&obj.metric);
     let mut line = Vec::new();
-    let cut = loop {
+    loop {
         line.clear();
         let read = tokio::select! {
             r = stdout.read_until(b'\n', &mut line) => r,
-            _ = sleep_until(deadline) => break Some(Cut::TimedOut),
-            _ = until_shutdown(&mut shutdown) => break Some(Cut::Interrupted),
+            _ = sleep_until(deadline) => return Some(Cut::TimedOut),
+            _ = until_shutdown(shutdown) => return Some(Cut::Interrupted),
         };
         match read {
-            Ok(0) | Err(_) => break None,
+            Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }
         let Some((step, metrics)) = parser.feed(&String::from_utf8_lossy(&line)) else {
@@ -171,58 +208,65 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
             ack,
         };
         if job.tx.send(msg).is_err() {
-            break Some(Cut::Interrupted);
+            return Some(Cut::Interrupted);
         }
-        match answer.await {
-            Ok(decision) => {
-                let _ = decide.send(decision);
-                if decision != Heard::Continue {
-                    break Some(Cut::Stopped);
+        let Ok(decision) = answer.await else {
+            return Some(Cut::Interrupted);
+        };
+        let _ = decide.send(decision);
+        if decision != Heard::Continue {
+            return Some(Cut::Stopped);
+        }
+    }
+}
+
+/// Ends the attempt after the reads: waits for the exit of a trial that closed its stdout (or
+/// terminates it), and says how the attempt went.
+async fn finish(
+    obj: &CommandObjective,
+    job: &Job,
+    child: &mut Child,
+    cut: Option<Cut>,
+    stderr_tail: tokio::task::JoinHandle<String>,
+    deadline: Option<Instant>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Outcome {
+    let cut = match cut {
+        Some(cut) => cut,
+        None => {
+            let exited = tokio::select! {
+                s = child.wait() => Ok(s),
+                _ = sleep_until(deadline) => Err(Cut::TimedOut),
+                _ = until_shutdown(shutdown) => Err(Cut::Interrupted),
+            };
+            match exited {
+                Ok(Ok(status)) if status.success() => return Outcome::Returned,
+                Ok(Ok(status)) => {
+                    let tail = stderr_tail.await.unwrap_or_default();
+                    return Outcome::Failed(describe_exit(status, &tail));
                 }
+                Ok(Err(e)) => {
+                    return Outcome::Failed(format!("waiting for the process failed: {e}"))
+                }
+                Err(cut) => cut,
             }
-            Err(_) => break Some(Cut::Interrupted),
         }
     };
-
-    let outcome = match cut {
-        None => {
-            let waited = tokio::select! {
-                s = child.wait() => Some(Ok(s)),
-                _ = sleep_until(deadline) => Some(Err(Cut::TimedOut)),
-                _ = until_shutdown(&mut shutdown) => None,
-            };
-            match waited {
-                Some(Ok(Ok(status))) if status.success() => Outcome::Returned,
-                Some(Ok(Ok(status))) => Outcome::Failed(describe_exit(
-                    status,
-                    &stderr_tail.await.unwrap_or_default(),
-                )),
-                Some(Ok(Err(e))) => Outcome::Failed(format!("waiting for the process failed: {e}")),
-                Some(Err(_)) => {
-                    terminate(&mut child, Duration::ZERO, obj.grace).await;
-                    timed_out(job)
-                }
-                None => {
-                    terminate(&mut child, Duration::ZERO, obj.grace).await;
-                    Outcome::Interrupted
-                }
-            }
-        }
-        Some(Cut::Stopped) => {
-            terminate(&mut child, obj.grace, obj.grace).await;
+    match cut {
+        Cut::Stopped => {
+            // A trial told to stop may end on its own (and checkpoint) within the grace.
+            terminate(child, obj.grace, obj.grace).await;
             Outcome::Stopped
         }
-        Some(Cut::TimedOut) => {
-            terminate(&mut child, Duration::ZERO, obj.grace).await;
+        Cut::TimedOut => {
+            terminate(child, Duration::ZERO, obj.grace).await;
             timed_out(job)
         }
-        Some(Cut::Interrupted) => {
-            terminate(&mut child, Duration::ZERO, obj.grace).await;
+        Cut::Interrupted => {
+            terminate(child, Duration::ZERO, obj.grace).await;
             Outcome::Interrupted
         }
-    };
-    writer.abort();
-    outcome
+    }
 }
 
 fn timed_out(job: &Job) -> Outcome {
@@ -230,7 +274,7 @@ fn timed_out(job: &Job) -> Outcome {
     Outcome::Failed(format!("timed out after {secs} s"))
 }
 
-async fn until_shutdown(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+async fn until_shutdown(shutdown: &mut watch::Receiver<bool>) {
     if shutdown.wait_for(|s| *s).await.is_err() {
         // The coordinator is gone without asking for a stop: nothing will ever ask.
         std::future::pending::<()>().await;

@@ -12,6 +12,7 @@ mod numerics;
 
 use std::cmp::Ordering;
 
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::{trial_rng, Condition, History, Params, Searcher, Space, TrialId};
@@ -376,129 +377,155 @@ impl Searcher for Tpe {
             return Some(self.space.sample(&mut rng));
         }
         // Like Optuna, gamma counts finished trials only; liars only join the bad side.
-        let work = &mut self.work;
         self.index
-            .below_into(self.opts.gamma(finished), &mut work.good);
+            .below_into(self.opts.gamma(finished), &mut self.work.good);
+        let mut params = Params::default();
+        self.work.kernel_of.clear();
+        self.work.kernel_of.resize(self.index.len(), u32::MAX);
+        for g in 0..self.groups.len() {
+            let first = &self.space.params()[self.groups[g].params[0]];
+            if !self.space.is_active(first, &params) {
+                continue;
+            }
+            self.partition(g);
+            let l = self.fit(g);
+            let chosen = self.choose(g, &l, &mut rng)?;
+            for (&p, &x) in self.groups[g].params.iter().zip(&chosen) {
+                let param = &self.space.params()[p];
+                params.insert(param.name.clone(), from_internal(&param.domain, x));
+            }
+        }
+        Some(params)
+    }
+}
+
+impl Tpe {
+    /// The estimators' options: the kernel floors in force and the prior.
+    fn estimator_options(&self) -> EstimatorOptions {
         let (min_bandwidth_factor, magic_clip_exponent, discrete_min_bandwidth) =
             self.opts.kernel_floors();
-        let est_opts = EstimatorOptions {
+        EstimatorOptions {
             prior_weight: self.opts.prior_weight,
             magic_clip: self.opts.consider_magic_clip,
             consider_endpoints: self.opts.consider_endpoints,
             min_bandwidth_factor,
             magic_clip_exponent,
             discrete_min_bandwidth,
-        };
-        let mut params = Params::default();
-        work.kernel_of.clear();
-        work.kernel_of.resize(self.index.len(), u32::MAX);
-        for group in &self.groups {
-            let first = &self.space.params()[group.params[0]];
-            if !self.space.is_active(first, &params) {
+        }
+    }
+
+    /// Splits the modelled trials in which every parameter of group `g` was active into the
+    /// good side (`work.below_ids`) and the bad one (`work.above_ids`), in id order; a bad
+    /// trial's kernel index goes in `work.kernel_of`.
+    fn partition(&mut self, g: usize) {
+        let (group, work) = (&self.groups[g], &mut self.work);
+        work.below_ids.clear();
+        work.above_ids.clear();
+        for i in 0..self.index.len().min(self.coords.len()) {
+            let Some(c) = self.coords.get(i as TrialId) else {
+                continue;
+            };
+            if !self.index.modelled(i as TrialId) || group.params.iter().any(|&p| c[p].is_nan()) {
                 continue;
             }
-            // The modelled trials in which every parameter of the group was active, in id order.
-            work.below_ids.clear();
-            work.above_ids.clear();
-            for i in 0..self.index.len().min(self.coords.len()) {
-                let Some(c) = self.coords.get(i as TrialId) else {
-                    continue;
-                };
-                if !self.index.modelled(i as TrialId) || group.params.iter().any(|&p| c[p].is_nan())
-                {
-                    continue;
-                }
-                if work.good[i] {
-                    work.below_ids.push(i as TrialId);
-                } else {
-                    work.kernel_of[i] = work.above_ids.len() as u32;
-                    work.above_ids.push(i as TrialId);
-                }
-            }
-            let coords = &self.coords;
-            let column = |p: usize, ids: &[TrialId], out: &mut Vec<f64>| {
-                out.clear();
-                out.extend(
-                    ids.iter()
-                        .map(|&i| coords.get(i).map_or(f64::NAN, |c| c[p])),
-                );
-            };
-            let dims = group.params.len();
-            work.above_cols.resize_with(dims, Vec::new);
-            work.orders.resize_with(dims, Vec::new);
-            for (d, &p) in group.params.iter().enumerate() {
-                column(p, &work.above_ids, &mut work.above_cols[d]);
-                // The bad kernels' order along this dimension, read off the index (no sorting).
-                let kernel_of = &work.kernel_of;
-                let order = &mut work.orders[d];
-                order.clear();
-                order.extend(self.index.sorted(p).filter_map(|i| {
-                    kernel_of
-                        .get(i as usize)
-                        .filter(|&&k| k != u32::MAX)
-                        .map(|&k| k as usize)
-                }));
-            }
-            for &i in &work.above_ids {
-                work.kernel_of[i as usize] = u32::MAX;
-            }
-            let below_cols: Vec<Vec<f64>> = group
-                .params
-                .iter()
-                .map(|&p| {
-                    let mut out = Vec::new();
-                    column(p, &work.below_ids, &mut out);
-                    out
-                })
-                .collect();
-            let l = Parzen::new(
-                &group.specs,
-                &below_cols,
-                &self.opts.weights(work.below_ids.len()),
-                est_opts,
-            );
-            let memo = Some((
-                &mut self.norms,
-                work.above_ids.as_slice(),
-                group.params.as_slice(),
-            ));
-            self.opts
-                .weights_into(work.above_ids.len(), &mut work.weights);
-            Parzen::scoring_table(
-                &mut work.bad,
-                &mut work.kernel_bufs,
-                &group.specs,
-                &work.above_cols[..dims],
-                &work.weights,
-                est_opts,
-                memo,
-                &work.orders[..dims],
-            );
-            let (g, terms) = (&work.bad, &mut work.terms);
-            let mut candidate = vec![0.0; group.params.len()];
-            let mut best: Option<(f64, Vec<f64>)> = None;
-            for _ in 0..self.opts.n_ei_candidates.max(1) {
-                l.sample(&mut rng, &mut candidate);
-                // Score the value the candidate stands for (the centre of its bin).
-                for (x, &p) in candidate.iter_mut().zip(&group.params) {
-                    let domain = &self.space.params()[p].domain;
-                    *x = to_internal(domain, &from_internal(domain, *x)).unwrap_or(*x);
-                }
-                let score = l.log_pdf(&candidate, terms) - g.log_pdf(&candidate, terms);
-                if best
-                    .as_ref()
-                    .is_none_or(|(b, _)| score.partial_cmp(b) == Some(Ordering::Greater))
-                {
-                    best = Some((score, candidate.clone()));
-                }
-            }
-            let (_, chosen) = best?;
-            for (&p, &x) in group.params.iter().zip(&chosen) {
-                let param = &self.space.params()[p];
-                params.insert(param.name.clone(), from_internal(&param.domain, x));
+            if work.good[i] {
+                work.below_ids.push(i as TrialId);
+            } else {
+                work.kernel_of[i] = work.above_ids.len() as u32;
+                work.above_ids.push(i as TrialId);
             }
         }
-        Some(params)
+    }
+
+    /// Fits group `g`'s densities on the sides [`Tpe::partition`] made: returns l (good) and
+    /// leaves g (bad) as the scoring table `work.bad`.
+    fn fit(&mut self, g: usize) -> Parzen {
+        let est_opts = self.estimator_options();
+        let (group, work, coords) = (&self.groups[g], &mut self.work, &self.coords);
+        let column = |p: usize, ids: &[TrialId], out: &mut Vec<f64>| {
+            out.clear();
+            out.extend(
+                ids.iter()
+                    .map(|&i| coords.get(i).map_or(f64::NAN, |c| c[p])),
+            );
+        };
+        let dims = group.params.len();
+        work.above_cols.resize_with(dims, Vec::new);
+        work.orders.resize_with(dims, Vec::new);
+        for (d, &p) in group.params.iter().enumerate() {
+            column(p, &work.above_ids, &mut work.above_cols[d]);
+            // The bad kernels' order along this dimension, read off the index (no sorting).
+            let kernel_of = &work.kernel_of;
+            let order = &mut work.orders[d];
+            order.clear();
+            order.extend(self.index.sorted(p).filter_map(|i| {
+                kernel_of
+                    .get(i as usize)
+                    .filter(|&&k| k != u32::MAX)
+                    .map(|&k| k as usize)
+            }));
+        }
+        for &i in &work.above_ids {
+            work.kernel_of[i as usize] = u32::MAX;
+        }
+        let below_cols: Vec<Vec<f64>> = group
+            .params
+            .iter()
+            .map(|&p| {
+                let mut out = Vec::new();
+                column(p, &work.below_ids, &mut out);
+                out
+            })
+            .collect();
+        let l = Parzen::new(
+            &group.specs,
+            &below_cols,
+            &self.opts.weights(work.below_ids.len()),
+            est_opts,
+        );
+        let memo = Some((
+            &mut self.norms,
+            work.above_ids.as_slice(),
+            group.params.as_slice(),
+        ));
+        self.opts
+            .weights_into(work.above_ids.len(), &mut work.weights);
+        Parzen::scoring_table(
+            &mut work.bad,
+            &mut work.kernel_bufs,
+            &group.specs,
+            &work.above_cols[..dims],
+            &work.weights,
+            est_opts,
+            memo,
+            &work.orders[..dims],
+        );
+        l
+    }
+
+    /// Of `n_ei_candidates` drawn from `l`, the one with the highest l/g (the first of equals),
+    /// in internal coordinates.
+    fn choose(&mut self, g: usize, l: &Parzen, rng: &mut ChaCha8Rng) -> Option<Vec<f64>> {
+        let group = &self.groups[g];
+        let (bad, terms) = (&self.work.bad, &mut self.work.terms);
+        let mut candidate = vec![0.0; group.params.len()];
+        let mut best: Option<(f64, Vec<f64>)> = None;
+        for _ in 0..self.opts.n_ei_candidates.max(1) {
+            l.sample(rng, &mut candidate);
+            // Score the value the candidate stands for (the centre of its bin).
+            for (x, &p) in candidate.iter_mut().zip(&group.params) {
+                let domain = &self.space.params()[p].domain;
+                *x = to_internal(domain, &from_internal(domain, *x)).unwrap_or(*x);
+            }
+            let score = l.log_pdf(&candidate, terms) - bad.log_pdf(&candidate, terms);
+            if best
+                .as_ref()
+                .is_none_or(|(b, _)| score.partial_cmp(b) == Some(Ordering::Greater))
+            {
+                best = Some((score, candidate.clone()));
+            }
+        }
+        best.map(|(_, chosen)| chosen)
     }
 }
 
