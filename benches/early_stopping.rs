@@ -138,15 +138,7 @@ fn scheduler_tpe_options() -> TpeOptions {
 
 /// What `tune` gives TPE under ASHA and HyperBand (`ExperimentSpec::tpe_options`).
 fn rung_tpe_options() -> TpeOptions {
-    let mut o = scheduler_tpe_options();
-    let set_by_env = std::env::var("TUNE_TPE_OPTS").is_ok_and(|j| {
-        serde_json::from_str::<serde_json::Value>(&j)
-            .is_ok_and(|v| v.get("stopped_min_depth").is_some())
-    });
-    if !set_by_env {
-        o.stopped_min_depth = TpeOptions::RUNG_STOPPED_MIN_DEPTH;
-    }
-    o
+    tpe_options().under_rungs()
 }
 
 /// Median over seeds; `None` (no incumbent yet) counts as +inf, as in the peers' table.
@@ -281,7 +273,7 @@ fn main() {
 /// modelled, `stopped_min_depth = 0`), a check that the choice was not fitted to `curves.py`.
 fn held_out(seeds: u64) {
     let keep_all = TpeOptions {
-        stopped_min_depth: 0.0,
+        stopped_min_depth: Some(0.0),
         ..scheduler_tpe_options()
     };
     let schedulers: [(&str, MakeScheduler); 2] = [("ASHA", asha), ("HyperBand", hyperband)];

@@ -14,8 +14,12 @@ pub const SPEC_FILE: &str = "spec.toml";
 pub const DB_DIR: &str = "tune.db";
 /// One folder per trial, for checkpoints and outputs.
 pub const TRIALS_DIR: &str = "trials";
-/// The store layout this build writes and reads.
-pub const FORMAT: u32 = 1;
+/// The store layout this build writes. 2: `[search]` and `[scheduler]` are stored as tagged
+/// configs with every setting written out.
+pub const FORMAT: u32 = 2;
+/// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
+/// each missing setting taking its default.
+pub const FORMATS_READ: [u32; 2] = [1, 2];
 
 /// The folder of trial `id`.
 pub fn trial_dir(dir: &Path, id: TrialId) -> PathBuf {
@@ -191,9 +195,9 @@ impl Experiment {
             }
             Err(e) => return Err(e.into()),
         };
-        if stored.meta.format != FORMAT {
+        if !FORMATS_READ.contains(&stored.meta.format) {
             return Err(not(format!(
-                "it was written in store format {}, this build reads format {FORMAT}",
+                "it was written in store format {}, this build reads formats {FORMATS_READ:?}",
                 stored.meta.format
             )));
         }
@@ -218,6 +222,8 @@ impl Experiment {
             )));
         }
         self.stored.meta.samples = samples;
+        // Rewritten in this build's layout.
+        self.stored.meta.format = FORMAT;
         self.store.put_meta(&self.stored.meta)?;
         self.store.sync()?;
         Ok(())

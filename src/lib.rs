@@ -51,11 +51,12 @@ pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
-    Algorithm, AshaVariant, ExperimentSpec, Gpus, ObjectiveSpec, Resources, SchedulerKind,
-    SchedulerSpec, SearchSpec, SpecError,
+    Algorithm, ExperimentSpec, Gpus, InvalidSetting, ObjectiveSpec, Resources, SchedulerSpec,
+    SearchSpec, SpecError,
 };
 pub use trial::{Trial, TrialResult};
+pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::{
-    Domain, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
+    Domain, FieldError, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
 };
 pub use tuner::{best_trial, TuneResult, Tuner};

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tune_schedulers::{Asha, AshaPromotion, Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
+use tune_schedulers::{Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
 use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
 
 use crate::coordinator::{Coordinator, Plan};
@@ -14,9 +14,7 @@ use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective,
 use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
-use crate::spec::{
-    Algorithm, AshaVariant, ExperimentSpec, Resources, SchedulerKind, SchedulerSpec, SearchSpec,
-};
+use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerSpec, SearchSpec};
 use crate::trial::Trial;
 
 /// Sets up and runs a sweep.
@@ -122,16 +120,30 @@ impl Tuner {
         self
     }
 
+    /// The search algorithm, with its default options (see [`Tuner::search`] to set them).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.spec.search.algorithm = algorithm;
+        self.spec.search = SearchSpec::of(algorithm);
+        self
+    }
+
+    /// The search algorithm and its options.
+    ///
+    /// ```
+    /// use tune::{SearchSpec, Space, TpeOptions, Tuner};
+    /// let tpe = SearchSpec::Tpe(TpeOptions { n_startup_trials: 5, ..Default::default() });
+    /// let tuner = Tuner::new(Space::default()).search(tpe);
+    /// # drop(tuner);
+    /// ```
+    pub fn search(mut self, search: SearchSpec) -> Self {
+        self.spec.search = search;
         self
     }
 
     /// The trial scheduler and its settings (FIFO unless set).
     ///
     /// ```
-    /// use tune::{SchedulerKind, SchedulerSpec, Space, Tuner};
-    /// let asha = SchedulerSpec { kind: SchedulerKind::Asha, max_t: Some(27), ..Default::default() };
+    /// use tune::{AshaConfig, SchedulerSpec, Space, Tuner};
+    /// let asha = SchedulerSpec::Asha(AshaConfig { max_t: 27, ..Default::default() });
     /// let tuner = Tuner::new(Space::default()).scheduler(asha);
     /// # drop(tuner);
     /// ```
@@ -245,7 +257,7 @@ impl Tuner {
             Ok((
                 objective(spec, dir)?,
                 make_searcher(spec)?,
-                make_scheduler(spec)?,
+                make_scheduler(spec),
                 (pool, note),
             ))
         };
@@ -259,12 +271,9 @@ impl Tuner {
                 (exp, parts)
             }
             None => {
-                self.spec.validate().map_err(|(section, key, msg)| {
-                    TuneError::Invalid(match section {
-                        "" => format!("{key}: {msg}"),
-                        _ => format!("{section}.{key}: {msg}"),
-                    })
-                })?;
+                self.spec
+                    .validate()
+                    .map_err(|e| TuneError::Invalid(e.to_string()))?;
                 let dir = self
                     .dir
                     .clone()
@@ -279,8 +288,8 @@ impl Tuner {
         let spec = exp.stored.meta.spec.clone();
         let plan = Plan {
             name: spec.name.clone(),
-            search: spec.search.algorithm.as_str().into(),
-            scheduler: spec.scheduler.kind.as_str().into(),
+            search: spec.search.algorithm().as_str().into(),
+            scheduler: spec.scheduler.name().into(),
             note,
             stop: self.stop.clone(),
             dir: exp.dir.clone(),
@@ -335,31 +344,30 @@ impl Tuner {
 
 fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> {
     let space = spec.space.clone();
-    Ok(match spec.search.algorithm {
-        Algorithm::Random => Box::new(RandomSearch::new(space, spec.seed)),
-        Algorithm::Grid => Box::new(
+    Ok(match &spec.search {
+        SearchSpec::Random {} => Box::new(RandomSearch::new(space, spec.seed)),
+        SearchSpec::Grid {} => Box::new(
             GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?,
         ),
-        Algorithm::Tpe => Box::new(Tpe::new(space, spec.seed, spec.tpe_options())),
+        SearchSpec::Tpe(_) => {
+            let options = spec.tpe_options().unwrap_or_default();
+            Box::new(Tpe::new(space, spec.seed, options))
+        }
     })
 }
 
-pub(crate) fn make_scheduler(spec: &ExperimentSpec) -> Result<Box<dyn Scheduler>, TuneError> {
-    let s = &spec.scheduler;
-    match s.kind {
-        SchedulerKind::Fifo => Ok(Box::new(Fifo)),
-        SchedulerKind::Median => Ok(Box::new(MedianStopping::new(s.median(), spec.mode))),
-        SchedulerKind::Asha if s.variant == Some(AshaVariant::Promotion) => {
-            Ok(Box::new(AshaPromotion::new(s.asha(), spec.mode, spec.seed)))
-        }
-        SchedulerKind::Asha => Ok(Box::new(Asha::new(s.asha(), spec.mode, spec.seed))),
-        SchedulerKind::Hyperband => Ok(Box::new(HyperBand::new(s.hyperband(), spec.mode))),
-        SchedulerKind::Pbt => Ok(Box::new(Pbt::new(
-            s.pbt(),
+pub(crate) fn make_scheduler(spec: &ExperimentSpec) -> Box<dyn Scheduler> {
+    match &spec.scheduler {
+        SchedulerSpec::Fifo {} => Box::new(Fifo),
+        SchedulerSpec::Median(c) => Box::new(MedianStopping::new(c.clone(), spec.mode)),
+        SchedulerSpec::Asha(c) => c.build(spec.mode, spec.seed),
+        SchedulerSpec::Hyperband(c) => Box::new(HyperBand::new(c.clone(), spec.mode)),
+        SchedulerSpec::Pbt(c) => Box::new(Pbt::new(
+            c.clone(),
             spec.space.clone(),
             spec.mode,
             spec.seed,
-        ))),
+        )),
     }
 }
 

@@ -173,9 +173,21 @@ fn bad_settings_are_input_errors() {
         .dir(tmp.path().join("a"))
         .fit(ok)
         .unwrap_err();
-    assert!(
-        err.is_input() && err.to_string().contains("samples: expected at least 1"),
-        "{err}"
+    // Worded as a spec file's error is, without the file's place.
+    assert!(err.is_input(), "{err}");
+    assert_eq!(err.to_string(), "`samples`: expected at least 1 trial, found 0");
+    let bad_asha = tune::SchedulerSpec::Asha(tune::AshaConfig {
+        reduction_factor: 1,
+        ..Default::default()
+    });
+    let err = Tuner::new(space())
+        .scheduler(bad_asha)
+        .dir(tmp.path().join("c"))
+        .fit(ok)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "[scheduler] `reduction_factor`: expected at least 2, found 1"
     );
     let err = Tuner::new(space())
         .algorithm(Algorithm::Grid)
@@ -215,14 +227,12 @@ fn an_experiment_is_locked_while_it_runs() {
 
 #[test]
 fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
-    use tune::{SchedulerKind, SchedulerSpec};
+    use tune::{HyperBandConfig, SchedulerSpec};
     let tmp = tempfile::tempdir().unwrap();
-    let hyperband = SchedulerSpec {
-        kind: SchedulerKind::Hyperband,
-        max_t: Some(81),
-        reduction_factor: Some(3),
-        ..SchedulerSpec::default()
-    };
+    let hyperband = SchedulerSpec::Hyperband(HyperBandConfig {
+        max_t: 81,
+        reduction_factor: 3,
+    });
     let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
         .samples(143)
         .cpu_slots(3)

@@ -156,7 +156,7 @@ fn bad_scheduler_settings_are_explained() {
         ),
         (
             "kind = \"median\"\nmax_t = 9",
-            "[scheduler] `max_t`: does not apply to kind = \"median\"",
+            "space.toml:6:1: unknown field `max_t`, expected `grace_period` or `min_samples_required`",
         ),
         (
             "kind = \"asha\"\nmax_t = 9\ngrace_period = 10",
@@ -168,7 +168,7 @@ fn bad_scheduler_settings_are_explained() {
         ),
         (
             "kind = \"asha\"\nperturbation_interval = 3",
-            "[scheduler] `perturbation_interval`: does not apply to kind = \"asha\"",
+            "space.toml:6:1: unknown field `perturbation_interval`, expected one of `max_t`, `grace_period`,",
         ),
         ("kind = \"ashaa\"", "did you mean `asha`?"),
     ] {

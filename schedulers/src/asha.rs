@@ -11,17 +11,50 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use tune_search::trial_rng;
 
-use crate::{reward, shown, Decision, Mode, Scheduler, TrialId};
+use serde::{Deserialize, Serialize};
+use tune_search::FieldError;
 
-/// ASHA's settings (Ray Tune's names and defaults, in steps).
-#[derive(Debug, Clone, PartialEq)]
+use crate::{reward, shown, AshaPromotion, Decision, Mode, Scheduler, TrialId};
+
+/// ASHA's settings (Ray Tune's names and defaults, in steps), as `[scheduler]` with
+/// `kind = "asha"` holds them.
+///
+/// ```
+/// use tune_schedulers::{AshaConfig, AshaVariant, Decision, Mode, Params};
+/// let config = AshaConfig { max_t: 27, reduction_factor: 3, variant: AshaVariant::Promotion, ..Default::default() };
+/// config.validate().unwrap();
+/// let mut scheduler = config.build(Mode::Min, 0);
+/// scheduler.on_trial_add(0, &Params::default());
+/// assert_eq!(scheduler.on_result(0, 1, 0.5), Decision::Pause); // it waits at its rung
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct AshaConfig {
+    /// The step at which trials end.
     pub max_t: u64,
+    /// The first rung.
     pub grace_period: u64,
+    /// The rung spacing and 1/fraction kept.
     pub reduction_factor: u64,
+    /// Bracket `s` starts at `grace_period * reduction_factor^s`; several with the promotion
+    /// variant: asynchronous HyperBand.
     pub brackets: usize,
     /// Trials reaching `max_t` end there (Ray's `stop_last_trials`).
     pub stop_last_trials: bool,
+    /// Which ASHA [`AshaConfig::build`] makes.
+    pub variant: AshaVariant,
+}
+
+/// Which ASHA: Ray Tune's stopping rule, or the paper's promotions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AshaVariant {
+    /// A trial below its rung's cut-off stops there ([`Asha`], Ray Tune's `ASHAScheduler`).
+    #[default]
+    Stopping,
+    /// A trial pauses at each rung and the best are promoted later ([`AshaPromotion`], Li et
+    /// al. 2020).
+    Promotion,
 }
 
 impl Default for AshaConfig {
@@ -32,6 +65,37 @@ impl Default for AshaConfig {
             reduction_factor: 4,
             brackets: 1,
             stop_last_trials: true,
+            variant: AshaVariant::Stopping,
+        }
+    }
+}
+
+impl AshaConfig {
+    /// Checks the settings' ranges.
+    ///
+    /// ```
+    /// let bad = tune_schedulers::AshaConfig { reduction_factor: 1, ..Default::default() };
+    /// assert_eq!(bad.validate().unwrap_err().to_string(), "`reduction_factor`: expected at least 2, found 1");
+    /// ```
+    pub fn validate(&self) -> Result<(), FieldError> {
+        FieldError::check_at_least("reduction_factor", self.reduction_factor, 2)?;
+        if self.grace_period == 0 || self.grace_period > self.max_t {
+            return Err(FieldError::new(
+                "grace_period",
+                format!(
+                    "expected 1 <= grace_period <= max_t ({}), found {}",
+                    self.max_t, self.grace_period
+                ),
+            ));
+        }
+        FieldError::check_at_least("brackets", self.brackets as u64, 1)
+    }
+
+    /// The scheduler of this variant.
+    pub fn build(&self, mode: Mode, seed: u64) -> Box<dyn Scheduler> {
+        match self.variant {
+            AshaVariant::Stopping => Box::new(Asha::new(self.clone(), mode, seed)),
+            AshaVariant::Promotion => Box::new(AshaPromotion::new(self.clone(), mode, seed)),
         }
     }
 }
@@ -218,7 +282,7 @@ mod tests {
                 grace_period: grace,
                 reduction_factor: rf,
                 brackets,
-                stop_last_trials: true,
+                ..AshaConfig::default()
             },
             Mode::Max,
             7,

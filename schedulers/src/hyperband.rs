@@ -9,15 +9,45 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use serde::{Deserialize, Serialize};
+use tune_search::FieldError;
+
 use crate::{reward, Decision, Mode, Scheduler, TrialId};
 
 /// HyperBand's settings (Ray Tune's names, in steps).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct HyperBandConfig {
     /// R: the most steps a trial gets.
     pub max_t: u64,
     /// eta.
     pub reduction_factor: u64,
+}
+
+impl HyperBandConfig {
+    /// Checks the settings' ranges.
+    ///
+    /// ```
+    /// let bad = tune_schedulers::HyperBandConfig { max_t: 2, reduction_factor: 3 };
+    /// assert_eq!(bad.validate().unwrap_err().key, "max_t");
+    /// ```
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.reduction_factor < 2 || self.max_t < self.reduction_factor {
+            let key = if self.reduction_factor < 2 {
+                "reduction_factor"
+            } else {
+                "max_t"
+            };
+            return Err(FieldError::new(
+                key,
+                format!(
+                    "expected reduction_factor >= 2 and max_t >= reduction_factor, found {} and {}",
+                    self.reduction_factor, self.max_t
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for HyperBandConfig {

@@ -14,13 +14,13 @@ mod hyperband;
 mod median;
 mod pbt;
 
-pub use asha::{Asha, AshaConfig};
+pub use asha::{Asha, AshaConfig, AshaVariant};
 pub use asha_promotion::AshaPromotion;
 pub use fifo::Fifo;
 pub use hyperband::{HyperBand, HyperBandConfig};
 pub use median::{MedianConfig, MedianStopping};
 pub use pbt::{Pbt, PbtConfig};
-pub use tune_search::{Mode, Params, TrialId};
+pub use tune_search::{FieldError, Mode, Params, TrialId};
 
 /// What a trial does after a reported result (Ray Tune's CONTINUE / STOP).
 #[derive(Debug, Clone, PartialEq)]

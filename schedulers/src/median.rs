@@ -5,10 +5,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::{reward, Decision, Mode, Scheduler, TrialId};
 
 /// Median stopping's settings (Ray Tune's names, in steps).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct MedianConfig {
     /// No trial is stopped before this step.
     pub grace_period: u64,

@@ -13,14 +13,48 @@ use std::collections::{BTreeMap, VecDeque};
 use rand::Rng;
 use tune_search::{trial_rng, Domain, Params, Space, Value};
 
+use serde::{Deserialize, Serialize};
+use tune_search::FieldError;
+
 use crate::{reward, shown, Decision, Mode, Scheduler, TrialId};
 
 /// PBT's settings (Ray Tune's names; the interval is in steps).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PbtConfig {
+    /// Steps between a trial's perturbations.
     pub perturbation_interval: u64,
+    /// The share of the population at each end that exploits / is exploited.
     pub quantile_fraction: f64,
+    /// The chance of resampling a parameter instead of perturbing it.
     pub resample_probability: f64,
+}
+
+impl PbtConfig {
+    /// Checks the settings' ranges.
+    ///
+    /// ```
+    /// let bad = tune_schedulers::PbtConfig { quantile_fraction: 0.75, ..Default::default() };
+    /// assert_eq!(bad.validate().unwrap_err().message, "expected a number in (0, 0.5], found 0.75");
+    /// ```
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.perturbation_interval == 0 {
+            return Err(FieldError::new(
+                "perturbation_interval",
+                "expected at least 1 step, found 0",
+            ));
+        }
+        if !(self.quantile_fraction > 0.0 && self.quantile_fraction <= 0.5) {
+            return Err(FieldError::new(
+                "quantile_fraction",
+                format!(
+                    "expected a number in (0, 0.5], found {}",
+                    self.quantile_fraction
+                ),
+            ));
+        }
+        FieldError::check_within("resample_probability", self.resample_probability, 0.0, 1.0)
+    }
 }
 
 impl Default for PbtConfig {

@@ -16,6 +16,7 @@
 //! ```
 
 mod domain;
+mod field;
 mod grid;
 mod history;
 mod params;
@@ -26,6 +27,7 @@ mod space_serde;
 mod tpe;
 
 pub use domain::{Domain, DomainError};
+pub use field::FieldError;
 pub use grid::{GridSearch, NoGridParams};
 pub use history::{History, Mode, Observation, Status, TrialId};
 pub use params::{ParamError, Params, Value};

@@ -37,8 +37,8 @@ pub fn board_of_experiment(exp: &Experiment) -> Board {
     let header = Header {
         name: spec.name.clone(),
         dir: exp.dir.display().to_string(),
-        search: spec.search.algorithm.as_str().into(),
-        scheduler: spec.scheduler.kind.as_str().into(),
+        search: spec.search.algorithm().as_str().into(),
+        scheduler: spec.scheduler.name().into(),
         metric: spec.metric.clone(),
         mode: spec.mode,
         total: exp.stored.meta.samples,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use tune_trials::{open_device, Builtin, DataSpec, TrainConfig, Trainer, CHECKPOINT_FILE};
 
+use super::spec::ObjectiveSpec;
 use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
-use crate::spec::{builtin_options, ObjectiveSpec};
 
 /// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
 /// taken from `workdir`.
@@ -21,7 +21,7 @@ pub(crate) fn builtin_objective(
     let builtin: Builtin = name
         .parse()
         .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?;
-    let (data, fixed) = builtin_options(obj);
+    let (data, fixed) = obj.builtin_options();
     let data: DataSpec = toml::Value::Table(data)
         .try_into()
         .map_err(|e: toml::de::Error| {

@@ -4,6 +4,7 @@
 mod builtin;
 mod closure;
 mod command;
+pub(crate) mod spec;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

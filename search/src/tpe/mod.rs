@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::{trial_rng, Condition, History, Params, Searcher, Space, TrialId};
+use crate::{trial_rng, Condition, FieldError, History, Params, Searcher, Space, TrialId};
 use coords::{dim_spec, from_internal, to_internal, TrialCoords};
 use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen};
 use eval::Table;
@@ -63,7 +63,8 @@ pub struct TpeOptions {
     /// reached are left out of the model. 0 (the default) keeps them all, as Optuna does;
     /// [`TpeOptions::RUNG_STOPPED_MIN_DEPTH`] suits schedulers that cut most trials at their
     /// first rungs (ASHA, HyperBand), and `tune` uses it with them unless told otherwise.
-    pub stopped_min_depth: f64,
+    /// `None`: not set, which is 0 ([`TpeOptions::stopped_min_depth`]).
+    pub stopped_min_depth: Option<f64>,
     /// The magic clip's floor on a kernel's width, as a fraction of the dimension's range:
     /// `max(min_bandwidth_factor, (kernels + 1)^-magic_clip_exponent)`. `None` takes the
     /// mode's default ([`TpeOptions::kernel_floors`]).
@@ -93,7 +94,7 @@ impl Default for TpeOptions {
             multivariate: true,
             group: true,
             constant_liar: true,
-            stopped_min_depth: 0.0,
+            stopped_min_depth: None,
             min_bandwidth_factor: None,
             magic_clip_exponent: None,
             discrete_min_bandwidth: None,
@@ -111,10 +112,56 @@ impl TpeOptions {
     /// held-out curve families too; with median stopping it did not help, so 0 stays the default.
     ///
     /// ```
-    /// let o = tune_search::TpeOptions { stopped_min_depth: tune_search::TpeOptions::RUNG_STOPPED_MIN_DEPTH, ..Default::default() };
-    /// assert_eq!(o.stopped_min_depth, 0.1);
+    /// let o = tune_search::TpeOptions { stopped_min_depth: Some(tune_search::TpeOptions::RUNG_STOPPED_MIN_DEPTH), ..Default::default() };
+    /// assert_eq!(o.stopped_min_depth(), 0.1);
     /// ```
     pub const RUNG_STOPPED_MIN_DEPTH: f64 = 0.1;
+
+    /// The `stopped_min_depth` in effect: as set, else 0 (every stopped trial is modelled).
+    pub fn stopped_min_depth(&self) -> f64 {
+        self.stopped_min_depth.unwrap_or(0.0)
+    }
+
+    /// Checks every option's range.
+    ///
+    /// ```
+    /// let bad = tune_search::TpeOptions { gamma_fraction: 1.5, ..Default::default() };
+    /// let e = bad.validate().unwrap_err();
+    /// assert_eq!(e.key, "gamma_fraction");
+    /// assert_eq!(e.message, "expected a number in (0, 1], found 1.5");
+    /// ```
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(self.gamma_fraction > 0.0 && self.gamma_fraction <= 1.0) {
+            return Err(FieldError::new(
+                "gamma_fraction",
+                format!("expected a number in (0, 1], found {}", self.gamma_fraction),
+            ));
+        }
+        FieldError::check_at_least("gamma_max", self.gamma_max as u64, 1)?;
+        FieldError::check_at_least("n_ei_candidates", self.n_ei_candidates as u64, 1)?;
+        if !(self.prior_weight > 0.0 && self.prior_weight.is_finite()) {
+            return Err(FieldError::new(
+                "prior_weight",
+                format!("expected a positive number, found {}", self.prior_weight),
+            ));
+        }
+        let (min_bandwidth_factor, magic_clip_exponent, discrete_min_bandwidth) =
+            self.kernel_floors();
+        FieldError::check_within("stopped_min_depth", self.stopped_min_depth(), 0.0, 1.0)?;
+        FieldError::check_within("min_bandwidth_factor", min_bandwidth_factor, 0.0, 1.0)?;
+        for (key, value) in [
+            ("magic_clip_exponent", magic_clip_exponent),
+            ("discrete_min_bandwidth", discrete_min_bandwidth),
+        ] {
+            if !(value >= 0.0 && value.is_finite()) {
+                return Err(FieldError::new(
+                    key,
+                    format!("expected a number >= 0, found {value}"),
+                ));
+            }
+        }
+        Ok(())
+    }
 
     /// The kernel width floors in effect: `(min_bandwidth_factor, magic_clip_exponent,
     /// discrete_min_bandwidth)`, each as set or else the mode's default.
@@ -177,6 +224,23 @@ impl TpeOptions {
                 .or(optuna.discrete_min_bandwidth),
             ..self
         }
+    }
+
+    /// The options for a sweep with a rung scheduler (ASHA, HyperBand):
+    /// [`TpeOptions::under_scheduler`], and `stopped_min_depth`, unless set,
+    /// [`TpeOptions::RUNG_STOPPED_MIN_DEPTH`].
+    ///
+    /// ```
+    /// let o = tune_search::TpeOptions::default().under_rungs();
+    /// assert_eq!((o.stopped_min_depth(), o.kernel_floors()), (0.1, (0.01, 1.0, 0.0)));
+    /// let set = tune_search::TpeOptions { stopped_min_depth: Some(0.0), ..Default::default() };
+    /// assert_eq!(set.under_rungs().stopped_min_depth(), 0.0);
+    /// ```
+    pub fn under_rungs(self) -> TpeOptions {
+        let mut o = self.under_scheduler();
+        o.stopped_min_depth
+            .get_or_insert(TpeOptions::RUNG_STOPPED_MIN_DEPTH);
+        o
     }
 
     /// Optuna 5's `TPESampler` settings: `gamma_fraction` 0.1 and its kernel floors in every
@@ -370,7 +434,7 @@ impl Searcher for Tpe {
             &self.coords,
             self.space.len(),
             self.opts.constant_liar,
-            self.opts.stopped_min_depth,
+            self.opts.stopped_min_depth(),
         );
         let finished = self.index.finished();
         if finished < self.opts.n_startup_trials {
@@ -620,7 +684,7 @@ mod tests {
             .unwrap();
         // Also with the stopped trials left out of the model (their step 2 is below 0.6 x 4).
         let shallow_out = TpeOptions {
-            stopped_min_depth: 0.6,
+            stopped_min_depth: Some(0.6),
             ..TpeOptions::default()
         };
         for opts in [TpeOptions::default(), shallow_out] {

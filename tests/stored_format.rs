@@ -1,0 +1,91 @@
+//! Experiments written by earlier builds still open: `tests/fixtures/format1` was written by
+//! the build that stored format 1 (a TPE + ASHA sweep, options stored only where set).
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+
+use common::*;
+use serde_json::Value as Json;
+use tune::{AshaConfig, SchedulerSpec, SearchSpec, TpeOptions};
+
+/// The fixture, unpacked into `dir` (sled's data file is kept gzipped).
+fn unpack_format1(dir: &Path) {
+    let src = fixture("format1");
+    std::fs::create_dir_all(dir.join("tune.db/blobs")).unwrap();
+    std::fs::create_dir_all(dir.join("trials")).unwrap();
+    std::fs::copy(src.join("spec.toml"), dir.join("spec.toml")).unwrap();
+    for entry in std::fs::read_dir(src.join("tune.db")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if name == "db.gz" {
+            let mut bytes = Vec::new();
+            flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
+                .read_to_end(&mut bytes)
+                .unwrap();
+            std::fs::write(dir.join("tune.db/db"), bytes).unwrap();
+        } else {
+            std::fs::copy(&path, dir.join("tune.db").join(name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_experiment_stored_in_format_1_opens_with_the_same_spec_and_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("format1");
+    unpack_format1(&dir);
+
+    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert_eq!(exp.stored.meta.format, 1);
+    let spec = &exp.stored.meta.spec;
+    // Only the options set were stored; the rest read as their defaults.
+    let tpe = TpeOptions {
+        n_startup_trials: 3,
+        n_ei_candidates: 8,
+        ..TpeOptions::default()
+    };
+    assert_eq!(spec.search, SearchSpec::Tpe(tpe));
+    let asha = AshaConfig {
+        max_t: 4,
+        grace_period: 1,
+        reduction_factor: 2,
+        ..AshaConfig::default()
+    };
+    assert_eq!(spec.scheduler, SchedulerSpec::Asha(asha));
+    // Under ASHA, TPE leaves shallow stopped trials out, as it did when this was written.
+    assert_eq!(spec.tpe_options().unwrap().stopped_min_depth(), 0.1);
+    drop(exp);
+
+    // Exported as the build that wrote it exported it.
+    let expected: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixture("format1/export.json")).unwrap())
+            .unwrap();
+    assert_eq!(Json::Array(export_json(&dir)), expected);
+    let status = run_ok(tune().arg("status").arg(&dir));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("trials: 6 of 6 created | 1 completed, 5 stopped, 0 failed, 0 unfinished"),
+        "{status}"
+    );
+    assert!(
+        status.contains("best: trial 0 with loss = 4.302750439998484"),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_format_1_experiment_given_more_samples_is_rewritten_in_this_builds_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("format1");
+    unpack_format1(&dir);
+    let mut exp = tune::experiment::Experiment::open(&dir).unwrap();
+    let spec = exp.stored.meta.spec.clone();
+    exp.set_samples(8).unwrap();
+    drop(exp);
+    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert_eq!(exp.stored.meta.format, tune::experiment::FORMAT);
+    assert_eq!(exp.stored.meta.spec, spec);
+    assert_eq!(exp.stored.meta.samples, 8);
+}
