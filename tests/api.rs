@@ -175,7 +175,10 @@ fn bad_settings_are_input_errors() {
         .unwrap_err();
     // Worded as a spec file's error is, without the file's place.
     assert!(err.is_input(), "{err}");
-    assert_eq!(err.to_string(), "`samples`: expected at least 1 trial, found 0");
+    assert_eq!(
+        err.to_string(),
+        "`samples`: expected at least 1 trial, found 0"
+    );
     let bad_asha = tune::SchedulerSpec::Asha(tune::AshaConfig {
         reduction_factor: 1,
         ..Default::default()
