@@ -12,7 +12,7 @@ pub enum TuneError {
     Spec(#[from] SpecError),
     #[error("{}: not a tune experiment ({reason})", path.display())]
     NotAnExperiment { path: PathBuf, reason: String },
-    #[error("{} already holds an experiment; continue it with `tune resume {}`, or pass --dir for a new one", .0.display(), .0.display())]
+    #[error("{} already holds an experiment; resume it, or use another folder for a new one", .0.display())]
     ExperimentExists(PathBuf),
     /// Bad settings given through the API or the command line.
     #[error("{0}")]
@@ -25,7 +25,7 @@ pub enum TuneError {
         #[source]
         source: std::io::Error,
     },
-    #[error("interrupted; continue the sweep with `tune resume {}`", .0.display())]
+    #[error("interrupted; the sweep in {} can be resumed", .0.display())]
     Interrupted(PathBuf),
 }
 

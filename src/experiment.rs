@@ -115,7 +115,7 @@ impl Experiment {
                 .is_some()
         {
             return Err(TuneError::Invalid(format!(
-                "{} exists and is not empty; choose another --dir for the new experiment",
+                "{} exists and is not empty; choose another folder for the new experiment",
                 dir.display()
             )));
         }
@@ -213,12 +213,12 @@ impl Experiment {
         let created = self.stored.trials.len() as u64;
         if samples == 0 {
             return Err(TuneError::Invalid(
-                "--samples: expected at least 1, found 0".into(),
+                "`samples`: expected at least 1, found 0".into(),
             ));
         }
         if samples < self.stored.meta.samples && samples < created {
             return Err(TuneError::Invalid(format!(
-                "--samples {samples} is below the {created} trials already created; the budget can only grow"
+                "`samples`: the budget can only grow, and {samples} is below the {created} trials already created"
             )));
         }
         self.stored.meta.samples = samples;

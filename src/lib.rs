@@ -54,9 +54,11 @@ pub use spec::{
     Algorithm, ExperimentSpec, Gpus, InvalidSetting, ObjectiveSpec, Resources, SchedulerSpec,
     SearchSpec, SpecError,
 };
-pub use trial::{Trial, TrialResult};
+pub use store::StoreError;
+pub use trial::{Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::{
-    Domain, FieldError, Mode, Params, Space, SpaceBuilder, Status, TpeOptions, TrialId, Value,
+    Condition, Domain, DomainError, FieldError, Mode, ParamError, Params, Space, SpaceBuilder,
+    SpaceError, Status, TpeOptions, TrialId, Value,
 };
 pub use tuner::{best_trial, TuneResult, Tuner};

@@ -82,9 +82,28 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", cli_message(&e));
             ExitCode::from(if e.is_input() { 2 } else { 1 })
         }
+    }
+}
+
+/// The error as the command line words it: with the command that goes on from it.
+fn cli_message(e: &TuneError) -> String {
+    match e {
+        TuneError::ExperimentExists(dir) => format!(
+            "{} already holds an experiment; continue it with `tune resume {}`, or pass --dir for a new one",
+            dir.display(),
+            dir.display()
+        ),
+        TuneError::Interrupted(dir) => format!(
+            "interrupted; continue the sweep with `tune resume {}`",
+            dir.display()
+        ),
+        TuneError::Invalid(message) if message.starts_with("`samples`") => {
+            message.replacen("`samples`", "--samples", 1)
+        }
+        other => other.to_string(),
     }
 }
 

@@ -45,10 +45,17 @@ pub struct Tuner {
     resume: Option<PathBuf>,
     /// With `resume`: raise the budget to this many samples.
     resume_samples: Option<u64>,
+    /// With `resume`: run on this many CPU slots (where trials run does not change what is
+    /// decided).
+    resume_slots: Option<usize>,
+    /// With `resume`: settings that were given but cannot change a created sweep.
+    fixed_on_resume: Vec<&'static str>,
     spec_text: Option<String>,
     observers: Vec<Box<dyn Observer>>,
     handle_signals: bool,
     grace: Duration,
+    /// A closure attempt's time limit (a command's is the spec's `timeout_s`).
+    timeout: Option<Duration>,
     stop: StopHandle,
 }
 
@@ -79,16 +86,22 @@ impl Tuner {
             dir: None,
             resume: None,
             resume_samples: None,
+            resume_slots: None,
+            fixed_on_resume: Vec::new(),
             spec_text: None,
             observers: Vec::new(),
             handle_signals: false,
             grace: Duration::from_secs(5),
+            timeout: None,
             stop: StopHandle::new(),
         }
     }
 
     /// Continues the interrupted (or finished) experiment in `dir`: completed trials are kept,
-    /// unfinished ones re-run with their ids and params, and the budget carries on.
+    /// unfinished ones re-run with their ids and params, and the budget carries on. Only the
+    /// budget ([`Tuner::samples`]), the slots, observers and signals can be set; a setting that
+    /// would change what the sweep decides (seed, metric, search, scheduler, ...) is refused
+    /// when it runs.
     pub fn resume(dir: impl Into<PathBuf>) -> Tuner {
         let mut t = Tuner::new(Space::default());
         t.resume = Some(dir.into());
@@ -98,14 +111,14 @@ impl Tuner {
     /// Names the experiment (and its default folder `runs/<name>`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.spec.name = name.into();
-        self
+        self.fixed("name")
     }
 
     /// The reported key to optimise, and whether lower or higher is better.
     pub fn metric(mut self, metric: impl Into<String>, mode: Mode) -> Self {
         self.spec.metric = metric.into();
         self.spec.mode = mode;
-        self
+        self.fixed("metric")
     }
 
     /// How many trials to create; with [`Tuner::resume`], the new (larger) budget.
@@ -115,15 +128,16 @@ impl Tuner {
         self
     }
 
+    /// The seed: a trial's params depend only on (seed, trial id) and the history.
     pub fn seed(mut self, seed: u64) -> Self {
         self.spec.seed = seed;
-        self
+        self.fixed("seed")
     }
 
     /// The search algorithm, with its default options (see [`Tuner::search`] to set them).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.spec.search = SearchSpec::of(algorithm);
-        self
+        self.fixed("algorithm")
     }
 
     /// The search algorithm and its options.
@@ -136,7 +150,7 @@ impl Tuner {
     /// ```
     pub fn search(mut self, search: SearchSpec) -> Self {
         self.spec.search = search;
-        self
+        self.fixed("search")
     }
 
     /// The trial scheduler and its settings (FIFO unless set).
@@ -149,24 +163,45 @@ impl Tuner {
     /// ```
     pub fn scheduler(mut self, scheduler: SchedulerSpec) -> Self {
         self.spec.scheduler = scheduler;
+        self.fixed("scheduler")
+    }
+
+    /// Concurrent trials (also for a resumed sweep).
+    pub fn cpu_slots(mut self, slots: usize) -> Self {
+        self.spec.resources.cpu_slots = slots;
+        self.resume_slots = Some(slots);
         self
     }
 
-    /// Concurrent trials.
-    pub fn cpu_slots(mut self, slots: usize) -> Self {
-        self.spec.resources.cpu_slots = slots;
+    /// The most a closure's attempt may run: `report` fails with [`crate::Stop::TimedOut`]
+    /// once it has passed, and the trial fails (a command's limit is `timeout_s` in the spec).
+    ///
+    /// ```
+    /// let tuner = tune::Tuner::new(tune::Space::default()).timeout(std::time::Duration::from_secs(600));
+    /// # drop(tuner);
+    /// ```
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
         self
     }
 
     /// Retries of a failed trial before it stays failed.
     pub fn max_failures(mut self, retries: u32) -> Self {
         self.spec.max_failures = retries;
-        self
+        self.fixed("max_failures")
     }
 
     /// The experiment folder (default `runs/<name>`).
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
+        self.fixed("dir")
+    }
+
+    /// Notes a setting that [`Tuner::resume`] refuses (the sweep goes on as created).
+    fn fixed(mut self, setting: &'static str) -> Self {
+        if self.resume.is_some() {
+            self.fixed_on_resume.push(setting);
+        }
         self
     }
 
@@ -243,7 +278,7 @@ impl Tuner {
     }
 
     fn run(
-        self,
+        mut self,
         objective: impl FnOnce(&ExperimentSpec, &Path) -> Result<Objective, TuneError>,
     ) -> Result<TuneResult, TuneError> {
         // Objective, searcher and scheduler are built before a new experiment folder is
@@ -261,30 +296,7 @@ impl Tuner {
                 (pool, note),
             ))
         };
-        let (mut exp, (objective, searcher, scheduler, (pool, note))) = match &self.resume {
-            Some(dir) => {
-                let mut exp = Experiment::open(dir)?;
-                let parts = prepare(&exp.stored.meta.spec, &exp.dir)?;
-                if let Some(n) = self.resume_samples {
-                    exp.set_samples(n)?;
-                }
-                (exp, parts)
-            }
-            None => {
-                self.spec
-                    .validate()
-                    .map_err(|e| TuneError::Invalid(e.to_string()))?;
-                let dir = self
-                    .dir
-                    .clone()
-                    .unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
-                let parts = prepare(&self.spec, &dir)?;
-                (
-                    Experiment::create(&dir, &self.spec, self.spec_text.as_deref())?,
-                    parts,
-                )
-            }
-        };
+        let (mut exp, (objective, searcher, scheduler, (pool, note))) = self.start(prepare)?;
         let spec = exp.stored.meta.spec.clone();
         let plan = Plan {
             name: spec.name.clone(),
@@ -302,34 +314,21 @@ impl Tuner {
                 .objective
                 .as_ref()
                 .and_then(|o| o.timeout_s)
-                .map(Duration::from_secs_f64),
+                .map(Duration::from_secs_f64)
+                .or(self.timeout),
         };
-        let trials = std::mem::take(&mut exp.stored.trials);
-        let store = exp.store;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .map_err(|e| TuneError::io("starting the runtime", e))?;
+        let trials = std::mem::take(&mut exp.stored.trials);
+        let observers = std::mem::take(&mut self.observers);
         let coordinator = Coordinator::new(
-            plan,
-            store,
-            trials,
-            searcher,
-            scheduler,
-            objective,
-            self.observers,
+            plan, exp.store, trials, searcher, scheduler, objective, observers,
         );
         if self.handle_signals {
-            let interrupter = self.stop.clone();
-            rt.spawn(async move {
-                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-                }
-                interrupter.stop();
-            });
+            rt.spawn(stop_on_signals(self.stop.clone()));
         }
         let outcome = coordinator.run(rt.handle());
         rt.shutdown_timeout(Duration::from_secs(5));
@@ -340,6 +339,63 @@ impl Tuner {
             trials: outcome?,
         })
     }
+
+    /// Opens the experiment to resume, or validates the spec and creates one; `prepare` runs
+    /// on its spec first (before anything is created).
+    fn start<T>(
+        &self,
+        prepare: impl FnOnce(&ExperimentSpec, &Path) -> Result<T, TuneError>,
+    ) -> Result<(Experiment, T), TuneError> {
+        if let Some(dir) = &self.resume {
+            if let Some(setting) = self.fixed_on_resume.first() {
+                return Err(TuneError::Invalid(format!(
+                    "`{setting}` cannot change a sweep being resumed ({}): it goes on as it was \
+                     created, so that it decides what the uninterrupted sweep would; start a new \
+                     sweep for other settings",
+                    dir.display()
+                )));
+            }
+            let mut exp = Experiment::open(dir)?;
+            if let Some(slots) = self.resume_slots {
+                // Where trials run does not change what is decided.
+                exp.stored.meta.spec.resources.cpu_slots = slots;
+            }
+            let prepared = prepare(&exp.stored.meta.spec, &exp.dir)?;
+            if let Some(n) = self.resume_samples {
+                exp.set_samples(n)?;
+            }
+            return Ok((exp, prepared));
+        }
+        self.spec
+            .validate()
+            .map_err(|e| TuneError::Invalid(e.to_string()))?;
+        let dir = self
+            .dir
+            .clone()
+            .unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
+        let prepared = prepare(&self.spec, &dir)?;
+        let exp = Experiment::create(&dir, &self.spec, self.spec_text.as_deref())?;
+        Ok((exp, prepared))
+    }
+}
+
+/// Asks for a clean stop on Ctrl-C or SIGTERM.
+async fn stop_on_signals(stop: StopHandle) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated => {}
+    }
+    stop.stop();
 }
 
 fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> {
@@ -412,6 +468,36 @@ impl TuneResult {
     /// The completed trial with the best last-reported metric.
     pub fn best(&self) -> Option<&Trial> {
         best_trial(&self.trials, &self.metric, self.mode)
+    }
+
+    /// The best trial's params as a type of yours (fields named as the parameters; inactive
+    /// conditional parameters are absent, so make those `Option`s). `None` when no trial
+    /// completed.
+    ///
+    /// ```
+    /// #[derive(serde::Deserialize)]
+    /// struct Best { x: f64 }
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let result = tune::Tuner::new(tune::Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+    ///     .samples(3)
+    ///     .dir(dir.path().join("best"))
+    ///     .fit(|ctx| { let x = ctx.params().f64("x")?; ctx.report(1, [("loss", x)])?; Ok(()) })
+    ///     .unwrap();
+    /// let best: Best = result.best_params().unwrap().unwrap();
+    /// assert_eq!(best.x, result.best().unwrap().params.f64("x").unwrap());
+    /// ```
+    pub fn best_params<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, TuneError> {
+        let Some(best) = self.best() else {
+            return Ok(None);
+        };
+        let as_json = serde_json::to_value(&best.params)
+            .map_err(|e| TuneError::Invalid(format!("the best params cannot be read: {e}")))?;
+        serde_json::from_value(as_json).map(Some).map_err(|e| {
+            TuneError::Invalid(format!(
+                "the best params (trial {}) do not fit the type asked for: {e}",
+                best.id
+            ))
+        })
     }
 
     /// The experiment folder (pass it to `tune status` or [`Tuner::resume`]).

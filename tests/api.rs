@@ -317,3 +317,93 @@ fn a_retry_that_reports_nothing_fails_despite_earlier_results() {
     );
     assert_eq!(t.attempts, 2);
 }
+
+#[test]
+fn a_resumed_sweep_refuses_settings_that_would_change_its_decisions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fixed");
+    let objective = |ctx: &mut tune::TrialContext| -> Result<(), tune::BoxError> {
+        ctx.report(1, [("loss", ctx.params().f64("x")?)])?;
+        Ok(())
+    };
+    Tuner::new(space())
+        .samples(2)
+        .dir(&dir)
+        .fit(objective)
+        .unwrap();
+    let err = Tuner::resume(&dir)
+        .seed(99)
+        .metric("acc", Mode::Max)
+        .fit(objective)
+        .unwrap_err();
+    assert!(err.is_input());
+    assert!(
+        err.to_string()
+            .starts_with("`seed` cannot change a sweep being resumed"),
+        "{err}"
+    );
+    // Where and how long it runs can change; the budget can grow.
+    let more = Tuner::resume(&dir)
+        .cpu_slots(1)
+        .samples(3)
+        .fit(objective)
+        .unwrap();
+    assert_eq!(more.trials().len(), 3);
+}
+
+#[test]
+fn a_closure_timeout_fails_the_trial_at_its_next_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+        .samples(1)
+        .timeout(std::time::Duration::from_millis(1))
+        .dir(tmp.path().join("slow"))
+        .fit(|ctx| {
+            ctx.report(1, [("loss", 1.0)])?;
+            // Past the limit for sure: the clock is waited on, not slept on.
+            let past = std::time::Instant::now() + std::time::Duration::from_millis(2);
+            while std::time::Instant::now() < past {
+                std::hint::spin_loop();
+            }
+            ctx.report(2, [("loss", 0.5)])?;
+            Ok(())
+        })
+        .unwrap();
+    let t = &result.trials()[0];
+    assert_eq!(t.status, Status::Failed);
+    assert_eq!(t.error.as_deref(), Some("timed out after 0.001 s"));
+}
+
+#[test]
+fn the_best_params_come_back_typed() {
+    #[derive(serde::Deserialize, Debug)]
+    struct Best {
+        x: f64,
+        opt: String,
+        momentum: Option<f64>,
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let result = Tuner::new(space())
+        .samples(6)
+        .dir(tmp.path().join("typed"))
+        .fit(|ctx| {
+            ctx.report(1, [("loss", ctx.params().f64("x")?.abs())])?;
+            Ok(())
+        })
+        .unwrap();
+    let best: Best = result.best_params().unwrap().unwrap();
+    let trial = result.best().unwrap();
+    assert_eq!(best.x, trial.params.f64("x").unwrap());
+    assert_eq!(best.opt, trial.params.str("opt").unwrap());
+    assert_eq!(best.momentum.is_some(), best.opt == "sgd");
+    #[derive(serde::Deserialize, Debug)]
+    struct Wrong {
+        #[allow(dead_code)]
+        lr: f64,
+    }
+    let err = result.best_params::<Wrong>().unwrap_err().to_string();
+    assert!(
+        err.contains("do not fit the type asked for: missing field `lr`"),
+        "{err}"
+    );
+}

@@ -52,6 +52,15 @@ pub enum SpaceError {
     },
     #[error("parameter `{0}`: its `when` conditions form a cycle")]
     Cycle(String),
+    #[error("parameter `{param}`: its `when` conditions on `{parent}` cannot hold together (it cannot be {values} at once); for any of them, give them in one condition (`when_any` in Rust, a list in TOML)")]
+    ContradictoryConditions {
+        param: String,
+        parent: String,
+        values: String,
+    },
+    /// A builder modifier (`log`, `step`, `when`) that does not apply where it was called.
+    #[error("{0}")]
+    Builder(String),
 }
 
 fn hint(suggestion: &Option<String>) -> String {
@@ -115,6 +124,19 @@ impl Space {
                         kind: parent.domain.kind(),
                     });
                 };
+                if let Some(other) = p
+                    .when
+                    .iter()
+                    .find(|d| d.param == c.param && !d.values.iter().any(|v| c.values.contains(v)))
+                {
+                    let values: Vec<String> =
+                        c.values.iter().chain(&other.values).map(quoted).collect();
+                    return Err(SpaceError::ContradictoryConditions {
+                        param: p.name.clone(),
+                        parent: c.param.clone(),
+                        values: values.join(" and "),
+                    });
+                }
                 if let Some(v) = c.values.iter().find(|v| !allowed.contains(v)) {
                     return Err(SpaceError::UnknownConditionValue {
                         param: p.name.clone(),
@@ -227,6 +249,8 @@ fn topological_order(params: &[Param]) -> Result<Vec<usize>, SpaceError> {
 #[derive(Debug, Default)]
 pub struct SpaceBuilder {
     params: Vec<Param>,
+    /// The first modifier that did not apply, reported by `build`.
+    misused: Option<String>,
 }
 
 impl SpaceBuilder {
@@ -295,42 +319,80 @@ impl SpaceBuilder {
         )
     }
 
-    /// Makes the last `int` log-scaled (other domains: use `loguniform`/`qloguniform`).
+    /// Makes the last `int` log-scaled (a float is log-scaled with `loguniform`).
     pub fn log(mut self) -> Self {
-        if let Some(Param {
-            domain: Domain::Int { log, .. },
-            ..
-        }) = self.params.last_mut()
-        {
-            *log = true;
+        match self.params.last_mut() {
+            Some(Param {
+                domain: Domain::Int { log, .. },
+                ..
+            }) => *log = true,
+            _ => self.misuse("log", "an int parameter (for floats, use `loguniform`)"),
         }
         self
     }
 
     /// Sets the step of the last `int`.
     pub fn step(mut self, step: i64) -> Self {
-        if let Some(Param {
-            domain: Domain::Int { step: s, .. },
-            ..
-        }) = self.params.last_mut()
-        {
-            *s = step;
+        match self.params.last_mut() {
+            Some(Param {
+                domain: Domain::Int { step: s, .. },
+                ..
+            }) => *s = step,
+            _ => self.misuse("step", "an int parameter (for floats, use `quniform`)"),
         }
         self
     }
 
-    /// The last parameter is active only while `parent` equals `value`.
-    pub fn when(mut self, parent: impl Into<String>, value: impl Into<Value>) -> Self {
-        if let Some(p) = self.params.last_mut() {
-            p.when.push(Condition {
-                param: parent.into(),
-                values: vec![value.into()],
-            });
+    /// The last parameter is active only while `parent` equals `value`. Several conditions
+    /// must all hold (on different parents); for any of several values, use
+    /// [`SpaceBuilder::when_any`].
+    pub fn when(self, parent: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.when_any(parent, [value])
+    }
+
+    /// The last parameter is active only while `parent` is one of `values` (TOML's
+    /// `when = { optimizer = ["sgd", "rmsprop"] }`).
+    ///
+    /// ```
+    /// let space = tune_search::Space::builder()
+    ///     .choice("optimizer", ["sgd", "rmsprop", "adam"])
+    ///     .uniform("momentum", 0.5, 0.99).when_any("optimizer", ["sgd", "rmsprop"])
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(space.param("momentum").unwrap().when[0].values.len(), 2);
+    /// ```
+    pub fn when_any<V: Into<Value>>(
+        mut self,
+        parent: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        let condition = Condition {
+            param: parent.into(),
+            values: values.into_iter().map(Into::into).collect(),
+        };
+        match self.params.last_mut() {
+            Some(p) => p.when.push(condition),
+            None => self.misuse("when", "a parameter"),
         }
         self
     }
 
+    /// Notes that `.method()` was called where it does not apply (after the last parameter).
+    fn misuse(&mut self, method: &str, expected: &str) {
+        let found = match self.params.last() {
+            Some(p) => format!("`{}`, a {} parameter", p.name, p.domain.kind()),
+            None => "no parameter before it".to_string(),
+        };
+        self.misused.get_or_insert(format!(
+            "`.{method}()` applies to {expected}, found {found}"
+        ));
+    }
+
+    /// The space, or the first problem: a modifier that did not apply, then [`Space::new`]'s.
     pub fn build(self) -> Result<Space, SpaceError> {
+        if let Some(message) = self.misused {
+            return Err(SpaceError::Builder(message));
+        }
         Space::new(self.params)
     }
 }
@@ -339,6 +401,79 @@ impl SpaceBuilder {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    #[test]
+    fn builder_modifiers_that_do_not_apply_are_refused() {
+        let err = |b: SpaceBuilder| b.build().unwrap_err().to_string();
+        assert_eq!(
+            err(Space::builder().uniform("lr", 0.0, 1.0).log()),
+            "`.log()` applies to an int parameter (for floats, use `loguniform`), found `lr`, a uniform parameter"
+        );
+        assert_eq!(
+            err(Space::builder().normal("w", 0.0, 1.0).step(2)),
+            "`.step()` applies to an int parameter (for floats, use `quniform`), found `w`, a normal parameter"
+        );
+        assert_eq!(
+            err(Space::builder().when("opt", "sgd")),
+            "`.when()` applies to a parameter, found no parameter before it"
+        );
+        let units = Space::builder()
+            .int("units", 8, 64)
+            .log()
+            .int("even", 2, 64)
+            .step(2)
+            .build()
+            .unwrap();
+        assert!(matches!(
+            units.param("units").unwrap().domain,
+            Domain::Int {
+                step: 1,
+                log: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            units.param("even").unwrap().domain,
+            Domain::Int {
+                step: 2,
+                log: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn conditions_on_one_parent_that_cannot_hold_together_are_refused() {
+        let e = Space::builder()
+            .choice("opt", ["sgd", "rmsprop", "adam"])
+            .uniform("momentum", 0.5, 0.99)
+            .when("opt", "sgd")
+            .when("opt", "rmsprop")
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(e, SpaceError::ContradictoryConditions { .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with("parameter `momentum`: its `when` conditions on `opt` cannot hold together (it cannot be \"sgd\" and \"rmsprop\" at once)"),
+            "{e}"
+        );
+        // Overlapping ones can: the parameter is active for "sgd" only.
+        let space = Space::builder()
+            .choice("opt", ["sgd", "rmsprop", "adam"])
+            .uniform("momentum", 0.5, 0.99)
+            .when_any("opt", ["sgd", "rmsprop"])
+            .when("opt", "sgd")
+            .build()
+            .unwrap();
+        let momentum = space.param("momentum").unwrap();
+        let mut p = Params::default();
+        p.insert("opt", Value::from("rmsprop"));
+        assert!(!space.is_active(momentum, &p));
+        p.insert("opt", Value::from("sgd"));
+        assert!(space.is_active(momentum, &p));
+    }
     use rand_chacha::ChaCha8Rng;
 
     fn conditional() -> Space {

@@ -1,13 +1,18 @@
 //! The experiment spec: what `space.toml` says, validated, and what the store freezes.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use tune_schedulers::{AshaConfig, HyperBandConfig, MedianConfig, PbtConfig};
-use tune_search::{did_you_mean, FieldError, Mode, Space, TpeOptions};
+use tune_search::{FieldError, Mode, Space, TpeOptions};
 
 pub use crate::objective::spec::ObjectiveSpec;
+pub use located::SpecError;
+
+mod located;
+#[cfg(test)]
+mod tests;
 
 /// A whole sweep: metric, budget, search, scheduler, resources, objective and space.
 ///
@@ -265,32 +270,6 @@ impl fmt::Display for InvalidSetting {
     }
 }
 
-/// A spec that cannot be used: which file, where, and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub struct SpecError {
-    pub file: PathBuf,
-    /// 1-based line and column, when the problem has a place in the file.
-    pub location: Option<(usize, usize)>,
-    pub message: String,
-    /// The offending line of the file, shown under the message.
-    pub snippet: Option<String>,
-}
-
-impl fmt::Display for SpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some((line, col)) = self.location {
-            write!(f, ":{line}:{col}")?;
-        }
-        write!(f, ": {}", self.message)?;
-        if let (Some(snippet), Some((line, col))) = (&self.snippet, self.location) {
-            let gutter = line.to_string().len();
-            write!(f, "\n {line} | {snippet}\n {:gutter$} | {:>col$}", "", "^")?;
-        }
-        Ok(())
-    }
-}
-
 impl ExperimentSpec {
     /// TPE's options for this experiment (`None` for another algorithm): `[search]`'s, as
     /// [`TpeOptions::under_rungs`] makes them under ASHA or HyperBand and
@@ -344,32 +323,10 @@ impl ExperimentSpec {
 
     /// Parses and validates spec text; `file` only names the source in errors.
     pub fn from_toml(text: &str, file: &Path) -> Result<ExperimentSpec, SpecError> {
-        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
-            let message = e.message().trim();
-            let location = e
-                .span()
-                .map(|s| line_col(text, s.start))
-                .map(|at| within_table(text, at, message));
-            SpecError {
-                file: file.to_path_buf(),
-                location,
-                message: with_suggestion(message),
-                snippet: location
-                    .and_then(|(l, _)| text.lines().nth(l - 1))
-                    .map(str::to_string),
-            }
-        })?;
-        spec.validate().map_err(|invalid| {
-            let location = locate_key(text, invalid.section, &invalid.field.key);
-            SpecError {
-                file: file.to_path_buf(),
-                location,
-                message: invalid.to_string(),
-                snippet: location
-                    .and_then(|(l, _)| text.lines().nth(l - 1))
-                    .map(str::to_string),
-            }
-        })?;
+        let spec: ExperimentSpec =
+            toml::from_str(text).map_err(|e| SpecError::parse(text, file, &e))?;
+        spec.validate()
+            .map_err(|invalid| SpecError::invalid(text, file, &invalid))?;
         Ok(spec)
     }
 
@@ -420,275 +377,5 @@ impl ExperimentSpec {
                 .map_err(|(section, e)| InvalidSetting::new(section, e))?;
         }
         Ok(())
-    }
-}
-
-/// 1-based (line, column) of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
-}
-
-/// Refines a location at a table's header to the line inside it that the message is about.
-/// Errors inside a tagged table (`[search]`, `[scheduler]`) come from serde's buffered
-/// content, whose places toml no longer knows: it points at the header. The message names the
-/// key (`unknown field `k``) or the value (`unknown variant `v``, `integer `-4``).
-fn within_table(text: &str, at: (usize, usize), message: &str) -> (usize, usize) {
-    let Some(header) = text.lines().nth(at.0 - 1).map(str::trim) else {
-        return at;
-    };
-    let Some(section) = header
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .filter(|h| !h.starts_with('['))
-    else {
-        return at;
-    };
-    let Some(quoted) = message.split('`').nth(1) else {
-        return at;
-    };
-    if message.starts_with("unknown field") {
-        return locate_key(text, section.trim(), quoted).unwrap_or(at);
-    }
-    // The first line of the table whose value is the quoted one.
-    text.lines()
-        .enumerate()
-        .skip(at.0)
-        .take_while(|(_, line)| !line.trim_start().starts_with('['))
-        .find_map(|(i, line)| {
-            let (_, value) = line.split_once('=')?;
-            let value = value.trim();
-            let found = value == quoted || value.trim_matches('"') == quoted;
-            found.then(|| (i + 1, line.len() - value.len() + 1))
-        })
-        .unwrap_or(at)
-}
-
-/// Where `key = ...` is written inside `[section]` (top level for ""), if it is.
-fn locate_key(text: &str, section: &str, key: &str) -> Option<(usize, usize)> {
-    let mut current = "";
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix('[') {
-            current = rest.split(']').next().unwrap_or("").trim();
-            continue;
-        }
-        if current == section {
-            if let Some(rest) = trimmed.strip_prefix(key) {
-                if rest.trim_start().starts_with('=') {
-                    return Some((i + 1, line.len() - trimmed.len() + 1));
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Adds "did you mean" to serde's unknown field / variant messages.
-fn with_suggestion(message: &str) -> String {
-    let message = &message.replace(
-        ", there are no fields",
-        " (this algorithm or scheduler kind takes no settings)",
-    );
-    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
-    let unknown = message.starts_with("unknown field") || message.starts_with("unknown variant");
-    match quoted.split_first() {
-        Some((found, candidates)) if unknown => {
-            match did_you_mean(found, candidates.iter().copied()) {
-                Some(s) => format!("{message} (did you mean `{s}`?)"),
-                None => message.to_string(),
-            }
-        }
-        _ => message.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"name = "q"
-metric = "loss"
-samples = 5
-
-[objective]
-command = ["python3", "obj.py", "--x", "{x}"]
-
-[space]
-x = { uniform = [-5.0, 10.0] }
-"#;
-
-    fn err(text: &str) -> String {
-        ExperimentSpec::from_toml(text, Path::new("space.toml"))
-            .unwrap_err()
-            .to_string()
-    }
-
-    #[test]
-    fn good_spec_has_defaults() {
-        let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
-        assert_eq!(spec.mode, Mode::Min);
-        assert_eq!(spec.search, SearchSpec::Random {});
-        assert_eq!(spec.scheduler, SchedulerSpec::Fifo {});
-        assert!(spec.resources.cpu_slots >= 1);
-        assert_eq!(spec.resources.gpus, Gpus::Auto);
-    }
-
-    #[test]
-    fn malformed_toml_gives_line_and_column() {
-        let e = err("name = \"q\"\nmetric = = \"loss\"\n");
-        assert!(e.starts_with("space.toml:2:"), "{e}");
-        assert!(e.contains(" 2 | metric = = \"loss\""), "{e}");
-    }
-
-    #[test]
-    fn unknown_keys_suggest_the_right_one() {
-        let e = err(&GOOD.replace("samples", "sampels"));
-        assert!(
-            e.starts_with("space.toml:3:1: unknown field `sampels`"),
-            "{e}"
-        );
-        assert!(e.contains("(did you mean `samples`?)"), "{e}");
-        let e = err(&GOOD.replace("metric = \"loss\"", "metric = \"loss\"\nmode = \"mim\""));
-        assert!(
-            e.contains("unknown variant `mim`") && e.contains("did you mean `min`?"),
-            "{e}"
-        );
-        let e = err(&format!("{GOOD}\n[resources]\ncpu_slot = 2\n"));
-        assert!(e.contains("did you mean `cpu_slots`?"), "{e}");
-    }
-
-    #[test]
-    fn semantic_errors_name_section_and_key() {
-        let e = err(&GOOD.replace("samples = 5", "samples = 0"));
-        assert_eq!(
-            e.lines().next().unwrap(),
-            "space.toml:3:1: `samples`: expected at least 1 trial, found 0"
-        );
-        let e = err(&GOOD.replace("{x}", "{y}"));
-        assert!(
-            e.contains("[objective] `command`: placeholder `{y}`"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[search]\nalgorithm = \"random\"\nn_ei_candidates = 48\n"
-        ));
-        assert!(
-            e.starts_with("space.toml:13:1: unknown field `n_ei_candidates` (this algorithm or scheduler kind takes no settings)"),
-            "{e}"
-        );
-        let e = err(&format!("{GOOD}\n[search]\nn_ei_candidates = 48\n"));
-        assert!(
-            e.starts_with("space.toml:11:1: missing field `algorithm`"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[search]\nalgorithm = \"tpe\"\ngamma_fraction = 1.5\n"
-        ));
-        assert!(e.contains("space.toml:13:1: [search] `gamma_fraction`: expected a number in (0, 1], found 1.5"), "{e}");
-        let e = err(&format!(
-            "{GOOD}\n[search]\nalgorithm = \"tpe\"\nstopped_min_depth = 2.0\n"
-        ));
-        assert!(
-            e.contains("[search] `stopped_min_depth`: expected a number in [0, 1], found 2"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[search]\nalgorithm = \"tpe\"\nmin_bandwidth_factor = -0.1\n"
-        ));
-        assert!(
-            e.contains("[search] `min_bandwidth_factor`: expected a number in [0, 1], found -0.1"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[search]\nalgorithm = \"tpe\"\ndiscrete_min_bandwidth = nan\n"
-        ));
-        assert!(
-            e.contains("[search] `discrete_min_bandwidth`: expected a number >= 0, found NaN"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[search]\nalgorithm = \"tpe\"\nn_startup = 5\n"
-        ));
-        assert!(
-            e.starts_with("space.toml:13:1: unknown field `n_startup`"),
-            "{e}"
-        );
-        assert!(e.contains("did you mean `n_startup_trials`?"), "{e}");
-    }
-
-    #[test]
-    fn scheduler_keys_belong_to_their_kind() {
-        let e = err(&format!(
-            "{GOOD}\n[scheduler]\nkind = \"asha\"\nperturbation_interval = 4\n"
-        ));
-        assert!(
-            e.starts_with(
-                "space.toml:13:1: unknown field `perturbation_interval`, expected one of `max_t`"
-            ),
-            "{e}"
-        );
-        assert!(e.contains(" 13 | perturbation_interval = 4"), "{e}");
-        let e = err(&format!(
-            "{GOOD}\n[scheduler]\nkind = \"asha\"\nvariant = \"promo\"\n"
-        ));
-        assert!(
-            e.starts_with("space.toml:13:11: unknown variant `promo`"),
-            "{e}"
-        );
-        assert!(e.contains("(did you mean `promotion`?)"), "{e}");
-        let e = err(&format!(
-            "{GOOD}\n[scheduler]\nkind = \"asha\"\nmax_t = -4\n"
-        ));
-        assert!(
-            e.starts_with("space.toml:13:9: invalid value: integer `-4`"),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[scheduler]\nkind = \"asha\"\nreduction_factor = 1\n"
-        ));
-        assert!(
-            e.starts_with(
-                "space.toml:13:1: [scheduler] `reduction_factor`: expected at least 2, found 1"
-            ),
-            "{e}"
-        );
-        let e = err(&format!(
-            "{GOOD}\n[scheduler]\nkind = \"pbt\"\nquantile_fraction = 0.9\n"
-        ));
-        assert!(
-            e.contains("[scheduler] `quantile_fraction`: expected a number in (0, 0.5], found 0.9"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn space_errors_point_at_the_parameter() {
-        let e = err(&GOOD.replace("[-5.0, 10.0]", "[10.0, -5.0]"));
-        assert!(e.starts_with("space.toml:9:"), "{e}");
-        assert!(
-            e.contains("expected low < high, found low = 10 and high = -5"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn the_readme_spec_is_valid() {
-        let readme = include_str!("../README.md");
-        let start = readme.find("```toml\n").unwrap() + 8;
-        let end = start + readme[start..].find("```").unwrap();
-        let spec = ExperimentSpec::from_toml(&readme[start..end], Path::new("README.md")).unwrap();
-        assert_eq!(spec.space.len(), 10);
-        assert_eq!(spec.objective.unwrap().env["OMP_NUM_THREADS"], "1");
-    }
-
-    #[test]
-    fn spec_round_trips_through_json() {
-        let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
-        let back: ExperimentSpec =
-            serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
-        assert_eq!(spec, back);
     }
 }

@@ -1,0 +1,146 @@
+//! Where in the spec file a problem is: [`SpecError`] with its line, column and snippet.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use tune_search::did_you_mean;
+
+use super::InvalidSetting;
+
+/// A spec that cannot be used: which file, where, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct SpecError {
+    pub file: PathBuf,
+    /// 1-based line and column, when the problem has a place in the file.
+    pub location: Option<(usize, usize)>,
+    pub message: String,
+    /// The offending line of the file, shown under the message.
+    pub snippet: Option<String>,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, col)) = self.location {
+            write!(f, ":{line}:{col}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let (Some(snippet), Some((line, col))) = (&self.snippet, self.location) {
+            let gutter = line.to_string().len();
+            write!(f, "\n {line} | {snippet}\n {:gutter$} | {:>col$}", "", "^")?;
+        }
+        Ok(())
+    }
+}
+
+impl SpecError {
+    /// A TOML or serde error in `text` (the file `file`), placed where toml says, or inside a
+    /// tagged table where its message says.
+    pub(super) fn parse(text: &str, file: &Path, e: &toml::de::Error) -> SpecError {
+        let message = e.message().trim();
+        let location = e
+            .span()
+            .map(|s| line_col(text, s.start))
+            .map(|at| within_table(text, at, message));
+        SpecError::at(text, file, location, with_suggestion(message))
+    }
+
+    /// A setting the spec's checks refused, placed at its key.
+    pub(super) fn invalid(text: &str, file: &Path, invalid: &InvalidSetting) -> SpecError {
+        let location = locate_key(text, invalid.section, &invalid.field.key);
+        SpecError::at(text, file, location, invalid.to_string())
+    }
+
+    fn at(text: &str, file: &Path, location: Option<(usize, usize)>, message: String) -> SpecError {
+        SpecError {
+            file: file.to_path_buf(),
+            location,
+            message,
+            snippet: location
+                .and_then(|(l, _)| text.lines().nth(l - 1))
+                .map(str::to_string),
+        }
+    }
+}
+
+/// 1-based (line, column) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Refines a location at a table's header to the line inside it that the message is about.
+/// Errors inside a tagged table (`[search]`, `[scheduler]`) come from serde's buffered
+/// content, whose places toml no longer knows: it points at the header. The message names the
+/// key (`unknown field `k``) or the value (`unknown variant `v``, `integer `-4``).
+fn within_table(text: &str, at: (usize, usize), message: &str) -> (usize, usize) {
+    let Some(header) = text.lines().nth(at.0 - 1).map(str::trim) else {
+        return at;
+    };
+    let Some(section) = header
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .filter(|h| !h.starts_with('['))
+    else {
+        return at;
+    };
+    let Some(quoted) = message.split('`').nth(1) else {
+        return at;
+    };
+    if message.starts_with("unknown field") {
+        return locate_key(text, section.trim(), quoted).unwrap_or(at);
+    }
+    // The first line of the table whose value is the quoted one.
+    text.lines()
+        .enumerate()
+        .skip(at.0)
+        .take_while(|(_, line)| !line.trim_start().starts_with('['))
+        .find_map(|(i, line)| {
+            let (_, value) = line.split_once('=')?;
+            let value = value.trim();
+            let found = value == quoted || value.trim_matches('"') == quoted;
+            found.then(|| (i + 1, line.len() - value.len() + 1))
+        })
+        .unwrap_or(at)
+}
+
+/// Where `key = ...` is written inside `[section]` (top level for ""), if it is.
+fn locate_key(text: &str, section: &str, key: &str) -> Option<(usize, usize)> {
+    let mut current = "";
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix('[') {
+            current = rest.split(']').next().unwrap_or("").trim();
+            continue;
+        }
+        if current == section {
+            if let Some(rest) = trimmed.strip_prefix(key) {
+                if rest.trim_start().starts_with('=') {
+                    return Some((i + 1, line.len() - trimmed.len() + 1));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Adds "did you mean" to serde's unknown field / variant messages.
+fn with_suggestion(message: &str) -> String {
+    let message = &message.replace(
+        ", there are no fields",
+        " (this algorithm or scheduler kind takes no settings)",
+    );
+    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    let unknown = message.starts_with("unknown field") || message.starts_with("unknown variant");
+    match quoted.split_first() {
+        Some((found, candidates)) if unknown => {
+            match did_you_mean(found, candidates.iter().copied()) {
+                Some(s) => format!("{message} (did you mean `{s}`?)"),
+                None => message.to_string(),
+            }
+        }
+        _ => message.to_string(),
+    }
+}

@@ -1,0 +1,191 @@
+//! Spec parsing, validation and where errors point.
+
+use super::*;
+
+const GOOD: &str = r#"name = "q"
+metric = "loss"
+samples = 5
+
+[objective]
+command = ["python3", "obj.py", "--x", "{x}"]
+
+[space]
+x = { uniform = [-5.0, 10.0] }
+"#;
+
+fn err(text: &str) -> String {
+    ExperimentSpec::from_toml(text, Path::new("space.toml"))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn good_spec_has_defaults() {
+    let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
+    assert_eq!(spec.mode, Mode::Min);
+    assert_eq!(spec.search, SearchSpec::Random {});
+    assert_eq!(spec.scheduler, SchedulerSpec::Fifo {});
+    assert!(spec.resources.cpu_slots >= 1);
+    assert_eq!(spec.resources.gpus, Gpus::Auto);
+}
+
+#[test]
+fn malformed_toml_gives_line_and_column() {
+    let e = err("name = \"q\"\nmetric = = \"loss\"\n");
+    assert!(e.starts_with("space.toml:2:"), "{e}");
+    assert!(e.contains(" 2 | metric = = \"loss\""), "{e}");
+}
+
+#[test]
+fn unknown_keys_suggest_the_right_one() {
+    let e = err(&GOOD.replace("samples", "sampels"));
+    assert!(
+        e.starts_with("space.toml:3:1: unknown field `sampels`"),
+        "{e}"
+    );
+    assert!(e.contains("(did you mean `samples`?)"), "{e}");
+    let e = err(&GOOD.replace("metric = \"loss\"", "metric = \"loss\"\nmode = \"mim\""));
+    assert!(
+        e.contains("unknown variant `mim`") && e.contains("did you mean `min`?"),
+        "{e}"
+    );
+    let e = err(&format!("{GOOD}\n[resources]\ncpu_slot = 2\n"));
+    assert!(e.contains("did you mean `cpu_slots`?"), "{e}");
+}
+
+#[test]
+fn semantic_errors_name_section_and_key() {
+    let e = err(&GOOD.replace("samples = 5", "samples = 0"));
+    assert_eq!(
+        e.lines().next().unwrap(),
+        "space.toml:3:1: `samples`: expected at least 1 trial, found 0"
+    );
+    let e = err(&GOOD.replace("{x}", "{y}"));
+    assert!(
+        e.contains("[objective] `command`: placeholder `{y}`"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[search]\nalgorithm = \"random\"\nn_ei_candidates = 48\n"
+    ));
+    assert!(
+        e.starts_with("space.toml:13:1: unknown field `n_ei_candidates` (this algorithm or scheduler kind takes no settings)"),
+        "{e}"
+    );
+    let e = err(&format!("{GOOD}\n[search]\nn_ei_candidates = 48\n"));
+    assert!(
+        e.starts_with("space.toml:11:1: missing field `algorithm`"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[search]\nalgorithm = \"tpe\"\ngamma_fraction = 1.5\n"
+    ));
+    assert!(
+        e.contains(
+            "space.toml:13:1: [search] `gamma_fraction`: expected a number in (0, 1], found 1.5"
+        ),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[search]\nalgorithm = \"tpe\"\nstopped_min_depth = 2.0\n"
+    ));
+    assert!(
+        e.contains("[search] `stopped_min_depth`: expected a number in [0, 1], found 2"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[search]\nalgorithm = \"tpe\"\nmin_bandwidth_factor = -0.1\n"
+    ));
+    assert!(
+        e.contains("[search] `min_bandwidth_factor`: expected a number in [0, 1], found -0.1"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[search]\nalgorithm = \"tpe\"\ndiscrete_min_bandwidth = nan\n"
+    ));
+    assert!(
+        e.contains("[search] `discrete_min_bandwidth`: expected a number >= 0, found NaN"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[search]\nalgorithm = \"tpe\"\nn_startup = 5\n"
+    ));
+    assert!(
+        e.starts_with("space.toml:13:1: unknown field `n_startup`"),
+        "{e}"
+    );
+    assert!(e.contains("did you mean `n_startup_trials`?"), "{e}");
+}
+
+#[test]
+fn scheduler_keys_belong_to_their_kind() {
+    let e = err(&format!(
+        "{GOOD}\n[scheduler]\nkind = \"asha\"\nperturbation_interval = 4\n"
+    ));
+    assert!(
+        e.starts_with(
+            "space.toml:13:1: unknown field `perturbation_interval`, expected one of `max_t`"
+        ),
+        "{e}"
+    );
+    assert!(e.contains(" 13 | perturbation_interval = 4"), "{e}");
+    let e = err(&format!(
+        "{GOOD}\n[scheduler]\nkind = \"asha\"\nvariant = \"promo\"\n"
+    ));
+    assert!(
+        e.starts_with("space.toml:13:11: unknown variant `promo`"),
+        "{e}"
+    );
+    assert!(e.contains("(did you mean `promotion`?)"), "{e}");
+    let e = err(&format!(
+        "{GOOD}\n[scheduler]\nkind = \"asha\"\nmax_t = -4\n"
+    ));
+    assert!(
+        e.starts_with("space.toml:13:9: invalid value: integer `-4`"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[scheduler]\nkind = \"asha\"\nreduction_factor = 1\n"
+    ));
+    assert!(
+        e.starts_with(
+            "space.toml:13:1: [scheduler] `reduction_factor`: expected at least 2, found 1"
+        ),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{GOOD}\n[scheduler]\nkind = \"pbt\"\nquantile_fraction = 0.9\n"
+    ));
+    assert!(
+        e.contains("[scheduler] `quantile_fraction`: expected a number in (0, 0.5], found 0.9"),
+        "{e}"
+    );
+}
+
+#[test]
+fn space_errors_point_at_the_parameter() {
+    let e = err(&GOOD.replace("[-5.0, 10.0]", "[10.0, -5.0]"));
+    assert!(e.starts_with("space.toml:9:"), "{e}");
+    assert!(
+        e.contains("expected low < high, found low = 10 and high = -5"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_readme_spec_is_valid() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("```toml\n").unwrap() + 8;
+    let end = start + readme[start..].find("```").unwrap();
+    let spec = ExperimentSpec::from_toml(&readme[start..end], Path::new("README.md")).unwrap();
+    assert_eq!(spec.space.len(), 10);
+    assert_eq!(spec.objective.unwrap().env["OMP_NUM_THREADS"], "1");
+}
+
+#[test]
+fn spec_round_trips_through_json() {
+    let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
+    let back: ExperimentSpec =
+        serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+    assert_eq!(spec, back);
+}
