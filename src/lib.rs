@@ -55,7 +55,7 @@ pub use spec::{
     SearchSpec, SpecError,
 };
 pub use store::StoreError;
-pub use trial::{Lineage, Trial, TrialResult};
+pub use trial::{now_ms, Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::{
     Condition, Domain, DomainError, FieldError, Mode, ParamError, Params, Space, SpaceBuilder,

@@ -3,18 +3,12 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tune::dashboard::{App, Board, Hub, Update};
 use tune::experiment::Experiment;
-use tune::{best_trial, ExperimentSpec, Status, TuneError, Tuner};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+use tune::{best_trial, now_ms, ExperimentSpec, Status, TuneError, Tuner};
 
 /// Hyperparameter tuning: search, early stopping, durable trials, resume.
 #[derive(Parser)]
@@ -149,12 +143,12 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
         }
         Command::Watch { dir } => watch(&dir),
         Command::Status { dir } => {
-            let sweep = Snapshot::load(&dir)?;
+            let sweep = SweepState::load(&dir)?;
             quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &sweep))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Export { dir, format } => {
-            let sweep = Snapshot::load(&dir)?;
+            let sweep = SweepState::load(&dir)?;
             let spec = &sweep.spec;
             let mut out = std::io::stdout().lock();
             let written = match format {
@@ -240,7 +234,7 @@ fn watch(dir: &Path) -> Result<ExitCode, TuneError> {
         None => {
             let exp = Experiment::open(dir)?;
             let (tx, rx) = std::sync::mpsc::channel();
-            let _ = tx.send(Update::Snapshot(Box::new(
+            let _ = tx.send(Update::Board(Box::new(
                 tune::dashboard::board_of_experiment(&exp),
             )));
             rx
@@ -317,7 +311,7 @@ fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<(), TuneError> {
 
 /// What `status` and `export` read: the experiment's store, or, while a sweep runs there and
 /// holds the store, what that sweep's coordinator holds (as `tune watch` sees it).
-struct Snapshot {
+struct SweepState {
     dir: PathBuf,
     spec: ExperimentSpec,
     /// The budget in force.
@@ -326,14 +320,14 @@ struct Snapshot {
     live: bool,
 }
 
-impl Snapshot {
-    fn load(dir: &Path) -> Result<Snapshot, TuneError> {
+impl SweepState {
+    fn load(dir: &Path) -> Result<SweepState, TuneError> {
         // A running sweep is asked first: its store stays locked while it runs.
         if let Some(board) = tune::dashboard::live_board(dir) {
             let file = dir.join(tune::experiment::SPEC_FILE);
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| TuneError::io(format!("reading {}", file.display()), e))?;
-            return Ok(Snapshot {
+            return Ok(SweepState {
                 dir: dir.to_path_buf(),
                 spec: ExperimentSpec::from_toml(&text, &file)?,
                 samples: board.header.total,
@@ -342,7 +336,7 @@ impl Snapshot {
             });
         }
         let exp = Experiment::open(dir)?;
-        Ok(Snapshot {
+        Ok(SweepState {
             dir: exp.dir,
             spec: exp.stored.meta.spec,
             samples: exp.stored.meta.samples,
@@ -352,7 +346,7 @@ impl Snapshot {
     }
 }
 
-fn print_status(out: &mut impl Write, sweep: &Snapshot) -> std::io::Result<()> {
+fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()> {
     let spec = &sweep.spec;
     let trials = &sweep.trials;
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
@@ -371,7 +365,7 @@ fn print_status(out: &mut impl Write, sweep: &Snapshot) -> std::io::Result<()> {
         count(Status::Completed),
         count(Status::Stopped),
         count(Status::Failed),
-        count(Status::Running) + count(Status::Pending) + count(Status::Paused),
+        trials.iter().filter(|t| !t.status.is_finished()).count(),
     )?;
     match best_trial(trials, &spec.metric, spec.mode) {
         Some(b) => writeln!(

@@ -105,7 +105,11 @@ impl Trial {
     }
 }
 
-/// Milliseconds since the Unix epoch.
+/// Milliseconds since the Unix epoch: the clock of every timestamp tune stores or shows.
+///
+/// ```
+/// assert!(tune::now_ms() > 1_700_000_000_000);
+/// ```
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -177,37 +177,11 @@ impl App {
         let ctrl_c =
             key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
         if self.editing_filter && !ctrl_c {
-            match key.code {
-                KeyCode::Enter => self.editing_filter = false,
-                KeyCode::Esc => {
-                    self.editing_filter = false;
-                    self.filter.clear();
-                }
-                KeyCode::Backspace => {
-                    self.filter.pop();
-                }
-                KeyCode::Char(c) => self.filter.push(c),
-                _ => {}
-            }
-            self.selected = 0;
+            self.edit_filter(key.code);
             return Action::None;
         }
         if self.popup == Some(Popup::ConfirmQuit) {
-            return match key.code {
-                KeyCode::Char('y' | 'q') | KeyCode::Enter => {
-                    self.popup = None;
-                    self.stopping = true;
-                    Action::StopSweep
-                }
-                _ if ctrl_c => {
-                    self.stopping = true;
-                    Action::StopSweep
-                }
-                _ => {
-                    self.popup = None;
-                    Action::None
-                }
-            };
+            return self.confirm_quit(key.code, ctrl_c);
         }
         if ctrl_c || key.code == KeyCode::Char('q') {
             if self.sweep_running() && !self.stopping {
@@ -254,6 +228,42 @@ impl App {
             _ => {}
         }
         Action::None
+    }
+
+    /// A key typed while the filter is being edited.
+    fn edit_filter(&mut self, code: KeyCode) {
+        match code {
+            KeyCode::Enter => self.editing_filter = false,
+            KeyCode::Esc => {
+                self.editing_filter = false;
+                self.filter.clear();
+            }
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Char(c) => self.filter.push(c),
+            _ => {}
+        }
+        self.selected = 0;
+    }
+
+    /// The answer to "stop the sweep?": yes (`y`, `q`, Enter, Ctrl-C again) or anything else.
+    fn confirm_quit(&mut self, code: KeyCode, ctrl_c: bool) -> Action {
+        match code {
+            KeyCode::Char('y' | 'q') | KeyCode::Enter => {
+                self.popup = None;
+                self.stopping = true;
+                Action::StopSweep
+            }
+            _ if ctrl_c => {
+                self.stopping = true;
+                Action::StopSweep
+            }
+            _ => {
+                self.popup = None;
+                Action::None
+            }
+        }
     }
 
     fn scroll(&mut self, by: i64, last_row: usize) {

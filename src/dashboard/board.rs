@@ -76,7 +76,7 @@ impl TrialView {
 #[serde(rename_all = "snake_case")]
 pub enum Update {
     /// Everything known so far: the first update a dashboard gets.
-    Snapshot(Box<Board>),
+    Board(Box<Board>),
     /// A trial was created or changed state (its results come as [`Update::Result`]).
     Trial(Trial),
     /// A trial reported, at Unix milliseconds `at`.
@@ -145,7 +145,7 @@ impl Board {
 
     pub fn apply(&mut self, update: Update) {
         match update {
-            Update::Snapshot(board) => *self = *board,
+            Update::Board(board) => *self = *board,
             Update::Trial(trial) => self.apply_trial(trial),
             Update::Result { id, at: _, result } => {
                 if let Some(view) = self.trials.get_mut(id as usize) {
@@ -290,6 +290,21 @@ mod tests {
     }
 
     #[test]
+    fn a_tie_for_the_best_goes_to_the_lower_id_whichever_completes_first() {
+        let mut b = Board::new(header());
+        for id in [1, 0] {
+            b.apply(Update::Trial(with(id, Status::Running, "cpu:0", 10)));
+            b.apply(Update::Result {
+                id,
+                at: 11,
+                result: result(1, 0.5),
+            });
+            b.apply(Update::Trial(with(id, Status::Completed, "cpu:0", 12)));
+        }
+        assert_eq!(b.best(), Some((0, 0.5)));
+    }
+
+    #[test]
     fn updates_build_workers_best_and_log() {
         let mut b = Board::new(header());
         b.apply(Update::Trial(with(0, Status::Running, "cpu:1", 10)));
@@ -354,7 +369,7 @@ mod tests {
             at: 2,
             result: result(1, 0.5),
         });
-        let line = serde_json::to_string(&Update::Snapshot(Box::new(b.clone()))).unwrap();
+        let line = serde_json::to_string(&Update::Board(Box::new(b.clone()))).unwrap();
         let mut copy = Board::default();
         copy.apply(serde_json::from_str(&line).unwrap());
         assert_eq!(copy, b);

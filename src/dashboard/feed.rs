@@ -32,7 +32,7 @@ struct HubState {
 /// let hub = Hub::default();
 /// let rx = hub.subscribe();
 /// hub.publish(Update::Scheduler(vec!["FIFO".into()]));
-/// assert!(matches!(rx.recv().unwrap(), Update::Snapshot(_)));
+/// assert!(matches!(rx.recv().unwrap(), Update::Board(_)));
 /// assert_eq!(rx.recv().unwrap(), Update::Scheduler(vec!["FIFO".into()]));
 /// ```
 #[derive(Clone, Default)]
@@ -45,7 +45,7 @@ impl Hub {
     pub fn subscribe(&self) -> Receiver<Update> {
         let (tx, rx) = channel();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = tx.send(Update::Snapshot(Box::new(state.board.clone())));
+        let _ = tx.send(Update::Board(Box::new(state.board.clone())));
         state.subscribers.push(tx);
         rx
     }
@@ -110,7 +110,7 @@ fn send_updates(stream: TcpStream, rx: Receiver<Update>) {
             // After the end (or a snapshot of an ended sweep) nothing more comes.
             let ended = match &update {
                 Update::Ended { .. } => true,
-                Update::Snapshot(board) => board.ended.is_some(),
+                Update::Board(board) => board.ended.is_some(),
                 _ => false,
             };
             let line = serde_json::to_string(&update).unwrap_or_default();
@@ -165,7 +165,7 @@ pub fn live_board(dir: &Path) -> Option<Board> {
         .recv_timeout(std::time::Duration::from_secs(3))
         .ok()?
     {
-        Update::Snapshot(board) => Some(*board),
+        Update::Board(board) => Some(*board),
         _ => None,
     }
 }
@@ -227,7 +227,7 @@ impl Observer for HubObserver {
         for t in info.trials {
             feed_trial(&mut board, t);
         }
-        self.hub.publish(Update::Snapshot(Box::new(board)));
+        self.hub.publish(Update::Board(Box::new(board)));
         if self.serve {
             match self.hub.serve(info.dir) {
                 Ok(server) => self.server = Some(server),
@@ -280,7 +280,7 @@ mod tests {
     fn a_watcher_over_the_socket_sees_what_the_hub_sees() {
         let dir = tempfile::tempdir().unwrap();
         let hub = Hub::default();
-        hub.publish(Update::Snapshot(Box::new(Board::new(Header {
+        hub.publish(Update::Board(Box::new(Board::new(Header {
             name: "demo".into(),
             total: 2,
             ..Header::default()
