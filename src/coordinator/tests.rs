@@ -2,7 +2,7 @@
 //! attempt, and a scheduler scripted per (trial, step). No processes, no sleeps; one slot, so
 //! every sweep runs in one order.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use crate::objective::{BoxError, Objective, Stop, TrialContext};
 use crate::observer::{Event, Observer, StopHandle, Summary};
 use crate::pool::Pool;
 use crate::spec::{ExperimentSpec, Gpus, Resources};
+use crate::store::conformance::{result, trial};
 use crate::store::{MemoryDb, Meta, StoredExperiment, TrialStore};
 use crate::trial::{Trial, TrialResult};
 
@@ -72,18 +73,9 @@ fn params(x: f64) -> Params {
     p
 }
 
-fn result(step: u64, seq: u64, loss: f64) -> TrialResult {
-    TrialResult {
-        step,
-        seq,
-        attempt: 1,
-        metrics: BTreeMap::from([("loss".to_string(), loss)]),
-    }
-}
-
 /// A stored trial, as a killed sweep left it.
 fn stored(id: TrialId, status: Status, results: Vec<TrialResult>) -> Trial {
-    let mut t = Trial::new(id, params(id as f64 / 10.0));
+    let mut t = trial(id);
     t.status = status;
     t.attempts = 1;
     t.results = results;

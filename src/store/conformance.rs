@@ -29,13 +29,15 @@ pub(crate) fn meta(samples: u64) -> Meta {
     }
 }
 
-fn trial(id: u64) -> Trial {
+/// Trial `id` with param `x` = id / 10.
+pub(crate) fn trial(id: u64) -> Trial {
     let mut params = Params::default();
     params.insert("x", Value::Float(id as f64 / 10.0));
     Trial::new(id, params)
 }
 
-fn result(step: u64, seq: u64, loss: f64) -> TrialResult {
+/// A first attempt's `loss` at `step`, the `seq`-th result of the sweep.
+pub(crate) fn result(step: u64, seq: u64, loss: f64) -> TrialResult {
     TrialResult {
         step,
         seq,
