@@ -66,7 +66,7 @@ pub(crate) fn replay(
 /// What the sweep's scheduler would say about itself after these trials (a finished or
 /// interrupted sweep, rebuilt by replaying its results as `resume` does).
 pub fn scheduler_status(spec: &ExperimentSpec, trials: &[Trial]) -> Vec<String> {
-    let mut scheduler = crate::tuner::make_scheduler(spec);
+    let mut scheduler = spec.make_scheduler();
     let _undelivered = replay(scheduler.as_mut(), trials, &spec.metric);
     scheduler.describe()
 }

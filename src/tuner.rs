@@ -4,8 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tune_schedulers::{Fifo, HyperBand, MedianStopping, Pbt, Scheduler};
-use tune_search::{GridSearch, Mode, RandomSearch, Searcher, Space, Status, Tpe};
+use tune_search::{Mode, Space, Status};
 
 use crate::coordinator::{Coordinator, Plan};
 use crate::error::TuneError;
@@ -291,8 +290,9 @@ impl Tuner {
             )?;
             Ok((
                 objective(spec, dir)?,
-                make_searcher(spec)?,
-                make_scheduler(spec),
+                spec.make_searcher()
+                    .map_err(|e| TuneError::Invalid(e.to_string()))?,
+                spec.make_scheduler(),
                 (pool, note),
             ))
         };
@@ -396,35 +396,6 @@ async fn stop_on_signals(stop: StopHandle) {
         _ = terminated => {}
     }
     stop.stop();
-}
-
-fn make_searcher(spec: &ExperimentSpec) -> Result<Box<dyn Searcher>, TuneError> {
-    let space = spec.space.clone();
-    Ok(match &spec.search {
-        SearchSpec::Random {} => Box::new(RandomSearch::new(space, spec.seed)),
-        SearchSpec::Grid {} => Box::new(
-            GridSearch::new(space, spec.seed).map_err(|e| TuneError::Invalid(e.to_string()))?,
-        ),
-        SearchSpec::Tpe(_) => {
-            let options = spec.tpe_options().unwrap_or_default();
-            Box::new(Tpe::new(space, spec.seed, options))
-        }
-    })
-}
-
-pub(crate) fn make_scheduler(spec: &ExperimentSpec) -> Box<dyn Scheduler> {
-    match &spec.scheduler {
-        SchedulerSpec::Fifo {} => Box::new(Fifo),
-        SchedulerSpec::Median(c) => Box::new(MedianStopping::new(c.clone(), spec.mode)),
-        SchedulerSpec::Asha(c) => c.build(spec.mode, spec.seed),
-        SchedulerSpec::Hyperband(c) => Box::new(HyperBand::new(c.clone(), spec.mode)),
-        SchedulerSpec::Pbt(c) => Box::new(Pbt::new(
-            c.clone(),
-            spec.space.clone(),
-            spec.mode,
-            spec.seed,
-        )),
-    }
 }
 
 /// Fails early, as bad input, when the objective's program cannot be found.

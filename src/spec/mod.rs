@@ -4,8 +4,13 @@ use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use tune_schedulers::{AshaConfig, HyperBandConfig, MedianConfig, PbtConfig};
-use tune_search::{FieldError, Mode, Space, TpeOptions};
+use tune_schedulers::{
+    AshaConfig, Fifo, HyperBand, HyperBandConfig, MedianConfig, MedianStopping, Pbt, PbtConfig,
+    Scheduler,
+};
+use tune_search::{
+    FieldError, GridSearch, Mode, NoGridParams, RandomSearch, Searcher, Space, Tpe, TpeOptions,
+};
 
 pub use crate::objective::spec::ObjectiveSpec;
 pub use located::SpecError;
@@ -294,6 +299,35 @@ impl ExperimentSpec {
             SchedulerSpec::Asha(_) | SchedulerSpec::Hyperband(_) => tpe.under_rungs(),
             SchedulerSpec::Median(_) | SchedulerSpec::Pbt(_) => tpe.under_scheduler(),
         })
+    }
+
+    /// The search algorithm this spec asks for, with its options.
+    pub fn make_searcher(&self) -> Result<Box<dyn Searcher>, NoGridParams> {
+        let space = self.space.clone();
+        Ok(match &self.search {
+            SearchSpec::Random {} => Box::new(RandomSearch::new(space, self.seed)),
+            SearchSpec::Grid {} => Box::new(GridSearch::new(space, self.seed)?),
+            SearchSpec::Tpe(_) => {
+                let options = self.tpe_options().unwrap_or_default();
+                Box::new(Tpe::new(space, self.seed, options))
+            }
+        })
+    }
+
+    /// The trial scheduler this spec asks for, with its settings.
+    pub fn make_scheduler(&self) -> Box<dyn Scheduler> {
+        match &self.scheduler {
+            SchedulerSpec::Fifo {} => Box::new(Fifo),
+            SchedulerSpec::Median(c) => Box::new(MedianStopping::new(c.clone(), self.mode)),
+            SchedulerSpec::Asha(c) => c.build(self.mode, self.seed),
+            SchedulerSpec::Hyperband(c) => Box::new(HyperBand::new(c.clone(), self.mode)),
+            SchedulerSpec::Pbt(c) => Box::new(Pbt::new(
+                c.clone(),
+                self.space.clone(),
+                self.mode,
+                self.seed,
+            )),
+        }
     }
 
     /// Reads and validates a spec file, returning it with the file's text (kept verbatim as
