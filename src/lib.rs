@@ -45,7 +45,9 @@ mod trial;
 mod tuner;
 
 pub use error::TuneError;
-pub use objective::{BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext};
+pub use objective::{
+    share_cores_among_trials, BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext,
+};
 pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};

@@ -119,6 +119,8 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             if let Some(seed) = seed {
                 parsed.seed = seed;
             }
+            // SAFETY: tune has started no thread yet.
+            unsafe { tune::share_cores_among_trials(&parsed) };
             let dir = dir.unwrap_or_else(|| Path::new("runs").join(&parsed.name));
             println!("tune: sweep `{}` in {}", parsed.name, dir.display());
             let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text);
@@ -133,6 +135,15 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             samples,
             no_tui,
         } => {
+            // The frozen copy holds the resources the sweep runs with; a folder without one is
+            // reported by the resume itself.
+            let frozen = dir.join(tune::experiment::SPEC_FILE);
+            if let Ok(text) = std::fs::read_to_string(&frozen) {
+                if let Ok(spec) = ExperimentSpec::from_toml(&text, &frozen) {
+                    // SAFETY: tune has started no thread yet.
+                    unsafe { tune::share_cores_among_trials(&spec) };
+                }
+            }
             let mut tuner = Tuner::resume(&dir);
             if let Some(n) = samples {
                 tuner = tuner.samples(n);

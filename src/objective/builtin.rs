@@ -91,15 +91,38 @@ fn train(
     }
 }
 
-/// Each concurrent trial's share of the cores for Candle's CPU kernels, run in a thread pool
-/// of its own; `None` where the user set `RAYON_NUM_THREADS` (Candle then follows it). Small
-/// models lose to thread hand-offs when every trial asks for every core: the mlp-digits example
-/// ran in 3.1 s with 2 threads per trial on 2 cores and 1.9 s with 1, with identical results.
-/// A pool, not the environment variable: setting it while other threads run is unsound.
+/// Each concurrent trial's share of the cores for Candle's CPU kernels, or `None` where the
+/// user (or [`crate::share_cores_among_trials`]) set `RAYON_NUM_THREADS`, which Candle then
+/// follows. Small models lose to thread hand-offs when every trial asks for every core: the
+/// mlp-digits example ran in 3.1 s with 2 threads per trial on 2 cores and 1.9 s with 1, with
+/// identical results.
 fn threads_per_trial(cpu_slots: usize) -> Option<usize> {
     if std::env::var_os("RAYON_NUM_THREADS").is_some() {
         return None;
     }
+    Some(cores_per_slot(cpu_slots))
+}
+
+fn cores_per_slot(cpu_slots: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Some((cores / cpu_slots.max(1)).max(1))
+    (cores / cpu_slots.max(1)).max(1)
+}
+
+/// Gives each trial of a built-in trainable its share of the cores through
+/// `RAYON_NUM_THREADS`, unless the user set it: what the `tune` binary does before it starts.
+///
+/// Without it each trial runs in a thread pool of that size, with the same results but, on
+/// small models, slower: Candle sizes its matrix products by `RAYON_NUM_THREADS` (else the
+/// physical cores), not by the pool, and splitting one over a pool of one thread cost the
+/// mlp-digits example 2.6 s instead of 1.55 s (2 cores, 2 slots).
+///
+/// # Safety
+/// It writes the process environment: no other thread may be running (call it first thing
+/// in `main`), or one reading the environment at the same time is undefined behaviour.
+pub unsafe fn share_cores_among_trials(spec: &crate::ExperimentSpec) {
+    let builtin = spec.objective.as_ref().is_some_and(|o| o.builtin.is_some());
+    if builtin && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let threads = cores_per_slot(spec.resources.cpu_slots);
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
 }
