@@ -82,7 +82,8 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
 
 /// An opened experiment: its folder (trial checkpoints), its store and what the store held.
 ///
-/// Reading a finished or running sweep's trials, read-only:
+/// Reading the trials of a sweep that is not running (a running one holds the store: `open`
+/// then fails with `StoreError::InUse`):
 ///
 /// ```no_run
 /// let exp = tune::experiment::Experiment::open("runs/quadratic".as_ref())?;
