@@ -432,6 +432,25 @@ fn trials_past_their_timeout_are_killed_and_failed() {
 }
 
 #[test]
+fn a_report_that_cannot_be_read_fails_its_trial_instead_of_hanging() {
+    // No timeout_s: before, the report was taken as a log line and the trial waited forever
+    // for a decision.
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "samples = 1", &["--behaviour", "overflow"], X);
+    let dir = tmp.path().join("o");
+    let out = tune_run(&spec, &dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let trials = export_json(&dir);
+    assert_eq!(trials[0]["status"], "failed");
+    let error = trials[0]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("a report could not be read (number out of range")
+            && error.ends_with(r#": {"step": 1, "loss": 1e400}"#),
+        "{error}"
+    );
+}
+
+#[test]
 fn tpe_through_the_cli_with_every_domain_and_concurrent_slots() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(

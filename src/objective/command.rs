@@ -49,6 +49,8 @@ enum Cut {
     Stopped,
     TimedOut,
     Interrupted,
+    /// A report that could not be read: the trial fails with this reason.
+    BadReport(String),
 }
 
 async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
@@ -196,8 +198,10 @@ async fn read_reports(
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }
-        let Some((step, metrics)) = parser.feed(&String::from_utf8_lossy(&line)) else {
-            continue;
+        let (step, metrics) = match parser.feed(&String::from_utf8_lossy(&line)) {
+            Ok(Some(report)) => report,
+            Ok(None) => continue,
+            Err(reason) => return Some(Cut::BadReport(reason)),
         };
         let (ack, answer) = oneshot::channel();
         let msg = WorkerMsg::Report {
@@ -265,6 +269,10 @@ async fn finish(
         Cut::Interrupted => {
             terminate(child, Duration::ZERO, obj.grace).await;
             Outcome::Interrupted
+        }
+        Cut::BadReport(reason) => {
+            terminate(child, Duration::ZERO, obj.grace).await;
+            Outcome::Failed(reason)
         }
     }
 }
@@ -337,19 +345,36 @@ impl ReportParser {
         }
     }
 
-    /// The (step, metrics) of a completed report, if `line` completes one.
-    pub(crate) fn feed(&mut self, line: &str) -> Option<(Option<u64>, BTreeMap<String, f64>)> {
+    /// The (step, metrics) of a completed report, if `line` completes one. `Err`: the line is
+    /// a report in form (a JSON object with the metric's key) that cannot be read, such as a
+    /// number JSON cannot hold (`1e400`); the trial fails with the reason, rather than wait
+    /// for a decision on a report that was never taken.
+    pub(crate) fn feed(
+        &mut self,
+        line: &str,
+    ) -> Result<Option<(Option<u64>, BTreeMap<String, f64>)>, String> {
         let line = line.trim();
         let (mut metrics, is_report) = if line.starts_with('{') {
-            (parse_json(line)?, true)
+            match parse_json(line) {
+                Ok(metrics) => (metrics, true),
+                Err(e) if names_key(line, &self.metric) => {
+                    return Err(format!(
+                        "a report could not be read ({e}): {}",
+                        shortened(line, 200)
+                    ))
+                }
+                Err(_) => return Ok(None),
+            }
         } else {
-            let pairs = parse_pairs(line)?;
+            let Some(pairs) = parse_pairs(line) else {
+                return Ok(None);
+            };
             let has_metric = pairs.contains_key(&self.metric);
             (pairs, has_metric)
         };
         if !is_report {
             self.held.append(&mut metrics);
-            return None;
+            return Ok(None);
         }
         let mut all = std::mem::take(&mut self.held);
         all.append(&mut metrics);
@@ -357,36 +382,48 @@ impl ReportParser {
             Some(s) if s >= 0.0 && s.fract() == 0.0 && s < 9.0e15 => Some(s as u64),
             _ => None,
         };
-        Some((step, all))
+        Ok(Some((step, all)))
+    }
+}
+
+/// Whether a JSON-looking line has `"key":` in it.
+fn names_key(line: &str, key: &str) -> bool {
+    let quoted = format!("\"{key}\"");
+    line.match_indices(&quoted)
+        .any(|(i, _)| line[i + quoted.len()..].trim_start().starts_with(':'))
+}
+
+/// At most `max` characters of `text`, with "..." where it was cut.
+fn shortened(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_string(),
     }
 }
 
 /// Numeric fields of a JSON object; Python's `NaN`/`Infinity` (not JSON) are accepted.
-fn parse_json(line: &str) -> Option<BTreeMap<String, f64>> {
+fn parse_json(line: &str) -> Result<BTreeMap<String, f64>, serde_json::Error> {
     let map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(line).ok().or_else(|| {
+        serde_json::from_str(line).or_else(|e| {
             let fixed = line
                 .replace("-Infinity", "\"-inf\"")
                 .replace("Infinity", "\"inf\"")
                 .replace("NaN", "\"nan\"");
-            serde_json::from_str(&fixed).ok()
+            serde_json::from_str(&fixed).map_err(|_| e)
         })?;
-    Some(
-        map.into_iter()
-            .filter_map(|(k, v)| {
-                let x = match &v {
-                    serde_json::Value::Number(n) => n.as_f64(),
-                    serde_json::Value::String(s)
-                        if matches!(s.as_str(), "nan" | "inf" | "-inf") =>
-                    {
-                        s.parse().ok()
-                    }
-                    _ => None,
-                };
-                x.map(|x| (k, x))
-            })
-            .collect(),
-    )
+    Ok(map
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let x = match &v {
+                serde_json::Value::Number(n) => n.as_f64(),
+                serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
+                    s.parse().ok()
+                }
+                _ => None,
+            };
+            x.map(|x| (k, x))
+        })
+        .collect())
 }
 
 /// `key: number` pairs separated by commas; `None` unless the whole line is such pairs.
@@ -412,12 +449,15 @@ mod tests {
     #[test]
     fn json_and_pair_reports() {
         let mut p = ReportParser::new("loss");
-        let (step, m) = p.feed(r#"{"step": 3, "loss": 0.5, "name": "x"}"#).unwrap();
+        let (step, m) = p
+            .feed(r#"{"step": 3, "loss": 0.5, "name": "x"}"#)
+            .unwrap()
+            .unwrap();
         assert_eq!(step, Some(3));
         assert_eq!(m, BTreeMap::from([("loss".to_string(), 0.5)]));
-        assert_eq!(p.feed("Epoch 3 done"), None);
-        assert_eq!(p.feed("acc: 0.9"), None);
-        let (step, m) = p.feed("loss: 0.25, lr: 1e-3").unwrap();
+        assert_eq!(p.feed("Epoch 3 done"), Ok(None));
+        assert_eq!(p.feed("acc: 0.9"), Ok(None));
+        let (step, m) = p.feed("loss: 0.25, lr: 1e-3").unwrap().unwrap();
         assert_eq!(step, None);
         assert_eq!(m.len(), 3);
         assert_eq!(m["acc"], 0.9);
@@ -427,25 +467,46 @@ mod tests {
     #[test]
     fn json_without_the_metric_is_still_a_report() {
         let mut p = ReportParser::new("loss");
-        let (_, m) = p.feed(r#"{"acc": 0.5}"#).unwrap();
+        let (_, m) = p.feed(r#"{"acc": 0.5}"#).unwrap().unwrap();
         assert!(!m.contains_key("loss"));
     }
 
     #[test]
     fn python_non_finite_numbers_are_read() {
         let mut p = ReportParser::new("loss");
-        let (_, m) = p.feed(r#"{"loss": NaN, "b": -Infinity}"#).unwrap();
+        let (_, m) = p.feed(r#"{"loss": NaN, "b": -Infinity}"#).unwrap().unwrap();
         assert!(m["loss"].is_nan());
         assert_eq!(m["b"], f64::NEG_INFINITY);
-        let (_, m) = p.feed("loss: nan").unwrap();
+        let (_, m) = p.feed("loss: nan").unwrap().unwrap();
         assert!(m["loss"].is_nan());
     }
 
     #[test]
     fn log_lines_are_not_reports() {
         let mut p = ReportParser::new("loss");
-        for line in ["", "hello world", "time: 12:30", "loss is: 3", "{not json"] {
-            assert_eq!(p.feed(line), None, "{line}");
+        for line in [
+            "",
+            "hello world",
+            "time: 12:30",
+            "loss is: 3",
+            "{not json",
+            "{'loss': 0.5}",
+        ] {
+            assert_eq!(p.feed(line), Ok(None), "{line}");
         }
+    }
+
+    #[test]
+    fn a_report_in_form_that_cannot_be_read_is_an_error_not_a_log_line() {
+        let mut p = ReportParser::new("loss");
+        let e = p.feed(r#"{"step": 1, "loss": 1e400}"#).unwrap_err();
+        assert!(
+            e.starts_with("a report could not be read (number out of range"),
+            "{e}"
+        );
+        assert!(e.ends_with(r#": {"step": 1, "loss": 1e400}"#), "{e}");
+        // A key-value line with such a number reads as infinite (the metric check fails it).
+        let (_, m) = p.feed("loss: 1e400").unwrap().unwrap();
+        assert_eq!(m["loss"], f64::INFINITY);
     }
 }
