@@ -327,6 +327,9 @@ fn describe_exit(status: ExitStatus, stderr: &str) -> String {
     }
 }
 
+/// A report read off a line: its step, if it gave one, and its metrics.
+pub(crate) type Report = (Option<u64>, BTreeMap<String, f64>);
+
 /// Turns stdout lines into reports.
 ///
 /// A JSON object line is a whole report. `key: value` lines without the metric are held and
@@ -349,10 +352,7 @@ impl ReportParser {
     /// a report in form (a JSON object with the metric's key) that cannot be read, such as a
     /// number JSON cannot hold (`1e400`); the trial fails with the reason, rather than wait
     /// for a decision on a report that was never taken.
-    pub(crate) fn feed(
-        &mut self,
-        line: &str,
-    ) -> Result<Option<(Option<u64>, BTreeMap<String, f64>)>, String> {
+    pub(crate) fn feed(&mut self, line: &str) -> Result<Option<Report>, String> {
         let line = line.trim();
         let (mut metrics, is_report) = if line.starts_with('{') {
             match parse_json(line) {
