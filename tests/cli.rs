@@ -432,6 +432,38 @@ fn trials_past_their_timeout_are_killed_and_failed() {
 }
 
 #[test]
+fn int_ranges_as_wide_as_i64_allows_run_under_random_and_tpe() {
+    // `high - low` overflowed i64 here, and `tune run` panicked (issue 21, finding 3).
+    let tmp = tempfile::tempdir().unwrap();
+    for algorithm in ["random", "tpe"] {
+        let spec = write_spec(
+            tmp.path(),
+            &format!("samples = 14\n[search]\nalgorithm = \"{algorithm}\""),
+            &["--y", "{y}"],
+            "x = { uniform = [-5.0, 5.0] }\ny = { int = [-5000000000000000000, 5000000000000000000] }",
+        );
+        let dir = tmp.path().join(algorithm);
+        run_ok(&mut tune_run(&spec, &dir));
+        let trials = export_json(&dir);
+        assert_eq!(trials.len(), 14);
+        for t in trials {
+            assert_eq!(t["status"], "completed", "{t}");
+            let y = t["params"]["y"].as_i64().unwrap();
+            assert!((-5_000_000_000_000_000_000..=5_000_000_000_000_000_000).contains(&y));
+        }
+    }
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 1",
+        &[],
+        "x = { uniform = [-1.7e308, 1.7e308] }",
+    );
+    let out = tune_run(&spec, &tmp.path().join("never")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is too wide"), "{}", stderr(&out));
+}
+
+#[test]
 fn a_report_that_cannot_be_read_fails_its_trial_instead_of_hanging() {
     // No timeout_s: before, the report was taken as a log line and the trial waited forever
     // for a decision.

@@ -199,10 +199,7 @@ fn perturb<R: Rng>(domain: &Domain, old: &Value, rng: &mut R) -> Value {
         }
         Domain::Int {
             low, high, step, ..
-        } => {
-            let k = ((x - low as f64) / step as f64).round() as i64;
-            Value::Int((low + k * step).clamp(low, high - (high - low) % step))
-        }
+        } => Value::Int(Domain::int_nearest(low, high, step, x)),
         Domain::Normal { .. } => Value::Float(x),
         Domain::Choice(_) | Domain::Grid(_) => old.clone(),
     }

@@ -58,6 +58,10 @@ pub enum DomainError {
     NoQuantizedValue { low: f64, high: f64, q: f64 },
     #[error("sigma must be positive and finite, found {0}")]
     BadSigma(f64),
+    /// `high - low` (or the number of steps in it) is not a finite number: sampling would
+    /// give infinities, which cannot be stored.
+    #[error("the range from {low} to {high} is too wide: its width overflows a 64-bit float")]
+    TooWide { low: f64, high: f64 },
     #[error("a log-scaled int cannot also have a step (found step = {0})")]
     StepWithLog(i64),
     #[error("expected at least one value, found an empty list")]
@@ -112,10 +116,18 @@ impl Domain {
                 Err(DomainError::NonPositiveLog(low.to_string()))
             }
         }
+        fn finite_width(low: f64, high: f64, q: f64) -> Result<(), DomainError> {
+            if ((high - low) / q).is_finite() {
+                Ok(())
+            } else {
+                Err(DomainError::TooWide { low, high })
+            }
+        }
         match *self {
             Domain::Uniform { low, high } => {
                 finite(&[low, high])?;
-                ordered(low, high)
+                ordered(low, high)?;
+                finite_width(low, high, 1.0)
             }
             Domain::LogUniform { low, high } => {
                 finite(&[low, high])?;
@@ -128,6 +140,7 @@ impl Domain {
                 if q <= 0.0 {
                     return Err(DomainError::NonPositiveStep(q.to_string()));
                 }
+                finite_width(low, high, q)?;
                 if matches!(self, Domain::QLogUniform { .. }) {
                     positive_log(low)?;
                     if (low / q).ceil() > (high / q).floor() {
@@ -214,8 +227,8 @@ impl Domain {
                     let x = (a + rng.random::<f64>() * (b - a)).exp().round() as i64;
                     Value::Int(x.clamp(low, high))
                 } else {
-                    let n = (high - low) / step;
-                    Value::Int(low + rng.random_range(0..=n) * step)
+                    let k = rng.random_range(0..=int_steps(low, high, step));
+                    Value::Int(int_at(low, step, k))
                 }
             }
             Domain::Normal { mu, sigma } => {
@@ -245,7 +258,7 @@ impl Domain {
                     low, high, step, ..
                 },
                 Value::Int(i),
-            ) => low <= i && i <= high && (i - low) % step == 0,
+            ) => low <= i && i <= high && (*i as i128 - *low as i128) % *step as i128 == 0,
             (Domain::Normal { .. }, v) => v.as_f64().is_some_and(f64::is_finite),
             (Domain::Choice(vs) | Domain::Grid(vs), v) => vs.contains(v),
             _ => false,
@@ -277,11 +290,110 @@ pub(crate) fn round_to_q(x: f64, q: f64) -> f64 {
     rounded
 }
 
+/// How many steps of `step` from `low` stay within `high` (`low <= high`, `step > 0`), in
+/// 128-bit arithmetic: `high - low` overflows i64 for ranges wider than half of it.
+pub(crate) fn int_steps(low: i64, high: i64, step: i64) -> u64 {
+    ((high as i128 - low as i128) / step as i128) as u64
+}
+
+/// `low + k * step`, for `k <= int_steps(low, high, step)` (so it fits in i64).
+pub(crate) fn int_at(low: i64, step: i64, k: u64) -> i64 {
+    (low as i128 + k as i128 * step as i128) as i64
+}
+
+impl Domain {
+    /// The value of an `int` domain `[low, high]` with `step` nearest to `x`: `low + k * step`
+    /// with `k` rounded and kept within the range, without overflow at any bounds.
+    ///
+    /// ```
+    /// use tune_search::Domain;
+    /// assert_eq!(Domain::int_nearest(-3, 9, 3, 4.4), 3);
+    /// assert_eq!(Domain::int_nearest(-3, 9, 3, 1e9), 9);
+    /// assert_eq!(Domain::int_nearest(i64::MIN, i64::MAX, 1, 1e300), i64::MAX);
+    /// ```
+    pub fn int_nearest(low: i64, high: i64, step: i64, x: f64) -> i64 {
+        // `as u64` saturates (NaN to 0); the min keeps float rounding from passing the top.
+        let k = ((x - low as f64) / step as f64).round().max(0.0) as u64;
+        int_at(low, step, k.min(int_steps(low, high, step)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn int_domains_at_the_edges_of_i64_sample_and_contain_without_overflow() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let edges = [
+            (i64::MIN, i64::MAX, 1),
+            (i64::MIN, i64::MAX, i64::MAX),
+            (-5_000_000_000_000_000_000, 5_000_000_000_000_000_000, 1),
+            (-5_000_000_000_000_000_000, 5_000_000_000_000_000_000, 7),
+            (i64::MIN, i64::MIN + 1, 1),
+            (i64::MAX - 1, i64::MAX, 1),
+            (0, i64::MAX, 3),
+        ];
+        for (low, high, step) in edges {
+            let d = Domain::Int {
+                low,
+                high,
+                step,
+                log: false,
+            };
+            d.validate().unwrap();
+            for _ in 0..200 {
+                let v = d.sample(&mut rng);
+                assert!(d.contains(&v), "{v:?} from {d:?}");
+            }
+            let top = int_at(low, step, int_steps(low, high, step));
+            assert!(top <= high && (high as i128 - top as i128) < step as i128);
+            for x in [
+                f64::NEG_INFINITY,
+                -1e300,
+                0.0,
+                1e300,
+                f64::INFINITY,
+                f64::NAN,
+            ] {
+                let v = Domain::int_nearest(low, high, step, x);
+                assert!(d.contains(&Value::Int(v)), "{v} for {x} in {d:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn float_ranges_whose_width_overflows_are_refused() {
+        for d in [
+            Domain::Uniform {
+                low: -1.7e308,
+                high: 1.7e308,
+            },
+            Domain::QUniform {
+                low: -1e308,
+                high: 1e308,
+                q: 0.5,
+            },
+        ] {
+            let e = d.validate().unwrap_err();
+            assert!(matches!(e, DomainError::TooWide { .. }), "{e}");
+            assert!(e
+                .to_string()
+                .ends_with("is too wide: its width overflows a 64-bit float"));
+        }
+        // The widest that fits samples finite values.
+        let d = Domain::Uniform {
+            low: -8e307,
+            high: 8e307,
+        };
+        d.validate().unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..200 {
+            assert!(d.sample(&mut rng).as_f64().unwrap().is_finite());
+        }
+    }
 
     fn draws(d: &Domain, n: usize) -> Vec<Value> {
         d.validate().unwrap();

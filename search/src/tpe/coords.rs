@@ -7,7 +7,7 @@
 //! tends to the ratio of the prior weights wherever data is missing, which pulls TPE into tails
 //! that data never covers.
 
-use crate::domain::{prev_float, round_to_q};
+use crate::domain::{int_at, int_steps, prev_float, round_to_q};
 use crate::{Domain, TrialId, Value};
 
 use super::estimator::{DimSpec, NumericDim};
@@ -47,7 +47,7 @@ pub(crate) fn dim_spec(domain: &Domain) -> DimSpec {
             step,
             log: false,
         } => {
-            let top = low + (high - low) / step * step;
+            let top = int_at(low, step, int_steps(low, high, step));
             stepped(
                 low as f64 - step as f64 / 2.0,
                 top as f64 + step as f64 / 2.0,
@@ -101,12 +101,7 @@ pub(crate) fn from_internal(domain: &Domain, x: f64) -> Value {
             high,
             step,
             log: false,
-        } => {
-            let k = ((x - low as f64) / step as f64)
-                .round()
-                .clamp(0.0, ((high - low) / step) as f64);
-            Value::Int(low + k as i64 * step)
-        }
+        } => Value::Int(Domain::int_nearest(low, high, step, x)),
         Domain::Int {
             low,
             high,
