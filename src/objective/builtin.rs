@@ -54,41 +54,39 @@ fn train(
     split: &tune_trials::Split,
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
+    let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
+    let device = open_device(ctx.device())?;
+    let seed = cfg.seed.unwrap_or(ctx.id());
+    let mut trainer = Trainer::new(builtin, cfg, split, &device, seed)?;
+    // A run killed before its first checkpoint landed (or an exploit that snapshotted a
+    // source before its first) leaves a folder without one: the trial starts over, and
+    // since training is seeded it reports the same epochs again.
+    if let Some(dir) = ctx
+        .restore_dir()
+        .filter(|d| d.join(CHECKPOINT_FILE).exists())
     {
-        let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
-        let device = open_device(ctx.device())?;
-        let seed = cfg.seed.unwrap_or(ctx.id());
-        let mut trainer = Trainer::new(builtin, cfg, split, &device, seed)?;
-        // A run killed before its first checkpoint landed (or an exploit that snapshotted a
-        // source before its first) leaves a folder without one: the trial starts over, and
-        // since training is seeded it reports the same epochs again.
-        if let Some(dir) = ctx
-            .restore_dir()
-            .filter(|d| d.join(CHECKPOINT_FILE).exists())
-        {
-            trainer.restore(dir)?;
-        }
-        while !trainer.finished() {
-            let r = trainer.train_epoch()?;
-            let heard = ctx.report(
-                r.epoch,
-                [
-                    ("val_loss", r.val_loss),
-                    ("val_accuracy", r.val_accuracy),
-                    ("train_loss", r.train_loss),
-                    ("lr", r.lr),
-                ],
-            );
-            // The checkpoint follows the decision, as the command protocol's does: a paused
-            // trial resumes after the epoch it reported, a stopped one needs none.
-            match heard {
-                Ok(()) | Err(Stop::Paused) => trainer.save(ctx.checkpoint_dir()?)?,
-                Err(_) => {}
-            }
-            heard?;
-        }
-        Ok(())
+        trainer.restore(dir)?;
     }
+    while !trainer.finished() {
+        let r = trainer.train_epoch()?;
+        let heard = ctx.report(
+            r.epoch,
+            [
+                ("val_loss", r.val_loss),
+                ("val_accuracy", r.val_accuracy),
+                ("train_loss", r.train_loss),
+                ("lr", r.lr),
+            ],
+        );
+        // The checkpoint follows the decision, as the command protocol's does: a paused
+        // trial resumes after the epoch it reported, a stopped one needs none.
+        match heard {
+            Ok(()) | Err(Stop::Paused) => trainer.save(ctx.checkpoint_dir()?)?,
+            Err(_) => {}
+        }
+        heard?;
+    }
+    Ok(())
 }
 
 /// Each concurrent trial's share of the cores for Candle's CPU kernels, or `None` where the

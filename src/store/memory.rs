@@ -27,16 +27,15 @@ enum Write {
 
 impl Records {
     fn load(&self) -> Result<StoredExperiment, StoreError> {
-        let records = self;
-        let meta: Meta = decode(records.meta.as_deref().ok_or(StoreError::NoMeta)?, || {
+        let meta: Meta = decode(self.meta.as_deref().ok_or(StoreError::NoMeta)?, || {
             "experiment record".into()
         })?;
-        let mut trials = Vec::with_capacity(records.trials.len());
-        for (id, bytes) in &records.trials {
+        let mut trials = Vec::with_capacity(self.trials.len());
+        for (id, bytes) in &self.trials {
             let trial: Trial = decode(bytes, || format!("trial record {id}"))?;
             trials.push(trial);
         }
-        for ((id, seq), bytes) in &records.results {
+        for ((id, seq), bytes) in &self.results {
             let result: TrialResult = decode(bytes, || format!("result {seq} of trial {id}"))?;
             if let Some(t) = trials.get_mut(*id as usize).filter(|t| t.id == *id) {
                 t.results.push(result);
