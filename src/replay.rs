@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use tune_schedulers::{Decision, Scheduler};
 use tune_search::{Status, TrialId};
 
-use crate::spec::ExperimentSpec;
+use crate::store::StoredExperiment;
 use crate::trial::Trial;
 
-/// Rebuilds a scheduler's state from stored trials: every result in the order the coordinator
-/// received it, and each finished trial's completion right after its last result.
+/// Rebuilds a scheduler's state from stored trials, feeding it what the coordinator fed it, in
+/// the same order: every trial's arrival (`all_added`: then that no more will come), every
+/// result by `seq`, and each finished trial's end where it happened (`Trial::end_seq`).
 ///
 /// Returns the decisions the store has not caught up with: an unfinished trial whose last
 /// result the scheduler answers with more than `Continue`, because a kill came after the
@@ -19,27 +20,36 @@ pub(crate) fn replay(
     scheduler: &mut dyn Scheduler,
     trials: &[Trial],
     metric: &str,
+    all_added: bool,
 ) -> Vec<(TrialId, u64, Decision)> {
     enum Step {
         Result(TrialId, u64, f64),
-        Complete(TrialId, Option<(u64, f64)>),
+        End(TrialId, Option<(u64, f64)>),
     }
-    // Trials joined in id order (a synchronous scheduler fills its brackets that way).
+    // Arrivals first, in id order: a trial is added before its first result, and what a
+    // scheduler does on an arrival (a bracket to join) depends only on the arrivals before it.
     for t in trials {
         scheduler.on_trial_add(t.id, t.original_params());
     }
+    if all_added {
+        // Said when the last trial was added, before that trial's first result.
+        scheduler.on_no_more_trials();
+    }
+    // (position, 0 for an end that came before the result at that position / 1 for a result).
     let mut events: Vec<(u64, u8, Step)> = Vec::new();
     for t in trials {
         for r in &t.results {
             if let Some(&v) = r.metrics.get(metric) {
-                events.push((r.seq, 0, Step::Result(t.id, r.step, v)));
+                events.push((r.seq, 1, Step::Result(t.id, r.step, v)));
             }
         }
         if t.status.is_finished() {
-            if let Some(last) = t.results.last() {
-                let final_result = t.last_step().zip(t.value(metric));
-                events.push((last.seq, 1, Step::Complete(t.id, final_result)));
-            }
+            // Stores written before `end_seq` existed: right after the trial's last result.
+            let at = t
+                .end_seq
+                .unwrap_or_else(|| t.results.last().map_or(0, |r| r.seq + 1));
+            let final_result = t.last_step().zip(t.value(metric));
+            events.push((at, 0, Step::End(t.id, final_result)));
         }
     }
     events.sort_by_key(|e| (e.0, e.1));
@@ -50,7 +60,7 @@ pub(crate) fn replay(
                 let decision = scheduler.on_result(id, s, v);
                 last_decision.insert(id, (s, decision));
             }
-            Step::Complete(id, last) => scheduler.on_complete(id, last),
+            Step::End(id, last) => scheduler.on_complete(id, last),
         }
     }
     trials
@@ -63,10 +73,23 @@ pub(crate) fn replay(
         .collect()
 }
 
-/// What the sweep's scheduler would say about itself after these trials (a finished or
+/// What the sweep's scheduler would say about itself after its stored trials (a finished or
 /// interrupted sweep, rebuilt by replaying its results as `resume` does).
-pub fn scheduler_status(spec: &ExperimentSpec, trials: &[Trial]) -> Vec<String> {
+///
+/// ```no_run
+/// let exp = tune::experiment::Experiment::open("runs/quadratic".as_ref())?;
+/// for line in tune::scheduler_status(&exp.stored) {
+///     println!("{line}");
+/// }
+/// # Ok::<(), tune::TuneError>(())
+/// ```
+pub fn scheduler_status(stored: &StoredExperiment) -> Vec<String> {
+    let spec = &stored.meta.spec;
+    let budget = spec
+        .make_searcher()
+        .map_or(stored.meta.samples, |s| s.total_trials(stored.meta.samples));
+    let all_added = stored.trials.len() as u64 >= budget;
     let mut scheduler = spec.make_scheduler();
-    let _undelivered = replay(scheduler.as_mut(), trials, &spec.metric);
+    let _undelivered = replay(scheduler.as_mut(), &stored.trials, &spec.metric, all_added);
     scheduler.describe()
 }

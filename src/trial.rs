@@ -50,6 +50,11 @@ pub struct Trial {
     /// An exploit not yet applied: copy this trial's checkpoint in before the next run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_from: Option<TrialId>,
+    /// Where in the sweep's stream of results the trial ended: after the first `end_seq`
+    /// results (by `seq`). A resume replays its end to the scheduler at that point, so that a
+    /// rung cut or an exploit sees the same trials as it did in the uninterrupted sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_seq: Option<u64>,
     /// Results in the order received; kept apart from the record in the store.
     #[serde(skip)]
     pub results: Vec<TrialResult>,
@@ -70,6 +75,7 @@ impl Trial {
             parent: None,
             lineage: Vec::new(),
             restore_from: None,
+            end_seq: None,
             results: Vec::new(),
         }
     }

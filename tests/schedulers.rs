@@ -597,7 +597,7 @@ fn asynchronous_hyperband_runs_brackets_of_the_promotion_variant() {
     );
     // What the dashboard shows of the scheduler, rebuilt from the store.
     let exp = tune::experiment::Experiment::open(&dir).unwrap();
-    let text = tune::scheduler_status(&exp.stored.meta.spec, &exp.stored.trials).join("\n");
+    let text = tune::scheduler_status(&exp.stored).join("\n");
     for line in [
         "bracket 0 rung t=1:",
         "bracket 0 rung t=3:",

@@ -115,12 +115,9 @@ impl Coordinator {
             .map(|t| t.id)
             .collect();
         let mut scheduler = scheduler;
-        let undelivered = replay(scheduler.as_mut(), &trials, &plan.metric);
         let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
         let all_added = trials.len() as u64 >= budget;
-        if all_added {
-            scheduler.on_no_more_trials();
-        }
+        let undelivered = replay(scheduler.as_mut(), &trials, &plan.metric, all_added);
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
         let shutdown = plan.stop.0.clone();
@@ -271,8 +268,10 @@ impl Coordinator {
             } else if (self.trials.len() as u64) < self.budget {
                 let id = self.trials.len() as u64;
                 let Some(params) = self.searcher.suggest(id, &self.history) else {
+                    // The searcher has nothing left (a grid): the budget ends here.
                     self.budget = id;
                     self.summary.total = id;
+                    self.note_all_added();
                     break;
                 };
                 self.history.record(id, params.clone(), Status::Pending);
@@ -280,9 +279,8 @@ impl Coordinator {
                 self.summary.pending += 1;
                 self.scheduler
                     .on_trial_add(id, &self.trials[id as usize].params);
-                if self.trials.len() as u64 >= self.budget && !self.all_added {
-                    self.all_added = true;
-                    self.scheduler.on_no_more_trials();
+                if self.trials.len() as u64 >= self.budget {
+                    self.note_all_added();
                 }
                 id
             } else {
@@ -296,6 +294,7 @@ impl Coordinator {
             t.attempts += 1;
             t.started_at = Some(now_ms());
             t.finished_at = None;
+            t.end_seq = None;
             t.device = Some(slot.to_string());
             self.store.put_trial(t)?;
             let run = InFlight::new(t, slot, &trial_dir(&self.plan.dir, id), exploited);
@@ -303,6 +302,14 @@ impl Coordinator {
             self.to_launch.push(id);
         }
         Ok(())
+    }
+
+    /// Tells the scheduler, once, that no trial will join any more.
+    fn note_all_added(&mut self) {
+        if !self.all_added {
+            self.all_added = true;
+            self.scheduler.on_no_more_trials();
+        }
     }
 
     fn launch(&mut self, id: TrialId, rt: &Handle) {
@@ -538,6 +545,7 @@ impl Coordinator {
         let t = &mut self.trials[id as usize];
         t.error = error;
         t.finished_at = Some(now_ms());
+        t.end_seq = Some(self.next_seq);
         self.store.put_trial(t)?;
         let last = t.last_step().zip(t.value(&self.plan.metric));
         self.scheduler.on_complete(id, last);

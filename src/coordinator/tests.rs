@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tune_schedulers::{Decision, Fifo, Scheduler};
+use tune_schedulers::{
+    AshaConfig, AshaVariant, Decision, Fifo, HyperBand, HyperBandConfig, MedianConfig,
+    MedianStopping, Scheduler,
+};
 use tune_search::{Mode, Params, RandomSearch, Space, Status, TrialId, Value};
 
 use super::{Coordinator, Plan};
@@ -135,6 +138,12 @@ impl Sweep {
 
     fn scheduler(mut self, scheduler: impl Scheduler + 'static) -> Sweep {
         self.scheduler = Box::new(scheduler);
+        self
+    }
+
+    /// Runs in `dir` (an earlier run's folder, with its checkpoints).
+    fn in_dir(mut self, dir: tempfile::TempDir) -> Sweep {
+        self.dir = dir;
         self
     }
 
@@ -656,4 +665,133 @@ fn a_stop_request_interrupts_the_sweep_and_leaves_the_rest_for_resume() {
     // Left as running in the store, with its acknowledged step: `resume` re-runs it.
     assert_eq!(ran.trial(1).status, Status::Running);
     assert_eq!(ran.steps(1), [1]);
+}
+
+/// A trial that trains to step 9 from its checkpoint, reporting `x + 1/step` and checkpointing
+/// after each decision it hears; after `stop_after` reports of this run it asks the sweep to stop.
+fn checkpointing_trial(
+    stop_after: Option<(u32, StopHandle)>,
+) -> impl Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync + 'static {
+    let reports = AtomicU32::new(0);
+    move |ctx| {
+        let x = ctx.params().get("x").and_then(Value::as_f64).unwrap();
+        let first = match ctx.restore_dir() {
+            Some(dir) => std::fs::read_to_string(dir.join("state"))?.parse::<u64>()? + 1,
+            None => 1,
+        };
+        for step in first..=9 {
+            let heard = ctx.report(step, [("loss", x + 1.0 / step as f64)]);
+            if matches!(heard, Ok(()) | Err(Stop::Paused)) {
+                std::fs::write(ctx.checkpoint_dir()?.join("state"), step.to_string())?;
+            }
+            if let Some((n, stop)) = &stop_after {
+                if reports.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+                    stop.stop();
+                }
+            }
+            heard?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `samples` checkpointing trials under `scheduler()` once through, then again stopping
+/// the sweep after every `every` reports and resuming it, for several `every`: each trial's
+/// status and steps must come out the same. Returns the uninterrupted outcome.
+fn same_after_interruptions(
+    samples: u64,
+    scheduler: impl Fn() -> Box<dyn Scheduler>,
+) -> Vec<(Status, Vec<u64>, Option<Params>)> {
+    let outcome = |trials: &[Trial]| -> Vec<(Status, Vec<u64>, Option<Params>)> {
+        trials
+            .iter()
+            .map(|t| {
+                let steps = t.results.iter().map(|r| r.step).collect();
+                let exploited = t.lineage.last().map(|_| t.params.clone());
+                (t.status, steps, exploited)
+            })
+            .collect()
+    };
+    let mut whole = Sweep::new(samples);
+    whole.scheduler = scheduler();
+    let whole = whole.run(checkpointing_trial(None));
+    whole.result.as_ref().unwrap();
+    let want = outcome(&whole.synced.trials);
+    for every in [1, 2, 3, 5, 8] {
+        let mut stored = Vec::new();
+        let mut dir = tempfile::tempdir().unwrap();
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            assert!(
+                rounds < 500,
+                "interrupting every {every} reports never ends"
+            );
+            let mut sweep = Sweep::new(samples).stored(stored).in_dir(dir);
+            sweep.scheduler = scheduler();
+            let stop = sweep.stop.clone();
+            let ran = sweep.run(checkpointing_trial(Some((every, stop))));
+            (stored, dir) = (ran.synced.trials, ran.dir);
+            match ran.result {
+                Ok(_) => break,
+                Err(TuneError::Interrupted(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let results: usize = want.iter().map(|(_, steps, _)| steps.len()).sum();
+        assert!(
+            rounds > results / every as usize / 2,
+            "interrupted only {rounds} times in {results} results"
+        );
+        assert_eq!(outcome(&stored), want, "interrupted every {every} reports");
+    }
+    want
+}
+
+#[test]
+fn hyperband_decides_the_same_however_often_the_sweep_is_interrupted_and_resumed() {
+    // One band of R = 9, eta = 3: brackets of 9, 5 and 3 trials (17).
+    let config = HyperBandConfig {
+        max_t: 9,
+        reduction_factor: 3,
+    };
+    let want = same_after_interruptions(17, || Box::new(HyperBand::new(config.clone(), Mode::Min)));
+    let reached = |steps: usize| want.iter().filter(|(_, s, _)| s.len() >= steps).count();
+    // Brackets s = 2, 1, 0: 9 + 5 + 3 reach step 1, 3 + 5 + 3 step 3, 1 + 1 + 3 step 9.
+    assert_eq!([reached(1), reached(3), reached(9)], [17, 11, 5]);
+}
+
+// PBT is left out: on one slot no trial overlaps another, so it never exploits.
+#[test]
+fn asha_and_median_decide_the_same_however_often_the_sweep_is_interrupted() {
+    let asha = |variant, brackets| AshaConfig {
+        max_t: 9,
+        grace_period: 1,
+        reduction_factor: 3,
+        brackets,
+        stop_last_trials: true,
+        variant,
+    };
+    for config in [
+        asha(AshaVariant::Stopping, 1),
+        asha(AshaVariant::Promotion, 1),
+        asha(AshaVariant::Promotion, 2),
+    ] {
+        let want = same_after_interruptions(12, || config.build(Mode::Min, 3));
+        assert!(
+            want.iter().any(|(_, s, _)| s.len() < 9),
+            "{config:?} stopped none"
+        );
+    }
+    let median = MedianConfig {
+        grace_period: 2,
+        min_samples_required: 2,
+    };
+    let want = same_after_interruptions(8, || {
+        Box::new(MedianStopping::new(median.clone(), Mode::Min))
+    });
+    assert!(
+        want.iter().any(|(_, s, _)| s.len() < 9),
+        "median stopped none"
+    );
 }

@@ -51,7 +51,7 @@ pub fn board_of_experiment(exp: &Experiment) -> Board {
         .max()
         .unwrap_or(header.started_at);
     let mut board = board_from_trials(header, trials, ended_at);
-    board.scheduler = crate::replay::scheduler_status(spec, trials);
+    board.scheduler = crate::replay::scheduler_status(&exp.stored);
     board
 }
 
