@@ -20,45 +20,8 @@ fn slow_sweep(dir: &Path) -> std::path::PathBuf {
         &["--y", "{y}", "--steps", "3", "--sleep", "0.02"],
         "x = { uniform = [-5.0, 5.0] }\ny = { normal = [0.0, 1.0] }",
     );
-    let ack_log = dir.join("acks.log");
-    let kill_at = dir.join("kill-at");
-    let text = std::fs::read_to_string(&spec).unwrap().replace(
-        "[space]",
-        &format!(
-            "env = {{ ACK_LOG = {:?}, KILL_AT = {:?} }}\n\n[space]",
-            ack_log.display().to_string(),
-            kill_at.display().to_string()
-        ),
-    );
-    std::fs::write(&spec, text).unwrap();
+    arm_kill_switch(&spec, dir);
     spec
-}
-
-/// Every result a trial saw acknowledged (fixture's ACK_LOG) is in the store, as reported.
-fn assert_acknowledged_results_kept(tmp: &Path, trials: &BTreeMap<u64, Json>) -> usize {
-    let log = std::fs::read_to_string(tmp.join("acks.log")).unwrap_or_default();
-    let mut n = 0;
-    for line in log.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let (id, attempt, step, loss): (u64, u64, u64, f64) = (
-            f[0].parse().unwrap(),
-            f[1].parse().unwrap(),
-            f[2].parse().unwrap(),
-            f[3].parse().unwrap(),
-        );
-        // A step a restarted attempt redid keeps the first attempt's result (the same value:
-        // the objective is deterministic).
-        let kept = trials.get(&id).is_some_and(|t| {
-            t["results"].as_array().unwrap().iter().any(|r| {
-                r["attempt"].as_u64() <= Some(attempt)
-                    && r["step"] == step
-                    && r["loss"].as_f64() == Some(loss)
-            })
-        });
-        assert!(kept, "acknowledged result lost: {line}");
-        n += 1;
-    }
-    n
 }
 
 fn spawn(cmd: &mut std::process::Command) -> Child {
@@ -66,26 +29,6 @@ fn spawn(cmd: &mut std::process::Command) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Every trial, by id, as exported.
-fn by_id(trials: Vec<Json>) -> BTreeMap<u64, Json> {
-    let mut out = BTreeMap::new();
-    for t in trials {
-        let id = t["id"].as_u64().unwrap();
-        assert!(out.insert(id, t).is_none(), "duplicate id {id}");
-    }
-    assert!(
-        out.keys().copied().eq(0..out.len() as u64),
-        "ids are dense: {:?}",
-        out.keys()
-    );
-    out
-}
-
-/// Lines in the fixture's ACK_LOG: results acknowledged so far.
-fn acked_so_far(tmp: &Path) -> usize {
-    std::fs::read_to_string(tmp.join("acks.log")).map_or(0, |log| log.lines().count())
 }
 
 #[test]
@@ -106,11 +49,7 @@ fn sigkill_after_random_acknowledgements_then_resume_loses_nothing() {
     for round in 0..KILLS {
         let due = acked_so_far(tmp.path()) + rng.random_range(1..=12);
         std::fs::write(tmp.path().join("kill-at"), due.to_string()).unwrap();
-        let child = if dir.join("tune.db").exists() {
-            spawn(tune().arg("resume").arg(&dir))
-        } else {
-            spawn(&mut tune_run(&spec, &dir))
-        };
+        let child = spawn(&mut run_or_resume(&spec, &dir));
         let out = child.wait_with_output().unwrap();
         // 40 trials of 3 steps are 120 acknowledgements; six rounds use at most 72.
         assert_eq!(

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::*;
+use rand::{Rng, SeedableRng};
 use serde_json::Value as Json;
 use tune_schedulers::{Asha, AshaConfig, Decision, Mode, Scheduler};
 
@@ -194,7 +195,8 @@ fn asha_killed_and_resumed_ends_as_the_uninterrupted_sweep() {
     let reference = export_json(&whole);
 
     let dir = tmp.path().join("killed");
-    run_with_kills(&spec, &dir, &[300, 700, 500]);
+    arm_kill_switch(&spec, tmp.path());
+    run_with_kills_at(&spec, &dir, tmp.path(), &[4, 9, 6]);
     run_ok(tune().arg("resume").arg(&dir));
     let resumed = export_json(&dir);
     assert_eq!(resumed.len(), reference.len());
@@ -206,29 +208,34 @@ fn asha_killed_and_resumed_ends_as_the_uninterrupted_sweep() {
     assert_asha_applied(&reference);
 }
 
-#[test]
-fn hyperband_through_the_binary_matches_the_papers_band() {
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = write_spec(
-        tmp.path(),
-        "samples = 143\nseed = 1\n[scheduler]\nkind = \"hyperband\"\nmax_t = 81\nreduction_factor = 3\n[resources]\ncpu_slots = 4",
-        &["--y", "{y}", "--steps", "81", "--behaviour", "ckpt"],
-        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
-    );
-    let dir = tmp.path().join("hb");
-    run_ok(&mut tune_run(&spec, &dir));
-    let trials = export_json(&dir);
-    assert_eq!(trials.len(), 143);
+/// How many of the trials stopped at each of HyperBand's rungs 1, 3, 9 and 27, and how many
+/// completed at 81 (R = 81, eta = 3), checking each trial's steps are 1..=n, each stored once,
+/// with the objective's value.
+fn hyperband_table(trials: &[Json]) -> ([usize; 4], usize) {
     let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
-    for t in &trials {
+    for t in trials {
         let steps = steps(t);
-        // Resumed from its checkpoints: every step exactly once, in order.
+        // Resumed from checkpoints, and killed runs restarted from theirs: every step stored
+        // exactly once, in order.
         assert_eq!(
             steps,
             (1..=steps.len() as u64).collect::<Vec<_>>(),
             "trial {}",
             t["id"]
         );
+        let (x, y) = (
+            t["params"]["x"].as_f64().unwrap(),
+            t["params"]["y"].as_f64().unwrap(),
+        );
+        for r in t["results"].as_array().unwrap() {
+            let step = r["step"].as_u64().unwrap();
+            assert_eq!(
+                r["loss"].as_f64(),
+                Some(quadratic(x, y, step)),
+                "trial {}",
+                t["id"]
+            );
+        }
         *ended
             .entry((
                 t["status"].as_str().unwrap().to_string(),
@@ -236,26 +243,44 @@ fn hyperband_through_the_binary_matches_the_papers_band() {
             ))
             .or_default() += 1;
     }
-    let stopped = |step: u64| {
-        ended
-            .get(&("stopped".to_string(), step))
-            .copied()
-            .unwrap_or(0)
-    };
-    assert_eq!([1, 3, 9, 27].map(stopped), [54, 41, 24, 14], "{ended:?}");
+    let count =
+        |status: &str, step: u64| ended.get(&(status.to_string(), step)).copied().unwrap_or(0);
+    let stopped = [1, 3, 9, 27].map(|step| count("stopped", step));
+    let completed = count("completed", 81);
     assert_eq!(
-        ended.get(&("completed".to_string(), 81)),
-        Some(&10),
-        "{ended:?}"
+        stopped.iter().sum::<usize>() + completed,
+        trials.len(),
+        "every trial ended at a rung: {ended:?}"
     );
+    (stopped, completed)
+}
+
+/// One band of HyperBand, R = 81, eta = 3 (143 trials), of checkpointing command trials.
+fn hyperband_band(tmp: &Path, seed: u64, slots: usize) -> std::path::PathBuf {
+    write_spec(
+        tmp,
+        &format!("samples = 143\nseed = {seed}\n[scheduler]\nkind = \"hyperband\"\nmax_t = 81\nreduction_factor = 3\n[resources]\ncpu_slots = {slots}"),
+        &["--y", "{y}", "--steps", "81", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    )
+}
+
+#[test]
+fn hyperband_through_the_binary_matches_the_papers_band() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = hyperband_band(tmp.path(), 1, 4);
+    let dir = tmp.path().join("hb");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 143);
+    // Li et al. 2017, Table 1 (R = 81, eta = 3): trials stopped at each rung, and completed.
+    assert_eq!(hyperband_table(&trials), ([54, 41, 24, 14], 10));
     // A trial pauses only at milestones below its last step (the trial that completes a rung
     // is promoted at once, so timing decides which ones pause); of the 27 promoted from the
     // first bracket's first rung, at least 26 had to be resumed.
     let mut resumes = 0;
     for t in &trials {
-        let last = t["results"].as_array().unwrap().last().unwrap()["step"]
-            .as_u64()
-            .unwrap();
+        let last = *steps(t).last().unwrap();
         let pauses_possible = [1, 3, 9, 27].iter().filter(|&&m| m < last).count() as u64;
         let attempts = t["attempts"].as_u64().unwrap();
         assert!(
@@ -269,51 +294,23 @@ fn hyperband_through_the_binary_matches_the_papers_band() {
 }
 
 #[test]
-fn hyperband_killed_and_resumed_still_completes_the_band() {
+fn hyperband_killed_fifty_times_decides_as_the_uninterrupted_band() {
+    // 50 kills with SIGKILL, each by the trial whose acknowledged result is the round's n-th
+    // (n from 1 to 40, seeded): which trials run then, and where they are, varies. Decisions
+    // are stored before they are heard and replayed in order on resume, so the band ends with
+    // the paper's table, as uninterrupted.
     let tmp = tempfile::tempdir().unwrap();
-    let spec = write_spec(
-        tmp.path(),
-        "samples = 143\nseed = 6\n[scheduler]\nkind = \"hyperband\"\nmax_t = 81\nreduction_factor = 3\n[resources]\ncpu_slots = 3",
-        &["--y", "{y}", "--steps", "81", "--behaviour", "ckpt", "--sleep", "0.002"],
-        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
-    );
+    let spec = hyperband_band(tmp.path(), 6, 3);
+    arm_kill_switch(&spec, tmp.path());
     let dir = tmp.path().join("hb-killed");
-    run_with_kills(&spec, &dir, &[1500, 2500, 2000]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    let gaps: Vec<usize> = (0..50).map(|_| rng.random_range(1..=40)).collect();
+    run_with_kills_at(&spec, &dir, tmp.path(), &gaps);
     run_ok(tune().arg("resume").arg(&dir));
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 143);
-    let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
-    for t in &trials {
-        let steps = steps(t);
-        // A run killed mid-way restarts from its last checkpoint, redoing steps that are
-        // already stored: each step is stored once, none skipped.
-        assert_eq!(
-            steps,
-            (1..=steps.len() as u64).collect::<Vec<_>>(),
-            "trial {}",
-            t["id"]
-        );
-        *ended
-            .entry((
-                t["status"].as_str().unwrap().to_string(),
-                *steps.last().unwrap(),
-            ))
-            .or_default() += 1;
-    }
-    // Every decision was stored before it was heard, and the state rebuilt from the store, so
-    // the band ends as an uninterrupted one does.
-    let stopped = |step: u64| {
-        ended
-            .get(&("stopped".to_string(), step))
-            .copied()
-            .unwrap_or(0)
-    };
-    assert_eq!([1, 3, 9, 27].map(stopped), [54, 41, 24, 14], "{ended:?}");
-    assert_eq!(
-        ended.get(&("completed".to_string(), 81)),
-        Some(&10),
-        "{ended:?}"
-    );
+    assert_acknowledged_results_kept(tmp.path(), &by_id(trials.clone()));
+    assert_eq!(hyperband_table(&trials), ([54, 41, 24, 14], 10));
 }
 
 #[test]
@@ -413,7 +410,8 @@ fn pbt_killed_and_resumed_keeps_every_trial_consistent() {
         "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
     );
     let dir = tmp.path().join("pbt-killed");
-    run_with_kills(&spec, &dir, &[500, 400, 600]);
+    arm_kill_switch(&spec, tmp.path());
+    run_with_kills_at(&spec, &dir, tmp.path(), &[30, 25, 35]);
     run_ok(tune().arg("resume").arg(&dir));
     let (parsed, _) = tune::ExperimentSpec::read(&spec).unwrap();
     let trials = export_json(&dir);

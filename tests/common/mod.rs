@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -45,6 +46,101 @@ pub fn run_with_kills(spec: &Path, dir: &Path, waits_ms: &[u64]) {
     if !dir.exists() {
         run_ok(&mut tune_run(spec, dir));
     }
+}
+
+/// Arms the fixture's kill switch in `spec` (written by [`write_spec`]): trials log each
+/// acknowledged result to `tmp/acks.log`, and the one whose acknowledgement makes the log as
+/// long as the number in `tmp/kill-at` kills tune with SIGKILL (see tests/fixtures/objective.py).
+pub fn arm_kill_switch(spec: &Path, tmp: &Path) {
+    let text = std::fs::read_to_string(spec).unwrap().replace(
+        "\n[space]",
+        &format!(
+            "env = {{ ACK_LOG = {:?}, KILL_AT = {:?} }}\n\n[space]",
+            tmp.join("acks.log").display().to_string(),
+            tmp.join("kill-at").display().to_string()
+        ),
+    );
+    std::fs::write(spec, text).unwrap();
+}
+
+/// Lines in the fixture's ACK_LOG: results acknowledged so far.
+pub fn acked_so_far(tmp: &Path) -> usize {
+    std::fs::read_to_string(tmp.join("acks.log")).map_or(0, |log| log.lines().count())
+}
+
+/// `tune run` (or `tune resume` once the experiment exists) in `dir`.
+pub fn run_or_resume(spec: &Path, dir: &Path) -> Command {
+    if dir.join("tune.db").exists() {
+        let mut c = tune();
+        c.arg("resume").arg(dir);
+        c
+    } else {
+        tune_run(spec, dir)
+    }
+}
+
+/// Runs the sweep of `spec` (its kill switch armed in `tmp`) once per entry of `gaps`, each
+/// run killed with SIGKILL by the trial acknowledged `gap` results after the run starts; fails
+/// unless every run was killed. The sweep is left unfinished, for a last `tune resume`.
+pub fn run_with_kills_at(spec: &Path, dir: &Path, tmp: &Path, gaps: &[usize]) {
+    for (round, &gap) in gaps.iter().enumerate() {
+        let due = acked_so_far(tmp) + gap;
+        std::fs::write(tmp.join("kill-at"), due.to_string()).unwrap();
+        let out = run_or_resume(spec, dir)
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&out.status),
+            Some(libc::SIGKILL),
+            "round {round}: tune was not killed at acknowledgement {due}: {}",
+            stderr(&out)
+        );
+    }
+    std::fs::remove_file(tmp.join("kill-at")).ok();
+}
+
+/// Every result a trial saw acknowledged (fixture's ACK_LOG) is in the store, as reported;
+/// returns how many were.
+pub fn assert_acknowledged_results_kept(tmp: &Path, trials: &BTreeMap<u64, Json>) -> usize {
+    let log = std::fs::read_to_string(tmp.join("acks.log")).unwrap_or_default();
+    let mut n = 0;
+    for line in log.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (id, attempt, step, loss): (u64, u64, u64, f64) = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        // A step a restarted attempt redid keeps the first attempt's result (the same value:
+        // the objective is deterministic).
+        let kept = trials.get(&id).is_some_and(|t| {
+            t["results"].as_array().unwrap().iter().any(|r| {
+                r["attempt"].as_u64() <= Some(attempt)
+                    && r["step"] == step
+                    && r["loss"].as_f64() == Some(loss)
+            })
+        });
+        assert!(kept, "acknowledged result lost: {line}");
+        n += 1;
+    }
+    n
+}
+
+/// Every trial, by id, as exported.
+pub fn by_id(trials: Vec<Json>) -> BTreeMap<u64, Json> {
+    let mut out = BTreeMap::new();
+    for t in trials {
+        let id = t["id"].as_u64().unwrap();
+        assert!(out.insert(id, t).is_none(), "duplicate id {id}");
+    }
+    assert!(
+        out.keys().copied().eq(0..out.len() as u64),
+        "ids are dense: {:?}",
+        out.keys()
+    );
+    out
 }
 
 pub fn fixture(name: &str) -> PathBuf {
