@@ -68,7 +68,9 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
         let to = dst.join(entry.file_name());
         let copied = match entry.file_type()?.is_dir() {
             true => copy_dir(&entry.path(), &to),
-            false => std::fs::copy(entry.path(), to).map(drop),
+            false => std::fs::copy(entry.path(), to)
+                .map(drop)
+                .and_then(|()| crate::failpoint::hit("exploit.copy")),
         };
         match copied {
             // The running source renamed its temporary file over its checkpoint meanwhile:
@@ -149,6 +151,8 @@ impl Experiment {
             store.put_meta(&meta)?;
             store.sync()?;
         }
+        crate::failpoint::hit("create.before-rename")
+            .map_err(|e| io("moving the new experiment to", dir, e))?;
         if dir.exists() {
             // An empty folder the user made: replace it.
             std::fs::remove_dir(dir).map_err(|e| io("replacing", dir, e))?;

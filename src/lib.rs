@@ -34,6 +34,7 @@ pub mod dashboard;
 mod error;
 pub mod experiment;
 pub mod export;
+pub mod failpoint;
 mod objective;
 mod observer;
 mod pool;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use tune::dashboard::{App, Board, Hub, Update};
 use tune::experiment::Experiment;
-use tune::{best_trial, now_ms, ExperimentSpec, Status, TuneError, Tuner};
+use tune::{best_trial, now_ms, ExperimentSpec, Status, StoreError, TuneError, Tuner};
 
 /// Hyperparameter tuning: search, early stopping, durable trials, resume.
 #[derive(Parser)]
@@ -96,6 +96,14 @@ fn cli_message(e: &TuneError) -> String {
         ),
         TuneError::Invalid(message) if message.starts_with("`samples`") => {
             message.replacen("`samples`", "--samples", 1)
+        }
+        TuneError::Store(StoreError::Database { path, .. }) => {
+            // The sweep stopped at its last sync: what was acknowledged is kept.
+            let experiment = path.parent().unwrap_or(path);
+            format!(
+                "{e}\n  once that is fixed (a full disk freed), `tune resume {}` continues the sweep from its last acknowledged result",
+                experiment.display()
+            )
         }
         other => other.to_string(),
     }

@@ -158,15 +158,22 @@ fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
         "epochs = 25",
     );
     let dir = tmp.path().join("killed");
-    let seed: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
-    let waits: Vec<u64> = (0..4)
-        .map(|i| 150 + (seed.wrapping_mul(2654435761).rotate_left(i * 13) % 700))
-        .collect();
-    eprintln!("kill waits (ms): {waits:?}");
-    run_with_kills(&spec, &dir, &waits);
+    // Killed (SIGKILL, through a failure point) after the n-th round of acknowledgements of
+    // each run:
+    // the trials are in the middle of their epochs, between a report and its checkpoint.
+    for n in [9, 23, 4, 40] {
+        let out = run_or_resume(&spec, &dir)
+            .env("TUNE_FAILPOINTS", format!("ack.after=kill@{n}"))
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&out.status),
+            Some(libc::SIGKILL),
+            "not killed at acknowledgement {n}: {}",
+            stderr(&out)
+        );
+    }
     run_ok(tune().arg("resume").arg(&dir));
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 6);

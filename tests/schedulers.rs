@@ -413,42 +413,7 @@ fn pbt_killed_and_resumed_keeps_every_trial_consistent() {
     arm_kill_switch(&spec, tmp.path());
     run_with_kills_at(&spec, &dir, tmp.path(), &[30, 25, 35]);
     run_ok(tune().arg("resume").arg(&dir));
-    let (parsed, _) = tune::ExperimentSpec::read(&spec).unwrap();
-    let trials = export_json(&dir);
-    assert_eq!(trials.len(), 8);
-    for t in &trials {
-        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
-        let lineage = t["lineage"].as_array().cloned().unwrap_or_default();
-        // Every params set the trial ever had, and every value it reported came from one of them.
-        let mut had: Vec<&Json> = lineage.iter().map(|l| &l["previous"]).collect();
-        had.push(&t["params"]);
-        for l in &lineage {
-            assert!(l["from"].as_u64().unwrap() < 8);
-        }
-        for r in t["results"].as_array().unwrap() {
-            let step = r["step"].as_u64().unwrap();
-            let matches = had.iter().any(|p| {
-                r["loss"].as_f64()
-                    == Some(quadratic(
-                        p["x"].as_f64().unwrap(),
-                        p["y"].as_f64().unwrap(),
-                        step,
-                    ))
-            });
-            assert!(matches, "trial {}: {r} from none of {had:?}", t["id"]);
-        }
-        let params: tune::Params = serde_json::from_value(t["params"].clone()).unwrap();
-        for p in parsed.space.params() {
-            assert!(p.domain.contains(params.get(&p.name).unwrap()));
-        }
-    }
-    // Nothing was left half-applied: no staged checkpoint remains.
-    let staged: Vec<_> = std::fs::read_dir(dir.join("trials"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(".exploit"))
-        .collect();
-    assert!(staged.is_empty(), "{staged:?}");
+    assert_pbt_consistent(&spec, &dir, 8);
 }
 
 #[test]

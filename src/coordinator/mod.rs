@@ -203,8 +203,13 @@ impl Coordinator {
             if !self.acks.is_empty() || self.in_flight.is_empty() {
                 self.store.sync()?;
             }
-            for (ack, decision) in self.acks.drain(..) {
-                let _ = ack.send(decision);
+            if !self.acks.is_empty() {
+                let failed = |e| TuneError::io("answering reports", e);
+                crate::failpoint::hit("ack.before").map_err(failed)?;
+                for (ack, decision) in self.acks.drain(..) {
+                    let _ = ack.send(decision);
+                }
+                crate::failpoint::hit("ack.after").map_err(failed)?;
             }
             for id in std::mem::take(&mut self.to_launch) {
                 self.launch(id, rt);

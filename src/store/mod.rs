@@ -46,8 +46,13 @@ pub type DatabaseError = Box<dyn std::error::Error + Send + Sync>;
 pub enum StoreError {
     #[error("the experiment is in use by another tune process")]
     InUse(#[source] std::io::Error),
-    #[error("database error: {0}")]
-    Database(#[source] DatabaseError),
+    /// The database (at `path`) or the file system under it failed: a full disk, a failed sync.
+    #[error("{}: {source}", path.display())]
+    Database {
+        path: std::path::PathBuf,
+        #[source]
+        source: DatabaseError,
+    },
     #[error("stored {what} is unreadable: {source}")]
     Corrupt {
         what: String,

@@ -2,12 +2,13 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tune_search::TrialId;
 
 use super::{decode, encode, Meta, StoreError, StoredExperiment, TrialStore};
+use crate::failpoint;
 use crate::trial::{Trial, TrialResult};
 
 /// Trials in sled: a `meta` tree, a `trials` tree keyed by big-endian id, and a `results` tree
@@ -20,6 +21,7 @@ use crate::trial::{Trial, TrialResult};
 /// assert!(store.load().is_err()); // nothing written yet
 /// ```
 pub struct SledStore {
+    path: PathBuf,
     db: sled::Db,
     meta: sled::Tree,
     trials: sled::Tree,
@@ -32,8 +34,24 @@ pub struct SledStore {
 /// The file inside the database folder that [`SledStore`] locks.
 const LOCK_FILE: &str = "tune.lock";
 
-fn db_err(e: sled::Error) -> StoreError {
-    StoreError::Database(Box::new(e))
+/// A database error at `path`.
+fn db_err(path: &Path) -> impl Fn(sled::Error) -> StoreError + Copy + '_ {
+    move |e| match e {
+        // sled's I/O errors are the file system's: keep the io::Error itself.
+        sled::Error::Io(io) => io_err(path)(io),
+        e => StoreError::Database {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        },
+    }
+}
+
+/// An I/O error at `path`.
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + Copy + '_ {
+    move |e| StoreError::Database {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    }
 }
 
 /// How long [`SledStore::open`] waits for a lock another process holds. A process killed a
@@ -69,13 +87,14 @@ impl SledStore {
                 Err(sled::Error::Io(_)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                opened => break opened.map_err(db_err)?,
+                opened => break opened.map_err(db_err(path))?,
             }
         };
         Ok(SledStore {
-            meta: db.open_tree("meta").map_err(db_err)?,
-            trials: db.open_tree("trials").map_err(db_err)?,
-            results: db.open_tree("results").map_err(db_err)?,
+            meta: db.open_tree("meta").map_err(db_err(path))?,
+            trials: db.open_tree("trials").map_err(db_err(path))?,
+            results: db.open_tree("results").map_err(db_err(path))?,
+            path: path.to_path_buf(),
             db,
             _lock: lock,
         })
@@ -84,7 +103,7 @@ impl SledStore {
 
 /// Takes the exclusive lock of the database at `path` (created if missing), without waiting.
 fn lock_exclusive(path: &Path) -> Result<File, StoreError> {
-    let io = |e: std::io::Error| StoreError::Database(Box::new(e));
+    let io = io_err(path);
     std::fs::create_dir_all(path).map_err(io)?;
     let file = File::options()
         .create(true)
@@ -108,17 +127,17 @@ impl TrialStore for SledStore {
         let meta_bytes = self
             .meta
             .get("meta")
-            .map_err(db_err)?
+            .map_err(db_err(&self.path))?
             .ok_or(StoreError::NoMeta)?;
         let meta: Meta = decode(&meta_bytes, || "experiment record".into())?;
         let mut trials: Vec<Trial> = Vec::new();
         for item in self.trials.iter() {
-            let (key, value) = item.map_err(db_err)?;
+            let (key, value) = item.map_err(db_err(&self.path))?;
             let trial: Trial = decode(&value, || format!("trial record {key:?}"))?;
             trials.push(trial);
         }
         for item in self.results.iter() {
-            let (key, value) = item.map_err(db_err)?;
+            let (key, value) = item.map_err(db_err(&self.path))?;
             let Some(id) = key.get(..8).and_then(|k| k.try_into().ok()) else {
                 continue;
             };
@@ -134,15 +153,19 @@ impl TrialStore for SledStore {
 
     fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError> {
         let bytes = encode(meta, || "the experiment record".into())?;
-        self.meta.insert("meta", bytes).map_err(db_err)?;
+        failpoint::hit("store.write").map_err(io_err(&self.path))?;
+        self.meta
+            .insert("meta", bytes)
+            .map_err(db_err(&self.path))?;
         Ok(())
     }
 
     fn put_trial(&mut self, trial: &Trial) -> Result<(), StoreError> {
         let bytes = encode(trial, || format!("trial {}", trial.id))?;
+        failpoint::hit("store.write").map_err(io_err(&self.path))?;
         self.trials
             .insert(trial.id.to_be_bytes(), bytes)
-            .map_err(db_err)?;
+            .map_err(db_err(&self.path))?;
         Ok(())
     }
 
@@ -151,12 +174,17 @@ impl TrialStore for SledStore {
         let mut key = [0u8; 16];
         key[..8].copy_from_slice(&id.to_be_bytes());
         key[8..].copy_from_slice(&result.seq.to_be_bytes());
-        self.results.insert(&key[..], bytes).map_err(db_err)?;
+        failpoint::hit("store.write").map_err(io_err(&self.path))?;
+        self.results
+            .insert(&key[..], bytes)
+            .map_err(db_err(&self.path))?;
         Ok(())
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
-        self.db.flush().map_err(db_err)?;
+        failpoint::hit("store.sync.before").map_err(io_err(&self.path))?;
+        self.db.flush().map_err(db_err(&self.path))?;
+        failpoint::hit("store.sync.after").map_err(io_err(&self.path))?;
         Ok(())
     }
 }

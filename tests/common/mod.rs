@@ -19,35 +19,6 @@ pub fn tune_run(spec: &Path, dir: &Path) -> Command {
     cmd
 }
 
-/// Starts the sweep (`tune run`, then `tune resume` for later rounds) once per entry of
-/// `waits_ms`, sending SIGKILL after that long if it is still running.
-pub fn run_with_kills(spec: &Path, dir: &Path, waits_ms: &[u64]) {
-    for &wait in waits_ms {
-        // On a loaded machine a kill can land before `run` has made the experiment (creation
-        // is atomic, so then there is none): the next round runs again instead of resuming.
-        let mut cmd = if !dir.exists() {
-            tune_run(spec, dir)
-        } else {
-            let mut c = tune();
-            c.arg("resume").arg(dir);
-            c
-        };
-        let mut child = cmd
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(wait));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-        }
-        child.wait().unwrap();
-    }
-    if !dir.exists() {
-        run_ok(&mut tune_run(spec, dir));
-    }
-}
-
 /// Arms the fixture's kill switch in `spec` (written by [`write_spec`]): trials log each
 /// acknowledged result to `tmp/acks.log`, and the one whose acknowledgement makes the log as
 /// long as the number in `tmp/kill-at` kills tune with SIGKILL (see tests/fixtures/objective.py).
@@ -141,6 +112,48 @@ pub fn by_id(trials: Vec<Json>) -> BTreeMap<u64, Json> {
         out.keys()
     );
     out
+}
+
+/// A PBT sweep of `samples` trials of tests/fixtures/objective.py (params x and y), resumed
+/// to its end: every trial completed, every value it reported computed from params it had (its
+/// own or an exploit's), its params inside the space, and no exploit left half-applied.
+pub fn assert_pbt_consistent(spec: &Path, dir: &Path, samples: u64) {
+    let (parsed, _) = tune::ExperimentSpec::read(spec).unwrap();
+    let trials = export_json(dir);
+    assert_eq!(trials.len() as u64, samples);
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "trial {}", t["id"]);
+        let lineage = t["lineage"].as_array().cloned().unwrap_or_default();
+        // Every params set the trial ever had, and every value it reported came from one of them.
+        let mut had: Vec<&Json> = lineage.iter().map(|l| &l["previous"]).collect();
+        had.push(&t["params"]);
+        for l in &lineage {
+            assert!(l["from"].as_u64().unwrap() < samples);
+        }
+        for r in t["results"].as_array().unwrap() {
+            let step = r["step"].as_u64().unwrap();
+            let matches = had.iter().any(|p| {
+                r["loss"].as_f64()
+                    == Some(quadratic(
+                        p["x"].as_f64().unwrap(),
+                        p["y"].as_f64().unwrap(),
+                        step,
+                    ))
+            });
+            assert!(matches, "trial {}: {r} from none of {had:?}", t["id"]);
+        }
+        let params: tune::Params = serde_json::from_value(t["params"].clone()).unwrap();
+        for p in parsed.space.params() {
+            assert!(p.domain.contains(params.get(&p.name).unwrap()));
+        }
+    }
+    // Nothing was left half-applied: no staged checkpoint remains.
+    let staged: Vec<_> = std::fs::read_dir(dir.join("trials"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".exploit"))
+        .collect();
+    assert!(staged.is_empty(), "{staged:?}");
 }
 
 pub fn fixture(name: &str) -> PathBuf {

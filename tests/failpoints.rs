@@ -1,0 +1,160 @@
+//! Crashes and I/O errors at every named failure point (src/failpoint.rs), each at exact hits:
+//! the sweep resumed after each ends as the uninterrupted one, keeping every acknowledged result
+//! and storing none twice.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+use serde_json::Value as Json;
+
+/// One band of HyperBand, R = 9, eta = 3 (17 trials), on one slot, of checkpointing command
+/// trials: the same results in the same order on every run.
+fn band(tmp: &Path) -> std::path::PathBuf {
+    let spec = write_spec(
+        tmp,
+        "samples = 17\nseed = 3\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "9", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    arm_kill_switch(&spec, tmp);
+    spec
+}
+
+fn with_failpoint(mut cmd: Command, failpoints: &str) -> Output {
+    cmd.env("TUNE_FAILPOINTS", failpoints)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn killed(out: &Output) -> bool {
+    std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(libc::SIGKILL)
+}
+
+/// What a sweep decided: each trial's params, status and (step, loss) results.
+fn outcome(trials: &[Json]) -> Vec<(Json, Json, Vec<(u64, f64)>)> {
+    trials
+        .iter()
+        .map(|t| {
+            let results = t["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r["step"].as_u64().unwrap(), r["loss"].as_f64().unwrap()))
+                .collect();
+            (t["params"].clone(), t["status"].clone(), results)
+        })
+        .collect()
+}
+
+#[test]
+fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference_dir = tmp.path().join("whole");
+    let spec = band(tmp.path());
+    run_ok(&mut tune_run(&spec, &reference_dir));
+    let want = outcome(&export_json(&reference_dir));
+    for point in tune::failpoint::POINTS {
+        if *point == "exploit.copy" {
+            continue; // HyperBand copies no checkpoint: see the PBT test below.
+        }
+        let case = tempfile::tempdir().unwrap();
+        let spec = band(case.path());
+        let dir = case.path().join("killed");
+        // Killed at the n-th time this process reaches the point, n cycling through these
+        // (so that each round gets further), until a round runs to the end.
+        let (mut kills, mut rounds) = (0, 0);
+        for n in [1, 3, 17, 7, 29].into_iter().cycle() {
+            rounds += 1;
+            assert!(rounds < 200, "{point}: no end after {rounds} rounds");
+            let out = with_failpoint(run_or_resume(&spec, &dir), &format!("{point}=kill@{n}"));
+            if killed(&out) {
+                kills += 1;
+                continue;
+            }
+            assert!(out.status.success(), "{point}: {}", stderr(&out));
+            break;
+        }
+        let expected_kills = if *point == "create.before-rename" {
+            1
+        } else {
+            3
+        };
+        assert!(
+            kills >= expected_kills,
+            "{point}: killed only {kills} times"
+        );
+        let trials = export_json(&dir);
+        assert_acknowledged_results_kept(case.path(), &by_id(trials.clone()));
+        assert_eq!(outcome(&trials), want, "killed at {point}");
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_sweep_naming_the_store_and_resume_goes_on_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = band(tmp.path());
+    let reference_dir = tmp.path().join("whole");
+    run_ok(&mut tune_run(&spec, &reference_dir));
+    let want = outcome(&export_json(&reference_dir));
+    for point in ["store.write", "store.sync.before"] {
+        let case = tempfile::tempdir().unwrap();
+        let spec = band(case.path());
+        let dir = case.path().join("full");
+        let out = with_failpoint(tune_run(&spec, &dir), "ack.after=kill@5");
+        assert!(killed(&out), "{}", stderr(&out));
+        // The disk fills up in the middle of the sweep: every write or sync from then on fails.
+        let out = with_failpoint(
+            {
+                let mut c = tune();
+                c.arg("resume").arg(&dir);
+                c
+            },
+            &format!("{point}=error@12"),
+        );
+        assert_eq!(out.status.code(), Some(1), "{point}: {}", stderr(&out));
+        let message = stderr(&out);
+        let db = dir.join("tune.db");
+        assert!(
+            message.contains(&format!("{}: No space left on device", db.display())),
+            "{point}: {message}"
+        );
+        assert!(!message.contains("panicked"), "{point}: {message}");
+        // Space freed: the sweep goes on from what was acknowledged.
+        run_ok(tune().arg("resume").arg(&dir));
+        let trials = export_json(&dir);
+        assert_acknowledged_results_kept(case.path(), &by_id(trials.clone()));
+        assert_eq!(outcome(&trials), want, "full disk at {point}");
+    }
+}
+
+#[test]
+fn a_kill_during_an_exploits_checkpoint_copy_leaves_a_consistent_population() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 8\nseed = 8\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 3\n[resources]\ncpu_slots = 8",
+        &["--y", "{y}", "--steps", "30", "--behaviour", "ckpt", "--sleep", "0.01"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
+    );
+    let dir = tmp.path().join("pbt");
+    // Each copy copies one file (the fixture's `state`): killed at the n-th copy of the run.
+    let mut kills = 0;
+    for n in [1, 2, 1, 3] {
+        let out = with_failpoint(
+            run_or_resume(&spec, &dir),
+            &format!("exploit.copy=kill@{n}"),
+        );
+        if killed(&out) {
+            kills += 1;
+        } else {
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    }
+    assert!(kills >= 2, "killed only {kills} times");
+    run_ok(tune().arg("resume").arg(&dir));
+    assert_pbt_consistent(&spec, &dir, 8);
+}
