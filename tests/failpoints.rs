@@ -34,8 +34,11 @@ fn killed(out: &Output) -> bool {
     std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(libc::SIGKILL)
 }
 
-/// What a sweep decided: each trial's params, status and (step, loss) results.
-fn outcome(trials: &[Json]) -> Vec<(Json, Json, Vec<(u64, f64)>)> {
+/// One trial as decided: its params, status and (step, loss) results.
+type Decided = (Json, Json, Vec<(u64, f64)>);
+
+/// What a sweep decided, trial by trial.
+fn outcome(trials: &[Json]) -> Vec<Decided> {
     trials
         .iter()
         .map(|t| {
