@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::spec::SpecError;
+use crate::stop::StopReason;
 use crate::store::StoreError;
 
 /// Everything that can stop a sweep from starting or finishing.
@@ -27,6 +28,9 @@ pub enum TuneError {
     },
     #[error("interrupted; the sweep in {} can be resumed", .0.display())]
     Interrupted(PathBuf),
+    /// Trials failed in a row (`[stop] max_failed_trials`): the sweep stopped, resumable.
+    #[error("the sweep in {} stopped: {reason}", dir.display())]
+    Failing { dir: PathBuf, reason: StopReason },
 }
 
 impl TuneError {

@@ -41,6 +41,7 @@ mod pool;
 mod progress;
 mod replay;
 mod spec;
+mod stop;
 pub mod store;
 mod trial;
 mod tuner;
@@ -57,6 +58,7 @@ pub use spec::{
     Algorithm, ExperimentSpec, Gpus, InvalidSetting, ObjectiveSpec, Resources, SchedulerSpec,
     SearchSpec, SpecError,
 };
+pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;
 pub use trial::{now_ms, Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};

@@ -41,6 +41,10 @@ enum Command {
         /// Raise the budget to this many samples.
         #[arg(long)]
         samples: Option<u64>,
+        /// Go on past `[stop]`'s target, time budget and no-improvement limit (for this
+        /// resume; trials failing in a row still stop it).
+        #[arg(long)]
+        no_stop: bool,
         /// Plain progress line instead of the dashboard.
         #[arg(long)]
         no_tui: bool,
@@ -88,6 +92,10 @@ fn cli_message(e: &TuneError) -> String {
         TuneError::ExperimentExists(dir) => format!(
             "{} already holds an experiment; continue it with `tune resume {}`, or pass --dir for a new one",
             dir.display(),
+            dir.display()
+        ),
+        TuneError::Failing { dir, reason } => format!(
+            "{reason}\n  the sweep stopped; fix the objective, then `tune resume {}` goes on (failed trials stay failed)",
             dir.display()
         ),
         TuneError::Interrupted(dir) => format!(
@@ -141,6 +149,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
         Command::Resume {
             dir,
             samples,
+            no_stop,
             no_tui,
         } => {
             // The frozen copy holds the resources the sweep runs with; a folder without one is
@@ -155,6 +164,9 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             let mut tuner = Tuner::resume(&dir);
             if let Some(n) = samples {
                 tuner = tuner.samples(n);
+            }
+            if no_stop {
+                tuner = tuner.stop_when(tune::StopConditions::default());
             }
             println!("tune: resuming {}", dir.display());
             let result = sweep(tuner, !no_tui)?;
@@ -277,6 +289,17 @@ fn watch(dir: &Path) -> Result<ExitCode, TuneError> {
 /// Prints the best trial; exit 1 when no trial completed.
 fn finish(result: &tune::TuneResult) -> ExitCode {
     let (trials, metric, dir) = (result.trials(), result.metric(), result.dir());
+    if let Some(reason) = result.stopped() {
+        // A resume would meet a target or a no-improvement limit again at once.
+        let flag = match reason {
+            tune::StopReason::TimeBudget { .. } => "",
+            _ => " --no-stop",
+        };
+        println!(
+            "stopped early: {reason}; `tune resume {}{flag}` goes on from here",
+            dir.display()
+        );
+    }
     let failed = trials.iter().filter(|t| t.status == Status::Failed).count();
     if failed > 0 {
         let example = trials.iter().find(|t| t.status == Status::Failed);

@@ -14,6 +14,7 @@ use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
 use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerSpec, SearchSpec};
+use crate::stop::{StopConditions, StopReason};
 use crate::trial::Trial;
 
 /// Sets up and runs a sweep.
@@ -47,6 +48,9 @@ pub struct Tuner {
     /// With `resume`: run on this many CPU slots (where trials run does not change what is
     /// decided).
     resume_slots: Option<usize>,
+    /// With `resume`: new stop conditions (they end the sweep sooner or later, but change no
+    /// decision).
+    resume_stop: Option<StopConditions>,
     /// With `resume`: settings that were given but cannot change a created sweep.
     fixed_on_resume: Vec<&'static str>,
     spec_text: Option<String>,
@@ -73,6 +77,7 @@ impl Tuner {
             search: SearchSpec::default(),
             scheduler: SchedulerSpec::default(),
             resources: Resources::default(),
+            stop: StopConditions::default(),
             objective: None,
             space,
         })
@@ -86,6 +91,7 @@ impl Tuner {
             resume: None,
             resume_samples: None,
             resume_slots: None,
+            resume_stop: None,
             fixed_on_resume: Vec::new(),
             spec_text: None,
             observers: Vec::new(),
@@ -181,6 +187,26 @@ impl Tuner {
     /// ```
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
+        self
+    }
+
+    /// When the sweep ends before its budget is spent (`[stop]`): failures in a row, a time
+    /// budget, a target value, trials without improvement. Also applies to a resumed sweep.
+    ///
+    /// ```
+    /// use tune::{StopConditions, Tuner};
+    /// let tuner = Tuner::new(tune::Space::default()).stop_when(StopConditions {
+    ///     time_budget_s: Some(3600.0),
+    ///     target: Some(0.01),
+    ///     ..StopConditions::default()
+    /// });
+    /// # drop(tuner);
+    /// ```
+    pub fn stop_when(mut self, conditions: StopConditions) -> Self {
+        if self.resume.is_some() {
+            self.resume_stop = Some(conditions.clone());
+        }
+        self.spec.stop = conditions;
         self
     }
 
@@ -310,6 +336,7 @@ impl Tuner {
             samples: exp.stored.meta.samples,
             pool,
             max_failures: spec.max_failures,
+            stop_when: spec.stop.clone(),
             timeout: spec
                 .objective
                 .as_ref()
@@ -332,11 +359,13 @@ impl Tuner {
         }
         let outcome = coordinator.run(rt.handle());
         rt.shutdown_timeout(Duration::from_secs(5));
+        let (trials, stopped) = outcome?;
         Ok(TuneResult {
             dir: exp.dir,
             metric: spec.metric,
             mode: spec.mode,
-            trials: outcome?,
+            trials,
+            stopped,
         })
     }
 
@@ -359,6 +388,12 @@ impl Tuner {
             if let Some(slots) = self.resume_slots {
                 // Where trials run does not change what is decided.
                 exp.stored.meta.spec.resources.cpu_slots = slots;
+            }
+            if let Some(stop) = &self.resume_stop {
+                stop.validate().map_err(|e| {
+                    TuneError::Invalid(crate::spec::InvalidSetting::new("stop", e).to_string())
+                })?;
+                exp.stored.meta.spec.stop = stop.clone();
             }
             let prepared = prepare(&exp.stored.meta.spec, &exp.dir)?;
             if let Some(n) = self.resume_samples {
@@ -428,9 +463,16 @@ pub struct TuneResult {
     metric: String,
     mode: Mode,
     trials: Vec<Trial>,
+    stopped: Option<StopReason>,
 }
 
 impl TuneResult {
+    /// Why the sweep ended before its budget was spent (`[stop]`), if it did: `tune resume`
+    /// goes on from there.
+    pub fn stopped(&self) -> Option<&StopReason> {
+        self.stopped.as_ref()
+    }
+
     /// Every trial, in id order, with its results.
     pub fn trials(&self) -> &[Trial] {
         &self.trials

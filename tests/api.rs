@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tune::{Algorithm, Mode, Space, Status, Stop, TuneError, Tuner};
+use tune::{Algorithm, Mode, Space, Status, Stop, StopConditions, TuneError, Tuner};
 
 fn space() -> Space {
     Space::builder()
@@ -56,6 +56,11 @@ fn errors_panics_and_bad_metrics_fail_their_trials_only() {
         .samples(40)
         .cpu_slots(2)
         .dir(tmp.path().join("fail"))
+        // Four cases in five fail: never stop for failures in a row.
+        .stop_when(StopConditions {
+            max_failed_trials: 0,
+            ..StopConditions::default()
+        })
         .fit(|ctx| {
             match ctx.params().i64("case")? {
                 0 => ctx.report(1, [("loss", 1.0)])?,

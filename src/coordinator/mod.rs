@@ -25,6 +25,7 @@ use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
 use crate::observer::{emit, Event, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
 use crate::replay::replay;
+use crate::stop::{StopConditions, StopReason, StopWatch};
 use crate::store::TrialStore;
 use crate::trial::{now_ms, Trial, TrialResult};
 use in_flight::InFlight;
@@ -46,6 +47,8 @@ pub(crate) struct Plan {
     /// Where trials run.
     pub pool: Pool,
     pub max_failures: u32,
+    /// `[stop]`: when the sweep ends before the budget is spent.
+    pub stop_when: StopConditions,
     pub timeout: Option<Duration>,
 }
 
@@ -76,6 +79,9 @@ pub(crate) struct Coordinator {
     described_at: Option<Instant>,
     /// Decisions made before a kill whose effect was not stored yet (see [`replay`]).
     undelivered: Vec<(TrialId, u64, Decision)>,
+    stop_watch: StopWatch,
+    /// Why the sweep is stopping early, once a `[stop]` condition is met.
+    stopped: Option<StopReason>,
 }
 
 impl Coordinator {
@@ -114,6 +120,7 @@ impl Coordinator {
             .filter(|t| t.status == Status::Paused && t.restore_from.is_some())
             .map(|t| t.id)
             .collect();
+        let stop_watch = StopWatch::new(plan.stop_when.clone(), &plan.metric, plan.mode, &trials);
         let mut scheduler = scheduler;
         let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
         let all_added = trials.len() as u64 >= budget;
@@ -145,7 +152,21 @@ impl Coordinator {
             deferred: trials_pending_exploit,
             described_at: None,
             undelivered,
+            stop_watch,
+            stopped: None,
         }
+    }
+
+    /// Ends the sweep early, as an interruption does: no trial starts, running ones are left
+    /// for `resume`.
+    fn stop_sweep(&mut self, reason: StopReason) {
+        let note = format!("stopping: {reason}");
+        if self.observers.is_empty() {
+            eprintln!("tune: {note}");
+        }
+        emit(&mut self.observers, &Event::Note(&note), &self.summary);
+        self.stopped = Some(reason);
+        let _ = self.shutdown.send(true);
     }
 
     /// Tells observers what the scheduler is doing, at most four times a second unless `now`.
@@ -167,8 +188,12 @@ impl Coordinator {
         );
     }
 
-    /// Runs until the budget is spent and every trial has ended, or until interrupted.
-    pub(crate) fn run(mut self, rt: &Handle) -> Result<Vec<Trial>, TuneError> {
+    /// Runs until the budget is spent and every trial has ended, until interrupted, or until a
+    /// `[stop]` condition is met (returned with the trials, or as the error for failures).
+    pub(crate) fn run(
+        mut self,
+        rt: &Handle,
+    ) -> Result<(Vec<Trial>, Option<StopReason>), TuneError> {
         let mut shutdown_rx = self.shutdown.subscribe();
         let info = SweepInfo {
             name: &self.plan.name,
@@ -192,7 +217,17 @@ impl Coordinator {
             self.apply_decision(id, step, decision)?;
         }
         self.describe_scheduler(true);
+        if let Some(reason) = self.stop_watch.already_met() {
+            self.stop_sweep(reason);
+        }
+        let budget = self.plan.stop_when.time_budget();
+        let deadline = budget.map(|b| tokio::time::Instant::now() + b);
         loop {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) && self.stopped.is_none()
+            {
+                let seconds = budget.map_or(0.0, |b| b.as_secs_f64());
+                self.stop_sweep(StopReason::TimeBudget { seconds });
+            }
             let interrupted = *shutdown_rx.borrow();
             self.settle_ended()?;
             if !interrupted {
@@ -232,9 +267,16 @@ impl Coordinator {
                 break;
             }
             let msg = rt.block_on(async {
+                let time_is_up = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     m = self.rx.recv() => m,
                     _ = shutdown_rx.changed(), if !interrupted => None,
+                    _ = time_is_up, if !interrupted => None,
                 }
             });
             if let Some(msg) = msg {
@@ -249,10 +291,17 @@ impl Coordinator {
             o.on_end(&self.summary);
         }
         let unfinished = (self.trials.len() as u64) < self.budget || self.summary.unfinished() > 0;
-        if *shutdown_rx.borrow() && unfinished {
-            return Err(TuneError::Interrupted(self.plan.dir.clone()));
+        match self.stopped {
+            // Met by the last trial to end: the sweep is simply done.
+            _ if !unfinished => Ok((self.trials, None)),
+            Some(reason) if reason.is_failure() => Err(TuneError::Failing {
+                dir: self.plan.dir.clone(),
+                reason,
+            }),
+            Some(reason) => Ok((self.trials, Some(reason))),
+            None if *shutdown_rx.borrow() => Err(TuneError::Interrupted(self.plan.dir.clone())),
+            None => Ok((self.trials, None)),
         }
-        Ok(self.trials)
     }
 
     fn set_status(&mut self, id: TrialId, status: Status) {
@@ -555,7 +604,11 @@ impl Coordinator {
         let last = t.last_step().zip(t.value(&self.plan.metric));
         self.scheduler.on_complete(id, last);
         self.summary.note_best(t);
+        let met = self.stop_watch.on_finished(t);
         emit(&mut self.observers, &Event::Finished(t), &self.summary);
+        if let Some(reason) = met.filter(|_| self.stopped.is_none()) {
+            self.stop_sweep(reason);
+        }
         Ok(())
     }
 

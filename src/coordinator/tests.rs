@@ -197,6 +197,10 @@ impl Sweep {
             samples: self.samples,
             pool,
             max_failures: self.max_failures,
+            stop_when: crate::stop::StopConditions {
+                max_failed_trials: 0,
+                ..Default::default()
+            },
             timeout: self.timeout,
         };
         let coordinator = Coordinator::new(
@@ -213,7 +217,7 @@ impl Sweep {
             .enable_all()
             .build()
             .unwrap();
-        let result = coordinator.run(rt.handle());
+        let result = coordinator.run(rt.handle()).map(|(trials, _)| trials);
         rt.shutdown_background();
         let summary = self.summary.0.lock().unwrap().take();
         Ran {

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::Path;
 
+use crate::stop::StopConditions;
 use serde::{Deserialize, Serialize};
 use tune_schedulers::{
     AshaConfig, Fifo, HyperBand, HyperBandConfig, MedianConfig, MedianStopping, Pbt, PbtConfig,
@@ -57,6 +58,9 @@ pub struct ExperimentSpec {
     pub scheduler: SchedulerSpec,
     #[serde(default)]
     pub resources: Resources,
+    /// `[stop]`: when the sweep ends before its budget is spent.
+    #[serde(default)]
+    pub stop: StopConditions,
     /// How a trial runs; `None` for experiments driven by a Rust closure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objective: Option<ObjectiveSpec>,
@@ -406,6 +410,9 @@ impl ExperimentSpec {
         self.scheduler
             .validate()
             .map_err(|e| InvalidSetting::new("scheduler", e))?;
+        self.stop
+            .validate()
+            .map_err(|e| InvalidSetting::new("stop", e))?;
         if let Some(obj) = &self.objective {
             obj.validate(&self.space, &self.metric)
                 .map_err(|(section, e)| InvalidSetting::new(section, e))?;
