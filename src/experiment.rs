@@ -186,6 +186,83 @@ impl Experiment {
         Experiment::from_store(dir, Box::new(store))
     }
 
+    /// Whatever can still be read of a damaged experiment's store (`tune export --salvage`),
+    /// and what the store had held at its last sync, where it noted that.
+    ///
+    /// ```no_run
+    /// let (stored, held) = tune::experiment::Experiment::salvage("runs/quadratic".as_ref())?;
+    /// eprintln!("read {} trials; it held {}", stored.trials.len(), held.unwrap_or_default());
+    /// # Ok::<(), tune::TuneError>(())
+    /// ```
+    pub fn salvage(dir: &Path) -> Result<(StoredExperiment, Option<String>), TuneError> {
+        if !dir.join(DB_DIR).is_dir() {
+            return Err(TuneError::NotAnExperiment {
+                path: dir.to_path_buf(),
+                reason: format!("it has no {DB_DIR} database"),
+            });
+        }
+        // Read from a copy: opening a damaged database lets sled repair it its way, which may
+        // drop more than it reads.
+        let copy = std::env::temp_dir().join(format!("tune-salvage-{}", std::process::id()));
+        let io = |e| {
+            TuneError::io(
+                format!(
+                    "copying {} to {}",
+                    dir.join(DB_DIR).display(),
+                    copy.display()
+                ),
+                e,
+            )
+        };
+        let _ = std::fs::remove_dir_all(&copy);
+        copy_dir(&dir.join(DB_DIR), &copy).map_err(io)?;
+        let _ = std::fs::remove_file(copy.join("tune.lock"));
+        let mut salvaged = SledStore::open(&copy).map(|s| s.salvage());
+        if matches!(salvaged, Err(StoreError::Damaged { .. })) {
+            // sled's snapshot is a cache of its log: without it, sled reads the log itself.
+            for entry in std::fs::read_dir(&copy).map_err(io)?.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("snap.") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            salvaged = SledStore::open(&copy).map(|s| s.salvage());
+        }
+        let _ = std::fs::remove_dir_all(&copy);
+        let nothing = |problem: String| StoreError::Damaged {
+            path: dir.join(DB_DIR),
+            problem: format!("{problem}; nothing could be salvaged"),
+        };
+        let salvaged = salvaged.map_err(|e| match e {
+            // Name the experiment's database, not the copy.
+            StoreError::Damaged { problem, .. } => nothing(problem),
+            other => other,
+        })?;
+        // The experiment record lost: the frozen copy of the spec stands in for it.
+        let meta = match salvaged.meta {
+            Some(meta) => meta,
+            None => {
+                let file = dir.join(SPEC_FILE);
+                let text = std::fs::read_to_string(&file).map_err(|_| {
+                    nothing(format!(
+                        "its experiment record is lost and {} unreadable",
+                        file.display()
+                    ))
+                })?;
+                let spec = ExperimentSpec::from_toml(&text, &file)?;
+                Meta {
+                    format: FORMAT,
+                    samples: spec.samples,
+                    spec,
+                }
+            }
+        };
+        let stored = StoredExperiment {
+            meta,
+            trials: salvaged.trials,
+        };
+        Ok((stored, salvaged.held))
+    }
+
     /// An experiment whose records are in `store` (and whose trial folders are under `dir`),
     /// refusing a store that holds none or holds a format this build cannot read.
     pub fn from_store(dir: &Path, store: Box<dyn TrialStore>) -> Result<Experiment, TuneError> {
@@ -201,10 +278,12 @@ impl Experiment {
             Err(e) => return Err(e.into()),
         };
         if !FORMATS_READ.contains(&stored.meta.format) {
-            return Err(not(format!(
-                "it was written in store format {}, this build reads formats {FORMATS_READ:?}",
-                stored.meta.format
-            )));
+            return Err(StoreError::Format {
+                path: dir.join(DB_DIR),
+                found: stored.meta.format,
+                read: &FORMATS_READ,
+            }
+            .into());
         }
         Ok(Experiment {
             dir: dir.to_path_buf(),

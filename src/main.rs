@@ -66,6 +66,9 @@ enum Command {
         dir: PathBuf,
         #[arg(long, value_enum, default_value_t = Format::Json)]
         format: Format,
+        /// Export whatever a damaged store still holds (and say on stderr what is missing).
+        #[arg(long)]
+        salvage: bool,
     },
 }
 
@@ -104,6 +107,13 @@ fn cli_message(e: &TuneError) -> String {
         ),
         TuneError::Invalid(message) if message.starts_with("`samples`") => {
             message.replacen("`samples`", "--samples", 1)
+        }
+        TuneError::Store(StoreError::Damaged { path, .. }) => {
+            let experiment = path.parent().unwrap_or(path);
+            format!(
+                "{e}\n  `tune export {} --salvage` writes out every trial it can still read",
+                experiment.display()
+            )
         }
         TuneError::Store(StoreError::Database { path, .. }) => {
             // The sweep stopped at its last sync: what was acknowledged is kept.
@@ -178,8 +188,16 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &sweep))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Export { dir, format } => {
-            let sweep = SweepState::load(&dir)?;
+        Command::Export {
+            dir,
+            format,
+            salvage,
+        } => {
+            let sweep = if salvage {
+                SweepState::salvage(&dir)?
+            } else {
+                SweepState::load(&dir)?
+            };
             let spec = &sweep.spec;
             let mut out = std::io::stdout().lock();
             let written = match format {
@@ -383,6 +401,26 @@ impl SweepState {
             spec: exp.stored.meta.spec,
             samples: exp.stored.meta.samples,
             trials: exp.stored.trials,
+            live: false,
+        })
+    }
+
+    /// What a damaged store still holds, with a word on stderr about what it lost.
+    fn salvage(dir: &Path) -> Result<SweepState, TuneError> {
+        let (stored, held) = Experiment::salvage(dir)?;
+        let results: usize = stored.trials.iter().map(|t| t.results.len()).sum();
+        eprintln!(
+            "tune: salvaged {} trials and {results} results from {}{}",
+            stored.trials.len(),
+            dir.join(tune::experiment::DB_DIR).display(),
+            held.map(|h| format!("; at its last sync it held {h}"))
+                .unwrap_or_default()
+        );
+        Ok(SweepState {
+            dir: dir.to_path_buf(),
+            spec: stored.meta.spec,
+            samples: stored.meta.samples,
+            trials: stored.trials,
             live: false,
         })
     }

@@ -12,7 +12,7 @@ mod sled_store;
 pub(crate) mod conformance;
 
 pub use memory::{MemoryDb, MemoryStore};
-pub use sled_store::SledStore;
+pub use sled_store::{Salvaged, SledStore};
 
 use serde::{Deserialize, Serialize};
 use tune_search::TrialId;
@@ -68,6 +68,19 @@ pub enum StoreError {
     },
     #[error("the store holds no experiment record")]
     NoMeta,
+    /// The store was written in a layout this build does not read (by a newer tune).
+    #[error("{} was written in store format {found}; this build of tune reads formats {read:?} (a newer tune wrote it?)", path.display())]
+    Format {
+        path: std::path::PathBuf,
+        found: u32,
+        read: &'static [u32],
+    },
+    /// The database at `path` is damaged: unreadable, or holding less than it once did.
+    #[error("{} is damaged: {problem}", path.display())]
+    Damaged {
+        path: std::path::PathBuf,
+        problem: String,
+    },
 }
 
 /// Durable storage of one experiment.

@@ -1,7 +1,9 @@
 //! The embedded default store: one sled database in the experiment folder.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -29,16 +31,120 @@ pub struct SledStore {
     /// Our own exclusive lock on the database (released when the file closes, on any exit):
     /// sled's lock error is an untyped message, this one is an `io::Error` we can match on.
     _lock: File,
+    /// What the database holds, for [`CHECK_FILE`].
+    counting: RefCell<Counting>,
+    /// [`CHECK_FILE`], opened at the first sync.
+    check: Option<File>,
 }
 
 /// The file inside the database folder that [`SledStore`] locks.
 const LOCK_FILE: &str = "tune.lock";
+
+/// The file in the database folder where [`SledStore`] notes, after each sync, how much the
+/// database holds. sled recovers from a damaged log by dropping everything after the damage,
+/// silently; a database holding less than its note says was damaged, not merely killed (the
+/// note is written after the sync, so a kill leaves it behind the database, never ahead).
+const CHECK_FILE: &str = "tune.check";
+
+/// What a database holds, in counts that only ever grow: trials, results, finished trials.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Tally {
+    trials: u64,
+    results: u64,
+    finished: u64,
+}
+
+impl Tally {
+    fn of(stored: &StoredExperiment) -> Tally {
+        Tally {
+            trials: stored.trials.len() as u64,
+            results: stored.trials.iter().map(|t| t.results.len() as u64).sum(),
+            finished: stored
+                .trials
+                .iter()
+                .filter(|t| t.status.is_finished())
+                .count() as u64,
+        }
+    }
+
+    /// Whether `self` holds at least what `other` counts, in every count.
+    fn covers(&self, other: &Tally) -> bool {
+        self.trials >= other.trials
+            && self.results >= other.results
+            && self.finished >= other.finished
+    }
+
+    fn to_line(self) -> String {
+        let body = format!(
+            "tune.check 1 trials={} results={} finished={}",
+            self.trials, self.results, self.finished
+        );
+        format!("{body} fnv={:016x}\n", fnv1a(body.as_bytes()))
+    }
+
+    fn parse(text: &str) -> Option<Tally> {
+        let (body, sum) = text.trim_end().rsplit_once(" fnv=")?;
+        if u64::from_str_radix(sum, 16).ok()? != fnv1a(body.as_bytes()) {
+            return None;
+        }
+        let mut fields = body.strip_prefix("tune.check 1 ")?.split(' ');
+        let mut next = |key: &str| fields.next()?.strip_prefix(key)?.parse().ok();
+        Some(Tally {
+            trials: next("trials=")?,
+            results: next("results=")?,
+            finished: next("finished=")?,
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} trials, {} results and {} finished trials",
+            self.trials, self.results, self.finished
+        )
+    }
+}
+
+/// FNV-1a, 64 bits: a checksum for the note (not for security).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// What [`SledStore::salvage`] could read.
+#[derive(Debug)]
+pub struct Salvaged {
+    /// The experiment record, unless it is lost.
+    pub meta: Option<Meta>,
+    /// Every trial record that decodes, in id order, with every result of it that decodes.
+    pub trials: Vec<Trial>,
+    /// What the database held at its last sync, in words, where its note says.
+    pub held: Option<String>,
+}
+
+/// The counts kept up to date as records are written, from the last load on.
+#[derive(Debug, Default)]
+struct Counting {
+    tally: Tally,
+    finished: std::collections::HashSet<TrialId>,
+}
 
 /// A database error at `path`.
 fn db_err(path: &Path) -> impl Fn(sled::Error) -> StoreError + Copy + '_ {
     move |e| match e {
         // sled's I/O errors are the file system's: keep the io::Error itself.
         sled::Error::Io(io) => io_err(path)(io),
+        sled::Error::Corruption { at, .. } => StoreError::Damaged {
+            path: path.to_path_buf(),
+            problem: match at {
+                Some(at) => format!("sled found corrupted data at {at:?}"),
+                None => "sled found corrupted data".into(),
+            },
+        },
+        sled::Error::Unsupported(what) => StoreError::Damaged {
+            path: path.to_path_buf(),
+            problem: format!("sled cannot read it: {what}"),
+        },
         e => StoreError::Database {
             path: path.to_path_buf(),
             source: Box::new(e),
@@ -97,33 +203,62 @@ impl SledStore {
             path: path.to_path_buf(),
             db,
             _lock: lock,
+            counting: RefCell::default(),
+            check: None,
         })
     }
-}
 
-/// Takes the exclusive lock of the database at `path` (created if missing), without waiting.
-fn lock_exclusive(path: &Path) -> Result<File, StoreError> {
-    let io = io_err(path);
-    std::fs::create_dir_all(path).map_err(io)?;
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path.join(LOCK_FILE))
-        .map_err(io)?;
-    // SAFETY: flock(2) on a descriptor we own and keep open; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.kind() {
-            std::io::ErrorKind::WouldBlock => StoreError::InUse(e),
-            _ => io(e),
-        });
+    /// Every record the database can still give, whatever [`CHECK_FILE`] says it held and
+    /// skipping those that do not decode: for `tune export --salvage`. The experiment record
+    /// may be among the lost; with them, what the note says was held (when it can be read).
+    pub fn salvage(&self) -> Salvaged {
+        let meta = self
+            .meta
+            .get("meta")
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let mut trials: Vec<Trial> = self
+            .trials
+            .iter()
+            .flatten()
+            .filter_map(|(_, value)| serde_json::from_slice::<Trial>(&value).ok())
+            .collect();
+        trials.sort_by_key(|t| t.id);
+        for (key, value) in self.results.iter().flatten() {
+            let Some(id) = key.get(..8).and_then(|k| k.try_into().ok()) else {
+                continue;
+            };
+            let id = u64::from_be_bytes(id);
+            let result = serde_json::from_slice::<TrialResult>(&value);
+            if let (Ok(i), Ok(result)) = (trials.binary_search_by_key(&id, |t| t.id), result) {
+                trials[i].results.push(result);
+            }
+        }
+        Salvaged {
+            meta,
+            trials,
+            held: self.noted().ok().flatten().map(|t| t.describe()),
+        }
     }
-    Ok(file)
-}
 
-impl TrialStore for SledStore {
-    fn load(&self) -> Result<StoredExperiment, StoreError> {
+    /// What [`CHECK_FILE`] says the database held at its last sync; `None` without one (a
+    /// store written before it existed).
+    fn noted(&self) -> Result<Option<Tally>, StoreError> {
+        let file = self.path.join(CHECK_FILE);
+        match std::fs::read_to_string(&file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&file)(e)),
+            Ok(text) => Tally::parse(&text)
+                .map(Some)
+                .ok_or_else(|| StoreError::Damaged {
+                    path: self.path.clone(),
+                    problem: format!("its note of what it holds ({CHECK_FILE}) is unreadable"),
+                }),
+        }
+    }
+
+    fn load_unchecked(&self) -> Result<StoredExperiment, StoreError> {
         let meta_bytes = self
             .meta
             .get("meta")
@@ -150,6 +285,54 @@ impl TrialStore for SledStore {
         }
         Ok(StoredExperiment { meta, trials })
     }
+}
+
+/// Takes the exclusive lock of the database at `path` (created if missing), without waiting.
+fn lock_exclusive(path: &Path) -> Result<File, StoreError> {
+    let io = io_err(path);
+    std::fs::create_dir_all(path).map_err(io)?;
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.join(LOCK_FILE))
+        .map_err(io)?;
+    // SAFETY: flock(2) on a descriptor we own and keep open; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.kind() {
+            std::io::ErrorKind::WouldBlock => StoreError::InUse(e),
+            _ => io(e),
+        });
+    }
+    Ok(file)
+}
+
+impl TrialStore for SledStore {
+    fn load(&self) -> Result<StoredExperiment, StoreError> {
+        let stored = self.load_unchecked()?;
+        let tally = Tally::of(&stored);
+        if let Some(noted) = self.noted()? {
+            if !tally.covers(&noted) {
+                return Err(StoreError::Damaged {
+                    path: self.path.clone(),
+                    problem: format!(
+                        "it holds {}, but held {} when last synced ({CHECK_FILE}): what was written last is lost",
+                        tally.describe(),
+                        noted.describe()
+                    ),
+                });
+            }
+        }
+        let finished = stored
+            .trials
+            .iter()
+            .filter(|t| t.status.is_finished())
+            .map(|t| t.id)
+            .collect();
+        *self.counting.borrow_mut() = Counting { tally, finished };
+        Ok(stored)
+    }
 
     fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError> {
         let bytes = encode(meta, || "the experiment record".into())?;
@@ -163,9 +346,18 @@ impl TrialStore for SledStore {
     fn put_trial(&mut self, trial: &Trial) -> Result<(), StoreError> {
         let bytes = encode(trial, || format!("trial {}", trial.id))?;
         failpoint::hit("store.write").map_err(io_err(&self.path))?;
-        self.trials
+        let old = self
+            .trials
             .insert(trial.id.to_be_bytes(), bytes)
             .map_err(db_err(&self.path))?;
+        let counting = self.counting.get_mut();
+        counting.tally.trials += old.is_none() as u64;
+        // The counts are the database's as written (a sweep only ever adds to them).
+        if trial.status.is_finished() {
+            counting.tally.finished += counting.finished.insert(trial.id) as u64;
+        } else {
+            counting.tally.finished -= counting.finished.remove(&trial.id) as u64;
+        }
         Ok(())
     }
 
@@ -175,9 +367,11 @@ impl TrialStore for SledStore {
         key[..8].copy_from_slice(&id.to_be_bytes());
         key[8..].copy_from_slice(&result.seq.to_be_bytes());
         failpoint::hit("store.write").map_err(io_err(&self.path))?;
-        self.results
+        let old = self
+            .results
             .insert(&key[..], bytes)
             .map_err(db_err(&self.path))?;
+        self.counting.get_mut().tally.results += old.is_none() as u64;
         Ok(())
     }
 
@@ -185,6 +379,23 @@ impl TrialStore for SledStore {
         failpoint::hit("store.sync.before").map_err(io_err(&self.path))?;
         self.db.flush().map_err(db_err(&self.path))?;
         failpoint::hit("store.sync.after").map_err(io_err(&self.path))?;
+        // After the sync, unsynced: the note may fall behind the database, never get ahead.
+        let file = self.path.join(CHECK_FILE);
+        let check = match self.check.take() {
+            Some(f) => f,
+            None => File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&file)
+                .map_err(io_err(&file))?,
+        };
+        let line = self.counting.get_mut().tally.to_line();
+        check
+            .write_all_at(line.as_bytes(), 0)
+            .and_then(|()| check.set_len(line.len() as u64))
+            .map_err(io_err(&file))?;
+        self.check = Some(check);
         Ok(())
     }
 }
@@ -192,6 +403,20 @@ impl TrialStore for SledStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_note_round_trips_and_a_changed_digit_is_refused() {
+        let tally = Tally {
+            trials: 20,
+            results: 60,
+            finished: 19,
+        };
+        let line = tally.to_line();
+        assert_eq!(Tally::parse(&line), Some(tally));
+        assert_eq!(Tally::parse(&line.replace("results=60", "results=50")), None);
+        assert_eq!(Tally::parse(&line[..line.len() / 2]), None);
+        assert!(tally.covers(&tally) && !tally.covers(&Tally { results: 61, ..tally }));
+    }
 
     #[test]
     fn open_waits_for_a_lock_released_soon_and_gives_up_on_one_held() {
