@@ -153,11 +153,22 @@ impl Experiment {
         }
         crate::failpoint::hit("create.before-rename")
             .map_err(|e| io("moving the new experiment to", dir, e))?;
+        // Another `tune run` may have made the experiment since the check above: it got there
+        // first, and this one refuses as if it had been there all along.
+        let taken = |e: std::io::Error| {
+            let _ = std::fs::remove_dir_all(&staging);
+            match e.raw_os_error() {
+                Some(libc::ENOTEMPTY | libc::EEXIST) => {
+                    TuneError::ExperimentExists(dir.to_path_buf())
+                }
+                _ => io("moving the new experiment to", dir, e),
+            }
+        };
         if dir.exists() {
             // An empty folder the user made: replace it.
-            std::fs::remove_dir(dir).map_err(|e| io("replacing", dir, e))?;
+            std::fs::remove_dir(dir).map_err(taken)?;
         }
-        std::fs::rename(&staging, dir).map_err(|e| io("moving the new experiment to", dir, e))?;
+        std::fs::rename(&staging, dir).map_err(taken)?;
         // sled's IO threads can hold the closed database's lock a moment longer: `open` waits.
         let store = SledStore::open(&dir.join(DB_DIR))?;
         Ok(Experiment {

@@ -4,8 +4,9 @@
 //! builds leave it out, and there every point is a no-op). A process reads `TUNE_FAILPOINTS`
 //! once: `point=action[@n]` entries separated by `;`. The action is `kill` (SIGKILL this
 //! process: to the store, a power cut), `error` (an I/O error "No space left on device", as
-//! from a full disk) or `delay-MS` (sleep MS milliseconds); `@n` acts from the n-th time this
-//! process reaches the point (default: the first).
+//! from a full disk), `delay-MS` (sleep MS milliseconds) or `wait-PATH` (wait until the file
+//! PATH exists: a test holds the process there while it does something else); `@n` acts from
+//! the n-th time this process reaches the point (default: the first).
 //!
 //! ```text
 //! TUNE_FAILPOINTS='store.sync.before=kill@3' tune resume runs/quadratic
@@ -52,11 +53,12 @@ mod armed {
 
     use super::POINTS;
 
-    #[derive(Debug, Clone, Copy, PartialEq)]
+    #[derive(Debug, Clone, PartialEq)]
     enum Action {
         Kill,
         Error,
         Delay(u64),
+        WaitFor(std::path::PathBuf),
     }
 
     struct Armed {
@@ -74,7 +76,7 @@ mod armed {
             if !POINTS.contains(&point) {
                 return Err(format!("`{point}`: no such point; known: {POINTS:?}"));
             }
-            let (action, from) = match rest.split_once('@') {
+            let (action, from) = match rest.rsplit_once('@').filter(|(_, n)| !n.contains('/')) {
                 Some((a, n)) => (
                     a,
                     n.parse().map_err(|_| format!("`{n}`: expected a count"))?,
@@ -84,9 +86,16 @@ mod armed {
             let action = match action {
                 "kill" => Action::Kill,
                 "error" => Action::Error,
-                other => match other.strip_prefix("delay-").map(str::parse) {
-                    Some(Ok(ms)) => Action::Delay(ms),
-                    _ => return Err(format!("`{other}`: expected kill, error or delay-MS")),
+                other => match (other.strip_prefix("delay-"), other.strip_prefix("wait-")) {
+                    (Some(ms), _) if ms.parse::<u64>().is_ok() => {
+                        Action::Delay(ms.parse().unwrap_or(0))
+                    }
+                    (_, Some(path)) if !path.is_empty() => Action::WaitFor(path.into()),
+                    _ => {
+                        return Err(format!(
+                            "`{other}`: expected kill, error, delay-MS or wait-PATH"
+                        ))
+                    }
                 },
             };
             actions.insert(point.to_string(), (action, from));
@@ -112,7 +121,7 @@ mod armed {
     pub(super) fn hit(point: &'static str) -> std::io::Result<()> {
         debug_assert!(POINTS.contains(&point), "unlisted failure point {point}");
         let armed = armed();
-        let Some(&(action, from)) = armed.actions.get(point) else {
+        let Some((action, from)) = armed.actions.get(point).cloned() else {
             return Ok(());
         };
         let n = {
@@ -138,6 +147,12 @@ mod armed {
                 std::thread::sleep(Duration::from_millis(ms));
                 Ok(())
             }
+            Action::WaitFor(path) => {
+                while !path.exists() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -151,6 +166,8 @@ mod armed {
             assert_eq!(a["store.write"], (Action::Error, 3));
             assert_eq!(a["ack.before"], (Action::Kill, 1));
             assert_eq!(a["exploit.copy"], (Action::Delay(20), 1));
+            let w = parse("ack.after=wait-/tmp/a@b/go@2").unwrap();
+            assert_eq!(w["ack.after"], (Action::WaitFor("/tmp/a@b/go".into()), 2));
             assert!(parse("nope=kill").unwrap_err().contains("no such point"));
             assert!(parse("ack.before=explode")
                 .unwrap_err()

@@ -52,7 +52,7 @@ pub use objective::{
 };
 pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use pool::Slot;
-pub use progress::{format_line, ProgressLine};
+pub use progress::{format_line, value_short, value_text, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
     Algorithm, ExperimentSpec, Gpus, InvalidSetting, ObjectiveSpec, Resources, SchedulerSpec,

@@ -8,7 +8,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use tune::dashboard::{App, Board, Hub, Update};
 use tune::experiment::Experiment;
-use tune::{best_trial, now_ms, ExperimentSpec, Status, StoreError, TuneError, Tuner};
+use tune::{
+    best_trial, now_ms, value_short, value_text, ExperimentSpec, Status, StoreError, TuneError,
+    Tuner,
+};
 
 /// Hyperparameter tuning: search, early stopping, durable trials, resume.
 #[derive(Parser)]
@@ -339,7 +342,7 @@ fn finish(result: &tune::TuneResult) -> ExitCode {
             println!(
                 "best trial {}: {metric} = {} ({})",
                 best.id,
-                best.value(metric).unwrap_or(f64::NAN),
+                value_text(best.value(metric).unwrap_or(f64::NAN)),
                 params.join(", ")
             );
             println!(
@@ -453,7 +456,7 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
             "best: trial {} with {} = {}",
             b.id,
             spec.metric,
-            b.value(&spec.metric).unwrap_or(f64::NAN)
+            value_text(b.value(&spec.metric).unwrap_or(f64::NAN))
         ),
         None => writeln!(out, "best: none yet"),
     }?;
@@ -465,7 +468,7 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
     for t in trials {
         let value = t
             .value(&spec.metric)
-            .map(|v| format!("{v:.6}"))
+            .map(value_short)
             .unwrap_or_else(|| "-".into());
         let step = t
             .last_step()

@@ -44,6 +44,41 @@ impl Default for ProgressLine {
     }
 }
 
+/// Whether a value is printed in scientific notation: very large or very small ones (Rust's
+/// plain form of 1.7e308 has 309 digits).
+fn scientific(v: f64) -> bool {
+    v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs())
+}
+
+/// A metric value in full: every digit needed to read it back, as `1.7e308` rather than 309
+/// digits when it is very large or very small.
+///
+/// ```
+/// assert_eq!(tune::value_text(0.125), "0.125");
+/// assert_eq!(tune::value_text(1.7e308), "1.7e308");
+/// ```
+pub fn value_text(v: f64) -> String {
+    if scientific(v) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A metric value to 6 decimals (or 6 decimals of its mantissa, when very large or small).
+///
+/// ```
+/// assert_eq!(tune::value_short(0.125), "0.125000");
+/// assert_eq!(tune::value_short(-1.7e308), "-1.700000e308");
+/// ```
+pub fn value_short(v: f64) -> String {
+    if scientific(v) {
+        format!("{v:.6e}")
+    } else {
+        format!("{v:.6}")
+    }
+}
+
 /// `[ 12.3s] 40/100 done (38 completed, 2 failed), 2 running | best loss 0.0123 (trial 17)`.
 pub fn format_line(s: &Summary) -> String {
     let mut line = format!(
@@ -64,7 +99,7 @@ pub fn format_line(s: &Summary) -> String {
         line += &format!(", {} paused", s.paused);
     }
     if let Some((id, v)) = s.best {
-        line += &format!(" | best {} {v:.6} (trial {id})", s.metric);
+        line += &format!(" | best {} {} (trial {id})", s.metric, value_short(v));
     }
     line
 }

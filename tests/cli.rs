@@ -499,7 +499,7 @@ drop = { quniform = [0.0, 0.5, 0.1] }
 batch = { qloguniform = [8, 512, 8] }
 opt = { choice = ["sgd", "adam"] }
 momentum = { uniform = [0.5, 0.99], when = { opt = "sgd" } }
-flag = { grid = [true, false] }"#,
+flag = { choice = [true, false] }"#,
     );
     let dir = tmp.path().join("tpe");
     run_ok(&mut tune_run(&spec, &dir));
@@ -584,4 +584,57 @@ fn status_and_export_of_a_running_sweep_come_from_its_coordinator() {
         let step = r["step"].as_u64().unwrap();
         assert_eq!(r["loss"].as_f64(), Some(quadratic(x, 0.0, step)));
     }
+}
+
+#[test]
+fn of_two_runs_creating_one_experiment_at_once_the_second_refuses_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path(), "samples = 2", &[], X);
+    let dir = tmp.path().join("runs/both");
+    let go = tmp.path().join("go");
+    // The first is held just before it moves its new experiment into place...
+    let first = tune_run(&spec, &dir)
+        .env(
+            "TUNE_FAILPOINTS",
+            format!("create.before-rename=wait-{}", go.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = dir.parent().unwrap();
+    let staged = || {
+        std::fs::read_dir(parent).is_ok_and(|mut entries| {
+            entries.any(|e| {
+                e.is_ok_and(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(".both.creating-")
+                })
+            })
+        })
+    };
+    let waited = std::time::Instant::now();
+    while !staged() {
+        assert!(
+            waited.elapsed().as_secs() < 120,
+            "the first run never staged its experiment"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // ...while the second makes it and runs the sweep.
+    run_ok(&mut tune_run(&spec, &dir));
+    std::fs::write(&go, "").unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "error: {} already holds an experiment",
+            dir.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!staged(), "the first run left its staging folder");
+    assert_eq!(export_json(&dir).len(), 2);
 }

@@ -79,6 +79,7 @@ impl AshaConfig {
     /// ```
     pub fn validate(&self) -> Result<(), FieldError> {
         FieldError::check_at_least("reduction_factor", self.reduction_factor, 2)?;
+        FieldError::check_at_least("max_t", self.max_t, 1)?;
         if self.grace_period == 0 || self.grace_period > self.max_t {
             return Err(FieldError::new(
                 "grace_period",

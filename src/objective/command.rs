@@ -354,15 +354,29 @@ impl ReportParser {
     /// for a decision on a report that was never taken.
     pub(crate) fn feed(&mut self, line: &str) -> Result<Option<Report>, String> {
         let line = line.trim();
+        let unreadable = |why: String| {
+            format!(
+                "a report could not be read ({why}): {}",
+                shortened(line, 200)
+            )
+        };
         let (mut metrics, is_report) = if line.starts_with('{') {
             match parse_json(line) {
-                Ok(metrics) => (metrics, true),
-                Err(e) if names_key(line, &self.metric) => {
-                    return Err(format!(
-                        "a report could not be read ({e}): {}",
-                        shortened(line, 200)
-                    ))
+                Ok((_, others)) if others.contains_key(&self.metric) => {
+                    let found = &others[&self.metric];
+                    return Err(unreadable(format!(
+                        "`{}` is {found}, expected a number",
+                        self.metric
+                    )));
                 }
+                Ok((_, others)) if others.contains_key("step") => {
+                    let found = &others["step"];
+                    return Err(unreadable(format!(
+                        "`step` is {found}, expected a whole number"
+                    )));
+                }
+                Ok((metrics, _)) => (metrics, true),
+                Err(e) if names_key(line, &self.metric) => return Err(unreadable(e.to_string())),
                 Err(_) => return Ok(None),
             }
         } else {
@@ -379,8 +393,14 @@ impl ReportParser {
         let mut all = std::mem::take(&mut self.held);
         all.append(&mut metrics);
         let step = match all.remove("step") {
+            None => None,
+            // Below 2^53, where every whole number is exact.
             Some(s) if s >= 0.0 && s.fract() == 0.0 && s < 9.0e15 => Some(s as u64),
-            _ => None,
+            Some(s) => {
+                return Err(unreadable(format!(
+                    "`step` is {s}, expected a whole number from 0 to 9e15"
+                )))
+            }
         };
         Ok(Some((step, all)))
     }
@@ -401,8 +421,11 @@ fn shortened(text: &str, max: usize) -> String {
     }
 }
 
-/// Numeric fields of a JSON object; Python's `NaN`/`Infinity` (not JSON) are accepted.
-fn parse_json(line: &str) -> Result<BTreeMap<String, f64>, serde_json::Error> {
+/// The fields of a JSON object: the numbers (Python's `NaN`/`Infinity`, not JSON, accepted),
+/// and the others, each described as it would be in an error (`the string "0.5"`).
+type JsonFields = (BTreeMap<String, f64>, BTreeMap<String, String>);
+
+fn parse_json(line: &str) -> Result<JsonFields, serde_json::Error> {
     let map: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(line).or_else(|e| {
             let fixed = line
@@ -411,19 +434,36 @@ fn parse_json(line: &str) -> Result<BTreeMap<String, f64>, serde_json::Error> {
                 .replace("NaN", "\"nan\"");
             serde_json::from_str(&fixed).map_err(|_| e)
         })?;
-    Ok(map
-        .into_iter()
-        .filter_map(|(k, v)| {
-            let x = match &v {
-                serde_json::Value::Number(n) => n.as_f64(),
-                serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
-                    s.parse().ok()
-                }
-                _ => None,
-            };
-            x.map(|x| (k, x))
-        })
-        .collect())
+    let (mut numbers, mut others) = (BTreeMap::new(), BTreeMap::new());
+    for (k, v) in map {
+        let x = match &v {
+            serde_json::Value::Number(n) => n.as_f64(),
+            serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
+                s.parse().ok()
+            }
+            _ => None,
+        };
+        match x {
+            Some(x) => {
+                numbers.insert(k, x);
+            }
+            None => {
+                let kind = match &v {
+                    serde_json::Value::String(_) => "the string",
+                    serde_json::Value::Bool(_) => "the boolean",
+                    serde_json::Value::Null => "null",
+                    serde_json::Value::Array(_) => "the list",
+                    _ => "the object",
+                };
+                let shown = match &v {
+                    serde_json::Value::Null => String::new(),
+                    v => format!(" {}", shortened(&v.to_string(), 40)),
+                };
+                others.insert(k, format!("{kind}{shown}"));
+            }
+        }
+    }
+    Ok((numbers, others))
 }
 
 /// `key: number` pairs separated by commas; `None` unless the whole line is such pairs.
@@ -494,6 +534,50 @@ mod tests {
         ] {
             assert_eq!(p.feed(line), Ok(None), "{line}");
         }
+    }
+
+    #[test]
+    fn a_metric_that_is_not_a_number_and_a_step_that_is_not_one_are_named() {
+        let mut p = ReportParser::new("loss");
+        for (line, why) in [
+            (
+                r#"{"step": 1, "loss": "0.5"}"#,
+                r#"`loss` is the string "0.5", expected a number"#,
+            ),
+            (r#"{"loss": null}"#, "`loss` is null, expected a number"),
+            (
+                r#"{"loss": [1]}"#,
+                "`loss` is the list [1], expected a number",
+            ),
+            (
+                r#"{"step": -1, "loss": 0.5}"#,
+                "`step` is -1, expected a whole number from 0 to 9e15",
+            ),
+            (
+                r#"{"step": 1.5, "loss": 0.5}"#,
+                "`step` is 1.5, expected a whole number",
+            ),
+            (
+                r#"{"step": "3", "loss": 0.5}"#,
+                r#"`step` is the string "3", expected a whole number"#,
+            ),
+            (
+                "step: -2, loss: 0.5",
+                "`step` is -2, expected a whole number",
+            ),
+        ] {
+            let e = p.feed(line).unwrap_err();
+            assert!(
+                e.starts_with(&format!("a report could not be read ({why}")),
+                "{line}: {e}"
+            );
+        }
+        // Other fields that are not numbers are not metrics, and no error.
+        let (_, m) = p
+            .feed(r#"{"loss": 0.5, "phase": "train"}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["loss"]);
     }
 
     #[test]

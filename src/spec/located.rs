@@ -89,7 +89,8 @@ fn within_table(text: &str, at: (usize, usize), message: &str) -> (usize, usize)
     let Some(quoted) = message.split('`').nth(1) else {
         return at;
     };
-    if message.starts_with("unknown field") {
+    // `[space]` checks the parameters together (cycles, `when` names) and names the one.
+    if message.starts_with("unknown field") || message.starts_with("parameter `") {
         return locate_key(text, section.trim(), quoted).unwrap_or(at);
     }
     // The first line of the table whose value is the quoted one.

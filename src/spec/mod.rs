@@ -10,7 +10,8 @@ use tune_schedulers::{
     Scheduler,
 };
 use tune_search::{
-    FieldError, GridSearch, Mode, NoGridParams, RandomSearch, Searcher, Space, Tpe, TpeOptions,
+    Domain, FieldError, GridSearch, Mode, NoGridParams, RandomSearch, Searcher, Space, Tpe,
+    TpeOptions,
 };
 
 pub use crate::objective::spec::ObjectiveSpec;
@@ -223,30 +224,46 @@ fn one() -> u32 {
 }
 
 /// `gpus = "auto"` or `gpus = [0, 1]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub enum Gpus {
     #[default]
-    #[serde(with = "auto")]
     Auto,
     List(Vec<u32>),
 }
 
-mod auto {
-    //! The literal string "auto".
-    use serde::{de, Deserialize, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("auto")
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<(), D::Error> {
-        let s = String::deserialize(d)?;
-        if s == "auto" {
-            Ok(())
-        } else {
-            Err(de::Error::custom(format!(
-                "expected \"auto\" or a list of GPU numbers, found \"{s}\""
-            )))
+impl Serialize for Gpus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Gpus::Auto => s.serialize_str("auto"),
+            Gpus::List(list) => list.serialize(s),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for Gpus {
+    /// One message for anything else ("untagged enum" says nothing to a user).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Gpus, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Gpus;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\" or a list of GPU numbers such as [0, 1]")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Gpus, E> {
+                match s {
+                    "auto" => Ok(Gpus::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Gpus, A::Error> {
+                let mut list = Vec::new();
+                while let Some(n) = seq.next_element::<u32>()? {
+                    list.push(n);
+                }
+                Ok(Gpus::List(list))
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 
@@ -402,6 +419,26 @@ impl ExperimentSpec {
                 "resources",
                 FieldError::new("cpu_slots", "expected at least 1 slot, found 0"),
             ));
+        }
+        if !matches!(self.search, SearchSpec::Grid {}) {
+            // Drawn like a choice by random search and TPE, which is rarely what was meant.
+            let grid = self
+                .space
+                .params()
+                .iter()
+                .find(|p| matches!(p.domain, Domain::Grid(_)));
+            if let Some(p) = grid {
+                return Err(InvalidSetting::new(
+                    "space",
+                    FieldError::new(
+                        &p.name,
+                        format!(
+                            "a `grid` parameter is enumerated only by `[search] algorithm = \"grid\"`, and this sweep's is \"{}\"; use `choice` to have it drawn at random",
+                            self.search.algorithm().as_str()
+                        ),
+                    ),
+                ));
+            }
         }
         if let SearchSpec::Tpe(tpe) = &self.search {
             tpe.validate()

@@ -173,12 +173,49 @@ fn space_errors_point_at_the_parameter() {
 }
 
 #[test]
+fn checks_across_parameters_point_at_the_parameter() {
+    let cycle =
+        "a = { choice = [1, 2], when = { b = 1 } }\nb = { choice = [1, 2], when = { a = 1 } }";
+    let e = err(&GOOD.replace("x = { uniform", &format!("{cycle}\nx = {{ uniform")));
+    assert!(
+        e.starts_with("space.toml:9:1: parameter `a`: its `when` conditions form a cycle"),
+        "{e}"
+    );
+    let unknown = "m = { uniform = [0.0, 1.0], when = { optimiser = \"sgd\" } }";
+    let e = err(&format!("{GOOD}{unknown}\n"));
+    assert!(
+        e.starts_with("space.toml:10:1: parameter `m`: `when` names `optimiser`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_grid_parameter_is_refused_where_it_would_be_drawn_like_a_choice() {
+    let with_grid = GOOD.replace(
+        "x = { uniform = [-5.0, 10.0] }",
+        "x = { uniform = [-5.0, 10.0] }\nlayers = { grid = [1, 2] }",
+    );
+    for search in ["", "[search]\nalgorithm = \"tpe\"\n"] {
+        let e = err(&format!("{with_grid}{search}"));
+        assert!(e.starts_with("space.toml:10:1: [space] `layers`: a `grid` parameter is enumerated only by `[search] algorithm = \"grid\"`"), "{e}");
+    }
+    let grid = format!("{with_grid}[search]\nalgorithm = \"grid\"\n");
+    assert!(ExperimentSpec::from_toml(&grid, Path::new("space.toml")).is_ok());
+}
+
+#[test]
+fn gpus_other_than_auto_or_a_list_are_explained() {
+    let e = err(&GOOD.replace("[space]", "[resources]\ngpus = \"all\"\n\n[space]"));
+    assert!(e.contains(r#"invalid value: string "all", expected "auto" or a list of GPU numbers such as [0, 1]"#), "{e}");
+}
+
+#[test]
 fn the_readme_spec_is_valid() {
     let readme = include_str!("../../README.md");
     let start = readme.find("```toml\n").unwrap() + 8;
     let end = start + readme[start..].find("```").unwrap();
     let spec = ExperimentSpec::from_toml(&readme[start..end], Path::new("README.md")).unwrap();
-    assert_eq!(spec.space.len(), 10);
+    assert_eq!(spec.space.len(), 9);
     assert_eq!(spec.objective.unwrap().env["OMP_NUM_THREADS"], "1");
 }
 

@@ -413,9 +413,18 @@ mod tests {
         };
         let line = tally.to_line();
         assert_eq!(Tally::parse(&line), Some(tally));
-        assert_eq!(Tally::parse(&line.replace("results=60", "results=50")), None);
+        assert_eq!(
+            Tally::parse(&line.replace("results=60", "results=50")),
+            None
+        );
         assert_eq!(Tally::parse(&line[..line.len() / 2]), None);
-        assert!(tally.covers(&tally) && !tally.covers(&Tally { results: 61, ..tally }));
+        assert!(
+            tally.covers(&tally)
+                && !tally.covers(&Tally {
+                    results: 61,
+                    ..tally
+                })
+        );
     }
 
     #[test]
