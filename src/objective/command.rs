@@ -35,6 +35,13 @@ pub(crate) struct CommandObjective {
 
 const STDERR_TAIL: usize = 2000;
 
+/// The longest line of stdout read: a longer one (100 MB of output with no newline) fails the
+/// trial instead of filling memory.
+pub(crate) const MAX_LINE: usize = 1 << 20;
+
+/// The most metrics one report may carry.
+pub(crate) const MAX_METRICS: usize = 1000;
+
 pub(super) async fn run(obj: Arc<CommandObjective>, job: Job) {
     let outcome = run_attempt(&obj, &job).await;
     let _ = job.tx.send(WorkerMsg::Finished {
@@ -58,6 +65,8 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         Ok(child) => child,
         Err(failed) => return failed,
     };
+    // The trial leads its own process group (pgid = pid).
+    let group = child.id().map(|pid| pid as libc::pid_t);
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -69,7 +78,16 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let stderr_tail = tokio::spawn(stderr_tail(stderr));
     let deadline = job.timeout.map(|t| Instant::now() + t);
     let mut shutdown = job.shutdown.clone();
-    let cut = read_reports(obj, job, stdout, decide, deadline, &mut shutdown).await;
+    let cut = read_reports(
+        obj,
+        job,
+        &mut child,
+        stdout,
+        decide,
+        deadline,
+        &mut shutdown,
+    )
+    .await;
     let outcome = finish(
         obj,
         job,
@@ -81,7 +99,18 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     )
     .await;
     writer.abort();
+    if let Some(group) = group {
+        kill_group(group);
+    }
     outcome
+}
+
+/// Kills what is left of a trial's process group once its leader has exited: a forked
+/// worker, a shell's children. (They also hold its stdout open, which would keep the attempt
+/// waiting for an end of output that never comes.)
+fn kill_group(group: libc::pid_t) {
+    // SAFETY: kill(2) on the process group the trial led; no memory is involved.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
 }
 
 /// Starts the trial's process: argv with the params filled in, the `TUNE_*` environment, pipes
@@ -179,6 +208,7 @@ async fn stderr_tail(mut stderr: ChildStderr) -> String {
 async fn read_reports(
     obj: &CommandObjective,
     job: &Job,
+    child: &mut Child,
     stdout: ChildStdout,
     decide: mpsc::UnboundedSender<Heard>,
     deadline: Option<Instant>,
@@ -187,18 +217,38 @@ async fn read_reports(
     let mut stdout = BufReader::new(stdout);
     let mut parser = ReportParser::new(&obj.metric);
     let mut line = Vec::new();
+    let group = child.id().map(|pid| pid as libc::pid_t);
+    let mut leader_exited = false;
     loop {
-        line.clear();
+        // A line partly read when the leader's exit won the race goes on where it stopped
+        // (`read_line_capped` keeps what it consumed in `line`).
         let read = tokio::select! {
-            r = stdout.read_until(b'\n', &mut line) => r,
+            r = read_line_capped(&mut stdout, &mut line) => r,
+            _ = child.wait(), if !leader_exited => {
+                // What it wrote is still in the pipe, read next; what it left running goes.
+                leader_exited = true;
+                if let Some(group) = group {
+                    kill_group(group);
+                }
+                continue;
+            }
             _ = sleep_until(deadline) => return Some(Cut::TimedOut),
             _ = until_shutdown(shutdown) => return Some(Cut::Interrupted),
         };
         match read {
             Ok(0) | Err(_) => return None,
+            Ok(n) if n > MAX_LINE => {
+                return Some(Cut::BadReport(format!(
+                    "a line of its output is longer than {} MiB (it starts: {})",
+                    MAX_LINE >> 20,
+                    shortened(&String::from_utf8_lossy(&line[..line.len().min(200)]), 80)
+                )))
+            }
             Ok(_) => {}
         }
-        let (step, metrics) = match parser.feed(&String::from_utf8_lossy(&line)) {
+        let text = String::from_utf8_lossy(&line).into_owned();
+        line.clear();
+        let (step, metrics) = match parser.feed(&text) {
             Ok(Some(report)) => report,
             Ok(None) => continue,
             Err(reason) => return Some(Cut::BadReport(reason)),
@@ -220,6 +270,31 @@ async fn read_reports(
         let _ = decide.send(decision);
         if decision != Heard::Continue {
             return Some(Cut::Stopped);
+        }
+    }
+}
+
+/// Reads up to and including the next newline into `line`, keeping at most [`MAX_LINE`] + 1
+/// bytes of it; returns how many bytes the line had so far (more than `MAX_LINE`: it was
+/// cut there, unread beyond).
+async fn read_line_capped(
+    stdout: &mut BufReader<ChildStdout>,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    loop {
+        let buf = stdout.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(line.len());
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = (MAX_LINE + 1).saturating_sub(line.len());
+        line.extend_from_slice(&buf[..take.min(room)]);
+        stdout.consume(take);
+        if done || line.len() > MAX_LINE {
+            return Ok(line.len());
         }
     }
 }
@@ -388,10 +463,22 @@ impl ReportParser {
         };
         if !is_report {
             self.held.append(&mut metrics);
+            if self.held.len() > MAX_METRICS {
+                return Err(unreadable(format!(
+                    "{} metrics held for a report that never came, at most {MAX_METRICS}",
+                    self.held.len()
+                )));
+            }
             return Ok(None);
         }
         let mut all = std::mem::take(&mut self.held);
         all.append(&mut metrics);
+        if all.len() > MAX_METRICS {
+            return Err(unreadable(format!(
+                "{} metrics, at most {MAX_METRICS}",
+                all.len()
+            )));
+        }
         let step = match all.remove("step") {
             None => None,
             // Below 2^53, where every whole number is exact.
