@@ -16,8 +16,39 @@ use crate::trial::{now_ms, Trial};
 
 use super::board::{Board, Header, TrialView, Update};
 
-/// The file in an experiment folder that tells `tune watch` where a running sweep listens.
+/// The file in an experiment folder that tells `tune watch` where a running sweep listens,
+/// and the token it must send first: `127.0.0.1:PORT TOKEN`. Readable by its owner only, so
+/// other users of a shared machine cannot read the sweep's params and results.
 pub const WATCH_ADDR_FILE: &str = "watch.addr";
+
+/// How long a watcher has to send the token before it is hung up on.
+const TOKEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// 128 random bits from the kernel, in hex.
+fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether the watcher on `stream` sent `token` as its first line (within [`TOKEN_WAIT`]).
+fn sent_token(stream: &TcpStream, token: &str) -> bool {
+    let _ = stream.set_read_timeout(Some(TOKEN_WAIT));
+    let mut line = String::new();
+    // At most a token's length (and a newline) is read: a watcher cannot make us buffer more.
+    let read =
+        BufReader::new(std::io::Read::take(stream, token.len() as u64 + 2)).read_line(&mut line);
+    let sent = line.trim_end().as_bytes();
+    // Compared in full whatever the first difference (no timing hint of where it is).
+    let same = sent.len() == token.len()
+        && sent
+            .iter()
+            .zip(token.as_bytes())
+            .fold(0u8, |d, (a, b)| d | (a ^ b))
+            == 0;
+    read.is_ok() && same
+}
 
 #[derive(Default)]
 struct HubState {
@@ -76,25 +107,39 @@ impl Hub {
         }
     }
 
-    /// Serves the board to `tune watch` processes on a localhost port, written to
-    /// `dir/watch.addr` (removed when the returned guard drops).
+    /// Serves the board to `tune watch` processes on a localhost port, written with a
+    /// random token to `dir/watch.addr` (mode 0600; removed when the returned guard drops).
+    /// A connection that does not send the token first gets nothing.
     pub fn serve(&self, dir: &Path) -> std::io::Result<WatchServer> {
+        use std::os::unix::fs::OpenOptionsExt;
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
+        let token = new_token()?;
         let file = dir.join(WATCH_ADDR_FILE);
         // Written whole, then renamed: a watcher never reads half an address.
         let tmp = dir.join(format!("{WATCH_ADDR_FILE}.tmp"));
-        std::fs::write(&tmp, addr.to_string())?;
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?
+            .write_all(format!("{addr} {token}\n").as_bytes())?;
         std::fs::rename(&tmp, &file)?;
         let hub = self.clone();
         std::thread::Builder::new()
             .name("tune-watch".into())
             .spawn(move || {
                 for stream in listener.incoming().flatten() {
-                    let rx = hub.subscribe();
+                    let (hub, token) = (hub.clone(), token.clone());
                     let _ = std::thread::Builder::new()
                         .name("tune-watcher".into())
-                        .spawn(move || send_updates(stream, rx));
+                        .spawn(move || {
+                            if sent_token(&stream, &token) {
+                                let _ = stream.set_read_timeout(None);
+                                send_updates(stream, hub.subscribe());
+                            }
+                        });
                 }
             })?;
         Ok(WatchServer { file })
@@ -138,8 +183,10 @@ impl Drop for WatchServer {
 
 /// Connects to the sweep running in `dir`, if one is listening: its updates, snapshot first.
 pub fn connect(dir: &Path) -> Option<Receiver<Update>> {
-    let addr = std::fs::read_to_string(dir.join(WATCH_ADDR_FILE)).ok()?;
-    let stream = TcpStream::connect(addr.trim()).ok()?;
+    let text = std::fs::read_to_string(dir.join(WATCH_ADDR_FILE)).ok()?;
+    let (addr, token) = text.trim().split_once(' ')?;
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.write_all(format!("{token}\n").as_bytes()).ok()?;
     let (tx, rx) = channel();
     std::thread::Builder::new()
         .name("tune-watch-client".into())
@@ -305,5 +352,33 @@ mod tests {
         drop(server);
         assert!(!dir.path().join(WATCH_ADDR_FILE).exists());
         assert!(connect(dir.path()).is_none());
+    }
+
+    #[test]
+    fn a_connection_without_the_token_gets_nothing_and_the_file_is_the_owners_alone() {
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::default();
+        hub.publish(Update::Trial(Trial::new(0, Default::default())));
+        let _server = hub.serve(dir.path()).unwrap();
+        let file = dir.path().join(WATCH_ADDR_FILE);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let (addr, token) = text.trim().split_once(' ').unwrap();
+        assert_eq!(token.len(), 32);
+        let wrong = format!("{}\n", "0".repeat(32));
+        for sent in ["", "\n", wrong.as_str(), &token[..31]] {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream.write_all(sent.as_bytes()).unwrap();
+            // Done sending (a watcher that sends nothing more is hung up on after TOKEN_WAIT).
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            // Hung up on: the end of the stream, no byte of the board.
+            let mut got = Vec::new();
+            let _ = stream.read_to_end(&mut got);
+            assert!(got.is_empty(), "{sent:?} got {} bytes", got.len());
+        }
+        assert!(connect(dir.path()).is_some_and(|rx| rx.recv().is_ok()));
     }
 }
