@@ -52,7 +52,7 @@ pub use objective::{
 };
 pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
 pub use pool::Slot;
-pub use progress::{format_line, value_short, value_text, ProgressLine};
+pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
     Algorithm, ExperimentSpec, Gpus, InvalidSetting, ObjectiveSpec, Resources, SchedulerSpec,
@@ -63,7 +63,7 @@ pub use store::StoreError;
 pub use trial::{now_ms, Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::{
-    Condition, Domain, DomainError, FieldError, Mode, ParamError, Params, Space, SpaceBuilder,
-    SpaceError, Status, TpeOptions, TrialId, Value,
+    value_short, value_text, Condition, Domain, DomainError, FieldError, Mode, ParamError, Params,
+    Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,
 };
 pub use tuner::{best_trial, TuneResult, Tuner};

@@ -3,6 +3,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use tune_search::value_short;
+
 use crate::observer::{Event, Observer, Summary};
 
 /// Prints progress to stdout: rewritten in place on a terminal, one line per update otherwise.
@@ -41,41 +43,6 @@ impl ProgressLine {
 impl Default for ProgressLine {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Whether a value is printed in scientific notation: very large or very small ones (Rust's
-/// plain form of 1.7e308 has 309 digits).
-fn scientific(v: f64) -> bool {
-    v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs())
-}
-
-/// A metric value in full: every digit needed to read it back, as `1.7e308` rather than 309
-/// digits when it is very large or very small.
-///
-/// ```
-/// assert_eq!(tune::value_text(0.125), "0.125");
-/// assert_eq!(tune::value_text(1.7e308), "1.7e308");
-/// ```
-pub fn value_text(v: f64) -> String {
-    if scientific(v) {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
-    }
-}
-
-/// A metric value to 6 decimals (or 6 decimals of its mantissa, when very large or small).
-///
-/// ```
-/// assert_eq!(tune::value_short(0.125), "0.125000");
-/// assert_eq!(tune::value_short(-1.7e308), "-1.700000e308");
-/// ```
-pub fn value_short(v: f64) -> String {
-    if scientific(v) {
-        format!("{v:.6e}")
-    } else {
-        format!("{v:.6}")
     }
 }
 

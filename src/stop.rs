@@ -121,7 +121,7 @@ impl fmt::Display for StopReason {
                 write!(f, "the time budget of {seconds} s is spent ([stop] time_budget_s)")
             }
             StopReason::TargetReached { trial, value } => {
-                let value = crate::progress::value_text(*value);
+                let value = tune_search::value_text(*value);
                 write!(f, "trial {trial} reached the target with {value} ([stop] target)")
             }
             StopReason::NoImprovement { trials, best } => write!(

@@ -2,7 +2,7 @@
 
 use rand::Rng;
 
-use crate::Value;
+use crate::{value_text, Value};
 
 /// The values one parameter may take.
 ///
@@ -43,6 +43,21 @@ pub enum Domain {
     Grid(Vec<Value>),
 }
 
+/// A bound as an error shows it.
+struct Shown(String);
+
+impl From<f64> for Shown {
+    fn from(x: f64) -> Shown {
+        Shown(value_text(x))
+    }
+}
+
+impl From<i64> for Shown {
+    fn from(x: i64) -> Shown {
+        Shown(x.to_string())
+    }
+}
+
 /// What is wrong with a domain's definition.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DomainError {
@@ -54,13 +69,13 @@ pub enum DomainError {
     NonFinite(String),
     #[error("the step must be positive, found {0}")]
     NonPositiveStep(String),
-    #[error("no multiple of q = {q} lies in [{low}, {high}]")]
+    #[error("no multiple of q = {} lies in [{}, {}]", value_text(*q), value_text(*low), value_text(*high))]
     NoQuantizedValue { low: f64, high: f64, q: f64 },
-    #[error("sigma must be positive and finite, found {0}")]
+    #[error("sigma must be positive and finite, found {}", value_text(*.0))]
     BadSigma(f64),
     /// `high - low` (or the number of steps in it) is not a finite number: sampling would
     /// give infinities, which cannot be stored.
-    #[error("the range from {low} to {high} is too wide: its width overflows a 64-bit float")]
+    #[error("the range from {} to {} is too wide: its width overflows a 64-bit float", value_text(*low), value_text(*high))]
     TooWide { low: f64, high: f64 },
     #[error("a log-scaled int cannot also have a step (found step = {0})")]
     StepWithLog(i64),
@@ -95,17 +110,17 @@ impl Domain {
     pub fn validate(&self) -> Result<(), DomainError> {
         fn finite(xs: &[f64]) -> Result<(), DomainError> {
             match xs.iter().find(|x| !x.is_finite()) {
-                Some(x) => Err(DomainError::NonFinite(x.to_string())),
+                Some(&x) => Err(DomainError::NonFinite(value_text(x))),
                 None => Ok(()),
             }
         }
-        fn ordered<T: PartialOrd + ToString>(low: T, high: T) -> Result<(), DomainError> {
+        fn ordered<T: PartialOrd + Into<Shown>>(low: T, high: T) -> Result<(), DomainError> {
             if low < high {
                 Ok(())
             } else {
                 Err(DomainError::EmptyRange {
-                    low: low.to_string(),
-                    high: high.to_string(),
+                    low: low.into().0,
+                    high: high.into().0,
                 })
             }
         }
@@ -113,7 +128,7 @@ impl Domain {
             if low > 0.0 {
                 Ok(())
             } else {
-                Err(DomainError::NonPositiveLog(low.to_string()))
+                Err(DomainError::NonPositiveLog(value_text(low)))
             }
         }
         fn finite_width(low: f64, high: f64, q: f64) -> Result<(), DomainError> {
@@ -138,7 +153,7 @@ impl Domain {
                 finite(&[low, high, q])?;
                 ordered(low, high)?;
                 if q <= 0.0 {
-                    return Err(DomainError::NonPositiveStep(q.to_string()));
+                    return Err(DomainError::NonPositiveStep(value_text(q)));
                 }
                 finite_width(low, high, q)?;
                 if matches!(self, Domain::QLogUniform { .. }) {
