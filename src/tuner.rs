@@ -250,8 +250,9 @@ impl Tuner {
         self.stop.clone()
     }
 
-    /// Stops cleanly on Ctrl-C / SIGTERM (leaving the sweep resumable). Off by default, since a
-    /// library should not take over a program's signals.
+    /// Stops cleanly on Ctrl-C, SIGTERM or SIGHUP (leaving the sweep resumable); a second one
+    /// exits the process at once with 130. Off by default, since a library should not take
+    /// over a program's signals.
     pub fn handle_signals(mut self, on: bool) -> Self {
         self.handle_signals = on;
         self
@@ -355,7 +356,7 @@ impl Tuner {
             plan, exp.store, trials, searcher, scheduler, objective, observers,
         );
         if self.handle_signals {
-            rt.spawn(stop_on_signals(self.stop.clone()));
+            rt.spawn(stop_on_signals(self.stop.clone(), self.grace));
         }
         let outcome = coordinator.run(rt.handle());
         rt.shutdown_timeout(Duration::from_secs(5));
@@ -414,23 +415,51 @@ impl Tuner {
     }
 }
 
-/// Asks for a clean stop on Ctrl-C or SIGTERM.
-async fn stop_on_signals(stop: StopHandle) {
+/// Asks for a clean stop on Ctrl-C, SIGTERM or SIGHUP (a closed terminal); a second one exits
+/// at once, with 130, without waiting for trials to wind down (what was acknowledged is
+/// already durable; running trials die with the process).
+async fn stop_on_signals(stop: StopHandle, grace: Duration) {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let terminated = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminated => {}
+    let mut kinds: Vec<_> = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ]
+    .into_iter()
+    .filter_map(|k| signal(k).ok())
+    .collect();
+    if kinds.is_empty() {
+        return;
     }
-    stop.stop();
+    for nth in 0.. {
+        let any = next_of(&mut kinds);
+        any.await;
+        if nth == 0 {
+            eprintln!(
+                "tune: stopping; running trials get SIGTERM and {} s to end (Ctrl-C again to quit at once)",
+                grace.as_secs_f64()
+            );
+            stop.stop();
+        } else {
+            eprintln!(
+                "tune: quitting at once; `tune resume` continues from the last acknowledged result"
+            );
+            std::process::exit(130);
+        }
+    }
+}
+
+/// The next signal of any of `signals`.
+async fn next_of(signals: &mut [tokio::signal::unix::Signal]) {
+    std::future::poll_fn(|cx| {
+        for s in signals.iter_mut() {
+            if s.poll_recv(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Fails early, as bad input, when the objective's program cannot be found.

@@ -9,23 +9,6 @@ use std::path::Path;
 use common::*;
 use serde_json::Value as Json;
 
-/// Processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if cmdline.contains(marker) {
-                found.push(format!(
-                    "{}: {cmdline}",
-                    entry.file_name().to_string_lossy()
-                ));
-            }
-        }
-    }
-    found
-}
-
 /// A sweep of two trials of the fixture with argv `extra` (and `objective`, lines of its
 /// `[objective]` table); the exported trials, once no process of it is left.
 fn sweep(tmp: &Path, name: &str, objective: &str, extra: &[&str]) -> Vec<Json> {

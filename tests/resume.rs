@@ -132,7 +132,13 @@ fn sigkill_after_random_acknowledgements_then_resume_loses_nothing() {
 }
 
 #[test]
-fn sigterm_stops_cleanly_and_resume_finishes() {
+fn sigterm_sighup_and_sigint_stop_cleanly_and_resume_finishes() {
+    for signal in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        stops_cleanly_on(signal);
+    }
+}
+
+fn stops_cleanly_on(signal: libc::c_int) {
     let tmp = tempfile::tempdir().unwrap();
     let spec = slow_sweep(tmp.path());
     let dir = tmp.path().join("runs/t");
@@ -151,9 +157,14 @@ fn sigterm_stops_cleanly_and_resume_finishes() {
     }
     assert!(status_has_progress(), "no trial started within 30 s");
     // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "signal {signal}: {}",
+        stderr(&out)
+    );
     assert!(
         stderr(&out).contains("interrupted; continue the sweep with `tune resume"),
         "{}",
@@ -172,6 +183,67 @@ fn sigterm_stops_cleanly_and_resume_finishes() {
             assert_eq!(&done[id], t);
         }
     }
+}
+
+#[test]
+fn a_second_ctrl_c_quits_at_once_leaving_the_sweep_resumable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("marker").display().to_string();
+    // Trials that ignore SIGTERM: after one Ctrl-C tune would wait out their grace.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 4\nseed = 2\n[resources]\ncpu_slots = 2",
+        &[
+            "--behaviour",
+            "ignoreterm",
+            "--sleep",
+            "30",
+            "--marker",
+            &marker,
+        ],
+        "x = { uniform = [-1.0, 1.0] }",
+    );
+    let dir = tmp.path().join("runs/c");
+    let mut child = spawn(&mut tune_run(&spec, &dir));
+    let running = || processes_with(&marker).len() >= 2;
+    let waited = std::time::Instant::now();
+    while !running() {
+        assert!(waited.elapsed().as_secs() < 120, "the trials never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    // Once tune says it is stopping, the second.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("tune: stopping;") {
+        let mut line = String::new();
+        assert!(
+            std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0,
+            "{said}"
+        );
+        said += &line;
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{said}");
+    // The trials died with tune (they ignore SIGTERM, not SIGKILL).
+    let waited = std::time::Instant::now();
+    while !processes_with(&marker).is_empty() {
+        assert!(
+            waited.elapsed().as_secs() < 60,
+            "{:?}",
+            processes_with(&marker)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What is stored resumes: the trials run again from the start (no report was made).
+    let stored = export_json(&dir);
+    assert!(
+        stored.iter().all(|t| t["status"] == "running"),
+        "{stored:?}"
+    );
 }
 
 #[test]
