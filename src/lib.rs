@@ -35,6 +35,9 @@ mod error;
 pub mod experiment;
 pub mod export;
 pub mod failpoint;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod objective;
 mod observer;
 mod pool;

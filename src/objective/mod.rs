@@ -3,7 +3,7 @@
 
 mod builtin;
 mod closure;
-mod command;
+pub(crate) mod command;
 pub(crate) mod spec;
 
 use std::collections::{BTreeMap, HashMap};

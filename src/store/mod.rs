@@ -125,6 +125,15 @@ fn decode<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Every record decoder the store has, on `bytes` (for the fuzz targets).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn decode_any(bytes: &[u8]) {
+    let _ = decode::<Meta>(bytes, String::new);
+    let _ = decode::<Trial>(bytes, String::new);
+    let _ = decode::<TrialResult>(bytes, String::new);
+    sled_store::parse_note(bytes);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,6 +104,14 @@ impl Tally {
     }
 }
 
+/// The note's decoder, on any bytes (for the fuzz targets).
+#[cfg(feature = "fuzzing")]
+pub(super) fn parse_note(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        let _ = Tally::parse(text);
+    }
+}
+
 /// FNV-1a, 64 bits: a checksum for the note (not for security).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
