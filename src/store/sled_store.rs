@@ -162,9 +162,17 @@ fn db_err(path: &Path) -> impl Fn(sled::Error) -> StoreError + Copy + '_ {
 
 /// An I/O error at `path`.
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + Copy + '_ {
-    move |e| StoreError::Database {
-        path: path.to_path_buf(),
-        source: Box::new(e),
+    move |e| {
+        // sled hands some errors on as the Debug text of the original (`Os { code: 28, ...`):
+        // a full disk is said as the system says it.
+        let e = match e.kind() {
+            std::io::ErrorKind::StorageFull => std::io::Error::from_raw_os_error(libc::ENOSPC),
+            _ => e,
+        };
+        StoreError::Database {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        }
     }
 }
 
