@@ -224,7 +224,7 @@ impl SledStore {
         })
     }
 
-    /// Every record the database can still give, whatever [`CHECK_FILE`] says it held and
+    /// Every record the database can still give, whatever its note (`tune.check`) says it held and
     /// skipping those that do not decode: for `tune export --salvage`. The experiment record
     /// may be among the lost; with them, what the note says was held (when it can be read).
     pub fn salvage(&self) -> Salvaged {
