@@ -351,6 +351,11 @@ fn finish(result: &tune::TuneResult) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        // Stopped early (as asked) before any trial completed: nothing went wrong.
+        None if result.stopped().is_some() => {
+            println!("no trial completed yet; see `tune status {}`", dir.display());
+            ExitCode::SUCCESS
+        }
         None => {
             eprintln!(
                 "error: no trial completed; see `tune status {}`",

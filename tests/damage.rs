@@ -13,7 +13,8 @@ use serde_json::Value as Json;
 fn finished_sweep(tmp: &Path) -> std::path::PathBuf {
     let spec = write_spec(
         tmp,
-        "samples = 20\nseed = 1\n[resources]\ncpu_slots = 2",
+        // One slot: the same writes in the same order on every run.
+        "samples = 20\nseed = 1\n[resources]\ncpu_slots = 1",
         &["--steps", "3"],
         "x = { uniform = [0.0, 3.0] }",
     );

@@ -174,31 +174,39 @@ fn trials_without_improvement_stop_the_sweep_where_hyperopt_would() {
 #[test]
 fn a_spent_time_budget_leaves_the_sweep_resumable() {
     let tmp = tempfile::tempdir().unwrap();
+    // Each trial sleeps 1.5 s in all: none can end inside the 1 s budget, however fast the
+    // machine, so the budget always ends the run first.
     let spec = write_spec(
         tmp.path(),
-        "samples = 1000000000000\n[stop]\ntime_budget_s = 1.0\n[resources]\ncpu_slots = 2",
-        &["--steps", "3", "--sleep", "0.05"],
+        "samples = 4\n[stop]\ntime_budget_s = 1.0\n[resources]\ncpu_slots = 2",
+        &["--steps", "3", "--sleep", "0.5"],
         X,
     );
     let dir = tmp.path().join("budget");
-    let out = run_ok(&mut tune_run(&spec, &dir));
-    assert!(
-        stdout(&out).contains("the time budget of 1 s is spent ([stop] time_budget_s)"),
-        "{}",
-        stdout(&out)
-    );
-    let first = export_json(&dir);
-    assert!(!first.is_empty());
-    // Trials cut short are left for resume (as after Ctrl-C), which gets a budget of its own.
-    let out = run_ok(tune().arg("resume").arg(&dir));
-    assert!(stdout(&out).contains("time budget"), "{}", stdout(&out));
-    let second = export_json(&dir);
-    assert!(second.len() > first.len());
-    for t in &second {
-        let status = t["status"].as_str().unwrap();
-        assert!(["completed", "running", "pending"].contains(&status), "{t}");
-        let steps = steps(t);
-        assert_eq!(steps, (1..=steps.len() as u64).collect::<Vec<_>>());
+    for run in [tune_run(&spec, &dir), {
+        let mut c = tune();
+        c.arg("resume").arg(&dir);
+        c
+    }] {
+        let mut run = run;
+        let out = run_ok(&mut run);
+        assert!(
+            stdout(&out).contains(&format!(
+                "stopped early: the time budget of 1 s is spent ([stop] time_budget_s); `tune resume {}` goes on",
+                dir.display()
+            )),
+            "{}",
+            stdout(&out)
+        );
+        // Trials cut short are left for resume, as after Ctrl-C (and a resume gets a budget of
+        // its own).
+        assert_eq!(statuses(&export_json(&dir)), ["running", "running"]);
+    }
+    run_ok(tune().arg("resume").arg(&dir).arg("--no-stop"));
+    let done = export_json(&dir);
+    assert_eq!(statuses(&done), ["completed"; 4]);
+    for t in &done {
+        assert_eq!(steps(t), [1, 2, 3]);
     }
 }
 
