@@ -353,7 +353,10 @@ fn finish(result: &tune::TuneResult) -> ExitCode {
         }
         // Stopped early (as asked) before any trial completed: nothing went wrong.
         None if result.stopped().is_some() => {
-            println!("no trial completed yet; see `tune status {}`", dir.display());
+            println!(
+                "no trial completed yet; see `tune status {}`",
+                dir.display()
+            );
             ExitCode::SUCCESS
         }
         None => {
