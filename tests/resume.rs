@@ -205,7 +205,8 @@ fn a_second_ctrl_c_quits_at_once_leaving_the_sweep_resumable() {
     );
     let dir = tmp.path().join("runs/c");
     let mut child = spawn(&mut tune_run(&spec, &dir));
-    let running = || processes_with(&marker).len() >= 2;
+    // Both trials have started and ignore SIGTERM (a trial still starting would die of it).
+    let running = || (0..2).all(|id| Path::new(&format!("{marker}.{id}.ready")).exists());
     let waited = std::time::Instant::now();
     while !running() {
         assert!(waited.elapsed().as_secs() < 120, "the trials never started");
