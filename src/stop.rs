@@ -169,11 +169,13 @@ impl StopWatch {
         watch
     }
 
-    fn note_value(&mut self, t: &Trial) -> Option<StopReason> {
+    /// Counts `t`'s value (a failed trial's counts as none) toward the best and the trials
+    /// without improvement.
+    fn note_value(&mut self, t: &Trial) {
         let value = t.value(&self.metric).filter(|_| t.status != Status::Failed);
         let Some(value) = value else {
             self.without_improvement += 1;
-            return None;
+            return;
         };
         let improved = self.best.is_none_or(|(_, b)| self.mode.better(value, b));
         if improved {
@@ -182,15 +184,11 @@ impl StopWatch {
         } else {
             self.without_improvement += 1;
         }
-        None
     }
 
-    /// What the stored trials already meet (a sweep resumed after it stopped).
+    /// The target or no-improvement condition the trials so far meet: at the start, what the
+    /// stored trials already meet (a sweep resumed after it stopped).
     pub(crate) fn already_met(&self) -> Option<StopReason> {
-        self.met_by_values()
-    }
-
-    fn met_by_values(&self) -> Option<StopReason> {
         if let (Some(target), Some((trial, value))) = (self.conditions.target, self.best) {
             if !self.mode.better(target, value) {
                 return Some(StopReason::TargetReached { trial, value });
@@ -220,7 +218,7 @@ impl StopWatch {
             self.failed_in_a_row = 0;
         }
         self.note_value(t);
-        self.met_by_values()
+        self.already_met()
     }
 }
 

@@ -354,24 +354,8 @@ const CASES: &[(&str, Input, i32, &str)] = &[
     ),
 ];
 
-fn truncate(file: &Path, len: u64) {
-    let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
-    f.set_len(len).unwrap();
-}
-
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -23,31 +23,10 @@ fn finished_sweep(tmp: &Path) -> std::path::PathBuf {
     dir
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
 fn overwrite(file: &Path, offset: u64, bytes: &[u8]) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
     f.write_all_at(bytes, offset).unwrap();
-}
-
-fn truncate(file: &Path, len: u64) {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(file)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
 }
 
 #[test]

@@ -30,10 +30,6 @@ fn with_failpoint(mut cmd: Command, failpoints: &str) -> Output {
         .unwrap()
 }
 
-fn killed(out: &Output) -> bool {
-    std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(libc::SIGKILL)
-}
-
 /// One trial as decided: its params, status and (step, loss) results.
 type Decided = (Json, Json, Vec<(u64, f64)>);
 
@@ -110,14 +106,7 @@ fn a_full_disk_stops_the_sweep_naming_the_store_and_resume_goes_on_exactly() {
         let out = with_failpoint(tune_run(&spec, &dir), "ack.after=kill@5");
         assert!(killed(&out), "{}", stderr(&out));
         // The disk fills up in the middle of the sweep: every write or sync from then on fails.
-        let out = with_failpoint(
-            {
-                let mut c = tune();
-                c.arg("resume").arg(&dir);
-                c
-            },
-            &format!("{point}=error@12"),
-        );
+        let out = with_failpoint(tune_resume(&dir), &format!("{point}=error@12"));
         assert_eq!(out.status.code(), Some(1), "{point}: {}", stderr(&out));
         let message = stderr(&out);
         let db = dir.join("tune.db");
@@ -137,12 +126,7 @@ fn a_full_disk_stops_the_sweep_naming_the_store_and_resume_goes_on_exactly() {
 #[test]
 fn a_kill_during_an_exploits_checkpoint_copy_leaves_a_consistent_population() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = write_spec(
-        tmp.path(),
-        "samples = 8\nseed = 8\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 3\n[resources]\ncpu_slots = 8",
-        &["--y", "{y}", "--steps", "30", "--behaviour", "ckpt", "--sleep", "0.01"],
-        "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
-    );
+    let spec = pbt_population(tmp.path(), "0.01");
     let dir = tmp.path().join("pbt");
     // Each copy copies one file (the fixture's `state`): killed at the n-th copy of the run.
     let mut kills = 0;

@@ -403,12 +403,7 @@ fn pbt_exploits_copy_checkpoints_and_params_and_record_lineage() {
 #[test]
 fn pbt_killed_and_resumed_keeps_every_trial_consistent() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = write_spec(
-        tmp.path(),
-        "samples = 8\nseed = 8\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 3\n[resources]\ncpu_slots = 8",
-        &["--y", "{y}", "--steps", "30", "--behaviour", "ckpt", "--sleep", "0.02"],
-        "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
-    );
+    let spec = pbt_population(tmp.path(), "0.02");
     let dir = tmp.path().join("pbt-killed");
     arm_kill_switch(&spec, tmp.path());
     run_with_kills_at(&spec, &dir, tmp.path(), &[30, 25, 35]);

@@ -183,12 +183,7 @@ fn a_spent_time_budget_leaves_the_sweep_resumable() {
         X,
     );
     let dir = tmp.path().join("budget");
-    for run in [tune_run(&spec, &dir), {
-        let mut c = tune();
-        c.arg("resume").arg(&dir);
-        c
-    }] {
-        let mut run = run;
+    for mut run in [tune_run(&spec, &dir), tune_resume(&dir)] {
         let out = run_ok(&mut run);
         assert!(
             stdout(&out).contains(&format!(

@@ -39,15 +39,43 @@ pub fn acked_so_far(tmp: &Path) -> usize {
     std::fs::read_to_string(tmp.join("acks.log")).map_or(0, |log| log.lines().count())
 }
 
+/// `tune resume DIR`.
+pub fn tune_resume(dir: &Path) -> Command {
+    let mut cmd = tune();
+    cmd.arg("resume").arg(dir);
+    cmd
+}
+
 /// `tune run` (or `tune resume` once the experiment exists) in `dir`.
 pub fn run_or_resume(spec: &Path, dir: &Path) -> Command {
     if dir.join("tune.db").exists() {
-        let mut c = tune();
-        c.arg("resume").arg(dir);
-        c
+        tune_resume(dir)
     } else {
         tune_run(spec, dir)
     }
+}
+
+/// Whether the process ended by SIGKILL.
+pub fn killed(out: &Output) -> bool {
+    std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(libc::SIGKILL)
+}
+
+/// Copies a folder tree (an experiment, to damage the copy).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Cuts `file` to `len` bytes.
+pub fn truncate(file: &Path, len: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+    f.set_len(len).unwrap();
 }
 
 /// Runs the sweep of `spec` (its kill switch armed in `tmp`) once per entry of `gaps`, each
@@ -61,9 +89,8 @@ pub fn run_with_kills_at(spec: &Path, dir: &Path, tmp: &Path, gaps: &[usize]) {
             .stdout(std::process::Stdio::null())
             .output()
             .unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&out.status),
-            Some(libc::SIGKILL),
+        assert!(
+            killed(&out),
             "round {round}: tune was not killed at acknowledgement {due}: {}",
             stderr(&out)
         );
@@ -112,6 +139,17 @@ pub fn by_id(trials: Vec<Json>) -> BTreeMap<u64, Json> {
         out.keys()
     );
     out
+}
+
+/// A PBT population of 8 checkpointing trials of 30 steps (`sleep` seconds each), all at
+/// once, exploiting every 3 steps: what [`assert_pbt_consistent`] checks.
+pub fn pbt_population(tmp: &Path, sleep: &str) -> PathBuf {
+    write_spec(
+        tmp,
+        "samples = 8\nseed = 8\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 3\n[resources]\ncpu_slots = 8",
+        &["--y", "{y}", "--steps", "30", "--behaviour", "ckpt", "--sleep", sleep],
+        "x = { uniform = [-3.0, 3.0] }\ny = { choice = [-2.0, -1.0, 0.0, 1.0, 2.0] }",
+    )
 }
 
 /// A PBT sweep of `samples` trials of tests/fixtures/objective.py (params x and y), resumed
