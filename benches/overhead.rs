@@ -85,6 +85,7 @@ fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
     let rate = n as f64 / start.elapsed().as_secs_f64();
     assert!(result
         .trials()
+        .expect("the sweep's trials")
         .iter()
         .all(|t| t.status == Status::Completed));
     rate

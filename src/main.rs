@@ -309,7 +309,7 @@ fn watch(dir: &Path) -> Result<ExitCode, TuneError> {
 
 /// Prints the best trial; exit 1 when no trial completed.
 fn finish(result: &tune::TuneResult) -> ExitCode {
-    let (trials, metric, dir) = (result.trials(), result.metric(), result.dir());
+    let (metric, dir) = (result.metric(), result.dir());
     if let Some(reason) = result.stopped() {
         // A resume would meet a target or a no-improvement limit again at once.
         let flag = match reason {
@@ -321,16 +321,13 @@ fn finish(result: &tune::TuneResult) -> ExitCode {
             dir.display()
         );
     }
-    let failed = trials.iter().filter(|t| t.status == Status::Failed).count();
-    if failed > 0 {
-        let example = trials.iter().find(|t| t.status == Status::Failed);
-        if let Some(t) = example {
-            println!(
-                "{failed} trial(s) failed; trial {}: {}",
-                t.id,
-                t.error.as_deref().unwrap_or("?")
-            );
-        }
+    if let Some(t) = result.first_failure() {
+        println!(
+            "{} trial(s) failed; trial {}: {}",
+            result.failed(),
+            t.id,
+            t.error.as_deref().unwrap_or("?")
+        );
     }
     match result.best() {
         Some(best) => {

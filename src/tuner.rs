@@ -34,7 +34,7 @@ use crate::trial::Trial;
 ///         Ok(())
 ///     })
 ///     .unwrap();
-/// assert_eq!(result.trials().len(), 20);
+/// assert_eq!(result.trials().unwrap().len(), 20);
 /// let best = result.best().unwrap();
 /// assert!((best.params.f64("x").unwrap() - 2.0).abs() < 2.0);
 /// ```
@@ -360,13 +360,14 @@ impl Tuner {
         }
         let outcome = coordinator.run(rt.handle());
         rt.shutdown_timeout(Duration::from_secs(5));
-        let (trials, stopped) = outcome?;
+        let ended = outcome?;
         Ok(TuneResult {
             dir: exp.dir,
             metric: spec.metric,
-            mode: spec.mode,
-            trials,
-            stopped,
+            best: ended.best,
+            failed: ended.failed,
+            first_failure: ended.first_failure,
+            stopped: ended.stopped,
         })
     }
 
@@ -485,13 +486,16 @@ fn check_program(program: &str, workdir: &Path) -> Result<(), TuneError> {
     }
 }
 
-/// What a finished sweep gives back: every trial, the best one, and where it all lives.
+/// What a finished sweep gives back: the best trial, the failures, and where every trial is
+/// kept ([`TuneResult::trials`] reads them from there: a sweep holds only its unfinished trials
+/// in memory, so that a long one stays flat).
 #[derive(Debug, Clone)]
 pub struct TuneResult {
     dir: PathBuf,
     metric: String,
-    mode: Mode,
-    trials: Vec<Trial>,
+    best: Option<Trial>,
+    failed: u64,
+    first_failure: Option<Trial>,
     stopped: Option<StopReason>,
 }
 
@@ -502,14 +506,27 @@ impl TuneResult {
         self.stopped.as_ref()
     }
 
-    /// Every trial, in id order, with its results.
-    pub fn trials(&self) -> &[Trial] {
-        &self.trials
+    /// Every trial, in id order, with its results, read from the experiment's store as it is
+    /// now (a later resume of the folder adds to them; an error if the folder is gone or in
+    /// use by a running sweep).
+    pub fn trials(&self) -> Result<Vec<Trial>, TuneError> {
+        Ok(Experiment::open(&self.dir)?.stored.trials)
     }
 
-    /// The completed trial with the best last-reported metric.
+    /// The completed trial with the best last-reported metric ([`Mode::beats`]: ties go to
+    /// the lower id).
     pub fn best(&self) -> Option<&Trial> {
-        best_trial(&self.trials, &self.metric, self.mode)
+        self.best.as_ref()
+    }
+
+    /// How many trials failed.
+    pub fn failed(&self) -> u64 {
+        self.failed
+    }
+
+    /// The failed trial with the lowest id, with its error.
+    pub fn first_failure(&self) -> Option<&Trial> {
+        self.first_failure.as_ref()
     }
 
     /// The best trial's params as a type of yours (fields named as the parameters; inactive

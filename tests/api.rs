@@ -35,14 +35,15 @@ fn fit_runs_every_trial_and_finds_the_best() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(result.trials().len(), 30);
+    assert_eq!(result.trials().unwrap().len(), 30);
     assert!(result
         .trials()
+        .unwrap()
         .iter()
         .all(|t| t.status == Status::Completed && t.results.len() == 3));
     let best = result.best().unwrap();
     let best_x = best.params.f64("x").unwrap();
-    for t in result.trials() {
+    for t in result.trials().unwrap() {
         assert!(t.params.f64("x").unwrap().abs() >= best_x.abs());
     }
     assert_eq!(best.value("score"), Some(-(best_x * best_x) + 3.0));
@@ -72,7 +73,7 @@ fn errors_panics_and_bad_metrics_fail_their_trials_only() {
             Ok(())
         })
         .unwrap();
-    for t in result.trials() {
+    for t in result.trials().unwrap() {
         let case = t.params.i64("case").unwrap();
         let expected = match case {
             0 => None,
@@ -110,7 +111,7 @@ fn a_report_after_a_rejected_metric_is_refused() {
         })
         .unwrap();
     assert_eq!(later.load(Ordering::SeqCst), 1);
-    let t = &result.trials()[0];
+    let t = &result.trials().unwrap()[0];
     assert_eq!(t.status, Status::Failed);
     assert!(t.results.is_empty());
 }
@@ -130,7 +131,7 @@ fn retries_give_a_failed_trial_more_attempts() {
             Ok(())
         })
         .unwrap();
-    for t in result.trials() {
+    for t in result.trials().unwrap() {
         assert_eq!(
             (t.status, t.attempts, t.results[0].attempt),
             (Status::Completed, 3, 3)
@@ -153,10 +154,12 @@ fn resume_extends_the_budget_and_keeps_finished_trials() {
         .seed(8)
         .dir(&dir)
         .fit(objective)
+        .unwrap()
+        .trials()
         .unwrap();
     let more = Tuner::resume(&dir).samples(9).fit(objective).unwrap();
-    assert_eq!(more.trials().len(), 9);
-    assert_eq!(&more.trials()[..5], first.trials());
+    assert_eq!(more.trials().unwrap().len(), 9);
+    assert_eq!(&more.trials().unwrap()[..5], first);
     // The same sweep in one go gives the same params for every id.
     let whole = Tuner::new(space())
         .samples(9)
@@ -164,7 +167,7 @@ fn resume_extends_the_budget_and_keeps_finished_trials() {
         .dir(tmp.path().join("whole"))
         .fit(objective)
         .unwrap();
-    for (a, b) in more.trials().iter().zip(whole.trials()) {
+    for (a, b) in more.trials().unwrap().iter().zip(whole.trials().unwrap()) {
         assert_eq!(a.params, b.params);
     }
 }
@@ -230,7 +233,7 @@ fn an_experiment_is_locked_while_it_runs() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(result.trials()[0].status, Status::Completed);
+    assert_eq!(result.trials().unwrap()[0].status, Status::Completed);
 }
 
 #[test]
@@ -271,7 +274,7 @@ fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
         })
         .unwrap();
     let mut ended = std::collections::HashMap::new();
-    for t in result.trials() {
+    for t in result.trials().unwrap() {
         let steps: Vec<u64> = t.results.iter().map(|r| r.step).collect();
         assert_eq!(
             steps,
@@ -286,7 +289,8 @@ fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
     assert_eq!(ended.get(&(Status::Completed, 81)), Some(&10), "{ended:?}");
     // The first bracket (ids 0..81) keeps the lowest losses at step 1, i.e. the smallest x:
     // the 27 of its trials that went past rung 1 are exactly its 27 smallest.
-    let first: Vec<&tune::Trial> = result.trials()[..81].iter().collect();
+    let trials = result.trials().unwrap();
+    let first: Vec<&tune::Trial> = trials[..81].iter().collect();
     let mut xs: Vec<f64> = first.iter().map(|t| t.params.f64("x").unwrap()).collect();
     xs.sort_by(f64::total_cmp);
     let went_on: Vec<f64> = first
@@ -314,7 +318,7 @@ fn a_retry_that_reports_nothing_fails_despite_earlier_results() {
             Ok(())
         })
         .unwrap();
-    let t = &result.trials()[0];
+    let t = &result.trials().unwrap()[0];
     assert_eq!(t.status, Status::Failed);
     assert_eq!(
         t.error.as_deref(),
@@ -353,7 +357,7 @@ fn a_resumed_sweep_refuses_settings_that_would_change_its_decisions() {
         .samples(3)
         .fit(objective)
         .unwrap();
-    assert_eq!(more.trials().len(), 3);
+    assert_eq!(more.trials().unwrap().len(), 3);
 }
 
 #[test]
@@ -374,7 +378,7 @@ fn a_closure_timeout_fails_the_trial_at_its_next_report() {
             Ok(())
         })
         .unwrap();
-    let t = &result.trials()[0];
+    let t = &result.trials().unwrap()[0];
     assert_eq!(t.status, Status::Failed);
     assert_eq!(t.error.as_deref(), Some("timed out after 0.001 s"));
 }

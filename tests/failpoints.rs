@@ -145,3 +145,93 @@ fn a_kill_during_an_exploits_checkpoint_copy_leaves_a_consistent_population() {
     run_ok(tune().arg("resume").arg(&dir));
     assert_pbt_consistent(&spec, &dir, 8);
 }
+
+/// A tmpfs of `size` mounted on `at` for the life of the value (unmounted on drop).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// `None` where this user may not mount (not root): the test is then skipped, saying so.
+    /// As root (CI), a refused mount fails the test.
+    fn mount(at: &Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(SmallDisk(at.to_path_buf())),
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            _ if unsafe { libc::geteuid() } != 0 => {
+                eprintln!("skipped: mounting a small tmpfs needs root");
+                None
+            }
+            other => panic!("root could not mount a tmpfs on {}: {other:?}", at.display()),
+        }
+    }
+
+    fn resize(&self, size: &str) {
+        let out = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_real_full_disk_stops_the_sweep_and_resume_after_space_is_freed_goes_on_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ASHA on one slot, trials that print 9 steps without waiting (awk: ~200 trials a second):
+    // 1,000 trials write about 2 MB to the store, twice what the disk holds.
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "small"
+metric = "loss"
+samples = 1000
+seed = 3
+[scheduler]
+kind = "asha"
+max_t = 9
+grace_period = 1
+reduction_factor = 3
+[resources]
+cpu_slots = 1
+[objective]
+command = ["awk", "-v", "x={x}", "BEGIN {{ for (s = 1; s <= 9; s++) printf \"{{\\\"step\\\": %d, \\\"loss\\\": %.9f}}\\n\", s, x * x + 1 / s }}"]
+[space]
+x = { uniform = [-3.0, 3.0] }
+"#,
+    )
+    .unwrap();
+    let Some(disk) = SmallDisk::mount(&tmp.path().join("small"), "1m") else {
+        return;
+    };
+    let reference_dir = tmp.path().join("whole");
+    run_ok(&mut tune_run(&spec, &reference_dir));
+    let want = outcome(&export_json(&reference_dir));
+    let dir = tmp.path().join("small").join("exp");
+    let db = dir.join("tune.db");
+    let full = format!("{}: No space left on device", db.display());
+    let out = tune_run(&spec, &dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&full), "{}", stderr(&out));
+    // Resumed while the disk is still full: the same clean stop, the store left as it was.
+    for _ in 0..2 {
+        let out = tune_resume(&dir).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    disk.resize("16m");
+    run_ok(&mut tune_resume(&dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 1000);
+    assert_eq!(outcome(&trials), want);
+}

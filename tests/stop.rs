@@ -253,9 +253,10 @@ fn the_rust_api_stops_on_a_target_and_errs_on_failures() {
             Ok(())
         })
         .unwrap();
-    let last = result.trials().last().unwrap();
+    let trials = result.trials().unwrap();
+    let last = trials.last().unwrap();
     assert!(last.value("loss").unwrap() <= 0.25);
-    assert!(result.trials()[..result.trials().len() - 1]
+    assert!(trials[..trials.len() - 1]
         .iter()
         .all(|t| t.value("loss").unwrap() > 0.25));
     assert!(

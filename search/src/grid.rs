@@ -72,6 +72,10 @@ impl Searcher for GridSearch {
     fn total_trials(&self, samples: u64) -> u64 {
         samples.saturating_mul(self.points())
     }
+
+    fn reads_history(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

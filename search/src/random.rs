@@ -27,4 +27,8 @@ impl Searcher for RandomSearch {
     fn suggest(&mut self, id: TrialId, _history: &History) -> Option<Params> {
         Some(self.space.sample(&mut trial_rng(self.seed, id)))
     }
+
+    fn reads_history(&self) -> bool {
+        false
+    }
 }

@@ -25,6 +25,12 @@ pub trait Searcher: Send {
     fn total_trials(&self, samples: u64) -> u64 {
         samples
     }
+
+    /// Whether suggestions depend on the history. A searcher that says no is handed an
+    /// empty one, so that a long sweep keeps no record of finished trials in memory.
+    fn reads_history(&self) -> bool {
+        true
+    }
 }
 
 /// The random stream of trial `id`: independent per trial, fixed by (seed, id).

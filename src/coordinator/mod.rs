@@ -6,7 +6,7 @@
 //! the changes, syncs the store once (group commit), and only then answers reports: nothing
 //! is acknowledged before it is durable, and a sweep that returns has synced everything.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,16 @@ use crate::stop::{StopConditions, StopReason, StopWatch};
 use crate::store::TrialStore;
 use crate::trial::{now_ms, Trial, TrialResult};
 use in_flight::InFlight;
+
+/// How a sweep ended, for its result (every trial is in the store).
+pub(crate) struct Ended {
+    pub best: Option<Trial>,
+    /// How many trials failed, and the one with the lowest id.
+    pub failed: u64,
+    pub first_failure: Option<Trial>,
+    /// Why the sweep stopped before its budget was spent (`[stop]`).
+    pub stopped: Option<StopReason>,
+}
 
 /// Settings of one sweep run.
 pub(crate) struct Plan {
@@ -59,8 +69,19 @@ pub(crate) struct Coordinator {
     scheduler: Box<dyn Scheduler>,
     objective: Objective,
     observers: Vec<Box<dyn Observer>>,
+    /// What the searcher is shown; left empty for one that does not read it.
     history: History,
-    trials: Vec<Trial>,
+    /// The trials not finished (pending, running, paused): the only ones held in memory, so
+    /// that a long sweep's memory stays flat. Finished ones are in the store.
+    live: BTreeMap<TrialId, Trial>,
+    /// The stored trials as loaded, for observers' start; emptied once they have it.
+    loaded: Vec<Trial>,
+    /// How many trials exist (ids are dense: the next one is this).
+    created: u64,
+    /// The best completed trial (as [`Summary::best`] picks it) and the failed trial with the
+    /// lowest id, for the result.
+    best: Option<Trial>,
+    first_failure: Option<Trial>,
     budget: u64,
     next_seq: u64,
     queue: VecDeque<TrialId>,
@@ -107,23 +128,35 @@ impl Coordinator {
                 t.status = Status::Pending;
                 queue.push_back(t.id);
             }
-            history.record(t.id, t.params.clone(), t.status);
-            if let (Some(v), Some(step)) = (t.value(&plan.metric), t.last_step()) {
-                history.report(t.id, step, v);
+            if searcher.reads_history() {
+                history.record(t.id, t.params.clone(), t.status);
+                if let (Some(v), Some(step)) = (t.value(&plan.metric), t.last_step()) {
+                    history.report(t.id, step, v);
+                }
             }
             next_seq = t.results.iter().map(|r| r.seq + 1).fold(next_seq, u64::max);
             *summary.count(t.status) += 1;
             summary.note_best(t);
         }
-        let trials_pending_exploit: VecDeque<TrialId> = trials
+        let first_failure = trials.iter().find(|t| t.status == Status::Failed).cloned();
+        let best = summary
+            .best
+            .and_then(|(id, _)| trials.get(id as usize).cloned());
+        let live: BTreeMap<TrialId, Trial> = trials
             .iter()
+            .filter(|t| !t.status.is_finished())
+            .map(|t| (t.id, t.clone()))
+            .collect();
+        let trials_pending_exploit: VecDeque<TrialId> = live
+            .values()
             .filter(|t| t.status == Status::Paused && t.restore_from.is_some())
             .map(|t| t.id)
             .collect();
         let stop_watch = StopWatch::new(plan.stop_when.clone(), &plan.metric, plan.mode, &trials);
         let mut scheduler = scheduler;
-        let budget = searcher.total_trials(plan.samples).max(trials.len() as u64);
-        let all_added = trials.len() as u64 >= budget;
+        let created = trials.len() as u64;
+        let budget = searcher.total_trials(plan.samples).max(created);
+        let all_added = created >= budget;
         let undelivered = replay(scheduler.as_mut(), &trials, &plan.metric, all_added);
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -136,7 +169,11 @@ impl Coordinator {
             objective,
             observers,
             history,
-            trials,
+            live,
+            loaded: trials,
+            created,
+            best,
+            first_failure,
             budget,
             next_seq,
             queue,
@@ -190,10 +227,7 @@ impl Coordinator {
 
     /// Runs until the budget is spent and every trial has ended, until interrupted, or until a
     /// `[stop]` condition is met (returned with the trials, or as the error for failures).
-    pub(crate) fn run(
-        mut self,
-        rt: &Handle,
-    ) -> Result<(Vec<Trial>, Option<StopReason>), TuneError> {
+    pub(crate) fn run(mut self, rt: &Handle) -> Result<Ended, TuneError> {
         let mut shutdown_rx = self.shutdown.subscribe();
         let info = SweepInfo {
             name: &self.plan.name,
@@ -201,11 +235,12 @@ impl Coordinator {
             search: &self.plan.search,
             scheduler: &self.plan.scheduler,
             slots: self.plan.pool.slots().iter().map(Slot::to_string).collect(),
-            trials: &self.trials,
+            trials: &self.loaded,
         };
         for o in &mut self.observers {
             o.on_start(&info, &self.summary);
         }
+        self.loaded = Vec::new();
         if let Some(note) = &self.plan.note {
             if self.observers.is_empty() {
                 eprintln!("tune: {note}");
@@ -254,8 +289,8 @@ impl Coordinator {
                     // Nothing runs and nothing will start: paused trials the scheduler never
                     // resumed are over.
                     let leftover: Vec<TrialId> = self
-                        .trials
-                        .iter()
+                        .live
+                        .values()
                         .filter(|t| t.status == Status::Paused)
                         .map(|t| t.id)
                         .collect();
@@ -290,25 +325,42 @@ impl Coordinator {
         for o in &mut self.observers {
             o.on_end(&self.summary);
         }
-        let unfinished = (self.trials.len() as u64) < self.budget || self.summary.unfinished() > 0;
-        match self.stopped {
+        let unfinished = self.created < self.budget || self.summary.unfinished() > 0;
+        let stopped = match self.stopped {
             // Met by the last trial to end: the sweep is simply done.
-            _ if !unfinished => Ok((self.trials, None)),
-            Some(reason) if reason.is_failure() => Err(TuneError::Failing {
-                dir: self.plan.dir.clone(),
-                reason,
-            }),
-            Some(reason) => Ok((self.trials, Some(reason))),
-            None if *shutdown_rx.borrow() => Err(TuneError::Interrupted(self.plan.dir.clone())),
-            None => Ok((self.trials, None)),
-        }
+            _ if !unfinished => None,
+            Some(reason) if reason.is_failure() => {
+                return Err(TuneError::Failing {
+                    dir: self.plan.dir.clone(),
+                    reason,
+                })
+            }
+            Some(reason) => Some(reason),
+            None if *shutdown_rx.borrow() => {
+                return Err(TuneError::Interrupted(self.plan.dir.clone()))
+            }
+            None => None,
+        };
+        Ok(Ended {
+            best: self.best,
+            failed: self.summary.failed,
+            first_failure: self.first_failure,
+            stopped,
+        })
+    }
+
+    /// A trial not finished, by id (finished trials are only in the store).
+    fn live(&mut self, id: TrialId) -> &mut Trial {
+        self.live
+            .get_mut(&id)
+            .expect("only unfinished trials are run or decided on")
     }
 
     fn set_status(&mut self, id: TrialId, status: Status) {
-        let old = self.trials[id as usize].status;
+        let t = self.live(id);
+        let old = std::mem::replace(&mut t.status, status);
         *self.summary.count(old) -= 1;
         *self.summary.count(status) += 1;
-        self.trials[id as usize].status = status;
         self.history.set_status(id, status);
     }
 
@@ -319,8 +371,8 @@ impl Coordinator {
                 id
             } else if let Some(id) = self.next_paused() {
                 id
-            } else if (self.trials.len() as u64) < self.budget {
-                let id = self.trials.len() as u64;
+            } else if self.created < self.budget {
+                let id = self.created;
                 let Some(params) = self.searcher.suggest(id, &self.history) else {
                     // The searcher has nothing left (a grid): the budget ends here.
                     self.budget = id;
@@ -328,12 +380,14 @@ impl Coordinator {
                     self.note_all_added();
                     break;
                 };
-                self.history.record(id, params.clone(), Status::Pending);
-                self.trials.push(Trial::new(id, params));
+                if self.searcher.reads_history() {
+                    self.history.record(id, params.clone(), Status::Pending);
+                }
+                self.scheduler.on_trial_add(id, &params);
+                self.live.insert(id, Trial::new(id, params));
+                self.created += 1;
                 self.summary.pending += 1;
-                self.scheduler
-                    .on_trial_add(id, &self.trials[id as usize].params);
-                if self.trials.len() as u64 >= self.budget {
+                if self.created >= self.budget {
                     self.note_all_added();
                 }
                 id
@@ -341,10 +395,10 @@ impl Coordinator {
                 break;
             };
             let slot = self.plan.pool.claim().expect("a free slot");
-            let exploited = self.trials[id as usize].restore_from.is_some();
+            let exploited = self.live(id).restore_from.is_some();
             self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
-            let t = &mut self.trials[id as usize];
+            let t = self.live.get_mut(&id).expect("a trial being started");
             t.attempts += 1;
             t.started_at = Some(now_ms());
             t.finished_at = None;
@@ -367,7 +421,7 @@ impl Coordinator {
     }
 
     fn launch(&mut self, id: TrialId, rt: &Handle) {
-        let t = &self.trials[id as usize];
+        let t = &self.live[&id];
         let job = Job {
             id,
             attempt: t.attempts,
@@ -457,7 +511,7 @@ impl Coordinator {
         self.store.add_result(id, &result)?;
         self.history.report(id, step, value);
         let decision = self.scheduler.on_result(id, step, value);
-        let t = &mut self.trials[id as usize];
+        let t = self.live.get_mut(&id).expect("a trial in flight");
         t.results.push(result);
         if let Some(r) = t.results.last() {
             emit(&mut self.observers, &Event::Result(t, r), &self.summary);
@@ -487,8 +541,8 @@ impl Coordinator {
             Decision::Continue => Heard::Continue,
             Decision::Pause => {
                 self.set_status(id, Status::Paused);
-                self.store.put_trial(&self.trials[id as usize])?;
-                let t = &self.trials[id as usize];
+                let t = self.live.get(&id).expect("a trial being paused");
+                self.store.put_trial(t)?;
                 emit(&mut self.observers, &Event::Paused(t), &self.summary);
                 Heard::Pause
             }
@@ -496,7 +550,7 @@ impl Coordinator {
                 // The run checkpoints and ends; the trial then starts again from `from`'s
                 // checkpoint with the new params (see `fill_slots`).
                 self.set_status(id, Status::Paused);
-                let t = &mut self.trials[id as usize];
+                let t = self.live.get_mut(&id).expect("a trial exploiting another");
                 let previous = std::mem::replace(&mut t.params, params.clone());
                 t.lineage.push(crate::trial::Lineage {
                     step,
@@ -509,7 +563,7 @@ impl Coordinator {
                 stage_exploit(&self.plan.dir, id, from)?;
                 self.history.set_params(id, params);
                 self.deferred.push_back(id);
-                let t = &self.trials[id as usize];
+                let t = &self.live[&id];
                 emit(&mut self.observers, &Event::Paused(t), &self.summary);
                 Heard::Pause
             }
@@ -528,11 +582,11 @@ impl Coordinator {
     /// Copies the checkpoint of the trial that `id` exploited into `id`'s folder (then forgets
     /// the pending copy, durably). A crash before the copy repeats it on resume.
     fn apply_exploit(&mut self, id: TrialId) -> Result<(), TuneError> {
-        let Some(from) = self.trials[id as usize].restore_from else {
+        let Some(from) = self.live(id).restore_from else {
             return Ok(());
         };
         take_exploit(&self.plan.dir, id, from)?;
-        let t = &mut self.trials[id as usize];
+        let t = self.live.get_mut(&id).expect("a trial being started");
         t.restore_from = None;
         self.store.put_trial(t)?;
         Ok(())
@@ -541,13 +595,11 @@ impl Coordinator {
     /// A paused trial the scheduler wants resumed now (ids it names that are not paused here,
     /// as after a replay, are skipped).
     fn next_paused(&mut self) -> Option<TrialId> {
-        let is_paused = |trials: &[Trial], id: TrialId| {
-            trials
-                .get(id as usize)
-                .is_some_and(|t| t.status == Status::Paused)
+        let is_paused = |live: &BTreeMap<TrialId, Trial>, id: TrialId| {
+            live.get(&id).is_some_and(|t| t.status == Status::Paused)
         };
         // Resumes that had to wait for the trial's previous run to end come first.
-        self.deferred.retain(|&id| is_paused(&self.trials, id));
+        self.deferred.retain(|&id| is_paused(&self.live, id));
         if let Some(pos) = self
             .deferred
             .iter()
@@ -556,7 +608,7 @@ impl Coordinator {
             return self.deferred.remove(pos);
         }
         while let Some(id) = self.scheduler.choose_paused() {
-            if !is_paused(&self.trials, id) {
+            if !is_paused(&self.live, id) {
                 continue;
             }
             if self.in_flight.contains_key(&id) {
@@ -573,8 +625,8 @@ impl Coordinator {
     fn settle_ended(&mut self) -> Result<(), TuneError> {
         for (id, decision) in self.scheduler.drain_ended() {
             if self
-                .trials
-                .get(id as usize)
+                .live
+                .get(&id)
                 .is_some_and(|t| t.status == Status::Paused)
             {
                 let status = if decision == Decision::Complete {
@@ -596,16 +648,23 @@ impl Coordinator {
         error: Option<String>,
     ) -> Result<(), TuneError> {
         self.set_status(id, status);
-        let t = &mut self.trials[id as usize];
+        // Finished: from here on it lives only in the store.
+        let mut t = self.live.remove(&id).expect("a trial being settled");
         t.error = error;
         t.finished_at = Some(now_ms());
         t.end_seq = Some(self.next_seq);
-        self.store.put_trial(t)?;
+        self.store.put_trial(&t)?;
         let last = t.last_step().zip(t.value(&self.plan.metric));
         self.scheduler.on_complete(id, last);
-        self.summary.note_best(t);
-        let met = self.stop_watch.on_finished(t);
-        emit(&mut self.observers, &Event::Finished(t), &self.summary);
+        self.summary.note_best(&t);
+        let met = self.stop_watch.on_finished(&t);
+        emit(&mut self.observers, &Event::Finished(&t), &self.summary);
+        if self.summary.best.is_some_and(|(best, _)| best == id) {
+            self.best = Some(t);
+        } else if status == Status::Failed && self.first_failure.as_ref().is_none_or(|f| id < f.id)
+        {
+            self.first_failure = Some(t);
+        }
         if let Some(reason) = met.filter(|_| self.stopped.is_none()) {
             self.stop_sweep(reason);
         }
@@ -629,7 +688,7 @@ impl Coordinator {
         if run.settled {
             return Ok(());
         }
-        let t = &self.trials[id as usize];
+        let t = &self.live[&id];
         let reported = run.reported(t);
         let (status, error) = match outcome {
             Outcome::Interrupted => {
@@ -649,7 +708,7 @@ impl Coordinator {
             Outcome::Failed(reason) if t.attempts <= self.plan.max_failures => {
                 // Retried at once, same id and params (Ray Tune's max_failures).
                 self.set_status(id, Status::Pending);
-                let t = &mut self.trials[id as usize];
+                let t = self.live.get_mut(&id).expect("a trial in flight");
                 t.error = Some(reason);
                 self.store.put_trial(t)?;
                 self.queue.push_front(id);

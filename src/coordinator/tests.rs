@@ -217,8 +217,10 @@ impl Sweep {
             .enable_all()
             .build()
             .unwrap();
-        let result = coordinator.run(rt.handle()).map(|(trials, _)| trials);
+        let result = coordinator.run(rt.handle());
         rt.shutdown_background();
+        // The sweep holds only unfinished trials: what it did is read back from the store.
+        let result = result.map(|_| self.db.synced().unwrap().trials);
         let summary = self.summary.0.lock().unwrap().take();
         Ran {
             result,

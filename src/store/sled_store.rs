@@ -133,8 +133,20 @@ pub struct Salvaged {
 /// The counts kept up to date as records are written, from the last load on.
 #[derive(Debug, Default)]
 struct Counting {
+    /// Trials and results; its `finished` is derived (see [`Counting::tally`]).
     tally: Tally,
-    finished: std::collections::HashSet<TrialId>,
+    /// The trials whose stored record is not finished: few at any time, where the finished
+    /// ones grow with the sweep (a set of those would break flat memory).
+    unfinished: std::collections::HashSet<TrialId>,
+}
+
+impl Counting {
+    fn tally(&self) -> Tally {
+        Tally {
+            finished: self.tally.trials.saturating_sub(self.unfinished.len() as u64),
+            ..self.tally
+        }
+    }
 }
 
 /// A database error at `path`.
@@ -181,6 +193,10 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + Copy + '_ {
 /// it while its threads were torn down, so a `tune resume` started right then failed.
 const LOCK_WAIT: Duration = Duration::from_secs(3);
 
+/// sled's page cache (its default is 1 GiB). The coordinator writes and reads back only at
+/// resume, so a small cache costs nothing and keeps a long sweep's memory flat.
+const CACHE_BYTES: u64 = 16 << 20;
+
 impl SledStore {
     /// Opens (or creates) the database at `path`; fails with `InUse` if another process has
     /// held it for a few seconds.
@@ -204,7 +220,11 @@ impl SledStore {
         // however short `wait` is.
         let deadline = Instant::now() + LOCK_WAIT;
         let db = loop {
-            let opened = sled::Config::new().path(path).flush_every_ms(None).open();
+            let opened = sled::Config::new()
+                .path(path)
+                .flush_every_ms(None)
+                .cache_capacity(CACHE_BYTES)
+                .open();
             match opened {
                 Err(sled::Error::Io(_)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -340,13 +360,13 @@ impl TrialStore for SledStore {
                 });
             }
         }
-        let finished = stored
+        let unfinished = stored
             .trials
             .iter()
-            .filter(|t| t.status.is_finished())
+            .filter(|t| !t.status.is_finished())
             .map(|t| t.id)
             .collect();
-        *self.counting.borrow_mut() = Counting { tally, finished };
+        *self.counting.borrow_mut() = Counting { tally, unfinished };
         Ok(stored)
     }
 
@@ -370,9 +390,9 @@ impl TrialStore for SledStore {
         counting.tally.trials += old.is_none() as u64;
         // The counts are the database's as written (a sweep only ever adds to them).
         if trial.status.is_finished() {
-            counting.tally.finished += counting.finished.insert(trial.id) as u64;
+            counting.unfinished.remove(&trial.id);
         } else {
-            counting.tally.finished -= counting.finished.remove(&trial.id) as u64;
+            counting.unfinished.insert(trial.id);
         }
         Ok(())
     }
@@ -406,7 +426,7 @@ impl TrialStore for SledStore {
                 .open(&file)
                 .map_err(io_err(&file))?,
         };
-        let line = self.counting.get_mut().tally.to_line();
+        let line = self.counting.get_mut().tally().to_line();
         check
             .write_all_at(line.as_bytes(), 0)
             .and_then(|()| check.set_len(line.len() as u64))
