@@ -165,7 +165,10 @@ impl SmallDisk {
                 eprintln!("skipped: mounting a small tmpfs needs root");
                 None
             }
-            other => panic!("root could not mount a tmpfs on {}: {other:?}", at.display()),
+            other => panic!(
+                "root could not mount a tmpfs on {}: {other:?}",
+                at.display()
+            ),
         }
     }
 

@@ -1,17 +1,23 @@
 //! Where trials are kept. Nothing outside this module knows which database holds them: the
 //! coordinator and [`crate::experiment::Experiment`] see a [`TrialStore`].
 //!
-//! Two stores: [`SledStore`], the embedded default (one sled database in the experiment
-//! folder), and [`MemoryStore`], for tests and throwaway sweeps. Every store passes the same
+//! Three stores: [`SledStore`], the embedded default (one sled database in the experiment
+//! folder), [`PgStore`], experiments in a PostgreSQL database that many machines share, and
+//! [`MemoryStore`], for tests and throwaway sweeps. Every store passes the same
 //! conformance suite (`conformance.rs`).
 
 mod memory;
+mod pg_store;
 mod sled_store;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+#[cfg(test)]
+#[path = "../../tests/common/pg_server.rs"]
+pub(crate) mod test_server;
 
 pub use memory::{MemoryDb, MemoryStore};
+pub use pg_store::PgStore;
 pub use sled_store::{Salvaged, SledStore};
 
 use serde::{Deserialize, Serialize};

@@ -143,7 +143,10 @@ struct Counting {
 impl Counting {
     fn tally(&self) -> Tally {
         Tally {
-            finished: self.tally.trials.saturating_sub(self.unfinished.len() as u64),
+            finished: self
+                .tally
+                .trials
+                .saturating_sub(self.unfinished.len() as u64),
             ..self.tally
         }
     }

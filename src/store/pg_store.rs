@@ -1,0 +1,465 @@
+//! [`PgStore`]: experiments in a PostgreSQL database, many to a database, each named by its
+//! spec's `name`.
+//!
+//! Writes are buffered and sent at [`TrialStore::sync`] as one transaction (group commit: a
+//! round of the coordinator is one round trip of a few statements, whatever it wrote). Records
+//! are the same JSON as the sled store's. One connection per store, no pool: a coordinator
+//! needs one, and a database shared by many machines must not run out of clients.
+//!
+//! While a store is open its session holds an advisory lock on the experiment, so a second
+//! coordinator is refused; the lock goes with the connection, so a killed process frees it.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use postgres::{Client, GenericClient, NoTls};
+use tune_search::TrialId;
+
+use super::{decode, encode, Meta, StoreError, StoredExperiment, TrialStore};
+use crate::failpoint;
+use crate::trial::{Trial, TrialResult};
+
+/// The schema, one migration per format step; `tune_schema` records how many are applied.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE tune_experiments (
+    id bigserial PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    meta text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE tune_trials (
+    experiment bigint NOT NULL REFERENCES tune_experiments (id) ON DELETE CASCADE,
+    id bigint NOT NULL,
+    status text NOT NULL,
+    record text NOT NULL,
+    PRIMARY KEY (experiment, id)
+);
+CREATE INDEX tune_trials_by_status ON tune_trials (experiment, status);
+CREATE TABLE tune_results (
+    experiment bigint NOT NULL REFERENCES tune_experiments (id) ON DELETE CASCADE,
+    trial bigint NOT NULL,
+    seq bigint NOT NULL,
+    record text NOT NULL,
+    PRIMARY KEY (experiment, trial, seq)
+);
+"#];
+
+/// The first key of every advisory lock tune takes ("tune" in ASCII), so that its locks do
+/// not collide with other applications' on the same database.
+const LOCK_SPACE: i32 = 0x7475_6e65;
+
+/// One experiment in a PostgreSQL database.
+///
+/// ```no_run
+/// use tune::store::{PgStore, TrialStore};
+/// let store = PgStore::open("postgres://tune@db.example/tune", "mnist-lr")?;
+/// let stored = store.load()?;
+/// println!("{} trials", stored.trials.len());
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub struct PgStore {
+    /// In a cell: [`TrialStore::load`] reads through `&self`.
+    client: RefCell<Client>,
+    /// The database and experiment, for messages (without a password).
+    location: PathBuf,
+    experiment: i64,
+    pending: Pending,
+}
+
+/// What was written since the last sync, newest record per key.
+#[derive(Default)]
+struct Pending {
+    meta: Option<String>,
+    trials: BTreeMap<TrialId, (&'static str, String)>,
+    results: BTreeMap<(TrialId, u64), String>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.meta.is_none() && self.trials.is_empty() && self.results.is_empty()
+    }
+}
+
+impl PgStore {
+    /// Connects to `url`, brings the schema up to date, and opens experiment `name` (created,
+    /// empty, if it does not exist); [`StoreError::InUse`] while another store holds it.
+    pub fn open(url: &str, name: &str) -> Result<PgStore, StoreError> {
+        let location = PathBuf::from(format!("{} (experiment {name:?})", redact(url)));
+        let err = |e: postgres::Error| db_error(&location, e);
+        let mut client = Client::connect(url, NoTls).map_err(err)?;
+        migrate(&mut client, &location)?;
+        let experiment: i64 = client
+            .query_one(
+                "INSERT INTO tune_experiments (name) VALUES ($1)
+                 ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id",
+                &[&name],
+            )
+            .map_err(err)?
+            .get(0);
+        let held: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, $2::int)",
+                &[&LOCK_SPACE, &(experiment as i32)],
+            )
+            .map_err(err)?
+            .get(0);
+        if !held {
+            return Err(StoreError::InUse(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!("{} is open in another tune process", location.display()),
+            )));
+        }
+        Ok(PgStore {
+            client: RefCell::new(client),
+            location,
+            experiment,
+            pending: Pending::default(),
+        })
+    }
+}
+
+/// Applies the migrations the database lacks, under a lock so that processes starting at once
+/// do not race; a database migrated by a newer tune is refused.
+fn migrate(client: &mut Client, location: &std::path::Path) -> Result<(), StoreError> {
+    let err = |e: postgres::Error| db_error(location, e);
+    let mut tx = client.transaction().map_err(err)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_SPACE])
+        .map_err(err)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS tune_schema (version integer NOT NULL)")
+        .map_err(err)?;
+    let applied: i32 = tx
+        .query_one("SELECT coalesce(max(version), 0) FROM tune_schema", &[])
+        .map_err(err)?
+        .get(0);
+    let known = MIGRATIONS.len() as i32;
+    if applied > known {
+        return Err(StoreError::Format {
+            path: location.to_path_buf(),
+            found: applied as u32,
+            read: &[SCHEMA_VERSION],
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+        tx.batch_execute(sql).map_err(err)?;
+        tx.execute(
+            "INSERT INTO tune_schema (version) VALUES ($1)",
+            &[&(version as i32 + 1)],
+        )
+        .map_err(err)?;
+    }
+    tx.commit().map_err(err)
+}
+
+/// The schema version this build writes.
+const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// `url` without its password.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            format!("{}{user}@{}", &url[..scheme_end], &rest[at + 1..])
+        }
+        None => url.to_string(),
+    }
+}
+
+fn db_error(location: &std::path::Path, e: postgres::Error) -> StoreError {
+    StoreError::Database {
+        path: location.to_path_buf(),
+        source: Box::new(Described(e)),
+    }
+}
+
+/// A PostgreSQL error with what the server said (the client's own text is only "db error").
+#[derive(Debug)]
+struct Described(postgres::Error);
+
+impl std::fmt::Display for Described {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => {
+                write!(f, "{}: {}", db.severity(), db.message())?;
+                if let Some(detail) = db.detail() {
+                    write!(f, " ({detail})")?;
+                }
+                Ok(())
+            }
+            None => match std::error::Error::source(&self.0) {
+                Some(cause) => write!(f, "{}: {cause}", self.0),
+                None => write!(f, "{}", self.0),
+            },
+        }
+    }
+}
+
+impl std::error::Error for Described {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A count or id as PostgreSQL's bigint.
+fn bigint(n: u64) -> i64 {
+    // Ids and result positions are dense counts: they never come near 2^63.
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Sends `pending` through `client` (a transaction).
+fn apply(
+    client: &mut impl GenericClient,
+    experiment: i64,
+    pending: &Pending,
+) -> Result<(), postgres::Error> {
+    if let Some(meta) = &pending.meta {
+        client.execute(
+            "UPDATE tune_experiments SET meta = $2 WHERE id = $1",
+            &[&experiment, meta],
+        )?;
+    }
+    if !pending.trials.is_empty() {
+        let ids: Vec<i64> = pending.trials.keys().map(|&id| bigint(id)).collect();
+        let statuses: Vec<&str> = pending.trials.values().map(|(s, _)| *s).collect();
+        let records: Vec<&str> = pending.trials.values().map(|(_, r)| r.as_str()).collect();
+        client.execute(
+            "INSERT INTO tune_trials (experiment, id, status, record)
+             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[])
+             ON CONFLICT (experiment, id)
+             DO UPDATE SET status = excluded.status, record = excluded.record",
+            &[&experiment, &ids, &statuses, &records],
+        )?;
+    }
+    if !pending.results.is_empty() {
+        let trials: Vec<i64> = pending.results.keys().map(|&(t, _)| bigint(t)).collect();
+        let seqs: Vec<i64> = pending.results.keys().map(|&(_, s)| bigint(s)).collect();
+        let records: Vec<&str> = pending.results.values().map(String::as_str).collect();
+        client.execute(
+            "INSERT INTO tune_results (experiment, trial, seq, record)
+             SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[])
+             ON CONFLICT (experiment, trial, seq) DO UPDATE SET record = excluded.record",
+            &[&experiment, &trials, &seqs, &records],
+        )?;
+    }
+    Ok(())
+}
+
+/// Everything stored for `experiment`, as the client sees it.
+fn read(
+    client: &mut impl GenericClient,
+    experiment: i64,
+    location: &std::path::Path,
+) -> Result<StoredExperiment, StoreError> {
+    let err = |e: postgres::Error| db_error(location, e);
+    let meta: Option<String> = client
+        .query_one(
+            "SELECT meta FROM tune_experiments WHERE id = $1",
+            &[&experiment],
+        )
+        .map_err(err)?
+        .get(0);
+    let meta: Meta = decode(meta.ok_or(StoreError::NoMeta)?.as_bytes(), || {
+        "the experiment record".into()
+    })?;
+    let mut trials: Vec<Trial> = Vec::new();
+    for row in client
+        .query(
+            "SELECT id, record FROM tune_trials WHERE experiment = $1 ORDER BY id",
+            &[&experiment],
+        )
+        .map_err(err)?
+    {
+        let id: i64 = row.get(0);
+        let record: &str = row.get(1);
+        trials.push(decode(record.as_bytes(), || format!("trial {id}"))?);
+    }
+    let index: BTreeMap<TrialId, usize> =
+        trials.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    for row in client
+        .query(
+            "SELECT trial, seq, record FROM tune_results WHERE experiment = $1
+             ORDER BY trial, seq",
+            &[&experiment],
+        )
+        .map_err(err)?
+    {
+        let (trial, seq): (i64, i64) = (row.get(0), row.get(1));
+        let record: &str = row.get(2);
+        let result: TrialResult = decode(record.as_bytes(), || {
+            format!("result {seq} of trial {trial}")
+        })?;
+        if let Some(&i) = index.get(&(trial as u64)) {
+            trials[i].results.push(result);
+        }
+    }
+    Ok(StoredExperiment { meta, trials })
+}
+
+impl TrialStore for PgStore {
+    fn load(&self) -> Result<StoredExperiment, StoreError> {
+        let mut client = self.client.borrow_mut();
+        if self.pending.is_empty() {
+            return read(&mut *client, self.experiment, &self.location);
+        }
+        // What this store wrote and has not synced is read too, in a transaction rolled back.
+        let err = |e: postgres::Error| db_error(&self.location, e);
+        let mut tx = client.transaction().map_err(err)?;
+        apply(&mut tx, self.experiment, &self.pending).map_err(err)?;
+        let stored = read(&mut tx, self.experiment, &self.location);
+        tx.rollback().map_err(err)?;
+        stored
+    }
+
+    fn put_meta(&mut self, meta: &Meta) -> Result<(), StoreError> {
+        let bytes = encode(meta, || "the experiment record".into())?;
+        failpoint::hit("store.write").map_err(|e| io_error(&self.location, e))?;
+        self.pending.meta = Some(text(bytes));
+        Ok(())
+    }
+
+    fn put_trial(&mut self, trial: &Trial) -> Result<(), StoreError> {
+        let bytes = encode(trial, || format!("trial {}", trial.id))?;
+        failpoint::hit("store.write").map_err(|e| io_error(&self.location, e))?;
+        self.pending
+            .trials
+            .insert(trial.id, (trial.status.as_str(), text(bytes)));
+        Ok(())
+    }
+
+    fn add_result(&mut self, id: TrialId, result: &TrialResult) -> Result<(), StoreError> {
+        let bytes = encode(result, || format!("result {} of trial {id}", result.seq))?;
+        failpoint::hit("store.write").map_err(|e| io_error(&self.location, e))?;
+        self.pending.results.insert((id, result.seq), text(bytes));
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        failpoint::hit("store.sync.before").map_err(|e| io_error(&self.location, e))?;
+        if !self.pending.is_empty() {
+            let location = self.location.clone();
+            let err = |e: postgres::Error| db_error(&location, e);
+            let client = self.client.get_mut();
+            let mut tx = client.transaction().map_err(err)?;
+            apply(&mut tx, self.experiment, &self.pending).map_err(err)?;
+            tx.commit().map_err(err)?;
+            self.pending = Pending::default();
+        }
+        failpoint::hit("store.sync.after").map_err(|e| io_error(&self.location, e))?;
+        Ok(())
+    }
+}
+
+/// An encoded record as text (serde_json writes UTF-8, so nothing is replaced).
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn io_error(location: &std::path::Path, e: std::io::Error) -> StoreError {
+    StoreError::Database {
+        path: location.to_path_buf(),
+        source: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_server as server;
+
+    #[test]
+    fn a_password_never_shows_in_messages() {
+        assert_eq!(
+            redact("postgres://tune:s3cret@db:5432/tune?sslmode=disable"),
+            "postgres://tune@db:5432/tune?sslmode=disable"
+        );
+        assert_eq!(redact("postgres://db/tune"), "postgres://db/tune");
+        assert_eq!(redact("host=db user=tune"), "host=db user=tune");
+    }
+
+    /// One experiment name per harness, in one database per harness.
+    pub(crate) struct PgHarness {
+        url: String,
+    }
+
+    impl PgHarness {
+        pub(crate) fn new() -> PgHarness {
+            PgHarness {
+                url: server::fresh_database(),
+            }
+        }
+    }
+
+    impl crate::store::conformance::Harness for PgHarness {
+        type Store = PgStore;
+        fn open(&self) -> Result<PgStore, StoreError> {
+            PgStore::open(&self.url, "c")
+        }
+    }
+
+    crate::store::conformance::conformance_suite!(PgHarness::new());
+
+    #[test]
+    fn experiments_share_a_database_without_seeing_each_other() {
+        let url = server::fresh_database();
+        let mut a = PgStore::open(&url, "a").unwrap();
+        let mut b = PgStore::open(&url, "b").unwrap();
+        a.put_meta(&crate::store::conformance::meta(1)).unwrap();
+        b.put_meta(&crate::store::conformance::meta(2)).unwrap();
+        a.put_trial(&crate::store::conformance::trial(0)).unwrap();
+        a.sync().unwrap();
+        b.sync().unwrap();
+        assert_eq!(a.load().unwrap().trials.len(), 1);
+        assert_eq!(b.load().unwrap().trials.len(), 0);
+        assert_eq!(b.load().unwrap().meta.samples, 2);
+    }
+
+    #[test]
+    fn unsynced_writes_are_lost_with_the_store() {
+        let url = server::fresh_database();
+        let mut store = PgStore::open(&url, "x").unwrap();
+        store.put_meta(&crate::store::conformance::meta(1)).unwrap();
+        store.sync().unwrap();
+        store
+            .put_trial(&crate::store::conformance::trial(0))
+            .unwrap();
+        assert_eq!(store.load().unwrap().trials.len(), 1);
+        drop(store); // as a crash before the sync
+        let store = PgStore::open(&url, "x").unwrap();
+        assert!(store.load().unwrap().trials.is_empty());
+    }
+
+    #[test]
+    fn a_database_of_a_newer_schema_is_refused_with_its_version() {
+        let url = server::fresh_database();
+        drop(PgStore::open(&url, "x").unwrap());
+        let mut admin = Client::connect(&url, NoTls).unwrap();
+        admin
+            .execute("INSERT INTO tune_schema (version) VALUES (99)", &[])
+            .unwrap();
+        let e = PgStore::open(&url, "x").err().unwrap();
+        assert!(matches!(e, StoreError::Format { found: 99, .. }), "{e}");
+    }
+
+    #[test]
+    fn an_unreachable_server_is_a_database_error_naming_it() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("postgres://tune:pw@127.0.0.1:{port}/tune");
+        let e = PgStore::open(&url, "x").err().unwrap();
+        assert!(matches!(e, StoreError::Database { .. }), "{e}");
+        let message = e.to_string();
+        assert!(
+            message.contains(&format!("postgres://tune@127.0.0.1:{port}/tune")),
+            "{message}"
+        );
+        assert!(!message.contains("pw"), "{message}");
+    }
+}
