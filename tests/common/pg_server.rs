@@ -80,7 +80,7 @@ fn start() -> Server {
         .tempdir()
         .unwrap()
         .keep();
-    let as_root = unsafe_geteuid() == 0;
+    let as_root = effective_uid() == 0;
     if as_root {
         // initdb refuses root: the server runs as nobody, in a folder nobody owns.
         chown_nobody(&root);
@@ -150,7 +150,7 @@ fn privileged(as_root: bool, program: &Path) -> Command {
     }
 }
 
-fn unsafe_geteuid() -> u32 {
+fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
