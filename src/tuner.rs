@@ -525,6 +525,25 @@ impl TuneResult {
     }
 
     /// The failed trial with the lowest id, with its error.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let space = tune::Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+    /// let result = tune::Tuner::new(space)
+    ///     .samples(4)
+    ///     .dir(dir.path().join("half"))
+    ///     .fit(|ctx| {
+    ///         if ctx.id() % 2 == 1 {
+    ///             return Err("odd trials fail".into());
+    ///         }
+    ///         ctx.report(1, [("loss", 1.0)])?;
+    ///         Ok(())
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(result.failed(), 2);
+    /// let first = result.first_failure().unwrap();
+    /// assert_eq!((first.id, first.error.as_deref()), (1, Some("odd trials fail")));
+    /// ```
     pub fn first_failure(&self) -> Option<&Trial> {
         self.first_failure.as_ref()
     }
