@@ -15,6 +15,9 @@ pub enum TuneError {
     NotAnExperiment { path: PathBuf, reason: String },
     #[error("{} already holds an experiment; resume it, or use another folder for a new one", .0.display())]
     ExperimentExists(PathBuf),
+    /// The database `store` (its URL without a password) already has an experiment `name`.
+    #[error("{store} already holds an experiment named {name:?}; resume it, or give the new sweep another name")]
+    ExperimentExistsIn { name: String, store: String },
     /// Bad settings given through the API or the command line.
     #[error("{0}")]
     Invalid(String),
@@ -41,6 +44,7 @@ impl TuneError {
             TuneError::Spec(_)
                 | TuneError::NotAnExperiment { .. }
                 | TuneError::ExperimentExists(_)
+                | TuneError::ExperimentExistsIn { .. }
                 | TuneError::Invalid(_)
         )
     }

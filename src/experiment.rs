@@ -6,7 +6,7 @@ use tune_search::TrialId;
 
 use crate::error::TuneError;
 use crate::spec::ExperimentSpec;
-use crate::store::{Meta, SledStore, StoreError, StoredExperiment, TrialStore};
+use crate::store::{Meta, PgStore, SledStore, StoreError, StoredExperiment, TrialStore};
 
 /// A human-readable copy of the spec the sweep was started with.
 pub const SPEC_FILE: &str = "spec.toml";
@@ -14,6 +14,54 @@ pub const SPEC_FILE: &str = "spec.toml";
 pub const DB_DIR: &str = "tune.db";
 /// One folder per trial, for checkpoints and outputs.
 pub const TRIALS_DIR: &str = "trials";
+/// In the folder of an experiment kept in PostgreSQL: the database's URL (without its
+/// password), so that commands given the folder can say where the records are.
+pub const STORE_FILE: &str = "store.url";
+
+/// Where an experiment's records are kept.
+///
+/// ```
+/// use tune::experiment::StoreLocation;
+/// let at = StoreLocation::parse(Some("postgres://tune:pw@db/tune")).unwrap();
+/// assert_eq!(at, StoreLocation::Postgres("postgres://tune:pw@db/tune".into()));
+/// assert_eq!(at.to_string(), "postgres://tune@db/tune"); // no password in messages
+/// assert_eq!(StoreLocation::parse(None).unwrap(), StoreLocation::Folder);
+/// assert!(StoreLocation::parse(Some("mysql://db")).is_err());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// `tune.db/` (sled) in the experiment folder: the default.
+    #[default]
+    Folder,
+    /// A PostgreSQL database (`postgres://` URL): many experiments, each by the spec's name.
+    Postgres(String),
+}
+
+/// The location as messages show it: a URL without its password.
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::Folder => write!(f, "{DB_DIR}/ in the experiment folder"),
+            StoreLocation::Postgres(url) => write!(f, "{}", crate::store::redact_url(url)),
+        }
+    }
+}
+
+impl StoreLocation {
+    /// `--store` / `TUNE_STORE` as given: a `postgres://` (or `postgresql://`) URL, or none.
+    pub fn parse(url: Option<&str>) -> Result<StoreLocation, TuneError> {
+        match url {
+            None | Some("") => Ok(StoreLocation::Folder),
+            Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
+                Ok(StoreLocation::Postgres(u.to_string()))
+            }
+            Some(other) => Err(TuneError::Invalid(format!(
+                "--store: expected a postgres:// URL, found {:?}",
+                crate::store::redact_url(other)
+            ))),
+        }
+    }
+}
 /// The store layout this build writes. 2: `[search]` and `[scheduler]` are stored as tagged
 /// configs with every setting written out.
 pub const FORMAT: u32 = 2;
@@ -108,20 +156,17 @@ impl Experiment {
         spec: &ExperimentSpec,
         spec_text: Option<&str>,
     ) -> Result<Experiment, TuneError> {
-        if dir.join(DB_DIR).exists() {
-            return Err(TuneError::ExperimentExists(dir.to_path_buf()));
-        }
-        if dir.exists()
-            && std::fs::read_dir(dir)
-                .map_err(|e| TuneError::io(format!("reading {}", dir.display()), e))?
-                .next()
-                .is_some()
-        {
-            return Err(TuneError::Invalid(format!(
-                "{} exists and is not empty; choose another folder for the new experiment",
-                dir.display()
-            )));
-        }
+        Experiment::create_in(dir, spec, spec_text, &StoreLocation::Folder)
+    }
+
+    /// [`Experiment::create`], with the records kept `at` (in PostgreSQL: the experiment named
+    /// by the spec's `name`, which must not exist there yet; `dir` holds the trial folders).
+    pub fn create_in(
+        dir: &Path,
+        spec: &ExperimentSpec,
+        spec_text: Option<&str>,
+        at: &StoreLocation,
+    ) -> Result<Experiment, TuneError> {
         let text = match spec_text {
             Some(t) => t.to_string(),
             None => toml::to_string(spec).map_err(|e| {
@@ -133,6 +178,11 @@ impl Experiment {
             spec: spec.clone(),
             samples: spec.samples,
         };
+        if let StoreLocation::Postgres(url) = at {
+            // The database is checked first: there the name is what must be new.
+            return Experiment::create_in_postgres(dir, &text, meta, url);
+        }
+        refuse_used_folder(dir)?;
         // Built beside `dir` and renamed into place, so a crash mid-way leaves no half-made
         // experiment for `run` to refuse and `resume` to reject.
         let name = dir
@@ -181,6 +231,76 @@ impl Experiment {
         })
     }
 
+    /// The PostgreSQL half of [`Experiment::create_in`]: the folder first, the experiment
+    /// record last (a crash between leaves a folder to remove, no half-made experiment).
+    fn create_in_postgres(
+        dir: &Path,
+        spec_text: &str,
+        meta: Meta,
+        url: &str,
+    ) -> Result<Experiment, TuneError> {
+        let name = meta.spec.name.clone();
+        let mut store = PgStore::open(url, &name)?;
+        match store.load() {
+            Ok(_) => {
+                return Err(TuneError::ExperimentExistsIn {
+                    name,
+                    store: crate::store::redact_url(url),
+                })
+            }
+            Err(StoreError::NoMeta) => {}
+            Err(e) => return Err(e.into()),
+        }
+        refuse_used_folder(dir)?;
+        let io = |path: &Path, e| TuneError::io(format!("writing {}", path.display()), e);
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let spec_file = dir.join(SPEC_FILE);
+        std::fs::write(&spec_file, spec_text).map_err(|e| io(&spec_file, e))?;
+        let store_file = dir.join(STORE_FILE);
+        std::fs::write(&store_file, crate::store::redact_url(url) + "\n")
+            .map_err(|e| io(&store_file, e))?;
+        store.put_meta(&meta)?;
+        store.sync()?;
+        Ok(Experiment {
+            dir: dir.to_path_buf(),
+            store: Box::new(store),
+            stored: StoredExperiment {
+                meta,
+                trials: Vec::new(),
+            },
+        })
+    }
+
+    /// Opens experiment `name` kept `at`, its trial folders under `dir` (for the default
+    /// store, `dir` is the experiment and `name` is not used). In a database, `dir` is made
+    /// where missing, with its `spec.toml` and `store.url`, as on a machine taking over.
+    pub fn open_in(dir: &Path, name: &str, at: &StoreLocation) -> Result<Experiment, TuneError> {
+        let StoreLocation::Postgres(url) = at else {
+            return Experiment::open(dir);
+        };
+        let store = PgStore::open_existing(url, name).map_err(|e| no_experiment(e, name, url))?;
+        let exp = Experiment::from_store(dir, Box::new(store))?;
+        let io = |path: &Path, e| TuneError::io(format!("writing {}", path.display()), e);
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let spec_file = dir.join(SPEC_FILE);
+        if !spec_file.exists() {
+            let text = toml::to_string(&exp.stored.meta.spec).map_err(|e| {
+                TuneError::Invalid(format!("the spec cannot be written as TOML: {e}"))
+            })?;
+            std::fs::write(&spec_file, text).map_err(|e| io(&spec_file, e))?;
+        }
+        let store_file = dir.join(STORE_FILE);
+        std::fs::write(&store_file, crate::store::redact_url(url) + "\n")
+            .map_err(|e| io(&store_file, e))?;
+        Ok(exp)
+    }
+
+    /// What is stored of experiment `name` in the PostgreSQL database at `url`, read without
+    /// taking the experiment (its sweep may be running): for `status`, `export` and `watch`.
+    pub fn read_postgres(url: &str, name: &str) -> Result<StoredExperiment, TuneError> {
+        PgStore::read(url, name).map_err(|e| no_experiment(e, name, url))
+    }
+
     /// Opens an existing experiment, refusing folders that are not one.
     pub fn open(dir: &Path) -> Result<Experiment, TuneError> {
         let not = |reason: &str| TuneError::NotAnExperiment {
@@ -189,6 +309,12 @@ impl Experiment {
         };
         if !dir.is_dir() {
             return Err(not("no such folder"));
+        }
+        if let Ok(url) = std::fs::read_to_string(dir.join(STORE_FILE)) {
+            return Err(not(&format!(
+                "its records are in PostgreSQL, {}: name the experiment and pass --store with that URL (or set TUNE_STORE)",
+                url.trim()
+            )));
         }
         if !dir.join(DB_DIR).is_dir() {
             return Err(not(&format!("it has no {DB_DIR} database")));
@@ -352,5 +478,35 @@ fn remove_stale_staging(dir: &Path, name: &str) {
         if pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+/// A new experiment's folder must not exist or be empty.
+fn refuse_used_folder(dir: &Path) -> Result<(), TuneError> {
+    if dir.join(DB_DIR).exists() {
+        return Err(TuneError::ExperimentExists(dir.to_path_buf()));
+    }
+    if dir.exists()
+        && std::fs::read_dir(dir)
+            .map_err(|e| TuneError::io(format!("reading {}", dir.display()), e))?
+            .next()
+            .is_some()
+    {
+        return Err(TuneError::Invalid(format!(
+            "{} exists and is not empty; choose another folder for the new experiment",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A store that holds no experiment `name`, said as such.
+fn no_experiment(e: StoreError, name: &str, url: &str) -> TuneError {
+    match e {
+        StoreError::NoMeta => TuneError::NotAnExperiment {
+            path: crate::store::pg_location(url, name),
+            reason: format!("no experiment named {name:?} there"),
+        },
+        other => other.into(),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tune::dashboard::{App, Board, Hub, Update};
-use tune::experiment::Experiment;
+use tune::experiment::{Experiment, StoreLocation};
 use tune::{
     best_trial, now_ms, value_short, value_text, ExperimentSpec, Status, StoreError, TuneError,
     Tuner,
@@ -36,11 +36,18 @@ enum Command {
         /// Overrides the spec's seed.
         #[arg(long)]
         seed: Option<u64>,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Continue an interrupted (or finished) sweep: completed trials are kept, unfinished ones re-run.
     Resume {
-        /// The experiment folder.
-        dir: PathBuf,
+        /// The experiment folder (with --store: the experiment's name).
+        experiment: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
+        /// With --store: where this machine keeps the trial folders (default: runs/<name>).
+        #[arg(long)]
+        dir: Option<PathBuf>,
         /// Raise the budget to this many samples.
         #[arg(long)]
         samples: Option<u64>,
@@ -54,25 +61,69 @@ enum Command {
     },
     /// Counts, best trial and a per-trial table.
     Status {
-        /// The experiment folder.
-        dir: PathBuf,
+        /// The experiment folder (with --store: the experiment's name).
+        experiment: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// The dashboard of an experiment: live while its sweep runs (in another process), or as
     /// it ended. Read-only.
     Watch {
-        /// The experiment folder.
-        dir: PathBuf,
+        /// The experiment folder (with --store: the experiment's name).
+        experiment: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Every trial, to stdout.
     Export {
-        /// The experiment folder.
-        dir: PathBuf,
+        /// The experiment folder (with --store: the experiment's name).
+        experiment: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
         #[arg(long, value_enum, default_value_t = Format::Json)]
         format: Format,
         /// Export whatever a damaged store still holds (and say on stderr what is missing).
         #[arg(long)]
         salvage: bool,
     },
+}
+
+/// Where the experiment's records are: `--store`, else `TUNE_STORE`, else the folder.
+#[derive(clap::Args)]
+struct StoreArg {
+    /// A PostgreSQL database holding the experiment (postgres://user:password@host/db),
+    /// shared by many experiments and machines; default: `tune.db/` in the experiment folder.
+    #[arg(
+        long = "store",
+        env = "TUNE_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    url: Option<String>,
+}
+
+impl StoreArg {
+    fn location(&self) -> Result<StoreLocation, TuneError> {
+        StoreLocation::parse(self.url.as_deref())
+    }
+}
+
+/// An experiment as the command line names it: a folder, or a name in a database.
+enum Named {
+    Folder(PathBuf),
+    InDatabase { url: String, name: String },
+}
+
+impl Named {
+    fn new(experiment: PathBuf, store: &StoreArg) -> Result<Named, TuneError> {
+        Ok(match store.location()? {
+            StoreLocation::Folder => Named::Folder(experiment),
+            StoreLocation::Postgres(url) => Named::InDatabase {
+                url,
+                name: experiment.to_string_lossy().into_owned(),
+            },
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -137,7 +188,9 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             dir,
             no_tui,
             seed,
+            store,
         } => {
+            let at = store.location()?;
             let (mut parsed, text) = ExperimentSpec::read(&spec)?;
             if parsed.objective.is_none() {
                 return Err(TuneError::Invalid(format!(
@@ -151,8 +204,17 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             // SAFETY: tune has started no thread yet.
             unsafe { tune::share_cores_among_trials(&parsed) };
             let dir = dir.unwrap_or_else(|| Path::new("runs").join(&parsed.name));
-            println!("tune: sweep `{}` in {}", parsed.name, dir.display());
-            let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text);
+            match &at {
+                StoreLocation::Folder => {
+                    println!("tune: sweep `{}` in {}", parsed.name, dir.display())
+                }
+                StoreLocation::Postgres(_) => println!(
+                    "tune: sweep `{}` in {at} (trial folders in {})",
+                    parsed.name,
+                    dir.display()
+                ),
+            }
+            let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
             let result = sweep(tuner, !no_tui).map_err(|e| match e {
                 TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
                 other => other,
@@ -160,11 +222,29 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             Ok(finish(&result))
         }
         Command::Resume {
+            experiment,
+            store,
             dir,
             samples,
             no_stop,
             no_tui,
         } => {
+            let (mut tuner, dir) = match Named::new(experiment, &store)? {
+                Named::Folder(folder) => {
+                    if dir.is_some() {
+                        return Err(TuneError::Invalid(format!(
+                            "--dir is for an experiment in a database (--store); {} is the experiment's folder",
+                            folder.display()
+                        )));
+                    }
+                    (Tuner::resume(&folder), folder)
+                }
+                Named::InDatabase { url, name } => {
+                    let folder = dir.unwrap_or_else(|| Path::new("runs").join(&name));
+                    let at = StoreLocation::Postgres(url);
+                    (Tuner::resume_in(at, name).dir(&folder), folder)
+                }
+            };
             // The frozen copy holds the resources the sweep runs with; a folder without one is
             // reported by the resume itself.
             let frozen = dir.join(tune::experiment::SPEC_FILE);
@@ -174,7 +254,6 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                     unsafe { tune::share_cores_among_trials(&spec) };
                 }
             }
-            let mut tuner = Tuner::resume(&dir);
             if let Some(n) = samples {
                 tuner = tuner.samples(n);
             }
@@ -185,21 +264,26 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             let result = sweep(tuner, !no_tui)?;
             Ok(finish(&result))
         }
-        Command::Watch { dir } => watch(&dir),
-        Command::Status { dir } => {
-            let sweep = SweepState::load(&dir)?;
+        Command::Watch { experiment, store } => watch(&Named::new(experiment, &store)?),
+        Command::Status { experiment, store } => {
+            let sweep = SweepState::load(&Named::new(experiment, &store)?)?;
             quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &sweep))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Export {
-            dir,
+            experiment,
+            store,
             format,
             salvage,
         } => {
-            let sweep = if salvage {
-                SweepState::salvage(&dir)?
-            } else {
-                SweepState::load(&dir)?
+            let sweep = match (Named::new(experiment, &store)?, salvage) {
+                (Named::Folder(dir), true) => SweepState::salvage(&dir)?,
+                (Named::InDatabase { .. }, true) => {
+                    return Err(TuneError::Invalid(
+                        "--salvage reads a damaged sled store (tune.db/); a PostgreSQL store is read as it is".into(),
+                    ))
+                }
+                (named, false) => SweepState::load(&named)?,
             };
             let spec = &sweep.spec;
             let mut out = std::io::stdout().lock();
@@ -265,9 +349,44 @@ fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
     })
 }
 
-/// `tune watch`: the running sweep's own board over its socket, else the stored one.
-fn watch(dir: &Path) -> Result<ExitCode, TuneError> {
-    let live = tune::dashboard::connect(dir).and_then(|rx| {
+/// `tune watch`: the running sweep's own board over its socket, else the stored one (for an
+/// experiment in a database, the stored one, refreshed by running `watch` again).
+fn watch(named: &Named) -> Result<ExitCode, TuneError> {
+    let live = match named {
+        Named::Folder(dir) => live_updates(dir),
+        Named::InDatabase { .. } => None,
+    };
+    let updates = match live {
+        Some(rx) => rx,
+        None => {
+            let (place, stored) = stored_of(named)?;
+            let (tx, rx) = std::sync::mpsc::channel();
+            let _ = tx.send(Update::Board(Box::new(tune::dashboard::board_of_stored(
+                &place, &stored,
+            ))));
+            rx
+        }
+    };
+    show_board(updates)
+}
+
+/// What is stored of the experiment, with how to name where it is kept.
+fn stored_of(named: &Named) -> Result<(PathBuf, tune::store::StoredExperiment), TuneError> {
+    match named {
+        Named::Folder(dir) => Ok((dir.clone(), Experiment::open(dir)?.stored)),
+        Named::InDatabase { url, name } => Ok((
+            PathBuf::from(format!(
+                "{} (experiment {name:?})",
+                StoreLocation::Postgres(url.clone())
+            )),
+            Experiment::read_postgres(url, name)?,
+        )),
+    }
+}
+
+/// The live board of a sweep running from folder `dir`, if one answers.
+fn live_updates(dir: &Path) -> Option<std::sync::mpsc::Receiver<Update>> {
+    tune::dashboard::connect(dir).and_then(|rx| {
         // A stale address (a sweep killed with -9) answers nothing or refuses.
         let first = rx.recv_timeout(Duration::from_secs(3)).ok()?;
         let (tx, chained) = std::sync::mpsc::channel();
@@ -280,18 +399,11 @@ fn watch(dir: &Path) -> Result<ExitCode, TuneError> {
             }
         });
         Some(chained)
-    });
-    let updates = match live {
-        Some(rx) => rx,
-        None => {
-            let exp = Experiment::open(dir)?;
-            let (tx, rx) = std::sync::mpsc::channel();
-            let _ = tx.send(Update::Board(Box::new(
-                tune::dashboard::board_of_experiment(&exp),
-            )));
-            rx
-        }
-    };
+    })
+}
+
+/// Shows the board `updates` feed: the dashboard, or one frame when stdout is not a terminal.
+fn show_board(updates: std::sync::mpsc::Receiver<Update>) -> Result<ExitCode, TuneError> {
     if !std::io::stdout().is_terminal() {
         // Not a terminal: print one frame of what the dashboard shows now.
         let mut board = Board::default();
@@ -342,10 +454,12 @@ fn finish(result: &tune::TuneResult) -> ExitCode {
                 value_text(best.value(metric).unwrap_or(f64::NAN)),
                 params.join(", ")
             );
-            println!(
-                "results: tune status {0} | tune export {0} --format json",
-                dir.display()
-            );
+            let named = match result.store() {
+                StoreLocation::Folder => dir.display().to_string(),
+                // The URL itself comes from --store or TUNE_STORE again (it may hold a password).
+                StoreLocation::Postgres(_) => format!("{} --store URL", result.name()),
+            };
+            println!("results: tune status {named} | tune export {named} --format json");
             ExitCode::SUCCESS
         }
         // Stopped early (as asked) before any trial completed: nothing went wrong.
@@ -389,7 +503,18 @@ struct SweepState {
 }
 
 impl SweepState {
-    fn load(dir: &Path) -> Result<SweepState, TuneError> {
+    fn load(named: &Named) -> Result<SweepState, TuneError> {
+        let Named::Folder(dir) = named else {
+            // A database is read as it is, running sweep or not.
+            let (place, stored) = stored_of(named)?;
+            return Ok(SweepState {
+                dir: place,
+                spec: stored.meta.spec,
+                samples: stored.meta.samples,
+                trials: stored.trials,
+                live: false,
+            });
+        };
         // A running sweep is asked first: its store stays locked while it runs.
         if let Some(board) = tune::dashboard::live_board(dir) {
             let file = dir.join(tune::experiment::SPEC_FILE);

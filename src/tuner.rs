@@ -8,7 +8,7 @@ use tune_search::{Mode, Space, Status};
 
 use crate::coordinator::{Coordinator, Plan};
 use crate::error::TuneError;
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, StoreLocation};
 use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
 use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
@@ -43,6 +43,10 @@ pub struct Tuner {
     dir: Option<PathBuf>,
     /// Continue the experiment in this folder instead of creating one.
     resume: Option<PathBuf>,
+    /// With `resume` from a database: the experiment's name there.
+    resume_name: Option<String>,
+    /// Where the records are kept.
+    store: StoreLocation,
     /// With `resume`: raise the budget to this many samples.
     resume_samples: Option<u64>,
     /// With `resume`: run on this many CPU slots (where trials run does not change what is
@@ -89,6 +93,8 @@ impl Tuner {
             spec,
             dir: None,
             resume: None,
+            resume_name: None,
+            store: StoreLocation::Folder,
             resume_samples: None,
             resume_slots: None,
             resume_stop: None,
@@ -111,6 +117,48 @@ impl Tuner {
         let mut t = Tuner::new(Space::default());
         t.resume = Some(dir.into());
         t
+    }
+
+    /// [`Tuner::resume`] for an experiment kept in a database: experiment `name` there, its
+    /// trial folders under `runs/<name>` on this machine (or [`Tuner::dir`]).
+    ///
+    /// ```no_run
+    /// use tune::experiment::StoreLocation;
+    /// let store = StoreLocation::Postgres("postgres://tune@db.example/tune".into());
+    /// let result = tune::Tuner::resume_in(store, "mnist-lr").fit(|ctx| {
+    ///     ctx.report(1, [("loss", ctx.params().f64("lr")?)])?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), tune::TuneError>(())
+    /// ```
+    pub fn resume_in(at: StoreLocation, name: impl Into<String>) -> Tuner {
+        let name = name.into();
+        let mut t = Tuner::resume(Path::new("runs").join(&name));
+        t.resume_name = Some(name);
+        t.store = at;
+        t
+    }
+
+    /// Keeps the records `at` (default: `tune.db/` in the experiment folder). In PostgreSQL
+    /// the experiment is the spec's name, which must be new there; the trial folders stay in
+    /// the experiment folder on this machine.
+    ///
+    /// ```no_run
+    /// use tune::experiment::StoreLocation;
+    /// let space = tune::Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+    /// let result = tune::Tuner::new(space)
+    ///     .name("quadratic")
+    ///     .store(StoreLocation::Postgres("postgres://tune@db.example/tune".into()))
+    ///     .fit(|ctx| {
+    ///         let x = ctx.params().f64("x")?;
+    ///         ctx.report(1, [("loss", (x - 0.3).powi(2))])?;
+    ///         Ok(())
+    ///     })?;
+    /// # Ok::<(), tune::TuneError>(())
+    /// ```
+    pub fn store(mut self, at: StoreLocation) -> Self {
+        self.store = at;
+        self.fixed("store")
     }
 
     /// Names the experiment (and its default folder `runs/<name>`).
@@ -216,9 +264,15 @@ impl Tuner {
         self.fixed("max_failures")
     }
 
-    /// The experiment folder (default `runs/<name>`).
+    /// The experiment folder (default `runs/<name>`). With [`Tuner::resume_in`], where this
+    /// machine keeps the trial folders.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.dir = Some(dir.into());
+        let dir = dir.into();
+        if self.resume_name.is_some() {
+            self.resume = Some(dir);
+            return self;
+        }
+        self.dir = Some(dir);
         self.fixed("dir")
     }
 
@@ -363,6 +417,8 @@ impl Tuner {
         let ended = outcome?;
         Ok(TuneResult {
             dir: exp.dir,
+            name: spec.name.clone(),
+            store: self.store.clone(),
             metric: spec.metric,
             best: ended.best,
             failed: ended.failed,
@@ -386,7 +442,10 @@ impl Tuner {
                     dir.display()
                 )));
             }
-            let mut exp = Experiment::open(dir)?;
+            let mut exp = match &self.resume_name {
+                Some(name) => Experiment::open_in(dir, name, &self.store)?,
+                None => Experiment::open(dir)?,
+            };
             if let Some(slots) = self.resume_slots {
                 // Where trials run does not change what is decided.
                 exp.stored.meta.spec.resources.cpu_slots = slots;
@@ -411,7 +470,7 @@ impl Tuner {
             .clone()
             .unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
         let prepared = prepare(&self.spec, &dir)?;
-        let exp = Experiment::create(&dir, &self.spec, self.spec_text.as_deref())?;
+        let exp = Experiment::create_in(&dir, &self.spec, self.spec_text.as_deref(), &self.store)?;
         Ok((exp, prepared))
     }
 }
@@ -492,6 +551,8 @@ fn check_program(program: &str, workdir: &Path) -> Result<(), TuneError> {
 #[derive(Debug, Clone)]
 pub struct TuneResult {
     dir: PathBuf,
+    name: String,
+    store: StoreLocation,
     metric: String,
     best: Option<Trial>,
     failed: u64,
@@ -510,7 +571,10 @@ impl TuneResult {
     /// now (a later resume of the folder adds to them; an error if the folder is gone or in
     /// use by a running sweep).
     pub fn trials(&self) -> Result<Vec<Trial>, TuneError> {
-        Ok(Experiment::open(&self.dir)?.stored.trials)
+        match &self.store {
+            StoreLocation::Folder => Ok(Experiment::open(&self.dir)?.stored.trials),
+            StoreLocation::Postgres(url) => Ok(Experiment::read_postgres(url, &self.name)?.trials),
+        }
     }
 
     /// The completed trial with the best last-reported metric ([`Mode::beats`]: ties go to
@@ -585,6 +649,16 @@ impl TuneResult {
 
     pub fn metric(&self) -> &str {
         &self.metric
+    }
+
+    /// The experiment's name (its key in a database).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where the records are kept.
+    pub fn store(&self) -> &StoreLocation {
+        &self.store
     }
 }
 

@@ -8,20 +8,6 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use common::*;
-use serde_json::Value as Json;
-
-/// One band of HyperBand, R = 9, eta = 3 (17 trials), on one slot, of checkpointing command
-/// trials: the same results in the same order on every run.
-fn band(tmp: &Path) -> std::path::PathBuf {
-    let spec = write_spec(
-        tmp,
-        "samples = 17\nseed = 3\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 1",
-        &["--y", "{y}", "--steps", "9", "--behaviour", "ckpt"],
-        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
-    );
-    arm_kill_switch(&spec, tmp);
-    spec
-}
 
 fn with_failpoint(mut cmd: Command, failpoints: &str) -> Output {
     cmd.env("TUNE_FAILPOINTS", failpoints)
@@ -30,30 +16,11 @@ fn with_failpoint(mut cmd: Command, failpoints: &str) -> Output {
         .unwrap()
 }
 
-/// One trial as decided: its params, status and (step, loss) results.
-type Decided = (Json, Json, Vec<(u64, f64)>);
-
-/// What a sweep decided, trial by trial.
-fn outcome(trials: &[Json]) -> Vec<Decided> {
-    trials
-        .iter()
-        .map(|t| {
-            let results = t["results"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| (r["step"].as_u64().unwrap(), r["loss"].as_f64().unwrap()))
-                .collect();
-            (t["params"].clone(), t["status"].clone(), results)
-        })
-        .collect()
-}
-
 #[test]
 fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
     let tmp = tempfile::tempdir().unwrap();
     let reference_dir = tmp.path().join("whole");
-    let spec = band(tmp.path());
+    let spec = hyperband_band(tmp.path());
     run_ok(&mut tune_run(&spec, &reference_dir));
     let want = outcome(&export_json(&reference_dir));
     for point in tune::failpoint::POINTS {
@@ -61,7 +28,7 @@ fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
             continue; // HyperBand copies no checkpoint: see the PBT test below.
         }
         let case = tempfile::tempdir().unwrap();
-        let spec = band(case.path());
+        let spec = hyperband_band(case.path());
         let dir = case.path().join("killed");
         // Killed at the n-th time this process reaches the point, n cycling through these
         // (so that each round gets further), until a round runs to the end.
@@ -95,13 +62,13 @@ fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
 #[test]
 fn a_full_disk_stops_the_sweep_naming_the_store_and_resume_goes_on_exactly() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = band(tmp.path());
+    let spec = hyperband_band(tmp.path());
     let reference_dir = tmp.path().join("whole");
     run_ok(&mut tune_run(&spec, &reference_dir));
     let want = outcome(&export_json(&reference_dir));
     for point in ["store.write", "store.sync.before"] {
         let case = tempfile::tempdir().unwrap();
-        let spec = band(case.path());
+        let spec = hyperband_band(case.path());
         let dir = case.path().join("full");
         let out = with_failpoint(tune_run(&spec, &dir), "ack.after=kill@5");
         assert!(killed(&out), "{}", stderr(&out));

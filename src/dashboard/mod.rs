@@ -23,25 +23,26 @@ pub use feed::{
     board_from_trials, connect, live_board, Hub, HubObserver, WatchServer, WATCH_ADDR_FILE,
 };
 
-use crate::experiment::Experiment;
 use crate::observer::StopHandle;
+use crate::store::StoredExperiment;
 use crate::trial::now_ms;
 
-/// The board of an experiment folder opened from its store (a sweep that is not running).
-pub fn board_of_experiment(exp: &Experiment) -> Board {
-    let spec = &exp.stored.meta.spec;
-    let trials = &exp.stored.trials;
+/// The board of an experiment as stored (a sweep not running, or running elsewhere); `place`
+/// names where it is kept (its folder, or its database).
+pub fn board_of_stored(place: &std::path::Path, stored: &StoredExperiment) -> Board {
+    let spec = &stored.meta.spec;
+    let trials = &stored.trials;
     let mut slots: Vec<String> = trials.iter().filter_map(|t| t.device.clone()).collect();
     slots.sort();
     slots.dedup();
     let header = Header {
         name: spec.name.clone(),
-        dir: exp.dir.display().to_string(),
+        dir: place.display().to_string(),
         search: spec.search.algorithm().as_str().into(),
         scheduler: spec.scheduler.name().into(),
         metric: spec.metric.clone(),
         mode: spec.mode,
-        total: exp.stored.meta.samples,
+        total: stored.meta.samples,
         slots,
         started_at: trials.iter().map(|t| t.created_at).min().unwrap_or(0),
     };
@@ -51,7 +52,7 @@ pub fn board_of_experiment(exp: &Experiment) -> Board {
         .max()
         .unwrap_or(header.started_at);
     let mut board = board_from_trials(header, trials, ended_at);
-    board.scheduler = crate::replay::scheduler_status(&exp.stored);
+    board.scheduler = crate::replay::scheduler_status(stored);
     board
 }
 

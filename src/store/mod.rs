@@ -18,6 +18,7 @@ pub(crate) mod test_server;
 
 pub use memory::{MemoryDb, MemoryStore};
 pub use pg_store::PgStore;
+pub(crate) use pg_store::{location as pg_location, redact as redact_url};
 pub use sled_store::{Salvaged, SledStore};
 
 use serde::{Deserialize, Serialize};

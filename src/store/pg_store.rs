@@ -85,18 +85,40 @@ impl PgStore {
     /// Connects to `url`, brings the schema up to date, and opens experiment `name` (created,
     /// empty, if it does not exist); [`StoreError::InUse`] while another store holds it.
     pub fn open(url: &str, name: &str) -> Result<PgStore, StoreError> {
-        let location = PathBuf::from(format!("{} (experiment {name:?})", redact(url)));
+        PgStore::open_as(url, name, true)
+    }
+
+    /// Opens experiment `name` only if it was created (its experiment record written):
+    /// [`StoreError::NoMeta`] otherwise, and nothing is written.
+    pub fn open_existing(url: &str, name: &str) -> Result<PgStore, StoreError> {
+        PgStore::open_as(url, name, false)
+    }
+
+    /// Everything stored of experiment `name`, read without taking the experiment (its
+    /// coordinator may be running): what `tune status` and `tune export` show.
+    pub fn read(url: &str, name: &str) -> Result<StoredExperiment, StoreError> {
+        let location = location(url, name);
+        let mut client = connect(url, &location)?;
+        let experiment = existing(&mut client, name, &location)?;
+        read(&mut client, experiment, &location)
+    }
+
+    fn open_as(url: &str, name: &str, create: bool) -> Result<PgStore, StoreError> {
+        let location = location(url, name);
         let err = |e: postgres::Error| db_error(&location, e);
-        let mut client = Client::connect(url, NoTls).map_err(err)?;
-        migrate(&mut client, &location)?;
-        let experiment: i64 = client
-            .query_one(
-                "INSERT INTO tune_experiments (name) VALUES ($1)
-                 ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id",
-                &[&name],
-            )
-            .map_err(err)?
-            .get(0);
+        let mut client = connect(url, &location)?;
+        let experiment: i64 = if create {
+            client
+                .query_one(
+                    "INSERT INTO tune_experiments (name) VALUES ($1)
+                     ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id",
+                    &[&name],
+                )
+                .map_err(err)?
+                .get(0)
+        } else {
+            existing(&mut client, name, &location)?
+        };
         let held: bool = client
             .query_one(
                 "SELECT pg_try_advisory_lock($1, $2::int)",
@@ -117,6 +139,33 @@ impl PgStore {
             pending: Pending::default(),
         })
     }
+}
+
+/// How messages name experiment `name` at `url`: the URL without its password.
+pub(crate) fn location(url: &str, name: &str) -> PathBuf {
+    PathBuf::from(format!("{} (experiment {name:?})", redact(url)))
+}
+
+/// A connection with the schema up to date.
+fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
+    let mut client = Client::connect(url, NoTls).map_err(|e| db_error(location, e))?;
+    migrate(&mut client, location)?;
+    Ok(client)
+}
+
+/// The id of experiment `name`, if it was created; [`StoreError::NoMeta`] if not.
+fn existing(
+    client: &mut Client,
+    name: &str,
+    location: &std::path::Path,
+) -> Result<i64, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT id FROM tune_experiments WHERE name = $1 AND meta IS NOT NULL",
+            &[&name],
+        )
+        .map_err(|e| db_error(location, e))?;
+    row.map(|r| r.get(0)).ok_or(StoreError::NoMeta)
 }
 
 /// Applies the migrations the database lacks, under a lock so that processes starting at once
@@ -155,7 +204,7 @@ fn migrate(client: &mut Client, location: &std::path::Path) -> Result<(), StoreE
 const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// `url` without its password.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
     };

@@ -277,3 +277,35 @@ pub fn steps(t: &Json) -> Vec<u64> {
         .map(|r| r["step"].as_u64().unwrap())
         .collect()
 }
+
+/// One trial as decided: its params, status and (step, loss) results.
+pub type Decided = (Json, Json, Vec<(u64, f64)>);
+
+/// What a sweep decided, trial by trial (from an export).
+pub fn outcome(trials: &[Json]) -> Vec<Decided> {
+    trials
+        .iter()
+        .map(|t| {
+            let results = t["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r["step"].as_u64().unwrap(), r["loss"].as_f64().unwrap()))
+                .collect();
+            (t["params"].clone(), t["status"].clone(), results)
+        })
+        .collect()
+}
+
+/// One band of HyperBand, R = 9, eta = 3 (17 trials), on one slot, of checkpointing command
+/// trials with the kill switch armed: the same results in the same order on every run.
+pub fn hyperband_band(tmp: &Path) -> PathBuf {
+    let spec = write_spec(
+        tmp,
+        "samples = 17\nseed = 3\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "9", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    arm_kill_switch(&spec, tmp);
+    spec
+}
