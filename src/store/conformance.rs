@@ -125,7 +125,7 @@ pub(crate) fn synced_writes_survive_reopen(h: &impl Harness) {
 
 pub(crate) fn a_second_open_is_refused_while_one_is_held(h: &impl Harness) {
     let held = h.open().unwrap();
-    assert!(matches!(h.open(), Err(StoreError::InUse(_))));
+    assert!(matches!(h.open(), Err(StoreError::InUse { .. })));
     drop(held);
     assert!(h.open().is_ok());
 }

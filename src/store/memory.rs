@@ -73,7 +73,7 @@ struct Shared {
 /// use tune::store::{MemoryDb, StoreError, TrialStore};
 /// let db = MemoryDb::new();
 /// let first = db.open().unwrap();
-/// assert!(matches!(db.open(), Err(StoreError::InUse(_))));
+/// assert!(matches!(db.open(), Err(StoreError::InUse { .. })));
 /// drop(first);
 /// assert!(db.open().is_ok());
 /// ```
@@ -89,10 +89,7 @@ impl MemoryDb {
     pub fn open(&self) -> Result<MemoryStore, StoreError> {
         let mut shared = self.lock();
         if shared.open {
-            return Err(StoreError::InUse(std::io::Error::new(
-                std::io::ErrorKind::WouldBlock,
-                "the in-memory database is open in another store",
-            )));
+            return Err(StoreError::InUse { holder: None });
         }
         shared.open = true;
         let records = shared.durable.clone();

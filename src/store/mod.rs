@@ -51,8 +51,10 @@ pub type DatabaseError = Box<dyn std::error::Error + Send + Sync>;
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the experiment is in use by another tune process")]
-    InUse(#[source] std::io::Error),
+    /// Another process has the experiment open: `holder` says which, where the store records
+    /// it (host:pid and since when).
+    #[error("the experiment is in use by another tune process{}", holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    InUse { holder: Option<String> },
     /// The database (at `path`) or the file system under it failed: a full disk, a failed sync.
     #[error("{}: {source}", path.display())]
     Database {

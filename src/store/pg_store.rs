@@ -12,6 +12,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use postgres::{Client, GenericClient, NoTls};
 use tune_search::TrialId;
@@ -21,7 +22,8 @@ use crate::failpoint;
 use crate::trial::{Trial, TrialResult};
 
 /// The schema, one migration per format step; `tune_schema` records how many are applied.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE tune_experiments (
     id bigserial PRIMARY KEY,
     name text NOT NULL UNIQUE,
@@ -43,7 +45,15 @@ CREATE TABLE tune_results (
     record text NOT NULL,
     PRIMARY KEY (experiment, trial, seq)
 );
-"#];
+"#,
+    r#"
+ALTER TABLE tune_experiments ADD COLUMN holder text, ADD COLUMN held_since timestamptz;
+"#,
+];
+
+/// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment
+/// ago holds it until the server notices its connection is gone.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
 
 /// The first key of every advisory lock tune takes ("tune" in ASCII), so that its locks do
 /// not collide with other applications' on the same database.
@@ -85,13 +95,13 @@ impl PgStore {
     /// Connects to `url`, brings the schema up to date, and opens experiment `name` (created,
     /// empty, if it does not exist); [`StoreError::InUse`] while another store holds it.
     pub fn open(url: &str, name: &str) -> Result<PgStore, StoreError> {
-        PgStore::open_as(url, name, true)
+        PgStore::open_as(url, name, true, LOCK_WAIT)
     }
 
     /// Opens experiment `name` only if it was created (its experiment record written):
     /// [`StoreError::NoMeta`] otherwise, and nothing is written.
     pub fn open_existing(url: &str, name: &str) -> Result<PgStore, StoreError> {
-        PgStore::open_as(url, name, false)
+        PgStore::open_as(url, name, false, LOCK_WAIT)
     }
 
     /// Everything stored of experiment `name`, read without taking the experiment (its
@@ -103,7 +113,7 @@ impl PgStore {
         read(&mut client, experiment, &location)
     }
 
-    fn open_as(url: &str, name: &str, create: bool) -> Result<PgStore, StoreError> {
+    fn open_as(url: &str, name: &str, create: bool, wait: Duration) -> Result<PgStore, StoreError> {
         let location = location(url, name);
         let err = |e: postgres::Error| db_error(&location, e);
         let mut client = connect(url, &location)?;
@@ -119,19 +129,39 @@ impl PgStore {
         } else {
             existing(&mut client, name, &location)?
         };
-        let held: bool = client
-            .query_one(
-                "SELECT pg_try_advisory_lock($1, $2::int)",
-                &[&LOCK_SPACE, &(experiment as i32)],
-            )
-            .map_err(err)?
-            .get(0);
+        let deadline = Instant::now() + wait;
+        let held = loop {
+            let held: bool = client
+                .query_one(
+                    "SELECT pg_try_advisory_lock($1, $2::int)",
+                    &[&LOCK_SPACE, &(experiment as i32)],
+                )
+                .map_err(err)?
+                .get(0);
+            if held || Instant::now() >= deadline {
+                break held;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         if !held {
-            return Err(StoreError::InUse(std::io::Error::new(
-                std::io::ErrorKind::WouldBlock,
-                format!("{} is open in another tune process", location.display()),
-            )));
+            let holder: Option<String> = client
+                .query_one(
+                    "SELECT holder || ' since ' || to_char(held_since AT TIME ZONE 'UTC',
+                            'YYYY-MM-DD HH24:MI:SS UTC')
+                     FROM tune_experiments WHERE id = $1",
+                    &[&experiment],
+                )
+                .map_err(err)?
+                .get(0);
+            return Err(StoreError::InUse { holder });
         }
+        // Who holds it, for the next process refused (the lock itself names no one).
+        client
+            .execute(
+                "UPDATE tune_experiments SET holder = $2, held_since = now() WHERE id = $1",
+                &[&experiment, &this_process()],
+            )
+            .map_err(err)?;
         Ok(PgStore {
             client: RefCell::new(client),
             location,
@@ -139,6 +169,14 @@ impl PgStore {
             pending: Pending::default(),
         })
     }
+}
+
+/// This process as `tune status` and refusals name it: `host:pid`.
+fn this_process() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{}", std::process::id())
 }
 
 /// How messages name experiment `name` at `url`: the URL without its password.
@@ -349,6 +387,16 @@ fn read(
     Ok(StoredExperiment { meta, trials })
 }
 
+impl Drop for PgStore {
+    /// Frees the experiment at once (the server would, once it saw the connection close).
+    fn drop(&mut self) {
+        let _ = self.client.get_mut().execute(
+            "SELECT pg_advisory_unlock($1, $2::int)",
+            &[&LOCK_SPACE, &(self.experiment as i32)],
+        );
+    }
+}
+
 impl TrialStore for PgStore {
     fn load(&self) -> Result<StoredExperiment, StoreError> {
         let mut client = self.client.borrow_mut();
@@ -446,7 +494,8 @@ mod tests {
     impl crate::store::conformance::Harness for PgHarness {
         type Store = PgStore;
         fn open(&self) -> Result<PgStore, StoreError> {
-            PgStore::open(&self.url, "c")
+            // No wait for a held lock: the suite's refusal test needs the answer now.
+            PgStore::open_as(&self.url, "c", true, Duration::ZERO)
         }
     }
 
@@ -480,6 +529,21 @@ mod tests {
         drop(store); // as a crash before the sync
         let store = PgStore::open(&url, "x").unwrap();
         assert!(store.load().unwrap().trials.is_empty());
+    }
+
+    #[test]
+    fn a_second_coordinator_is_told_which_process_holds_the_experiment() {
+        let url = server::fresh_database();
+        let _held = PgStore::open(&url, "x").unwrap();
+        let e = PgStore::open_as(&url, "x", true, Duration::ZERO)
+            .err()
+            .unwrap();
+        let message = e.to_string();
+        assert!(
+            message.contains(&format!(":{} since ", std::process::id())),
+            "{message}"
+        );
+        assert!(message.ends_with(" UTC)"), "{message}");
     }
 
     #[test]

@@ -212,7 +212,7 @@ impl SledStore {
         let deadline = Instant::now() + wait;
         let lock = loop {
             match lock_exclusive(path) {
-                Err(StoreError::InUse(_)) if Instant::now() < deadline => {
+                Err(StoreError::InUse { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 locked => break locked?,
@@ -340,7 +340,7 @@ fn lock_exclusive(path: &Path) -> Result<File, StoreError> {
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.kind() {
-            std::io::ErrorKind::WouldBlock => StoreError::InUse(e),
+            std::io::ErrorKind::WouldBlock => StoreError::InUse { holder: None },
             _ => io(e),
         });
     }
@@ -475,7 +475,7 @@ mod tests {
         let started = Instant::now();
         assert!(matches!(
             SledStore::open_waiting(&path, Duration::from_millis(300)),
-            Err(StoreError::InUse(_))
+            Err(StoreError::InUse { .. })
         ));
         assert!(started.elapsed() >= Duration::from_millis(300));
         // Released while `open` waits (as by a process that is exiting): opened. The wait is
