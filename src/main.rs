@@ -169,6 +169,12 @@ fn cli_message(e: &TuneError) -> String {
                 experiment.display()
             )
         }
+        TuneError::Store(StoreError::Database { path, .. })
+            if path.to_string_lossy().starts_with("postgres") =>
+        {
+            // A database's URL, not a folder: nothing to resume by path.
+            format!("{e}\n  check the server, the URL and the credentials (--store or TUNE_STORE)")
+        }
         TuneError::Store(StoreError::Database { path, .. }) => {
             // The sweep stopped at its last sync: what was acknowledged is kept.
             let experiment = path.parent().unwrap_or(path);
