@@ -232,7 +232,8 @@ impl Experiment {
     }
 
     /// The PostgreSQL half of [`Experiment::create_in`]: the folder first, the experiment
-    /// record last (a crash between leaves a folder to remove, no half-made experiment).
+    /// record last (a crash between leaves a folder that the next `run` takes over, and no
+    /// half-made experiment).
     fn create_in_postgres(
         dir: &Path,
         spec_text: &str,
@@ -251,7 +252,11 @@ impl Experiment {
             Err(StoreError::NoMeta) => {}
             Err(e) => return Err(e.into()),
         }
-        refuse_used_folder(dir)?;
+        // A folder with `store.url` and no database is one a creation killed before its
+        // experiment record was written (the database says the name is new): it is taken over.
+        if !dir.join(STORE_FILE).is_file() || dir.join(DB_DIR).exists() {
+            refuse_used_folder(dir)?;
+        }
         let io = |path: &Path, e| TuneError::io(format!("writing {}", path.display()), e);
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         let spec_file = dir.join(SPEC_FILE);

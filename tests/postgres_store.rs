@@ -221,3 +221,46 @@ fn the_rust_api_keeps_a_sweep_in_postgres_and_resumes_it_by_name() {
     let params = |ts: Vec<tune::Trial>| ts.into_iter().map(|t| t.params).collect::<Vec<_>>();
     assert_eq!(params(trials), params(whole.trials().unwrap()));
 }
+
+#[test]
+fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupted_sweep() {
+    let reference = tempfile::tempdir().unwrap();
+    let whole = reference.path().join("whole");
+    run_ok(&mut tune_run(&hyperband_band(reference.path()), &whole));
+    let want = outcome(&export_json(&whole));
+    // The points a sweep in PostgreSQL reaches (creation and exploits are the folder's).
+    for point in [
+        "store.write",
+        "store.sync.before",
+        "store.sync.after",
+        "ack.before",
+        "ack.after",
+    ] {
+        assert!(tune::failpoint::POINTS.contains(&point), "{point}");
+        let case = tempfile::tempdir().unwrap();
+        let spec = hyperband_band(case.path());
+        let url = pg_server::fresh_database();
+        let dir = case.path().join("here");
+        let (mut kills, mut rounds) = (0, 0);
+        for n in [1, 3, 17, 7, 29].into_iter().cycle() {
+            rounds += 1;
+            assert!(rounds < 200, "{point}: no end after {rounds} rounds");
+            let started = tune::experiment::Experiment::read_postgres(&url, "t").is_ok();
+            let out = run_or_resume_in(&spec, &url, &dir, started)
+                .env("TUNE_FAILPOINTS", format!("{point}=kill@{n}"))
+                .stdout(Stdio::null())
+                .output()
+                .unwrap();
+            if killed(&out) {
+                kills += 1;
+                continue;
+            }
+            assert!(out.status.success(), "{point}: {}", stderr(&out));
+            break;
+        }
+        assert!(kills >= 3, "{point}: killed only {kills} times");
+        let trials = export_in(&url);
+        assert_acknowledged_results_kept(case.path(), &by_id(trials.clone()));
+        assert_eq!(outcome(&trials), want, "killed at {point}");
+    }
+}
