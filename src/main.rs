@@ -130,6 +130,8 @@ impl Named {
 enum Format {
     Json,
     Csv,
+    /// Optuna's JournalStorage log: `optuna-dashboard sweep.log`, `optuna.load_study`.
+    OptunaJournal,
 }
 
 fn main() -> ExitCode {
@@ -303,6 +305,14 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                 Format::Csv => {
                     tune::export::write_csv(&mut out, &sweep.trials, &spec.space, &spec.metric)
                 }
+                Format::OptunaJournal => tune::export::write_optuna_journal(
+                    &mut out,
+                    &spec.name,
+                    &sweep.trials,
+                    &spec.space,
+                    &spec.metric,
+                    spec.mode,
+                ),
             };
             quiet_on_broken_pipe(written)?;
             Ok(ExitCode::SUCCESS)

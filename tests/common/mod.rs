@@ -309,3 +309,56 @@ pub fn hyperband_band(tmp: &Path) -> PathBuf {
     arm_kill_switch(&spec, tmp);
     spec
 }
+
+/// A Python with optuna 5.0.0: `TUNE_TEST_OPTUNA_PYTHON`, else a virtual environment the tests
+/// make once under the target folder (`pip install optuna==5.0.0`, from PyPI).
+pub fn optuna_python() -> PathBuf {
+    if let Ok(python) = std::env::var("TUNE_TEST_OPTUNA_PYTHON") {
+        return python.into();
+    }
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("optuna-5.0.0");
+    let python = venv.join("bin").join("python");
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import optuna; assert optuna.__version__ == '5.0.0'"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if ready(&python) {
+        return python;
+    }
+    // Made beside and moved into place, so that a test process killed mid-way leaves none.
+    let staging = venv.with_extension(format!("making-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let steps: [(&str, Vec<&str>); 2] = [
+        ("python3", vec!["-m", "venv"]),
+        ("pip", vec!["install", "--quiet", "optuna==5.0.0"]),
+    ];
+    for (program, args) in steps {
+        let mut cmd = match program {
+            "pip" => Command::new(staging.join("bin").join("pip")),
+            other => Command::new(other),
+        };
+        cmd.args(args);
+        if program == "python3" {
+            cmd.arg(&staging);
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            out.status.success(),
+            "installing optuna 5.0.0 for the tests failed (needs python3 with venv and PyPI; or \
+             set TUNE_TEST_OPTUNA_PYTHON to a python that has it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Another test process may have finished first: either copy will do.
+    if std::fs::rename(&staging, &venv).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    assert!(
+        ready(&python),
+        "optuna 5.0.0 is not importable from {}",
+        python.display()
+    );
+    python
+}

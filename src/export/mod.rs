@@ -1,4 +1,8 @@
-//! `tune export`: every trial as JSON or CSV.
+//! `tune export`: every trial as JSON or CSV, or as an Optuna journal.
+
+mod optuna_journal;
+
+pub use optuna_journal::write_optuna_journal;
 
 use std::io::Write;
 

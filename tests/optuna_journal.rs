@@ -1,0 +1,91 @@
+//! `tune export --format optuna-journal`, read back by Optuna 5 itself.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value as Json;
+
+/// Optuna's view of the journal at `log`: each trial's state, params, value and intermediate
+/// values, and the best value.
+const READ_BACK: &str = r#"
+import json, sys, optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+study = optuna.load_study(study_name="t", storage=JournalStorage(JournalFileBackend(sys.argv[1])))
+print(json.dumps({
+    "direction": study.direction.name,
+    "best": study.best_value,
+    "trials": [{"state": t.state.name, "params": t.params, "value": t.value,
+                "steps": {str(k): v for k, v in t.intermediate_values.items()},
+                "tune_id": t.user_attrs["tune_id"]} for t in study.trials],
+}))
+"#;
+
+#[test]
+fn optuna_reads_the_exported_journal_as_the_sweep_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ASHA stops some trials, x > 0 crashes others; a choice, a log int and a stepped float.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 12\nseed = 2\n[scheduler]\nkind = \"asha\"\nmax_t = 9\ngrace_period = 1\nreduction_factor = 3\n[stop]\nmax_failed_trials = 0\n[resources]\ncpu_slots = 1",
+        &["--steps", "9", "--behaviour", "crash"],
+        "x = { uniform = [-3.0, 3.0] }\nk = { choice = [\"a\", \"b\"] }\nn = { int = [1, 64], log = true }\nq = { quniform = [0.0, 1.0, 0.25] }",
+    );
+    let dir = tmp.path().join("sweep");
+    tune_run(&spec, &dir).output().unwrap();
+    let trials = export_json(&dir);
+    let out = run_ok(
+        tune()
+            .arg("export")
+            .arg(&dir)
+            .args(["--format", "optuna-journal"]),
+    );
+    let log = tmp.path().join("sweep.log");
+    std::fs::write(&log, &out.stdout).unwrap();
+    let read = Command::new(optuna_python())
+        .args(["-c", READ_BACK])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", stderr(&read));
+    let optuna: Json = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(optuna["direction"], "MINIMIZE");
+    let seen = optuna["trials"].as_array().unwrap();
+    assert_eq!(seen.len(), trials.len());
+    let mut states = std::collections::BTreeMap::new();
+    for (t, o) in trials.iter().zip(seen) {
+        assert_eq!(o["tune_id"], t["id"]);
+        let state = match t["status"].as_str().unwrap() {
+            "completed" => "COMPLETE",
+            "stopped" => "PRUNED",
+            "failed" => "FAIL",
+            other => panic!("trial {} is {other}", t["id"]),
+        };
+        assert_eq!(o["state"], state, "trial {}", t["id"]);
+        *states.entry(state).or_insert(0) += 1;
+        assert_eq!(o["params"], t["params"], "trial {}", t["id"]);
+        if state != "FAIL" {
+            assert_eq!(o["value"], t["value"], "trial {}", t["id"]);
+        }
+        for r in t["results"].as_array().unwrap() {
+            assert_eq!(
+                o["steps"][r["step"].to_string()],
+                r["loss"],
+                "trial {}",
+                t["id"]
+            );
+        }
+    }
+    assert!(
+        states.len() == 3,
+        "completed, stopped and failed trials all appear: {states:?}"
+    );
+    let best = trials
+        .iter()
+        .filter(|t| t["status"] == "completed")
+        .map(|t| t["value"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(optuna["best"].as_f64(), Some(best));
+}
