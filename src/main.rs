@@ -174,8 +174,15 @@ fn cli_message(e: &TuneError) -> String {
         TuneError::Store(StoreError::Database { path, .. })
             if path.to_string_lossy().starts_with("postgres") =>
         {
-            // A database's URL, not a folder: nothing to resume by path.
-            format!("{e}\n  check the server, the URL and the credentials (--store or TUNE_STORE)")
+            // A database's URL, not a folder: the experiment is resumed by its name.
+            let name = path
+                .to_string_lossy()
+                .rsplit_once(" (experiment ")
+                .map(|(_, n)| n.trim_end_matches(')').trim_matches('"').to_string())
+                .unwrap_or_else(|| "NAME".into());
+            format!(
+                "{e}\n  check the server, the URL and the credentials (--store or TUNE_STORE); a sweep stopped by this goes on from its last acknowledged result with `tune resume {name} --store URL`"
+            )
         }
         TuneError::Store(StoreError::Database { path, .. }) => {
             // The sweep stopped at its last sync: what was acknowledged is kept.

@@ -264,3 +264,68 @@ fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupt
         assert_eq!(outcome(&trials), want, "killed at {point}");
     }
 }
+
+#[test]
+fn a_sweep_whose_database_connection_is_cut_stops_cleanly_and_resumes_exactly() {
+    let reference = tempfile::tempdir().unwrap();
+    let whole = reference.path().join("whole");
+    run_ok(&mut tune_run(&hyperband_band(reference.path()), &whole));
+    let want = outcome(&export_json(&whole));
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = hyperband_band(tmp.path());
+    let url = pg_server::fresh_database();
+    let dir = tmp.path().join("here");
+    let go = tmp.path().join("go");
+    let stderr_file = tmp.path().join("stderr");
+    // Held after its 5th round of acknowledgements until the test has cut its connection.
+    let sweep = run_or_resume_in(&spec, &url, &dir, false)
+        .env(
+            "TUNE_FAILPOINTS",
+            format!("ack.after=wait-{}@5", go.display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_file).unwrap())
+        .spawn()
+        .unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let others = "datname = current_database() AND pid <> pg_backend_pid()";
+    // Its connection exists and the sweep runs (results are stored).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let mut count = |sql: &str| -> i64 { admin.query_one(sql, &[]).map_or(0, |r| r.get(0)) };
+        let connections = count(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE {others}"
+        ));
+        let results = count("SELECT count(*) FROM tune_results");
+        if connections > 0 && results > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweep never started: {connections} connections, {results} results, {}",
+            std::fs::read_to_string(&stderr_file).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    admin
+        .execute(
+            &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {others}"),
+            &[],
+        )
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    let status = sweep.wait_with_output().unwrap().status;
+    let message = std::fs::read_to_string(&stderr_file).unwrap();
+    assert_eq!(status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("(experiment \"t\"): FATAL: terminating connection"),
+        "{message}"
+    );
+    assert!(message.contains("`tune resume t --store URL`"), "{message}");
+    assert!(!message.contains("panicked"), "{message}");
+    // The server is still there (the connection was cut): the sweep goes on exactly.
+    run_ok(&mut run_or_resume_in(&spec, &url, &dir, true));
+    let trials = export_in(&url);
+    assert_acknowledged_results_kept(tmp.path(), &by_id(trials.clone()));
+    assert_eq!(outcome(&trials), want);
+}
