@@ -219,7 +219,7 @@ impl Domain {
                 Value::Float(x.clamp(low, high))
             }
             Domain::QUniform { low, high, q } => {
-                let n = ((high - low) / q + 1e-9).floor() as u64;
+                let n = q_steps(low, high, q) as u64;
                 let k = rng.random_range(0..=n);
                 Value::Float(round_to_q(low + k as f64 * q, q).clamp(low, high))
             }
@@ -305,6 +305,12 @@ pub(crate) fn round_to_q(x: f64, q: f64) -> f64 {
     rounded
 }
 
+/// The number of quantized steps `k` in `low + k*q <= high` (a hair of slack, so that a bound
+/// written as a multiple of `q` counts despite binary noise).
+pub(crate) fn q_steps(low: f64, high: f64, q: f64) -> f64 {
+    ((high - low) / q + 1e-9).floor()
+}
+
 /// How many steps of `step` from `low` stay within `high` (`low <= high`, `step > 0`), in
 /// 128-bit arithmetic: `high - low` overflows i64 for ranges wider than half of it.
 pub(crate) fn int_steps(low: i64, high: i64, step: i64) -> u64 {
@@ -317,6 +323,30 @@ pub(crate) fn int_at(low: i64, step: i64, k: u64) -> i64 {
 }
 
 impl Domain {
+    /// The largest value of a stepped range: quniform's last multiple of `q` from `low`, an
+    /// int range's last step (its `high`, lowered to a whole number of steps); `None` for
+    /// other domains.
+    ///
+    /// ```
+    /// use tune_search::{Domain, Value};
+    /// let q = Domain::QUniform { low: 0.0, high: 1.1, q: 0.25 };
+    /// assert_eq!(q.highest_step(), Some(Value::Float(1.0)));
+    /// let n = Domain::Int { low: 1, high: 10, step: 4, log: false };
+    /// assert_eq!(n.highest_step(), Some(Value::Int(9)));
+    /// assert_eq!(Domain::Uniform { low: 0.0, high: 1.0 }.highest_step(), None);
+    /// ```
+    pub fn highest_step(&self) -> Option<Value> {
+        match *self {
+            Domain::QUniform { low, high, q } => {
+                Some(Value::Float(low + q_steps(low, high, q) * q))
+            }
+            Domain::Int {
+                low, high, step, ..
+            } => Some(Value::Int(int_at(low, step, int_steps(low, high, step)))),
+            _ => None,
+        }
+    }
+
     /// The value of an `int` domain `[low, high]` with `step` nearest to `x`: `low + k * step`
     /// with `k` rounded and kept within the range, without overflow at any bounds.
     ///

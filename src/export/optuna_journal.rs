@@ -136,19 +136,17 @@ fn distribution(domain: &Domain, name: &str, trials: &[Trial]) -> Json {
         Domain::Uniform { low, high } => float(*low, *high, false, None),
         Domain::LogUniform { low, high } => float(*low, *high, true, None),
         // Optuna requires high - low to be a multiple of the step: the largest one that is.
-        Domain::QUniform { low, high, q } => {
-            let steps = ((high - low) / q + 1e-9).floor();
-            float(*low, low + steps * q, false, Some(*q))
+        Domain::QUniform { low, q, .. } => {
+            let top = domain
+                .highest_step()
+                .and_then(|v| v.as_f64())
+                .unwrap_or(*low);
+            float(*low, top, false, Some(*q))
         }
         // Optuna has no stepped log range: the log range itself.
         Domain::QLogUniform { low, high, .. } => float(*low, *high, true, None),
-        Domain::Int {
-            low,
-            high,
-            step,
-            log,
-        } => {
-            let high = low.saturating_add((high.saturating_sub(*low) / step).saturating_mul(*step));
+        Domain::Int { low, step, log, .. } => {
+            let high = domain.highest_step();
             json!({"name": "IntDistribution",
                    "attributes": {"low": low, "high": high, "log": log, "step": step}})
         }

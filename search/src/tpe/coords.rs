@@ -7,16 +7,11 @@
 //! tends to the ratio of the prior weights wherever data is missing, which pulls TPE into tails
 //! that data never covers.
 
-use crate::domain::{int_at, int_steps, prev_float, round_to_q};
+use crate::domain::{int_at, int_steps, prev_float, q_steps, round_to_q};
 use crate::{Domain, TrialId, Value};
 
 use super::estimator::{DimSpec, NumericDim};
 use super::numerics::{ndtr, ndtri};
-
-/// The number of quantized steps `k` in `low + k*q <= high` (as [`Domain::sample`] counts them).
-fn q_steps(low: f64, high: f64, q: f64) -> f64 {
-    ((high - low) / q + 1e-9).floor()
-}
 
 /// The internal interval of a domain, with its prior kernel.
 pub(crate) fn dim_spec(domain: &Domain) -> DimSpec {
