@@ -169,9 +169,7 @@ impl Experiment {
     ) -> Result<Experiment, TuneError> {
         let text = match spec_text {
             Some(t) => t.to_string(),
-            None => toml::to_string(spec).map_err(|e| {
-                TuneError::Invalid(format!("the spec cannot be written as TOML: {e}"))
-            })?,
+            None => spec_as_toml(spec)?,
         };
         let meta = Meta {
             format: FORMAT,
@@ -221,14 +219,19 @@ impl Experiment {
         std::fs::rename(&staging, dir).map_err(taken)?;
         // sled's IO threads can hold the closed database's lock a moment longer: `open` waits.
         let store = SledStore::open(&dir.join(DB_DIR))?;
-        Ok(Experiment {
+        Ok(Experiment::new_created(dir, Box::new(store), meta))
+    }
+
+    /// A just-created experiment: its record written, no trial yet.
+    fn new_created(dir: &Path, store: Box<dyn TrialStore>, meta: Meta) -> Experiment {
+        Experiment {
             dir: dir.to_path_buf(),
-            store: Box::new(store),
+            store,
             stored: StoredExperiment {
                 meta,
                 trials: Vec::new(),
             },
-        })
+        }
     }
 
     /// The PostgreSQL half of [`Experiment::create_in`]: the folder first, the experiment
@@ -257,23 +260,10 @@ impl Experiment {
         if !dir.join(STORE_FILE).is_file() || dir.join(DB_DIR).exists() {
             refuse_used_folder(dir)?;
         }
-        let io = |path: &Path, e| TuneError::io(format!("writing {}", path.display()), e);
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        let spec_file = dir.join(SPEC_FILE);
-        std::fs::write(&spec_file, spec_text).map_err(|e| io(&spec_file, e))?;
-        let store_file = dir.join(STORE_FILE);
-        std::fs::write(&store_file, crate::store::redact_url(url) + "\n")
-            .map_err(|e| io(&store_file, e))?;
+        write_postgres_folder(dir, url, Some(spec_text))?;
         store.put_meta(&meta)?;
         store.sync()?;
-        Ok(Experiment {
-            dir: dir.to_path_buf(),
-            store: Box::new(store),
-            stored: StoredExperiment {
-                meta,
-                trials: Vec::new(),
-            },
-        })
+        Ok(Experiment::new_created(dir, Box::new(store), meta))
     }
 
     /// Opens experiment `name` kept `at`, its trial folders under `dir` (for the default
@@ -285,18 +275,12 @@ impl Experiment {
         };
         let store = PgStore::open_existing(url, name).map_err(|e| no_experiment(e, name, url))?;
         let exp = Experiment::from_store(dir, Box::new(store))?;
-        let io = |path: &Path, e| TuneError::io(format!("writing {}", path.display()), e);
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        let spec_file = dir.join(SPEC_FILE);
-        if !spec_file.exists() {
-            let text = toml::to_string(&exp.stored.meta.spec).map_err(|e| {
-                TuneError::Invalid(format!("the spec cannot be written as TOML: {e}"))
-            })?;
-            std::fs::write(&spec_file, text).map_err(|e| io(&spec_file, e))?;
-        }
-        let store_file = dir.join(STORE_FILE);
-        std::fs::write(&store_file, crate::store::redact_url(url) + "\n")
-            .map_err(|e| io(&store_file, e))?;
+        // A folder kept from an earlier run here holds the spec as it was given.
+        let spec_text = match dir.join(SPEC_FILE).exists() {
+            true => None,
+            false => Some(spec_as_toml(&exp.stored.meta.spec)?),
+        };
+        write_postgres_folder(dir, url, spec_text.as_deref())?;
         Ok(exp)
     }
 
@@ -484,6 +468,26 @@ fn remove_stale_staging(dir: &Path, name: &str) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// The spec as TOML, for a `spec.toml` when the original text is not at hand.
+fn spec_as_toml(spec: &ExperimentSpec) -> Result<String, TuneError> {
+    toml::to_string(spec)
+        .map_err(|e| TuneError::Invalid(format!("the spec cannot be written as TOML: {e}")))
+}
+
+/// Makes the folder of an experiment kept in PostgreSQL at `url`: its `store.url` (without
+/// the password), and its `spec.toml` when `spec_text` is given.
+fn write_postgres_folder(dir: &Path, url: &str, spec_text: Option<&str>) -> Result<(), TuneError> {
+    let io = |path: &Path, e| TuneError::io(format!("writing {}", path.display()), e);
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    if let Some(text) = spec_text {
+        let spec_file = dir.join(SPEC_FILE);
+        std::fs::write(&spec_file, text).map_err(|e| io(&spec_file, e))?;
+    }
+    let store_file = dir.join(STORE_FILE);
+    std::fs::write(&store_file, crate::store::redact_url(url) + "\n")
+        .map_err(|e| io(&store_file, e))
 }
 
 /// A new experiment's folder must not exist or be empty.
