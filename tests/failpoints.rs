@@ -18,11 +18,7 @@ fn with_failpoint(mut cmd: Command, failpoints: &str) -> Output {
 
 #[test]
 fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
-    let tmp = tempfile::tempdir().unwrap();
-    let reference_dir = tmp.path().join("whole");
-    let spec = hyperband_band(tmp.path());
-    run_ok(&mut tune_run(&spec, &reference_dir));
-    let want = outcome(&export_json(&reference_dir));
+    let want = uninterrupted_band();
     for point in tune::failpoint::POINTS {
         if *point == "exploit.copy" {
             continue; // HyperBand copies no checkpoint: see the PBT test below.
@@ -30,20 +26,7 @@ fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
         let case = tempfile::tempdir().unwrap();
         let spec = hyperband_band(case.path());
         let dir = case.path().join("killed");
-        // Killed at the n-th time this process reaches the point, n cycling through these
-        // (so that each round gets further), until a round runs to the end.
-        let (mut kills, mut rounds) = (0, 0);
-        for n in [1, 3, 17, 7, 29].into_iter().cycle() {
-            rounds += 1;
-            assert!(rounds < 200, "{point}: no end after {rounds} rounds");
-            let out = with_failpoint(run_or_resume(&spec, &dir), &format!("{point}=kill@{n}"));
-            if killed(&out) {
-                kills += 1;
-                continue;
-            }
-            assert!(out.status.success(), "{point}: {}", stderr(&out));
-            break;
-        }
+        let kills = kill_at_point_until_done(point, || run_or_resume(&spec, &dir));
         let expected_kills = if *point == "create.before-rename" {
             1
         } else {
@@ -61,11 +44,7 @@ fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
 
 #[test]
 fn a_full_disk_stops_the_sweep_naming_the_store_and_resume_goes_on_exactly() {
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = hyperband_band(tmp.path());
-    let reference_dir = tmp.path().join("whole");
-    run_ok(&mut tune_run(&spec, &reference_dir));
-    let want = outcome(&export_json(&reference_dir));
+    let want = uninterrupted_band();
     for point in ["store.write", "store.sync.before"] {
         let case = tempfile::tempdir().unwrap();
         let spec = hyperband_band(case.path());

@@ -38,11 +38,7 @@ fn export_in(url: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_sweep_in_postgres_killed_and_resumed_decides_as_the_same_sweep_in_a_folder() {
-    // The reference in a folder of its own (its trials log their acknowledgements too).
-    let reference = tempfile::tempdir().unwrap();
-    let whole = reference.path().join("whole");
-    run_ok(&mut tune_run(&hyperband_band(reference.path()), &whole));
-    let want = outcome(&export_json(&whole));
+    let want = uninterrupted_band();
     let tmp = tempfile::tempdir().unwrap();
     let spec = hyperband_band(tmp.path());
     let url = pg_server::fresh_database();
@@ -224,10 +220,7 @@ fn the_rust_api_keeps_a_sweep_in_postgres_and_resumes_it_by_name() {
 
 #[test]
 fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupted_sweep() {
-    let reference = tempfile::tempdir().unwrap();
-    let whole = reference.path().join("whole");
-    run_ok(&mut tune_run(&hyperband_band(reference.path()), &whole));
-    let want = outcome(&export_json(&whole));
+    let want = uninterrupted_band();
     // The points a sweep in PostgreSQL reaches (creation and exploits are the folder's).
     for point in [
         "store.write",
@@ -241,23 +234,10 @@ fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupt
         let spec = hyperband_band(case.path());
         let url = pg_server::fresh_database();
         let dir = case.path().join("here");
-        let (mut kills, mut rounds) = (0, 0);
-        for n in [1, 3, 17, 7, 29].into_iter().cycle() {
-            rounds += 1;
-            assert!(rounds < 200, "{point}: no end after {rounds} rounds");
+        let kills = kill_at_point_until_done(point, || {
             let started = tune::experiment::Experiment::read_postgres(&url, "t").is_ok();
-            let out = run_or_resume_in(&spec, &url, &dir, started)
-                .env("TUNE_FAILPOINTS", format!("{point}=kill@{n}"))
-                .stdout(Stdio::null())
-                .output()
-                .unwrap();
-            if killed(&out) {
-                kills += 1;
-                continue;
-            }
-            assert!(out.status.success(), "{point}: {}", stderr(&out));
-            break;
-        }
+            run_or_resume_in(&spec, &url, &dir, started)
+        });
         assert!(kills >= 3, "{point}: killed only {kills} times");
         let trials = export_in(&url);
         assert_acknowledged_results_kept(case.path(), &by_id(trials.clone()));
@@ -267,10 +247,7 @@ fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupt
 
 #[test]
 fn a_sweep_whose_database_connection_is_cut_stops_cleanly_and_resumes_exactly() {
-    let reference = tempfile::tempdir().unwrap();
-    let whole = reference.path().join("whole");
-    run_ok(&mut tune_run(&hyperband_band(reference.path()), &whole));
-    let want = outcome(&export_json(&whole));
+    let want = uninterrupted_band();
     let tmp = tempfile::tempdir().unwrap();
     let spec = hyperband_band(tmp.path());
     let url = pg_server::fresh_database();

@@ -362,3 +362,35 @@ pub fn optuna_python() -> PathBuf {
     );
     python
 }
+
+/// What [`hyperband_band`] decides uninterrupted, run in a folder of its own (its trials log
+/// their acknowledgements there, apart from the run under test).
+pub fn uninterrupted_band() -> Vec<Decided> {
+    let reference = tempfile::tempdir().unwrap();
+    let whole = reference.path().join("whole");
+    run_ok(&mut tune_run(&hyperband_band(reference.path()), &whole));
+    outcome(&export_json(&whole))
+}
+
+/// Runs `command()` (a run, then resumes) with SIGKILL armed at the n-th time the process
+/// reaches failure point `point`, n cycling through 1, 3, 17, 7, 29 (so that each round gets
+/// further), until a round runs to the end; returns how many rounds were killed.
+pub fn kill_at_point_until_done(point: &str, mut command: impl FnMut() -> Command) -> usize {
+    let (mut kills, mut rounds) = (0, 0);
+    for n in [1, 3, 17, 7, 29].into_iter().cycle() {
+        rounds += 1;
+        assert!(rounds < 200, "{point}: no end after {rounds} rounds");
+        let out = command()
+            .env("TUNE_FAILPOINTS", format!("{point}=kill@{n}"))
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        if killed(&out) {
+            kills += 1;
+            continue;
+        }
+        assert!(out.status.success(), "{point}: {}", stderr(&out));
+        break;
+    }
+    kills
+}
