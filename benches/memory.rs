@@ -7,9 +7,13 @@
 //! The coordinator holds only unfinished trials and random search reads no history, so RSS
 //! should stay flat; this says by how much it grows per trial.
 
+#[path = "common/trivial.rs"]
+mod trivial;
+
 use std::process::Command;
 
-use tune::{Mode, Space, Tuner};
+use trivial::{report_sum, space};
+use tune::{Mode, Tuner};
 
 /// The peak resident set of this process, in bytes (VmHWM).
 fn peak_rss() -> u64 {
@@ -23,25 +27,13 @@ fn peak_rss() -> u64 {
 
 fn sweep(trials: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let space = (0..5)
-        .fold(Space::builder(), |b, i| {
-            b.uniform(format!("x{i}"), 0.0, 1.0)
-        })
-        .build()
-        .expect("space");
     let started = std::time::Instant::now();
-    let result = Tuner::new(space)
+    let result = Tuner::new(space())
         .metric("loss", Mode::Min)
         .samples(trials)
         .cpu_slots(8)
         .dir(dir.path().join("m"))
-        .fit(|ctx| {
-            let sum: f64 = (0..5)
-                .map(|i| ctx.params().f64(&format!("x{i}")).unwrap_or(0.0))
-                .sum();
-            ctx.report(1, [("loss", sum)])?;
-            Ok(())
-        })
+        .fit(report_sum)
         .expect("sweep");
     // Measured before reading the trials back, which holds them all.
     let (rss, wall) = (peak_rss(), started.elapsed().as_secs_f64());

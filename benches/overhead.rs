@@ -11,24 +11,19 @@
 //! Each run's store is reopened afterwards and every trial checked, so nothing is counted that
 //! was not kept.
 
+#[path = "common/trivial.rs"]
+mod trivial;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use tune::{ExperimentSpec, Mode, Space, Status, Tuner};
+use trivial::{is_sum_of_params, report_sum, space};
+use tune::{ExperimentSpec, Mode, Status, Tuner};
 
 const PEER_JOURNAL_RANDOM: f64 = 217.7;
 const PEER_SQLITE_RANDOM: f64 = 44.5;
 const PEER_RAY_DEFAULT: f64 = 0.63;
-
-fn space() -> Space {
-    (0..5)
-        .fold(Space::builder(), |b, i| {
-            b.uniform(format!("x{i}"), 0.0, 1.0)
-        })
-        .build()
-        .expect("valid space")
-}
 
 /// Checks the stored experiment: `n` completed trials, each value the sum of its params.
 fn verify(dir: &Path, n: u64) {
@@ -36,31 +31,19 @@ fn verify(dir: &Path, n: u64) {
     let trials = &exp.stored.trials;
     assert_eq!(trials.len() as u64, n, "every trial stored");
     for t in trials {
-        assert_eq!(t.status, Status::Completed);
-        let sum: f64 = (0..5)
-            .map(|i| t.params.f64(&format!("x{i}")).unwrap())
-            .sum();
-        assert_eq!(t.value("loss"), Some(sum));
+        assert!(is_sum_of_params(t), "trial {}: {t:?}", t.id);
     }
 }
 
 fn closure_run(root: &Path, n: u64, slots: usize) -> f64 {
     let dir = root.join(format!("closure-{slots}"));
-    let names: Vec<String> = (0..5).map(|i| format!("x{i}")).collect();
     let start = Instant::now();
     Tuner::new(space())
         .metric("loss", Mode::Min)
         .samples(n)
         .cpu_slots(slots)
         .dir(&dir)
-        .fit(move |ctx| {
-            let sum: f64 = names
-                .iter()
-                .map(|k| ctx.params().f64(k).unwrap_or(0.0))
-                .sum();
-            ctx.report(1, [("loss", sum)])?;
-            Ok(())
-        })
+        .fit(report_sum)
         .expect("closure sweep");
     let rate = n as f64 / start.elapsed().as_secs_f64();
     verify(&dir, n);

@@ -10,6 +10,9 @@
 //! Every sweep is read back from the database and checked before its rate is printed.
 //! One coordinator, no `tune worker` yet: this is the store's cost, not a distributed sweep.
 
+#[path = "common/trivial.rs"]
+mod trivial;
+
 #[path = "../tests/common/pg_server.rs"]
 mod pg_server;
 
@@ -17,17 +20,9 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use trivial::{is_sum_of_params, report_sum, space};
 use tune::experiment::{Experiment, StoreLocation};
-use tune::{Mode, Space, Status, Tuner};
-
-fn space() -> Space {
-    (0..5)
-        .fold(Space::builder(), |b, i| {
-            b.uniform(format!("x{i}"), 0.0, 1.0)
-        })
-        .build()
-        .expect("valid space")
-}
+use tune::{Mode, Tuner};
 
 /// When the first and the last trial of a sweep ran (the rate excludes loading at start).
 type Span = Arc<Mutex<Option<(Instant, Instant)>>>;
@@ -39,13 +34,8 @@ fn sweep(url: &str, name: &str, n: u64, slots: usize, resume: bool) -> f64 {
     let at = StoreLocation::Postgres(url.to_string());
     let span: Span = Arc::default();
     let seen = span.clone();
-    let names: Vec<String> = (0..5).map(|i| format!("x{i}")).collect();
     let objective = move |ctx: &mut tune::TrialContext| -> Result<(), tune::BoxError> {
-        let sum: f64 = names
-            .iter()
-            .map(|k| ctx.params().f64(k).unwrap_or(0.0))
-            .sum();
-        ctx.report(1, [("loss", sum)])?;
+        report_sum(ctx)?;
         let now = Instant::now();
         let mut s = seen.lock().unwrap();
         *s = Some(s.map_or((now, now), |(first, _)| (first, now)));
@@ -76,13 +66,7 @@ fn sweep(url: &str, name: &str, n: u64, slots: usize, resume: bool) -> f64 {
     tuner.fit(objective).expect("sweep");
     let stored = Experiment::read_postgres(url, name).expect("read back");
     assert_eq!(stored.trials.len() as u64, n, "every trial stored");
-    assert!(stored.trials.iter().all(|t| t.status == Status::Completed
-        && t.value("loss")
-            == Some(
-                (0..5)
-                    .map(|i| t.params.f64(&format!("x{i}")).unwrap())
-                    .sum()
-            )));
+    assert!(stored.trials.iter().all(is_sum_of_params));
     let (first, last) = span.lock().unwrap().expect("trials ran");
     (n - before - 1) as f64 / (last - first).as_secs_f64()
 }
