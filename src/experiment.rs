@@ -513,7 +513,7 @@ fn refuse_used_folder(dir: &Path) -> Result<(), TuneError> {
 fn no_experiment(e: StoreError, name: &str, url: &str) -> TuneError {
     match e {
         StoreError::NoMeta => TuneError::NotAnExperiment {
-            path: crate::store::pg_location(url, name),
+            path: crate::store::postgres_location(url, name),
             reason: format!("no experiment named {name:?} there"),
         },
         other => other.into(),

@@ -398,10 +398,7 @@ fn stored_of(named: &Named) -> Result<(PathBuf, tune::store::StoredExperiment), 
     match named {
         Named::Folder(dir) => Ok((dir.clone(), Experiment::open(dir)?.stored)),
         Named::InDatabase { url, name } => Ok((
-            PathBuf::from(format!(
-                "{} (experiment {name:?})",
-                StoreLocation::Postgres(url.clone())
-            )),
+            tune::store::postgres_location(url, name),
             Experiment::read_postgres(url, name)?,
         )),
     }

@@ -17,8 +17,9 @@ pub(crate) mod conformance;
 pub(crate) mod test_server;
 
 pub use memory::{MemoryDb, MemoryStore};
+pub use pg_store::location as postgres_location;
+pub(crate) use pg_store::redact as redact_url;
 pub use pg_store::PgStore;
-pub(crate) use pg_store::{location as pg_location, redact as redact_url};
 pub use sled_store::{Salvaged, SledStore};
 
 use serde::{Deserialize, Serialize};

@@ -180,7 +180,12 @@ fn this_process() -> String {
 }
 
 /// How messages name experiment `name` at `url`: the URL without its password.
-pub(crate) fn location(url: &str, name: &str) -> PathBuf {
+///
+/// ```
+/// let at = tune::store::postgres_location("postgres://tune:pw@db/tune", "mnist");
+/// assert_eq!(at.to_str(), Some("postgres://tune@db/tune (experiment \"mnist\")"));
+/// ```
+pub fn location(url: &str, name: &str) -> PathBuf {
     PathBuf::from(format!("{} (experiment {name:?})", redact(url)))
 }
 
