@@ -42,6 +42,7 @@ mod objective;
 mod observer;
 mod pool;
 mod progress;
+pub mod remote;
 mod replay;
 mod spec;
 mod stop;

@@ -36,6 +36,10 @@ enum Command {
         /// Overrides the spec's seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// Trials run at once on this machine (default: the spec's [resources]); with --store,
+        /// 0 runs the coordinator alone and `tune worker` processes run the trials.
+        #[arg(long)]
+        slots: Option<usize>,
         #[command(flatten)]
         store: StoreArg,
     },
@@ -58,6 +62,36 @@ enum Command {
         /// Plain progress line instead of the dashboard.
         #[arg(long)]
         no_tui: bool,
+        /// Trials run at once on this machine (0 with --store: only workers run them).
+        #[arg(long)]
+        slots: Option<usize>,
+    },
+    /// Run trials of sweeps kept in a PostgreSQL database, for their coordinators (which run
+    /// anywhere): start one per machine, by hand, in a Slurm job array or a Kubernetes Job.
+    Worker {
+        /// The database (postgres://user:password@host/db); default: TUNE_STORE.
+        #[arg(env = "TUNE_STORE", hide_env_values = true)]
+        url: String,
+        /// Serve only this experiment (the spec's `name`), and exit once its sweep is finished;
+        /// default: every experiment in the database, until stopped.
+        #[arg(long)]
+        experiment: Option<String>,
+        /// Trials run at once on CPU (default: one per core).
+        #[arg(long)]
+        slots: Option<usize>,
+        /// GPUs to use (`cuda` build): `auto` or a list such as `0,1`.
+        #[arg(long)]
+        gpus: Option<String>,
+        /// Trials sharing each GPU.
+        #[arg(long, default_value_t = 1)]
+        trials_per_gpu: u32,
+        /// Where trial folders go: DIR/<experiment>/trial_N.
+        #[arg(long, default_value = "runs")]
+        dir: PathBuf,
+        /// Seconds a claimed trial stays this worker's without a heartbeat; a worker cut off
+        /// from the database for longer stops its trials (they run again elsewhere).
+        #[arg(long, default_value_t = 15.0)]
+        lease: f64,
     },
     /// Counts, best trial and a per-trial table.
     Status {
@@ -203,6 +237,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             dir,
             no_tui,
             seed,
+            slots,
             store,
         } => {
             let at = store.location()?;
@@ -229,7 +264,10 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                     dir.display()
                 ),
             }
-            let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
+            let mut tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
+            if let Some(n) = slots {
+                tuner = tuner.local_slots(n);
+            }
             let result = sweep(tuner, !no_tui).map_err(|e| match e {
                 TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
                 other => other,
@@ -243,6 +281,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             samples,
             no_stop,
             no_tui,
+            slots,
         } => {
             let (mut tuner, dir) = match Named::new(experiment, &store)? {
                 Named::Folder(folder) => {
@@ -275,9 +314,57 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             if no_stop {
                 tuner = tuner.stop_when(tune::StopConditions::default());
             }
+            if let Some(n) = slots {
+                tuner = tuner.local_slots(n);
+            }
             println!("tune: resuming {}", dir.display());
             let result = sweep(tuner, !no_tui)?;
             Ok(finish(&result))
+        }
+        Command::Worker {
+            url,
+            experiment,
+            slots,
+            gpus,
+            trials_per_gpu,
+            dir,
+            lease,
+        } => {
+            if !(lease.is_finite() && lease > 0.0) {
+                return Err(TuneError::Invalid(format!(
+                    "--lease: expected a number of seconds above 0, found {lease}"
+                )));
+            }
+            let mut worker = tune::remote::Worker::new(url)
+                .dir(dir)
+                .lease(Duration::from_secs_f64(lease))
+                .handle_signals(true);
+            if let Some(name) = experiment {
+                worker = worker.experiment(name);
+            }
+            if let Some(n) = slots {
+                if n == 0 {
+                    return Err(TuneError::Invalid(
+                        "--slots: expected at least 1 slot, found 0".into(),
+                    ));
+                }
+                worker = worker.slots(n);
+            }
+            if let Some(list) = gpus {
+                worker = worker.gpus(parse_gpus(&list)?, trials_per_gpu);
+            }
+            let done = worker.run_spec()?;
+            eprintln!(
+                "tune worker: ran {} attempt{}{}",
+                done.attempts,
+                if done.attempts == 1 { "" } else { "s" },
+                if done.lost > 0 {
+                    format!(" ({} lost: their leases ran out)", done.lost)
+                } else {
+                    String::new()
+                }
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Watch { experiment, store } => watch(&Named::new(experiment, &store)?),
         Command::Status { experiment, store } => {
@@ -325,6 +412,22 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `--gpus`: `auto`, or GPU ordinals separated by commas.
+fn parse_gpus(list: &str) -> Result<tune::Gpus, TuneError> {
+    if list == "auto" {
+        return Ok(tune::Gpus::Auto);
+    }
+    list.split(',')
+        .map(|n| n.trim().parse::<u32>())
+        .collect::<Result<Vec<_>, _>>()
+        .map(tune::Gpus::List)
+        .map_err(|_| {
+            TuneError::Invalid(format!(
+                "--gpus: expected `auto` or GPU numbers such as `0,1`, found {list:?}"
+            ))
+        })
 }
 
 /// Runs a sweep: under the dashboard when asked for and stdout and stdin are a terminal,

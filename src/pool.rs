@@ -3,6 +3,8 @@
 //! the most free memory; otherwise `cpu_slots` CPU slots.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tune_trials::gpu::GpuInfo;
 
@@ -22,6 +24,8 @@ pub enum Slot {
     Cpu(usize),
     /// A share of GPU N (its CUDA ordinal).
     Gpu(usize),
+    /// A slot of a remote worker (`tune worker`), whichever claims the trial.
+    Remote,
 }
 
 impl fmt::Display for Slot {
@@ -29,6 +33,7 @@ impl fmt::Display for Slot {
         match self {
             Slot::Cpu(n) => write!(f, "cpu:{n}"),
             Slot::Gpu(n) => write!(f, "cuda:{n}"),
+            Slot::Remote => write!(f, "remote"),
         }
     }
 }
@@ -45,6 +50,9 @@ pub(crate) struct Pool {
     per_gpu: usize,
     /// Free memory of a GPU now (bytes), asked at each placement.
     free_memory: Box<dyn FnMut(usize) -> Option<u64> + Send>,
+    /// Slots of remote workers, when the sweep takes them: how many they have now (kept up to
+    /// date by the database bridge), and how many this sweep uses.
+    remote: Option<(Arc<AtomicUsize>, usize)>,
 }
 
 impl Pool {
@@ -62,6 +70,7 @@ impl Pool {
                 gpus: Vec::new(),
                 per_gpu: 0,
                 free_memory: Box::new(|_| None),
+                remote: None,
             };
             Ok((pool, note))
         };
@@ -128,8 +137,32 @@ impl Pool {
                 .collect(),
             per_gpu,
             free_memory,
+            remote: None,
         };
         Ok((pool, Some(note)))
+    }
+
+    /// Adds the slots of remote workers: `capacity` says how many they have now.
+    pub(crate) fn take_remote(&mut self, capacity: Arc<AtomicUsize>) {
+        self.remote = Some((capacity, 0));
+    }
+
+    /// Whether slots may appear later (remote workers may join).
+    pub(crate) fn may_grow(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// Counts an attempt already running remotely (taken over on resume) as using a slot.
+    pub(crate) fn hold_remote(&mut self) {
+        if let Some((_, used)) = &mut self.remote {
+            *used += 1;
+        }
+    }
+
+    fn remote_free(&self) -> bool {
+        self.remote
+            .as_ref()
+            .is_some_and(|(capacity, used)| *used < capacity.load(Ordering::SeqCst))
     }
 
     /// How many more trials can start now.
@@ -152,7 +185,9 @@ impl Pool {
 
     /// Whether a slot is free (without claiming it).
     pub(crate) fn has_free(&self) -> bool {
-        !self.cpu_free.is_empty() || self.gpus.iter().any(|g| g.running < self.per_gpu)
+        !self.cpu_free.is_empty()
+            || self.gpus.iter().any(|g| g.running < self.per_gpu)
+            || self.remote_free()
     }
 
     /// A free slot: the GPU with room and the most free memory (then the fewest trials, then
@@ -174,7 +209,14 @@ impl Pool {
             g.running += 1;
             return Some(Slot::Gpu(g.ordinal));
         }
-        self.cpu_free.pop().map(Slot::Cpu)
+        if let Some(n) = self.cpu_free.pop() {
+            return Some(Slot::Cpu(n));
+        }
+        if self.remote_free() {
+            self.hold_remote();
+            return Some(Slot::Remote);
+        }
+        None
     }
 
     pub(crate) fn release(&mut self, slot: Slot) {
@@ -187,6 +229,11 @@ impl Pool {
             Slot::Gpu(n) => {
                 if let Some(g) = self.gpus.iter_mut().find(|g| g.ordinal == n) {
                     g.running = g.running.saturating_sub(1);
+                }
+            }
+            Slot::Remote => {
+                if let Some((_, used)) = &mut self.remote {
+                    *used = used.saturating_sub(1);
                 }
             }
         }

@@ -52,6 +52,9 @@ pub struct Tuner {
     /// With `resume`: run on this many CPU slots (where trials run does not change what is
     /// decided).
     resume_slots: Option<usize>,
+    /// Trials run at once on this machine, when not the spec's resources (0: only remote
+    /// workers run trials).
+    local_slots: Option<usize>,
     /// With `resume`: new stop conditions (they end the sweep sooner or later, but change no
     /// decision).
     resume_stop: Option<StopConditions>,
@@ -97,6 +100,7 @@ impl Tuner {
             store: StoreLocation::Folder,
             resume_samples: None,
             resume_slots: None,
+            local_slots: None,
             resume_stop: None,
             fixed_on_resume: Vec::new(),
             spec_text: None,
@@ -226,6 +230,22 @@ impl Tuner {
         self
     }
 
+    /// Trials run at once on this machine, whatever the spec's `[resources]` say; with a
+    /// PostgreSQL store, 0 runs the coordinator alone and `tune worker` processes run every
+    /// trial. Where trials run changes no decision, so this may differ on resume.
+    ///
+    /// ```
+    /// use tune::experiment::StoreLocation;
+    /// let tuner = tune::Tuner::new(tune::Space::default())
+    ///     .store(StoreLocation::Postgres("postgres://tune@db/tune".into()))
+    ///     .local_slots(0);
+    /// # drop(tuner);
+    /// ```
+    pub fn local_slots(mut self, slots: usize) -> Self {
+        self.local_slots = Some(slots);
+        self
+    }
+
     /// The most a closure's attempt may run: `report` fails with [`crate::Stop::TimedOut`]
     /// once it has passed, and the trial fails (a command's limit is `timeout_s` in the spec).
     ///
@@ -330,31 +350,7 @@ impl Tuner {
     /// Runs the sweep with the spec's `[objective]`: its `command`, or its `builtin` trainable.
     pub fn fit_spec(self) -> Result<TuneResult, TuneError> {
         let grace = self.grace;
-        self.run(move |spec, dir| {
-            let Some(obj) = &spec.objective else {
-                return Err(TuneError::Invalid(
-                    "the spec has no [objective] to run (`command = [...]` or `builtin = \"mlp\"`)"
-                        .into(),
-                ));
-            };
-            let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
-            if obj.builtin.is_some() {
-                return Ok(Objective::Closure(builtin_objective(
-                    obj,
-                    &workdir,
-                    spec.resources.cpu_slots,
-                )?));
-            }
-            check_program(&obj.command[0], &workdir)?;
-            Ok(Objective::Command(Arc::new(CommandObjective {
-                argv: obj.command.clone(),
-                env: obj.env.clone(),
-                workdir,
-                experiment_dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
-                metric: spec.metric.clone(),
-                grace,
-            })))
-        })
+        self.run(move |spec, dir| spec_objective(spec, dir, grace, spec.resources.cpu_slots))
     }
 
     fn run(
@@ -363,9 +359,24 @@ impl Tuner {
     ) -> Result<TuneResult, TuneError> {
         // Objective, searcher and scheduler are built before a new experiment folder is
         // created, so bad input leaves nothing behind.
+        if self.local_slots == Some(0) && self.store == StoreLocation::Folder {
+            return Err(TuneError::Invalid(
+                "0 local slots runs no trial here: remote workers need the sweep in a \
+                 PostgreSQL database (--store URL)"
+                    .into(),
+            ));
+        }
+        let local_slots = self.local_slots;
         let prepare = |spec: &ExperimentSpec, dir: &Path| -> Result<_, TuneError> {
+            let mut resources = spec.resources.clone();
+            if let Some(n) = local_slots {
+                resources.cpu_slots = n;
+                if n == 0 {
+                    resources.gpus = crate::spec::Gpus::List(Vec::new());
+                }
+            }
             let (pool, note) = Pool::new(
-                &spec.resources,
+                &resources,
                 tune_trials::gpu::discover(),
                 Box::new(tune_trials::gpu::free_bytes),
             )?;
@@ -398,6 +409,10 @@ impl Tuner {
                 .and_then(|o| o.timeout_s)
                 .map(Duration::from_secs_f64)
                 .or(self.timeout),
+            remote: match &self.store {
+                StoreLocation::Postgres(url) => Some(url.clone()),
+                StoreLocation::Folder => None,
+            },
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -475,10 +490,38 @@ impl Tuner {
     }
 }
 
+/// The spec's `[objective]` (its `command`, or its `builtin` trainable sharing the cores among
+/// `slots` trials), for the experiment in `dir`.
+pub(crate) fn spec_objective(
+    spec: &ExperimentSpec,
+    dir: &Path,
+    grace: Duration,
+    slots: usize,
+) -> Result<Objective, TuneError> {
+    let Some(obj) = &spec.objective else {
+        return Err(TuneError::Invalid(
+            "the spec has no [objective] to run (`command = [...]` or `builtin = \"mlp\"`)".into(),
+        ));
+    };
+    let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
+    if obj.builtin.is_some() {
+        return Ok(Objective::Closure(builtin_objective(obj, &workdir, slots)?));
+    }
+    check_program(&obj.command[0], &workdir)?;
+    Ok(Objective::Command(Arc::new(CommandObjective {
+        argv: obj.command.clone(),
+        env: obj.env.clone(),
+        workdir,
+        experiment_dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        metric: spec.metric.clone(),
+        grace,
+    })))
+}
+
 /// Asks for a clean stop on Ctrl-C, SIGTERM or SIGHUP (a closed terminal); a second one exits
 /// at once, with 130, without waiting for trials to wind down (what was acknowledged is
 /// already durable; running trials die with the process).
-async fn stop_on_signals(stop: StopHandle, grace: Duration) {
+pub(crate) async fn stop_on_signals(stop: StopHandle, grace: Duration) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut kinds: Vec<_> = [
         SignalKind::interrupt(),

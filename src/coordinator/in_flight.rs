@@ -20,6 +20,10 @@ pub(super) struct InFlight {
     redo_through: Option<u64>,
     /// The checkpoint this run continues from (a trial that ran before and left one).
     pub restore_dir: Option<PathBuf>,
+    /// It goes on from a checkpoint: `restore_dir` here, or one a remote worker found.
+    restored: bool,
+    /// It goes on from another trial's checkpoint (population-based training).
+    pub exploited: bool,
     /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
     /// scheduler stopped or completed it. The worker is only winding down.
     pub settled: bool,
@@ -46,7 +50,9 @@ impl InFlight {
             reports: 0,
             base_step,
             redo_through,
+            restored: restore_dir.is_some(),
             restore_dir,
+            exploited,
             settled: false,
         }
     }
@@ -73,8 +79,12 @@ impl InFlight {
             .last()
             .is_some_and(|r| r.attempt == self.attempt);
         let redid_stored_steps = self.reports > 0 && self.redo_through.is_some();
-        this_run_reported
-            || redid_stored_steps
-            || (self.restore_dir.is_some() && !trial.results.is_empty())
+        this_run_reported || redid_stored_steps || (self.restored && !trial.results.is_empty())
+    }
+
+    /// A remote worker says whether it found the trial's checkpoint (it numbers step-less
+    /// reports itself).
+    pub fn set_restored(&mut self, restored: bool) {
+        self.restored = restored;
     }
 }

@@ -24,6 +24,7 @@ use crate::experiment::{stage_exploit, take_exploit, trial_dir};
 use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
 use crate::observer::{emit, Event, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
+use crate::remote::bridge::{Adopted, Bridge};
 use crate::replay::replay;
 use crate::stop::{StopConditions, StopReason, StopWatch};
 use crate::store::TrialStore;
@@ -60,6 +61,8 @@ pub(crate) struct Plan {
     /// `[stop]`: when the sweep ends before the budget is spent.
     pub stop_when: StopConditions,
     pub timeout: Option<Duration>,
+    /// The PostgreSQL database holding the experiment: remote workers may run its trials.
+    pub remote: Option<String>,
 }
 
 pub(crate) struct Coordinator {
@@ -103,6 +106,13 @@ pub(crate) struct Coordinator {
     stop_watch: StopWatch,
     /// Why the sweep is stopping early, once a `[stop]` condition is met.
     stopped: Option<StopReason>,
+    /// The link to remote workers, while the sweep runs.
+    bridge: Option<Bridge>,
+    /// The trials stored as running when the sweep was loaded, with their attempt: a remote
+    /// worker may still be running them.
+    stored_running: Vec<(TrialId, u32)>,
+    /// Whether the user was told that the sweep waits for workers.
+    told_waiting: bool,
 }
 
 impl Coordinator {
@@ -122,6 +132,11 @@ impl Coordinator {
         let mut queue = VecDeque::new();
         let mut next_seq = 0;
         let mut trials = trials;
+        let stored_running = trials
+            .iter()
+            .filter(|t| t.status == Status::Running)
+            .map(|t| (t.id, t.attempts))
+            .collect();
         for t in &mut trials {
             // Paused trials stay paused: the scheduler resumes or ends them.
             if !t.status.is_finished() && t.status != Status::Paused {
@@ -191,7 +206,50 @@ impl Coordinator {
             undelivered,
             stop_watch,
             stopped: None,
+            bridge: None,
+            stored_running,
+            told_waiting: false,
         }
+    }
+
+    /// Connects to remote workers: attempts a worker still runs from before a restart are
+    /// taken over as they are, not run again.
+    fn start_bridge(&mut self, rt: &Handle) -> Result<(), TuneError> {
+        let Some(url) = &self.plan.remote else {
+            return Ok(());
+        };
+        let (bridge, adopted) = Bridge::start(
+            url,
+            &self.plan.name,
+            &self.stored_running,
+            self.tx.clone(),
+            self.shutdown.subscribe(),
+            rt,
+        )?;
+        self.plan.pool.take_remote(bridge.capacity.clone());
+        self.bridge = Some(bridge);
+        for Adopted { id, attempt } in adopted {
+            let Some(t) = self.live.get(&id) else {
+                continue;
+            };
+            if t.attempts != attempt || t.status != Status::Pending {
+                continue;
+            }
+            self.queue.retain(|&q| q != id);
+            self.set_status(id, Status::Running);
+            self.plan.pool.hold_remote();
+            let t = &self.live[&id];
+            let run = InFlight::new(t, Slot::Remote, &trial_dir(&self.plan.dir, id), false);
+            self.in_flight.insert(id, run);
+        }
+        Ok(())
+    }
+
+    /// Whether trials are left to start (new ones, re-queued ones, paused ones).
+    fn work_remains(&self) -> bool {
+        self.created < self.budget
+            || !self.queue.is_empty()
+            || self.live.values().any(|t| t.status == Status::Paused)
     }
 
     /// Ends the sweep early, as an interruption does: no trial starts, running ones are left
@@ -241,6 +299,7 @@ impl Coordinator {
             o.on_start(&info, &self.summary);
         }
         self.loaded = Vec::new();
+        self.start_bridge(rt)?;
         if let Some(note) = &self.plan.note {
             if self.observers.is_empty() {
                 eprintln!("tune: {note}");
@@ -270,7 +329,14 @@ impl Coordinator {
             }
             // Sync before acknowledging, and at the end. Launches need not wait: what a new
             // attempt does reaches anyone only through reports, acknowledged after a later sync.
-            if !self.acks.is_empty() || self.in_flight.is_empty() {
+            // Remote launches wait: an offer is seen by other machines at once, and a resumed
+            // coordinator takes over only attempts its store says are running.
+            let offering = self.to_launch.iter().any(|id| {
+                self.in_flight
+                    .get(id)
+                    .is_some_and(|r| r.slot == Slot::Remote)
+            });
+            if !self.acks.is_empty() || self.in_flight.is_empty() || offering {
                 self.store.sync()?;
             }
             if !self.acks.is_empty() {
@@ -284,7 +350,24 @@ impl Coordinator {
             for id in std::mem::take(&mut self.to_launch) {
                 self.launch(id, rt);
             }
-            if self.in_flight.is_empty() {
+            let waiting_for_workers = self.in_flight.is_empty()
+                && !interrupted
+                && self.plan.pool.may_grow()
+                && !self.plan.pool.has_free()
+                && self.work_remains();
+            if waiting_for_workers && !self.told_waiting {
+                self.told_waiting = true;
+                let note = format!(
+                    "waiting for workers: start `tune worker URL --experiment {}` where the \
+                     trials should run",
+                    self.plan.name
+                );
+                if self.observers.is_empty() {
+                    eprintln!("tune: {note}");
+                }
+                emit(&mut self.observers, &Event::Note(&note), &self.summary);
+            }
+            if self.in_flight.is_empty() && !waiting_for_workers {
                 if !interrupted {
                     // Nothing runs and nothing will start: paused trials the scheduler never
                     // resumed are over.
@@ -326,6 +409,9 @@ impl Coordinator {
             o.on_end(&self.summary);
         }
         let unfinished = self.created < self.budget || self.summary.unfinished() > 0;
+        if let Some(bridge) = self.bridge.take() {
+            bridge.end(!unfinished);
+        }
         let stopped = match self.stopped {
             // Met by the last trial to end: the sweep is simply done.
             _ if !unfinished => None,
@@ -422,6 +508,7 @@ impl Coordinator {
 
     fn launch(&mut self, id: TrialId, rt: &Handle) {
         let t = &self.live[&id];
+        let run = self.in_flight.get(&id);
         let job = Job {
             id,
             attempt: t.attempts,
@@ -433,8 +520,21 @@ impl Coordinator {
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
         };
-        let _guard = rt.enter();
-        self.objective.launch(job);
+        match (&self.bridge, run.map(|r| (r.slot, r.exploited))) {
+            (Some(bridge), Some((Slot::Remote, exploited))) => {
+                let offer = crate::remote::Offer {
+                    params: job.params.clone(),
+                    timeout_s: job.timeout.map(|d| d.as_secs_f64()),
+                    last_step: t.last_step(),
+                    exploited,
+                };
+                bridge.offer(id, job.attempt, &offer);
+            }
+            _ => {
+                let _guard = rt.enter();
+                self.objective.launch(job);
+            }
+        }
         emit(&mut self.observers, &Event::Started(t), &self.summary);
     }
 
@@ -452,6 +552,24 @@ impl Coordinator {
                 attempt,
                 outcome,
             } => self.on_finished(id, attempt, outcome),
+            WorkerMsg::Claimed {
+                id,
+                attempt,
+                worker,
+                restored,
+            } => {
+                let Some(run) = self.in_flight.get_mut(&id).filter(|r| r.attempt == attempt) else {
+                    return Ok(());
+                };
+                run.set_restored(restored);
+                let t = self.live(id);
+                t.device = Some(worker);
+                let t = &self.live[&id];
+                self.store.put_trial(t)?;
+                emit(&mut self.observers, &Event::Started(t), &self.summary);
+                Ok(())
+            }
+            WorkerMsg::Wake => Ok(()),
         }
     }
 
@@ -692,8 +810,12 @@ impl Coordinator {
         let reported = run.reported(t);
         let (status, error) = match outcome {
             Outcome::Interrupted => {
-                // Left as running in the store: `resume` re-queues it.
+                // Left as running in the store: `resume` re-queues it. A remote worker that
+                // stopped hands its trial back while the sweep goes on: it runs again now.
                 self.set_status(id, Status::Pending);
+                if !*self.shutdown.borrow() {
+                    self.queue.push_front(id);
+                }
                 return Ok(());
             }
             Outcome::Stopped => (Status::Stopped, None),

@@ -202,6 +202,7 @@ impl Sweep {
                 ..Default::default()
             },
             timeout: self.timeout,
+            remote: None,
         };
         let coordinator = Coordinator::new(
             plan,

@@ -96,6 +96,16 @@ pub(crate) enum WorkerMsg {
         attempt: u32,
         outcome: Outcome,
     },
+    /// A remote worker (`host:pid/slot`) claimed the attempt; `restored`: it goes on from a
+    /// checkpoint it found in its trial folder.
+    Claimed {
+        id: TrialId,
+        attempt: u32,
+        worker: String,
+        restored: bool,
+    },
+    /// Something changed that may let trials start (remote workers came or went).
+    Wake,
 }
 
 /// How an attempt ended, as the worker saw it.

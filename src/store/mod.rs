@@ -7,7 +7,7 @@
 //! conformance suite (`conformance.rs`).
 
 mod memory;
-mod pg_store;
+pub(crate) mod pg_store;
 mod sled_store;
 
 #[cfg(test)]

@@ -49,6 +49,47 @@ CREATE TABLE tune_results (
     r#"
 ALTER TABLE tune_experiments ADD COLUMN holder text, ADD COLUMN held_since timestamptz;
 "#,
+    // Remote workers (`tune worker`): see `crate::remote` for the protocol.
+    r#"
+ALTER TABLE tune_experiments ADD COLUMN finished boolean NOT NULL DEFAULT false;
+CREATE SEQUENCE tune_tokens;
+CREATE TABLE tune_workers (
+    id text PRIMARY KEY,
+    experiment bigint,
+    slots integer NOT NULL,
+    lease_s double precision NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE tune_attempts (
+    experiment bigint NOT NULL REFERENCES tune_experiments (id) ON DELETE CASCADE,
+    trial bigint NOT NULL,
+    attempt integer NOT NULL,
+    job text NOT NULL,
+    state text NOT NULL,
+    offered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    worker text,
+    device text,
+    restored boolean NOT NULL DEFAULT false,
+    token bigint UNIQUE,
+    lease_until timestamptz,
+    outcome text,
+    PRIMARY KEY (experiment, trial, attempt)
+);
+CREATE INDEX tune_attempts_offered ON tune_attempts (offered_at) WHERE state = 'offered';
+CREATE INDEX tune_attempts_running ON tune_attempts (experiment) WHERE state = 'running';
+CREATE TABLE tune_reports (
+    id bigserial PRIMARY KEY,
+    experiment bigint NOT NULL,
+    trial bigint NOT NULL,
+    attempt integer NOT NULL,
+    token bigint NOT NULL,
+    step bigint,
+    metrics text NOT NULL,
+    heard text
+);
+CREATE INDEX tune_reports_undecided ON tune_reports (experiment, id) WHERE heard IS NULL;
+"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment
@@ -172,7 +213,7 @@ impl PgStore {
 }
 
 /// This process as `tune status` and refusals name it: `host:pid`.
-fn this_process() -> String {
+pub(crate) fn this_process() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());
@@ -190,14 +231,14 @@ pub fn location(url: &str, name: &str) -> PathBuf {
 }
 
 /// A connection with the schema up to date.
-fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
+pub(crate) fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
     let mut client = Client::connect(url, NoTls).map_err(|e| db_error(location, e))?;
     migrate(&mut client, location)?;
     Ok(client)
 }
 
 /// The id of experiment `name`, if it was created; [`StoreError::NoMeta`] if not.
-fn existing(
+pub(crate) fn existing(
     client: &mut Client,
     name: &str,
     location: &std::path::Path,
@@ -262,7 +303,7 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-fn db_error(location: &std::path::Path, e: postgres::Error) -> StoreError {
+pub(crate) fn db_error(location: &std::path::Path, e: postgres::Error) -> StoreError {
     StoreError::Database {
         path: location.to_path_buf(),
         source: Box::new(Described(e)),
@@ -298,7 +339,7 @@ impl std::error::Error for Described {
 }
 
 /// A count or id as PostgreSQL's bigint.
-fn bigint(n: u64) -> i64 {
+pub(crate) fn bigint(n: u64) -> i64 {
     // Ids and result positions are dense counts: they never come near 2^63.
     i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -1,0 +1,509 @@
+//! The coordinator's side of remote workers: a thread that turns the coordinator's launches
+//! into offers, and the database's claims, reports, ends and lost leases into the messages a
+//! local worker would send (see the module above for the tables).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use postgres::{Client, NoTls};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, watch};
+use tune_search::TrialId;
+
+use super::{coordinator_channel, metrics_from_text, Offer, OFFERS_CHANNEL, POLL};
+use crate::error::TuneError;
+use crate::objective::{Heard, Outcome, WorkerMsg};
+use crate::store::pg_store::{bigint, connect, db_error, existing};
+
+/// An attempt that was running remotely when this coordinator started, taken over as it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Adopted {
+    pub id: TrialId,
+    pub attempt: u32,
+}
+
+enum Event {
+    /// An attempt to offer, with its offer as stored.
+    Offer(TrialId, u32, String),
+    Heard {
+        report: i64,
+        heard: Heard,
+    },
+    /// Something in the database changed (a notification).
+    Wake,
+    /// The sweep is shutting down: offers not claimed are withdrawn.
+    Shutdown,
+    /// The sweep ended: `true` when it is complete (workers serving it may exit).
+    Ended(bool),
+}
+
+/// The coordinator's handle on its bridge thread; dropping it stops the thread.
+pub(crate) struct Bridge {
+    events: std_mpsc::Sender<Event>,
+    /// How many attempts live workers can run now (their slots).
+    pub capacity: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Bridge {
+    /// Starts the bridge for experiment `name` at `url`. `running` are the trials stored as
+    /// running, with their attempt: those still offered or running remotely are adopted
+    /// (returned); other attempts left offered or running are cancelled, so that their
+    /// workers stop.
+    pub(crate) fn start(
+        url: &str,
+        name: &str,
+        running: &[(TrialId, u32)],
+        tx: mpsc::UnboundedSender<WorkerMsg>,
+        shutdown: watch::Receiver<bool>,
+        rt: &Handle,
+    ) -> Result<(Bridge, Vec<Adopted>), TuneError> {
+        let location = crate::store::postgres_location(url, name);
+        let mut client = connect(url, &location)?;
+        let experiment = existing(&mut client, name, &location)?;
+        let err = |e| TuneError::Store(db_error(&location, e));
+        let mut db = client.transaction().map_err(err)?;
+        db.execute(
+            "UPDATE tune_experiments SET finished = false WHERE id = $1",
+            &[&experiment],
+        )
+        .map_err(err)?;
+        let ids: Vec<i64> = running.iter().map(|&(id, _)| bigint(id)).collect();
+        let attempts: Vec<i32> = running.iter().map(|&(_, a)| a as i32).collect();
+        let adopted: Vec<Adopted> = db
+            .query(
+                "SELECT a.trial, a.attempt FROM tune_attempts a
+                 JOIN unnest($2::bigint[], $3::int[]) AS r (trial, attempt)
+                   ON a.trial = r.trial AND a.attempt = r.attempt
+                 WHERE a.experiment = $1 AND a.state IN ('offered', 'running', 'ended', 'lost')",
+                &[&experiment, &ids, &attempts],
+            )
+            .map_err(err)?
+            .iter()
+            .map(|row| Adopted {
+                id: row.get::<_, i64>(0) as TrialId,
+                attempt: row.get::<_, i32>(1) as u32,
+            })
+            .collect();
+        let kept_ids: Vec<i64> = adopted.iter().map(|a| bigint(a.id)).collect();
+        let kept_attempts: Vec<i32> = adopted.iter().map(|a| a.attempt as i32).collect();
+        db.execute(
+            "UPDATE tune_attempts a SET state = 'cancelled'
+             WHERE a.experiment = $1 AND a.state IN ('offered', 'running')
+               AND NOT EXISTS (SELECT 1 FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                               WHERE k.trial = a.trial AND k.attempt = a.attempt)",
+            &[&experiment, &kept_ids, &kept_attempts],
+        )
+        .map_err(err)?;
+        db.commit().map_err(err)?;
+
+        let (events, inbox) = std_mpsc::channel();
+        let capacity = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let listener = {
+            let (url, events, stop) = (url.to_string(), events.clone(), stop.clone());
+            let channel = coordinator_channel(experiment);
+            std::thread::spawn(move || {
+                listen(
+                    &url,
+                    &[&channel],
+                    None,
+                    || events.send(Event::Wake).is_ok(),
+                    &stop,
+                )
+            })
+        };
+        {
+            let events = events.clone();
+            let mut shutdown = shutdown;
+            rt.spawn(async move {
+                if shutdown.wait_for(|s| *s).await.is_ok() {
+                    let _ = events.send(Event::Shutdown);
+                }
+            });
+        }
+        let mut state = State {
+            client,
+            url: url.to_string(),
+            stop: stop.clone(),
+            experiment,
+            tracked: adopted
+                .iter()
+                .map(|a| ((a.id, a.attempt), Tracked { claimed: false }))
+                .collect(),
+            offers: Vec::new(),
+            heard: Vec::new(),
+            delivered: HashSet::new(),
+            tx,
+            rt: rt.clone(),
+            events: events.clone(),
+            capacity: capacity.clone(),
+            shutting_down: false,
+            ended: None,
+        };
+        let worker = std::thread::spawn(move || state.run(inbox));
+        Ok((
+            Bridge {
+                events,
+                capacity,
+                stop,
+                threads: vec![worker, listener],
+            },
+            adopted,
+        ))
+    }
+
+    /// Offers `job` to remote workers.
+    pub(crate) fn offer(&self, id: TrialId, attempt: u32, offer: &Offer) {
+        // An offer is params and numbers: JSON always encodes it.
+        let text = serde_json::to_string(offer).unwrap_or_default();
+        let _ = self.events.send(Event::Offer(id, attempt, text));
+    }
+
+    /// Tells workers the sweep ended (`complete`: nothing is left to run) and stops the bridge.
+    pub(crate) fn end(mut self, complete: bool) {
+        let _ = self.events.send(Event::Ended(complete));
+        let mut threads = std::mem::take(&mut self.threads).into_iter();
+        // The bridge writes the end, then the listener is stopped.
+        if let Some(bridge) = threads.next() {
+            let _ = bridge.join();
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        threads.for_each(|t| {
+            let _ = t.join();
+        });
+    }
+}
+
+/// Forwards notifications on `channels` as calls of `wake` until `stop` is set or `wake`
+/// returns `false`. A worker's listener passes `decisions` to hear only of its own reports.
+pub(super) fn listen(
+    url: &str,
+    channels: &[&str],
+    decisions: Option<Arc<Mutex<HashSet<i64>>>>,
+    wake: impl Fn() -> bool,
+    stop: &AtomicBool,
+) {
+    let mut client = None::<Client>;
+    while !stop.load(Ordering::SeqCst) {
+        let c = match &mut client {
+            Some(c) => c,
+            None => {
+                let listens: String = channels.iter().map(|ch| format!("LISTEN {ch};")).collect();
+                let connected = Client::connect(url, NoTls)
+                    .and_then(|mut c| c.batch_execute(&listens).map(|()| c));
+                match connected {
+                    Ok(c) => client.insert(c),
+                    Err(_) => {
+                        std::thread::sleep(POLL);
+                        continue;
+                    }
+                }
+            }
+        };
+        let mut woke = false;
+        let mut lost = false;
+        {
+            let mut notes = c.notifications();
+            let mut iter = notes.timeout_iter(POLL);
+            loop {
+                match postgres::fallible_iterator::FallibleIterator::next(&mut iter) {
+                    Ok(Some(n)) => {
+                        let mine = match (&decisions, n.channel()) {
+                            (Some(pending), super::DECISIONS_CHANNEL) => n
+                                .payload()
+                                .parse::<i64>()
+                                .is_ok_and(|id| pending.lock().unwrap().contains(&id)),
+                            _ => true,
+                        };
+                        if mine {
+                            woke = true;
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        lost = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if lost || c.is_closed() {
+            client = None;
+        }
+        if woke && !wake() {
+            return;
+        }
+    }
+}
+
+struct Tracked {
+    /// A worker claimed it (the coordinator was told).
+    claimed: bool,
+}
+
+struct State {
+    client: Client,
+    url: String,
+    stop: Arc<AtomicBool>,
+    experiment: i64,
+    /// The attempts this coordinator waits on: offered or running remotely.
+    tracked: HashMap<(TrialId, u32), Tracked>,
+    /// Offers not yet written.
+    offers: Vec<(TrialId, u32, String)>,
+    /// Decisions not yet written.
+    heard: Vec<(i64, Heard)>,
+    /// Reports handed to the coordinator and not yet decided.
+    delivered: HashSet<i64>,
+    tx: mpsc::UnboundedSender<WorkerMsg>,
+    rt: Handle,
+    events: std_mpsc::Sender<Event>,
+    capacity: Arc<AtomicUsize>,
+    shutting_down: bool,
+    ended: Option<bool>,
+}
+
+impl State {
+    fn run(&mut self, inbox: std_mpsc::Receiver<Event>) {
+        while !self.stop.load(Ordering::SeqCst) {
+            let first = match inbox.recv_timeout(POLL) {
+                Ok(e) => Some(e),
+                Err(std_mpsc::RecvTimeoutError::Timeout) => None,
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            for event in first.into_iter().chain(inbox.try_iter()) {
+                self.take(event);
+            }
+            // An unreachable database: the coordinator's own store says so and ends the sweep;
+            // until then keep trying, losing nothing buffered.
+            if self.round().is_err() && self.client.is_closed() {
+                if let Ok(c) = Client::connect(&self.url, NoTls) {
+                    self.client = c;
+                }
+            }
+            if self.ended.is_some() {
+                return;
+            }
+        }
+    }
+
+    fn take(&mut self, event: Event) {
+        match event {
+            Event::Offer(id, attempt, text) => {
+                self.tracked.insert((id, attempt), Tracked { claimed: false });
+                self.offers.push((id, attempt, text));
+            }
+            Event::Heard { report, heard } => self.heard.push((report, heard)),
+            Event::Wake => {}
+            Event::Shutdown => self.shutting_down = true,
+            Event::Ended(complete) => self.ended = Some(complete),
+        }
+    }
+
+    /// One look at the database: writes what is buffered, reads what workers did.
+    fn round(&mut self) -> Result<(), postgres::Error> {
+        let e = self.experiment;
+        if let Some(complete) = self.ended {
+            self.client.execute(
+                "UPDATE tune_experiments SET finished = $2 WHERE id = $1",
+                &[&e, &complete],
+            )?;
+            self.client
+                .execute("SELECT pg_notify($1, '')", &[&OFFERS_CHANNEL])?;
+            return Ok(());
+        }
+        if !self.offers.is_empty() {
+            let ids: Vec<i64> = self.offers.iter().map(|o| bigint(o.0)).collect();
+            let attempts: Vec<i32> = self.offers.iter().map(|o| o.1 as i32).collect();
+            let jobs: Vec<&str> = self.offers.iter().map(|o| o.2.as_str()).collect();
+            let mut db = self.client.transaction()?;
+            db.execute(
+                "INSERT INTO tune_attempts (experiment, trial, attempt, job, state)
+                 SELECT $1, * , 'offered' FROM unnest($2::bigint[], $3::int[], $4::text[])
+                 ON CONFLICT (experiment, trial, attempt) DO UPDATE
+                 SET job = excluded.job, state = 'offered', worker = NULL, token = NULL,
+                     lease_until = NULL, outcome = NULL, offered_at = clock_timestamp()",
+                &[&e, &ids, &attempts, &jobs],
+            )?;
+            db.execute("SELECT pg_notify($1, '')", &[&OFFERS_CHANNEL])?;
+            db.commit()?;
+            self.offers.clear();
+        }
+        if !self.heard.is_empty() {
+            let ids: Vec<i64> = self.heard.iter().map(|h| h.0).collect();
+            let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
+            let mut db = self.client.transaction()?;
+            db.execute(
+                "UPDATE tune_reports r SET heard = d.heard
+                 FROM unnest($1::bigint[], $2::text[]) AS d (id, heard) WHERE r.id = d.id",
+                &[&ids, &heard],
+            )?;
+            for id in &ids {
+                db.execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[&super::DECISIONS_CHANNEL, &id.to_string()],
+                )?;
+            }
+            db.commit()?;
+            for id in &ids {
+                self.delivered.remove(id);
+            }
+            self.heard.clear();
+        }
+        if self.shutting_down {
+            // Offers nobody claimed are withdrawn (resume offers them again); attempts running
+            // remotely go on, for the next coordinator to adopt.
+            let (ids, attempts) = self.tracked_keys(|t| !t.claimed);
+            self.client.execute(
+                "UPDATE tune_attempts a SET state = 'cancelled'
+                 FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                 WHERE a.experiment = $1 AND a.trial = k.trial AND a.attempt = k.attempt
+                   AND a.state = 'offered'",
+                &[&e, &ids, &attempts],
+            )?;
+            for ((id, attempt), _) in self.tracked.drain() {
+                let _ = self.tx.send(WorkerMsg::Finished {
+                    id,
+                    attempt,
+                    outcome: Outcome::Interrupted,
+                });
+            }
+            return Ok(());
+        }
+        // Leases that ran out, by the database's clock.
+        for row in self.client.query(
+            "UPDATE tune_attempts SET state = 'lost'
+             WHERE experiment = $1 AND state = 'running' AND lease_until < now()
+             RETURNING trial, attempt, worker,
+                       extract(epoch FROM now() - lease_until)::float8",
+            &[&e],
+        )? {
+            let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);
+            let worker: Option<String> = row.get(2);
+            if self.tracked.remove(&key).is_some() {
+                let _ = self.tx.send(WorkerMsg::Finished {
+                    id: key.0,
+                    attempt: key.1,
+                    outcome: Outcome::Failed(format!(
+                        "worker {} stopped renewing its lease (lost with its trial)",
+                        worker.unwrap_or_else(|| "?".into())
+                    )),
+                });
+            }
+        }
+        // Claims.
+        let (ids, attempts) = self.tracked_keys(|t| !t.claimed);
+        if !ids.is_empty() {
+            for row in self.client.query(
+                "SELECT a.trial, a.attempt, a.worker, a.device, a.restored FROM tune_attempts a
+                 JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                   ON a.trial = k.trial AND a.attempt = k.attempt
+                 WHERE a.experiment = $1 AND a.state <> 'offered' AND a.worker IS NOT NULL",
+                &[&e, &ids, &attempts],
+            )? {
+                let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);
+                if let Some(t) = self.tracked.get_mut(&key) {
+                    t.claimed = true;
+                    let worker: String = row.get(2);
+                    let device: Option<String> = row.get(3);
+                    let _ = self.tx.send(WorkerMsg::Claimed {
+                        id: key.0,
+                        attempt: key.1,
+                        worker: match device {
+                            Some(d) => format!("{worker}/{d}"),
+                            None => worker,
+                        },
+                        restored: row.get(4),
+                    });
+                }
+            }
+        }
+        // Reports waiting for a decision.
+        for row in self.client.query(
+            "SELECT id, trial, attempt, step, metrics FROM tune_reports
+             WHERE experiment = $1 AND heard IS NULL ORDER BY id",
+            &[&e],
+        )? {
+            let report: i64 = row.get(0);
+            if !self.delivered.insert(report) {
+                continue;
+            }
+            let (ack, answer) = oneshot::channel();
+            let events = self.events.clone();
+            self.rt.spawn(async move {
+                // A coordinator that ends without deciding leaves the report for the next.
+                if let Ok(heard) = answer.await {
+                    let _ = events.send(Event::Heard { report, heard });
+                }
+            });
+            let metrics: &str = row.get(4);
+            let _ = self.tx.send(WorkerMsg::Report {
+                id: row.get::<_, i64>(1) as TrialId,
+                attempt: row.get::<_, i32>(2) as u32,
+                step: row.get::<_, Option<i64>>(3).map(|s| s as u64),
+                metrics: metrics_from_text(metrics),
+                ack,
+            });
+        }
+        // Attempts that ended.
+        let (ids, attempts) = self.tracked_keys(|_| true);
+        if !ids.is_empty() {
+            for row in self.client.query(
+                "SELECT a.trial, a.attempt, a.outcome FROM tune_attempts a
+                 JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                   ON a.trial = k.trial AND a.attempt = k.attempt
+                 WHERE a.experiment = $1 AND a.state IN ('ended', 'lost')",
+                &[&e, &ids, &attempts],
+            )? {
+                let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);
+                if self.tracked.remove(&key).is_some() {
+                    let outcome: Option<String> = row.get(2);
+                    let outcome = match outcome {
+                        Some(text) => Outcome::from_text(&text),
+                        None => Outcome::Failed("its worker lost its lease".into()),
+                    };
+                    let _ = self.tx.send(WorkerMsg::Finished {
+                        id: key.0,
+                        attempt: key.1,
+                        outcome,
+                    });
+                }
+            }
+        }
+        // Room on live workers.
+        let slots: i64 = self
+            .client
+            .query_one(
+                "SELECT coalesce(sum(slots), 0)::bigint FROM tune_workers
+                 WHERE (experiment IS NULL OR experiment = $1)
+                   AND heartbeat_at > now() - make_interval(secs => lease_s)",
+                &[&e],
+            )?
+            .get(0);
+        let slots = slots.max(0) as usize;
+        if self.capacity.swap(slots, Ordering::SeqCst) != slots {
+            let _ = self.tx.send(WorkerMsg::Wake);
+        }
+        Ok(())
+    }
+
+    /// The tracked attempts `keep` selects, as arrays for `unnest`.
+    fn tracked_keys(&self, keep: impl Fn(&Tracked) -> bool) -> (Vec<i64>, Vec<i32>) {
+        self.tracked
+            .iter()
+            .filter(|(_, t)| keep(t))
+            .map(|(&(id, attempt), _)| (bigint(id), attempt as i32))
+            .unzip()
+    }
+}

@@ -1,0 +1,716 @@
+//! [`Worker`]: a process that runs trials of experiments in a PostgreSQL database, for
+//! coordinators anywhere (`tune worker URL`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+use tokio::sync::{mpsc, oneshot, watch};
+use tune_search::TrialId;
+
+use super::bridge::listen;
+use super::{
+    coordinator_channel, metrics_to_text, Offer, DECISIONS_CHANNEL, DEFAULT_LEASE, OFFERS_CHANNEL,
+    POLL,
+};
+use crate::error::TuneError;
+use crate::objective::{BoxError, Heard, Job, Objective, Outcome, TrialContext, WorkerMsg};
+use crate::observer::StopHandle;
+use crate::pool::{Pool, Slot};
+use crate::spec::{ExperimentSpec, Gpus, Resources};
+use crate::store::pg_store::{bigint, connect, db_error, existing, this_process};
+use crate::store::{Meta, StoreError};
+
+/// A worker: claims trials that coordinators offer in a PostgreSQL database and runs them,
+/// streaming each report into the database and waiting for the coordinator's decision, as a
+/// local slot does.
+///
+/// ```no_run
+/// use tune::remote::Worker;
+/// // Runs trials of "mnist-lr" on 4 slots of this machine until that sweep is finished.
+/// let ran = Worker::new("postgres://tune@db.example/tune")
+///     .experiment("mnist-lr")
+///     .slots(4)
+///     .run(|ctx| {
+///         let lr = ctx.params().f64("lr")?;
+///         ctx.report(1, [("loss", (lr - 0.01).abs())])?;
+///         Ok(())
+///     })?;
+/// println!("ran {} attempts", ran.attempts);
+/// # Ok::<(), tune::TuneError>(())
+/// ```
+pub struct Worker {
+    url: String,
+    experiment: Option<String>,
+    resources: Resources,
+    dir: PathBuf,
+    lease: Duration,
+    grace: Duration,
+    stop: StopHandle,
+    handle_signals: bool,
+}
+
+/// What a worker did, when it ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// Attempts it claimed and ran.
+    pub attempts: u64,
+    /// Attempts it lost: its lease ran out (or the coordinator cancelled them), so its later
+    /// writes were refused and the trial was stopped here.
+    pub lost: u64,
+}
+
+impl Worker {
+    /// A worker for the database at `url`, serving every experiment there, with one slot per
+    /// core, its trial folders under `runs/<experiment>`.
+    pub fn new(url: impl Into<String>) -> Worker {
+        Worker {
+            url: url.into(),
+            experiment: None,
+            resources: Resources::default(),
+            dir: PathBuf::from("runs"),
+            lease: DEFAULT_LEASE,
+            grace: Duration::from_secs(5),
+            stop: StopHandle::new(),
+            handle_signals: false,
+        }
+    }
+
+    /// Serves only experiment `name` (it must exist), and ends once its sweep is finished.
+    pub fn experiment(mut self, name: impl Into<String>) -> Self {
+        self.experiment = Some(name.into());
+        self
+    }
+
+    /// Trials run at once on CPU (without GPUs).
+    pub fn slots(mut self, slots: usize) -> Self {
+        self.resources.cpu_slots = slots;
+        self
+    }
+
+    /// Which GPUs to use (the `cuda` build), and how many trials share each.
+    pub fn gpus(mut self, gpus: Gpus, trials_per_gpu: u32) -> Self {
+        self.resources.gpus = gpus;
+        self.resources.trials_per_gpu = trials_per_gpu;
+        self
+    }
+
+    /// Where trial folders go: `<dir>/<experiment>/trial_N` (default `runs`).
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = dir.into();
+        self
+    }
+
+    /// How long a claimed trial is this worker's without a heartbeat (default 15 s). A worker
+    /// cut off from the database for longer stops its trials: they are run again elsewhere.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// A handle that ends the worker: running trials are interrupted and handed back.
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Stop cleanly on Ctrl-C, SIGTERM or SIGHUP (the command line's behaviour).
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.handle_signals = on;
+        self
+    }
+
+    /// Runs `objective` for every trial claimed, until stopped (or, with
+    /// [`Worker::experiment`], until that sweep is finished).
+    pub fn run<F>(self, objective: F) -> Result<WorkerSummary, TuneError>
+    where
+        F: Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync + 'static,
+    {
+        let f: Arc<crate::objective::ObjectiveFn> = Arc::new(objective);
+        self.serve(Box::new(move |_, _| Ok(Objective::Closure(f.clone()))))
+    }
+
+    /// Runs each experiment's own `[objective]` (its command, or its built-in trainable).
+    pub fn run_spec(self) -> Result<WorkerSummary, TuneError> {
+        let (grace, slots) = (self.grace, self.resources.cpu_slots);
+        self.serve(Box::new(move |spec, dir| {
+            crate::tuner::spec_objective(spec, dir, grace, slots)
+        }))
+    }
+
+    fn serve(self, objective_of: Box<ObjectiveOf>) -> Result<WorkerSummary, TuneError> {
+        if self.lease < Duration::from_millis(200) {
+            return Err(TuneError::Invalid(format!(
+                "the worker's lease must be at least 0.2 s; found {} s",
+                self.lease.as_secs_f64()
+            )));
+        }
+        let location = PathBuf::from(crate::store::redact_url(&self.url));
+        let mut client = connect(&self.url, &location)?;
+        let only = match &self.experiment {
+            Some(name) => Some(existing(&mut client, name, &location).map_err(|e| match e {
+                StoreError::NoMeta => TuneError::Invalid(format!(
+                    "{} holds no experiment named {name:?}: start its sweep with `tune run \
+                     SPEC --store URL` (the spec's `name`), then its workers",
+                    location.display()
+                )),
+                e => TuneError::Store(e),
+            })?),
+            None => None,
+        };
+        let (pool, note) = Pool::new(
+            &self.resources,
+            tune_trials::gpu::discover(),
+            Box::new(tune_trials::gpu::free_bytes),
+        )?;
+        if let Some(note) = note {
+            eprintln!("tune worker: {note}");
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| TuneError::io("starting the runtime", e))?;
+        if self.handle_signals {
+            rt.spawn(crate::tuner::stop_on_signals(self.stop.clone(), self.grace));
+        }
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel::<()>();
+        let listening = Arc::new(Mutex::new(HashSet::new()));
+        let stop_listener = Arc::new(AtomicBool::new(false));
+        let listener = {
+            let (url, filter, stop) = (self.url.clone(), listening.clone(), stop_listener.clone());
+            std::thread::spawn(move || {
+                listen(
+                    &url,
+                    &[OFFERS_CHANNEL, DECISIONS_CHANNEL],
+                    Some(filter),
+                    || wake_tx.send(()).is_ok(),
+                    &stop,
+                )
+            })
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut state = WorkerState {
+            me: this_process(),
+            settings: &self,
+            location,
+            client,
+            only,
+            pool,
+            objective_of,
+            experiments: HashMap::new(),
+            running: HashMap::new(),
+            pending: HashMap::new(),
+            listening,
+            tx,
+            summary: WorkerSummary::default(),
+            last_heartbeat: None,
+            heartbeat_ok: Instant::now(),
+        };
+        let result = state.serve(&rt, rx, wake_rx);
+        let _ = state
+            .client
+            .execute("DELETE FROM tune_workers WHERE id = $1", &[&state.me]);
+        stop_listener.store(true, Ordering::SeqCst);
+        let _ = listener.join();
+        rt.shutdown_timeout(Duration::from_secs(5));
+        result
+    }
+}
+
+/// How a worker gets the objective of an experiment, from its spec and trial folder.
+type ObjectiveOf = dyn Fn(&ExperimentSpec, &Path) -> Result<Objective, TuneError> + Send;
+
+/// An attempt, as the worker knows it: (experiment id, trial, attempt).
+type Key = (i64, TrialId, u32);
+
+/// An experiment this worker ran trials of.
+struct Served {
+    name: String,
+    dir: PathBuf,
+    /// Why its trials cannot run here (its spec has no objective a worker can run).
+    objective: Result<Objective, String>,
+}
+
+struct Running {
+    token: i64,
+    slot: Slot,
+    shutdown: watch::Sender<bool>,
+    /// Step-less reports are numbered after `base` (the trial's last stored step when this
+    /// run goes on from a checkpoint).
+    base: u64,
+    reports: u64,
+    /// Its lease is gone: nothing more it writes is sent.
+    lost: bool,
+}
+
+struct WorkerState<'a> {
+    me: String,
+    settings: &'a Worker,
+    location: PathBuf,
+    client: Client,
+    only: Option<i64>,
+    pool: Pool,
+    objective_of: Box<ObjectiveOf>,
+    experiments: HashMap<i64, Served>,
+    running: HashMap<Key, Running>,
+    /// Reports sent and waiting for the decision: report id -> (attempt, answer).
+    pending: HashMap<i64, (Key, oneshot::Sender<Heard>)>,
+    /// The pending report ids, shared with the listener (it wakes us for these only).
+    listening: Arc<Mutex<HashSet<i64>>>,
+    tx: mpsc::UnboundedSender<(Key, WorkerMsg)>,
+    summary: WorkerSummary,
+    last_heartbeat: Option<Instant>,
+    /// When the database last renewed our leases.
+    heartbeat_ok: Instant,
+}
+
+impl WorkerState<'_> {
+    fn err(&self, e: postgres::Error) -> TuneError {
+        TuneError::Store(db_error(&self.location, e))
+    }
+
+    fn serve(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        mut rx: mpsc::UnboundedReceiver<(Key, WorkerMsg)>,
+        mut wake: mpsc::UnboundedReceiver<()>,
+    ) -> Result<WorkerSummary, TuneError> {
+        let slots = self.pool.slots().len() as i32;
+        let lease = self.settings.lease.as_secs_f64();
+        self.client
+            .execute(
+                "INSERT INTO tune_workers (id, experiment, slots, lease_s) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id) DO UPDATE SET experiment = $2, slots = $3, lease_s = $4,
+                     started_at = now(), heartbeat_at = now()",
+                &[&self.me, &self.only, &slots, &lease],
+            )
+            .map_err(|e| self.err(e))?;
+        let mut stop = self.settings.stop.0.subscribe();
+        loop {
+            let stopping = *stop.borrow();
+            if stopping {
+                for r in self.running.values() {
+                    r.shutdown.send_replace(true);
+                }
+            }
+            if self.heartbeat_due() {
+                self.heartbeat();
+            }
+            if !stopping {
+                match self.claim(rt) {
+                    Ok(()) => {}
+                    Err(e) if self.client.is_closed() => self.reconnect(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            if self.running.is_empty() {
+                if stopping {
+                    break;
+                }
+                if let Some(e) = self.only {
+                    let finished: bool = self
+                        .client
+                        .query_one("SELECT finished FROM tune_experiments WHERE id = $1", &[&e])
+                        .map(|r| r.get(0))
+                        .unwrap_or(false);
+                    if finished {
+                        break;
+                    }
+                }
+            }
+            let tick = self.settings.lease / 4;
+            let msg = rt.block_on(async {
+                tokio::select! {
+                    m = rx.recv() => m,
+                    _ = wake.recv() => None,
+                    _ = stop.changed(), if !stopping => None,
+                    _ = tokio::time::sleep(tick.min(POLL)) => None,
+                }
+            });
+            let mut msgs: Vec<(Key, WorkerMsg)> = msg.into_iter().collect();
+            while let Ok(m) = rx.try_recv() {
+                msgs.push(m);
+            }
+            for (key, msg) in msgs {
+                if let Err(e) = self.handle(key, msg) {
+                    self.reconnect(e);
+                }
+            }
+            if let Err(e) = self.take_decisions() {
+                self.reconnect(e);
+            }
+        }
+        Ok(self.summary.clone())
+    }
+
+    /// After a database error: try a new connection (the next round retries what failed).
+    fn reconnect(&mut self, e: TuneError) {
+        if self.client.is_closed() {
+            if let Ok(c) = Client::connect(&self.settings.url, NoTls) {
+                self.client = c;
+                return;
+            }
+        }
+        let _ = e;
+        std::thread::sleep(POLL);
+    }
+
+    fn heartbeat_due(&self) -> bool {
+        self.last_heartbeat
+            .is_none_or(|t| t.elapsed() >= self.settings.lease / 4)
+    }
+
+    /// Renews the leases of running attempts; those the database no longer grants (expired,
+    /// cancelled) are stopped here. Cut off from the database for longer than the lease, the
+    /// worker stops them all: the coordinator has given them to others by now.
+    fn heartbeat(&mut self) {
+        self.last_heartbeat = Some(Instant::now());
+        let tokens: Vec<i64> = self.running.values().map(|r| r.token).collect();
+        let lease = self.settings.lease.as_secs_f64();
+        let renewed = self
+            .client
+            .execute(
+                "UPDATE tune_workers SET heartbeat_at = now() WHERE id = $1",
+                &[&self.me],
+            )
+            .and_then(|_| {
+                self.client.query(
+                    "UPDATE tune_attempts SET lease_until = now() + make_interval(secs => $2)
+                     WHERE token = ANY($1) AND state = 'running' RETURNING token",
+                    &[&tokens, &lease],
+                )
+            });
+        match renewed {
+            Ok(rows) => {
+                self.heartbeat_ok = Instant::now();
+                let kept: HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+                let gone: Vec<Key> = self
+                    .running
+                    .iter()
+                    .filter(|(_, r)| !r.lost && !kept.contains(&r.token))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for key in gone {
+                    self.lose(key, "its lease was taken back");
+                }
+            }
+            Err(_) => {
+                if self.heartbeat_ok.elapsed() > self.settings.lease {
+                    let all: Vec<Key> = self
+                        .running
+                        .iter()
+                        .filter(|(_, r)| !r.lost)
+                        .map(|(k, _)| *k)
+                        .collect();
+                    for key in all {
+                        self.lose(
+                            key,
+                            "this worker lost the database for longer than its lease",
+                        );
+                    }
+                }
+                if self.client.is_closed() {
+                    if let Ok(c) = Client::connect(&self.settings.url, NoTls) {
+                        self.client = c;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops attempt `key` here: the coordinator no longer counts on it.
+    fn lose(&mut self, key: Key, why: &str) {
+        let Some(r) = self.running.get_mut(&key) else {
+            return;
+        };
+        if r.lost {
+            return;
+        }
+        r.lost = true;
+        r.shutdown.send_replace(true);
+        self.summary.lost += 1;
+        let name = self
+            .experiments
+            .get(&key.0)
+            .map_or("?", |s| s.name.as_str());
+        eprintln!(
+            "tune worker: stopping trial {} (attempt {}) of {name:?}: {why}; it runs again elsewhere",
+            key.1, key.2
+        );
+        let answered: Vec<i64> = self
+            .pending
+            .iter()
+            .filter(|(_, (k, _))| *k == key)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in answered {
+            if let Some((_, ack)) = self.pending.remove(&id) {
+                let _ = ack.send(Heard::Stop);
+            }
+            self.listening.lock().unwrap().remove(&id);
+        }
+    }
+
+    /// Claims offered attempts for the free slots and starts them.
+    fn claim(&mut self, rt: &tokio::runtime::Runtime) -> Result<(), TuneError> {
+        let mut slots = Vec::new();
+        while let Some(slot) = self.pool.claim() {
+            slots.push(slot);
+        }
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let lease = self.settings.lease.as_secs_f64();
+        let mut db = self
+            .client
+            .transaction()
+            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+        let claimed = db
+            .query(
+                "WITH c AS (
+                    SELECT experiment, trial, attempt FROM tune_attempts
+                    WHERE state = 'offered' AND ($1::bigint IS NULL OR experiment = $1)
+                    ORDER BY offered_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                 UPDATE tune_attempts a SET state = 'running', worker = $3,
+                     token = nextval('tune_tokens'),
+                     lease_until = now() + make_interval(secs => $4)
+                 FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
+                     AND a.attempt = c.attempt
+                 RETURNING a.experiment, a.trial, a.attempt, a.token, a.job",
+                &[&self.only, &(slots.len() as i64), &self.me, &lease],
+            )
+            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+        let mut jobs = Vec::new();
+        for (row, slot) in claimed.iter().zip(slots.iter()) {
+            let experiment: i64 = row.get(0);
+            let key: Key = (
+                experiment,
+                row.get::<_, i64>(1) as TrialId,
+                row.get::<_, i32>(2) as u32,
+            );
+            let token: i64 = row.get(3);
+            let job: &str = row.get(4);
+            if !self.experiments.contains_key(&experiment) {
+                let served =
+                    serve_experiment(&mut db, experiment, self.settings, &*self.objective_of)
+                        .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+                self.experiments.insert(experiment, served);
+            }
+            let served = &self.experiments[&experiment];
+            let offer: Result<Offer, _> = serde_json::from_str(job);
+            let trial_dir = crate::experiment::trial_dir(&served.dir, key.1);
+            let restored = offer.as_ref().is_ok_and(|o| {
+                o.last_step.is_some()
+                    && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
+            });
+            db.execute(
+                "UPDATE tune_attempts SET device = $2, restored = $3 WHERE token = $1",
+                &[&token, &slot.to_string(), &restored],
+            )
+            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+            db.execute(
+                "SELECT pg_notify($1, '')",
+                &[&coordinator_channel(experiment)],
+            )
+            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+            jobs.push((key, token, *slot, offer, trial_dir, restored));
+        }
+        db.commit()
+            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+        for slot in slots.iter().skip(jobs.len()) {
+            self.pool.release(*slot);
+        }
+        for (key, token, slot, offer, trial_dir, restored) in jobs {
+            self.summary.attempts += 1;
+            let (shutdown, shutdown_rx) = watch::channel(false);
+            let (job_tx, mut job_rx) = mpsc::unbounded_channel();
+            let tx = self.tx.clone();
+            rt.spawn(async move {
+                while let Some(m) = job_rx.recv().await {
+                    if tx.send((key, m)).is_err() {
+                        return;
+                    }
+                }
+            });
+            let base = match &offer {
+                Ok(o) if restored || o.exploited => o.last_step.unwrap_or(0),
+                _ => 0,
+            };
+            self.running.insert(
+                key,
+                Running {
+                    token,
+                    slot,
+                    shutdown,
+                    base,
+                    reports: 0,
+                    lost: false,
+                },
+            );
+            let objective = match (&self.experiments[&key.0].objective, offer) {
+                (Ok(objective), Ok(offer)) => {
+                    let job = Job {
+                        id: key.1,
+                        attempt: key.2,
+                        params: offer.params,
+                        device: slot.to_string(),
+                        restore_dir: Some(trial_dir.clone()).filter(|_| restored),
+                        trial_dir,
+                        timeout: offer.timeout_s.map(Duration::from_secs_f64),
+                        tx: job_tx.clone(),
+                        shutdown: shutdown_rx,
+                    };
+                    Ok((objective.clone(), job))
+                }
+                (Err(why), _) => Err(why.clone()),
+                (_, Err(e)) => Err(format!("its offer is unreadable: {e}")),
+            };
+            match objective {
+                Ok((objective, job)) => {
+                    let _guard = rt.enter();
+                    objective.launch(job);
+                }
+                Err(why) => {
+                    let _ = job_tx.send(WorkerMsg::Finished {
+                        id: key.1,
+                        attempt: key.2,
+                        outcome: Outcome::Failed(format!("worker {}: {why}", self.me)),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, key: Key, msg: WorkerMsg) -> Result<(), TuneError> {
+        match msg {
+            WorkerMsg::Report {
+                step, metrics, ack, ..
+            } => {
+                let Some(r) = self.running.get_mut(&key) else {
+                    let _ = ack.send(Heard::Stop);
+                    return Ok(());
+                };
+                if r.lost {
+                    let _ = ack.send(Heard::Stop);
+                    return Ok(());
+                }
+                r.reports += 1;
+                let step = step.unwrap_or(r.base + r.reports);
+                let token = r.token;
+                // Fenced: only while the attempt is still ours (FOR SHARE waits for a
+                // concurrent expiry and sees its outcome).
+                let row = self
+                    .client
+                    .query_opt(
+                        "WITH r AS (
+                            INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics)
+                            SELECT $2, $3, $4, $1, $5, $6
+                            WHERE EXISTS (SELECT 1 FROM tune_attempts
+                                          WHERE token = $1 AND state = 'running' FOR SHARE)
+                            RETURNING id)
+                         SELECT id, pg_notify($7, '') FROM r",
+                        &[
+                            &token,
+                            &key.0,
+                            &bigint(key.1),
+                            &(key.2 as i32),
+                            &bigint(step),
+                            &metrics_to_text(&metrics),
+                            &coordinator_channel(key.0),
+                        ],
+                    );
+                match row {
+                    Ok(Some(row)) => {
+                        let id: i64 = row.get(0);
+                        self.listening.lock().unwrap().insert(id);
+                        self.pending.insert(id, (key, ack));
+                    }
+                    Ok(None) => {
+                        let _ = ack.send(Heard::Stop);
+                        self.lose(key, "its report was refused: the attempt is no longer its");
+                    }
+                    Err(e) => {
+                        // Not stored: the trial waits no longer; the lease decides its fate.
+                        let _ = ack.send(Heard::Stop);
+                        self.lose(key, "its report could not be sent");
+                        return Err(self.err(e));
+                    }
+                }
+            }
+            WorkerMsg::Finished { outcome, .. } => {
+                let Some(r) = self.running.remove(&key) else {
+                    return Ok(());
+                };
+                self.pool.release(r.slot);
+                if r.lost {
+                    return Ok(());
+                }
+                self.client
+                    .query(
+                        "WITH e AS (
+                            UPDATE tune_attempts SET state = 'ended', outcome = $2
+                            WHERE token = $1 AND state = 'running' RETURNING 1)
+                         SELECT pg_notify($3, '') FROM e",
+                        &[&r.token, &outcome.to_text(), &coordinator_channel(key.0)],
+                    )
+                    .map_err(|e| self.err(e))?;
+            }
+            WorkerMsg::Claimed { .. } | WorkerMsg::Wake => {}
+        }
+        Ok(())
+    }
+
+    /// Answers the reports the coordinator has decided.
+    fn take_decisions(&mut self) -> Result<(), TuneError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = self.pending.keys().copied().collect();
+        let rows = self
+            .client
+            .query(
+                "SELECT id, heard FROM tune_reports WHERE id = ANY($1) AND heard IS NOT NULL",
+                &[&ids],
+            )
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let id: i64 = row.get(0);
+            let heard: &str = row.get(1);
+            if let Some((_, ack)) = self.pending.remove(&id) {
+                let _ = ack.send(Heard::parse(heard));
+            }
+            self.listening.lock().unwrap().remove(&id);
+        }
+        Ok(())
+    }
+}
+
+/// Reads experiment `id`'s name and spec, and builds its objective here.
+fn serve_experiment(
+    db: &mut postgres::Transaction<'_>,
+    id: i64,
+    settings: &Worker,
+    objective_of: &ObjectiveOf,
+) -> Result<Served, postgres::Error> {
+    let row = db.query_one(
+        "SELECT name, meta FROM tune_experiments WHERE id = $1",
+        &[&id],
+    )?;
+    let name: String = row.get(0);
+    let meta: Option<String> = row.get(1);
+    let dir = settings.dir.join(&name);
+    let objective = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
+        Some(Ok(meta)) => objective_of(&meta.spec, &dir).map_err(|e| e.to_string()),
+        Some(Err(e)) => Err(format!("its experiment record is unreadable: {e}")),
+        None => Err("the experiment has no record yet".into()),
+    };
+    Ok(Served {
+        name,
+        dir,
+        objective,
+    })
+}
