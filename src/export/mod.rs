@@ -47,6 +47,8 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
                     "results": results,
                     "attempts": t.attempts,
                     "device": t.device,
+                    // A remote worker's device reads `host:pid/slot`.
+                    "worker": t.device.as_deref().and_then(|d| d.split_once('/')).map(|(w, _)| w),
                     "parent": t.parent,
                     "lineage": t.lineage,
                     "started_at": t.started_at.map(rfc3339),

@@ -301,7 +301,8 @@ impl State {
     fn take(&mut self, event: Event) {
         match event {
             Event::Offer(id, attempt, text) => {
-                self.tracked.insert((id, attempt), Tracked { claimed: false });
+                self.tracked
+                    .insert((id, attempt), Tracked { claimed: false });
                 self.offers.push((id, attempt, text));
             }
             Event::Heard { report, heard } => self.heard.push((report, heard)),
