@@ -68,6 +68,9 @@ fn wait_for_experiment(url: &str, coordinator: &mut Child) {
         if created {
             return;
         }
+        if let Some(status) = coordinator.try_wait().unwrap() {
+            panic!("the coordinator ended ({status}) before creating the experiment");
+        }
         assert!(
             Instant::now() < deadline,
             "the coordinator never created the experiment"
