@@ -291,3 +291,160 @@ fn bad_worker_input_is_a_clear_error_and_exit_code() {
     assert!(stderr(&out).contains("--store"), "{}", stderr(&out));
     assert!(!tmp.path().join("d").exists());
 }
+
+/// A TCP proxy on loopback in front of the database, which a test can pause: bytes are held,
+/// not forwarded (a network that stalls), until it resumes.
+struct Proxy {
+    url: String,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn new(url: &str) -> Proxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let scheme_end = url.find("://").unwrap() + 3;
+        let authority_end = url[scheme_end..].find('/').unwrap() + scheme_end;
+        let authority = &url[scheme_end..authority_end];
+        let (user, host) = authority.rsplit_once('@').unwrap_or(("", authority));
+        let target = if host.contains(':') {
+            host.to_string()
+        } else {
+            format!("{host}:5432")
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let paused = Arc::new(AtomicBool::new(false));
+        let flag = paused.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let flag = flag.clone();
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            while flag.load(Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        let at = if user.is_empty() {
+            format!("127.0.0.1:{port}")
+        } else {
+            format!("{user}@127.0.0.1:{port}")
+        };
+        Proxy {
+            url: format!("{}{at}{}", &url[..scheme_end], &url[authority_end..]),
+            paused,
+        }
+    }
+
+    fn pause(&self, on: bool) {
+        self.paused.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Polls `query` (one boolean) until it is true.
+fn wait_until(db: &mut postgres::Client, query: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !db.query_one(query, &[]).unwrap().get::<_, bool>(0) {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_worker_cut_off_past_its_lease_has_its_late_writes_refused_and_its_trial_runs_elsewhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let proxy = Proxy::new(&url);
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 1\nmax_failures = 1",
+        &["--steps", "6", "--sleep", "0.3", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let acks = tmp.path().join("acks.log");
+    // Worker A reaches the database through the proxy; its trial logs each acknowledged step.
+    let a = spawn({
+        let mut cmd = worker(&proxy.url, 1, "1", &tmp.path().join("a"));
+        cmd.env("ACK_LOG", &acks);
+        cmd
+    });
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    // After step 2 is acknowledged, A's network stalls (its next report is held in the proxy).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while acked_so_far(tmp.path()) < 2 {
+        assert!(Instant::now() < deadline, "trial 0 never reached step 2");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    proxy.pause(true);
+    wait_until(
+        &mut db,
+        "SELECT EXISTS (SELECT 1 FROM tune_attempts WHERE trial = 0 AND attempt = 1 AND state = 'lost')",
+        "the coordinator saw A's lease run out",
+    );
+    // Worker B takes the retry; once it runs, A's stalled writes reach the database: refused.
+    let b = spawn(worker(&url, 1, "15", &tmp.path().join("b")));
+    wait_until(
+        &mut db,
+        "SELECT EXISTS (SELECT 1 FROM tune_attempts WHERE trial = 0 AND attempt = 2 AND state <> 'offered')",
+        "B claimed the retry",
+    );
+    proxy.pause(false);
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (a, b) = (finish(a, "worker A"), finish(b, "worker B"));
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(b.status.success(), "{}", stderr(&b));
+    assert!(
+        stderr(&a).contains("stopping trial 0 (attempt 1)"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(
+        stderr(&a).contains("(1 lost: their leases ran out)"),
+        "{}",
+        stderr(&a)
+    );
+    let trials = export_in(&url);
+    let t = &trials[0];
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(t["attempts"], 2, "{t}");
+    // Steps 1 and 2 from A, the rest from B: nothing A sent after its lease was stored.
+    assert_eq!(steps(t), [1, 2, 3, 4, 5, 6], "{t}");
+    let attempts: Vec<u64> = t["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempts, [1, 1, 2, 2, 2, 2], "{t}");
+    let refused: i64 = db
+        .query_one(
+            "SELECT count(*) FROM tune_reports WHERE trial = 0 AND attempt = 1 AND step > 2",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(refused, 0, "a late report of A was taken");
+}

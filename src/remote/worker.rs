@@ -601,31 +601,9 @@ impl WorkerState<'_> {
                 r.reports += 1;
                 let step = step.unwrap_or(r.base + r.reports);
                 let token = r.token;
-                // Fenced: only while the attempt is still ours (FOR SHARE waits for a
-                // concurrent expiry and sees its outcome).
-                let row = self
-                    .client
-                    .query_opt(
-                        "WITH r AS (
-                            INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics)
-                            SELECT $2, $3, $4, $1, $5, $6
-                            WHERE EXISTS (SELECT 1 FROM tune_attempts
-                                          WHERE token = $1 AND state = 'running' FOR SHARE)
-                            RETURNING id)
-                         SELECT id, pg_notify($7, '') FROM r",
-                        &[
-                            &token,
-                            &key.0,
-                            &bigint(key.1),
-                            &(key.2 as i32),
-                            &bigint(step),
-                            &metrics_to_text(&metrics),
-                            &coordinator_channel(key.0),
-                        ],
-                    );
+                let row = insert_report(&mut self.client, token, key, step, &metrics);
                 match row {
-                    Ok(Some(row)) => {
-                        let id: i64 = row.get(0);
+                    Ok(Some(id)) => {
                         self.listening.lock().unwrap().insert(id);
                         self.pending.insert(id, (key, ack));
                     }
@@ -649,15 +627,7 @@ impl WorkerState<'_> {
                 if r.lost {
                     return Ok(());
                 }
-                self.client
-                    .query(
-                        "WITH e AS (
-                            UPDATE tune_attempts SET state = 'ended', outcome = $2
-                            WHERE token = $1 AND state = 'running' RETURNING 1)
-                         SELECT pg_notify($3, '') FROM e",
-                        &[&r.token, &outcome.to_text(), &coordinator_channel(key.0)],
-                    )
-                    .map_err(|e| self.err(e))?;
+                end_attempt(&mut self.client, r.token, key.0, &outcome).map_err(|e| self.err(e))?;
             }
             WorkerMsg::Claimed { .. } | WorkerMsg::Wake => {}
         }
@@ -689,6 +659,53 @@ impl WorkerState<'_> {
     }
 }
 
+/// Sends a report of attempt `key`, fenced: only while the attempt is still the holder of
+/// `token` (`FOR SHARE` waits for a concurrent expiry and sees its outcome). `None`: refused.
+fn insert_report(
+    client: &mut Client,
+    token: i64,
+    key: Key,
+    step: u64,
+    metrics: &std::collections::BTreeMap<String, f64>,
+) -> Result<Option<i64>, postgres::Error> {
+    let row = client.query_opt(
+        "WITH r AS (
+            INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics)
+            SELECT $2, $3, $4, $1, $5, $6
+            WHERE EXISTS (SELECT 1 FROM tune_attempts
+                          WHERE token = $1 AND state = 'running' FOR SHARE)
+            RETURNING id)
+         SELECT id, pg_notify($7, '') FROM r",
+        &[
+            &token,
+            &key.0,
+            &bigint(key.1),
+            &(key.2 as i32),
+            &bigint(step),
+            &metrics_to_text(metrics),
+            &coordinator_channel(key.0),
+        ],
+    )?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Records how attempt `token` of `experiment` ended, fenced as reports are; `false`: refused.
+fn end_attempt(
+    client: &mut Client,
+    token: i64,
+    experiment: i64,
+    outcome: &Outcome,
+) -> Result<bool, postgres::Error> {
+    let rows = client.query(
+        "WITH e AS (
+            UPDATE tune_attempts SET state = 'ended', outcome = $2
+            WHERE token = $1 AND state = 'running' RETURNING 1)
+         SELECT pg_notify($3, '') FROM e",
+        &[&token, &outcome.to_text(), &coordinator_channel(experiment)],
+    )?;
+    Ok(!rows.is_empty())
+}
+
 /// Reads experiment `id`'s name and spec, and builds its objective here.
 fn serve_experiment(
     db: &mut postgres::Transaction<'_>,
@@ -713,4 +730,53 @@ fn serve_experiment(
         dir,
         objective,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{test_server, PgStore, TrialStore};
+
+    #[test]
+    fn writes_of_an_attempt_whose_lease_was_taken_back_are_refused() {
+        let url = test_server::fresh_database();
+        let mut store = PgStore::open(&url, "x").unwrap();
+        store.put_meta(&crate::store::conformance::meta(1)).unwrap();
+        store.sync().unwrap();
+        let mut db = Client::connect(&url, NoTls).unwrap();
+        let e: i64 = db
+            .query_one("SELECT id FROM tune_experiments WHERE name = 'x'", &[])
+            .unwrap()
+            .get(0);
+        db.execute(
+            "INSERT INTO tune_attempts (experiment, trial, attempt, job, state, token, lease_until)
+             VALUES ($1, 0, 1, '{}', 'running', 7, now() + interval '1 hour')",
+            &[&e],
+        )
+        .unwrap();
+        let metrics = std::collections::BTreeMap::from([("loss".to_string(), 0.5)]);
+        let key = (e, 0, 1);
+        assert!(insert_report(&mut db, 7, key, 1, &metrics)
+            .unwrap()
+            .is_some());
+        // Another token (a stale holder) is refused even while the attempt runs.
+        assert_eq!(insert_report(&mut db, 6, key, 2, &metrics).unwrap(), None);
+        db.execute(
+            "UPDATE tune_attempts SET state = 'lost' WHERE token = 7",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(insert_report(&mut db, 7, key, 2, &metrics).unwrap(), None);
+        assert!(!end_attempt(&mut db, 7, e, &Outcome::Returned).unwrap());
+        let state: String = db
+            .query_one("SELECT state FROM tune_attempts WHERE token = 7", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(state, "lost");
+        let reports: i64 = db
+            .query_one("SELECT count(*) FROM tune_reports", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(reports, 1);
+    }
 }
