@@ -4,95 +4,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use common::*;
 use rand::{Rng, SeedableRng};
 use serde_json::Value as Json;
-use tune_schedulers::{Asha, AshaConfig, Decision, Mode, Scheduler};
-
-const ASHA: &str =
-    "[scheduler]\nkind = \"asha\"\nmax_t = 9\ngrace_period = 1\nreduction_factor = 3";
-
-fn asha_spec(dir: &Path, extra: &[&str], slots: usize) -> std::path::PathBuf {
-    let mut argv = vec!["--y", "{y}", "--steps", "9"];
-    argv.extend_from_slice(extra);
-    write_spec(
-        dir,
-        &format!("samples = 24\nseed = 4\n{ASHA}\n[resources]\ncpu_slots = {slots}"),
-        &argv,
-        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
-    )
-}
-
-/// Replays the exported results, in the order the coordinator received them, through a fresh
-/// ASHA; returns the decision for each (trial, step).
-fn replay_asha(trials: &[Json]) -> BTreeMap<(u64, u64), Decision> {
-    let mut results: Vec<(u64, u64, u64, f64)> = trials
-        .iter()
-        .flat_map(|t| {
-            let id = t["id"].as_u64().unwrap();
-            t["results"].as_array().unwrap().iter().map(move |r| {
-                (
-                    r["seq"].as_u64().unwrap(),
-                    id,
-                    r["step"].as_u64().unwrap(),
-                    r["loss"].as_f64().unwrap(),
-                )
-            })
-        })
-        .collect();
-    results.sort_by_key(|r| r.0);
-    let config = AshaConfig {
-        max_t: 9,
-        grace_period: 1,
-        reduction_factor: 3,
-        ..AshaConfig::default()
-    };
-    let mut asha = Asha::new(config, Mode::Min, 4);
-    let mut decisions = BTreeMap::new();
-    for (_, id, step, loss) in results {
-        let d = asha.on_result(id, step, loss);
-        if d != Decision::Continue {
-            asha.on_complete(id, Some((step, loss)));
-        }
-        decisions.insert((id, step), d);
-    }
-    decisions
-}
-
-/// Every trial ended as the replayed ASHA says, and reported nothing after its decision.
-fn assert_asha_applied(trials: &[Json]) -> (usize, usize) {
-    let decisions = replay_asha(trials);
-    let (mut stopped, mut completed) = (0, 0);
-    for t in trials {
-        let id = t["id"].as_u64().unwrap();
-        let steps = steps(t);
-        let last = *steps.last().unwrap();
-        let ending = decisions[&(id, last)].clone();
-        // Every earlier result was a "continue".
-        for s in &steps[..steps.len() - 1] {
-            assert_eq!(
-                decisions[&(id, *s)],
-                Decision::Continue,
-                "trial {id} step {s}"
-            );
-        }
-        match t["status"].as_str().unwrap() {
-            "stopped" => {
-                assert_eq!(ending, Decision::Stop, "trial {id}");
-                assert!([1, 3].contains(&last), "stopped at a rung, not {last}");
-                stopped += 1;
-            }
-            "completed" => {
-                assert_eq!((ending, last), (Decision::Complete, 9), "trial {id}");
-                completed += 1;
-            }
-            other => panic!("trial {id} is {other}"),
-        }
-    }
-    (stopped, completed)
-}
 
 #[test]
 fn asha_decisions_are_the_algorithms_and_reach_the_trials() {
@@ -211,64 +126,10 @@ fn asha_killed_and_resumed_ends_as_the_uninterrupted_sweep() {
 /// How many of the trials stopped at each of HyperBand's rungs 1, 3, 9 and 27, and how many
 /// completed at 81 (R = 81, eta = 3), checking each trial's steps are 1..=n, each stored once,
 /// with the objective's value.
-fn hyperband_table(trials: &[Json]) -> ([usize; 4], usize) {
-    let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
-    for t in trials {
-        let steps = steps(t);
-        // Resumed from checkpoints, and killed runs restarted from theirs: every step stored
-        // exactly once, in order.
-        assert_eq!(
-            steps,
-            (1..=steps.len() as u64).collect::<Vec<_>>(),
-            "trial {}",
-            t["id"]
-        );
-        let (x, y) = (
-            t["params"]["x"].as_f64().unwrap(),
-            t["params"]["y"].as_f64().unwrap(),
-        );
-        for r in t["results"].as_array().unwrap() {
-            let step = r["step"].as_u64().unwrap();
-            assert_eq!(
-                r["loss"].as_f64(),
-                Some(quadratic(x, y, step)),
-                "trial {}",
-                t["id"]
-            );
-        }
-        *ended
-            .entry((
-                t["status"].as_str().unwrap().to_string(),
-                *steps.last().unwrap(),
-            ))
-            .or_default() += 1;
-    }
-    let count =
-        |status: &str, step: u64| ended.get(&(status.to_string(), step)).copied().unwrap_or(0);
-    let stopped = [1, 3, 9, 27].map(|step| count("stopped", step));
-    let completed = count("completed", 81);
-    assert_eq!(
-        stopped.iter().sum::<usize>() + completed,
-        trials.len(),
-        "every trial ended at a rung: {ended:?}"
-    );
-    (stopped, completed)
-}
-
-/// One band of HyperBand, R = 81, eta = 3 (143 trials), of checkpointing command trials.
-fn hyperband_band(tmp: &Path, seed: u64, slots: usize) -> std::path::PathBuf {
-    write_spec(
-        tmp,
-        &format!("samples = 143\nseed = {seed}\n[scheduler]\nkind = \"hyperband\"\nmax_t = 81\nreduction_factor = 3\n[resources]\ncpu_slots = {slots}"),
-        &["--y", "{y}", "--steps", "81", "--behaviour", "ckpt"],
-        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
-    )
-}
-
 #[test]
 fn hyperband_through_the_binary_matches_the_papers_band() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = hyperband_band(tmp.path(), 1, 4);
+    let spec = hyperband_band_81(tmp.path(), 1, 4);
     let dir = tmp.path().join("hb");
     run_ok(&mut tune_run(&spec, &dir));
     let trials = export_json(&dir);
@@ -300,7 +161,7 @@ fn hyperband_killed_fifty_times_decides_as_the_uninterrupted_band() {
     // are stored before they are heard and replayed in order on resume, so the band ends with
     // the paper's table, as uninterrupted.
     let tmp = tempfile::tempdir().unwrap();
-    let spec = hyperband_band(tmp.path(), 6, 3);
+    let spec = hyperband_band_81(tmp.path(), 6, 3);
     arm_kill_switch(&spec, tmp.path());
     let dir = tmp.path().join("hb-killed");
     let mut rng = rand::rngs::StdRng::seed_from_u64(21);

@@ -448,3 +448,79 @@ fn a_worker_cut_off_past_its_lease_has_its_late_writes_refused_and_its_trial_run
         .get(0);
     assert_eq!(refused, 0, "a late report of A was taken");
 }
+
+/// Runs the sweep of `spec` with a coordinator alone (trial folders in `shared/t`) and
+/// `workers` workers of `slots` slots sharing the folder `shared` (as a shared file system
+/// would): paused trials resume, and exploits copy checkpoints, on any worker. Returns the
+/// export.
+fn sweep_on_workers(
+    spec: &Path,
+    shared: &Path,
+    workers: usize,
+    slots: usize,
+) -> Vec<serde_json::Value> {
+    let url = pg_server::fresh_database();
+    let mut coord = spawn(coordinator(spec, &url, &shared.join("t")));
+    wait_for_experiment(&url, &mut coord);
+    let workers: Vec<Child> = (0..workers)
+        .map(|_| spawn(worker(&url, slots, "15", shared)))
+        .collect();
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut ran = 0;
+    for w in workers {
+        let out = finish(w, "a worker");
+        assert!(out.status.success(), "{}", stderr(&out));
+        ran += attempts_ran(&out);
+    }
+    let trials = export_in(&url);
+    let attempts: u64 = trials.iter().map(|t| t["attempts"].as_u64().unwrap()).sum();
+    assert_eq!(ran, attempts, "every attempt ran on a worker, once");
+    trials
+}
+
+#[test]
+fn asha_across_workers_decides_as_the_algorithm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trials = sweep_on_workers(
+        &asha_spec(tmp.path(), &[], 1),
+        &tmp.path().join("runs"),
+        3,
+        1,
+    );
+    assert_eq!(trials.len(), 24);
+    let (stopped, completed) = assert_asha_applied(&trials);
+    assert!(
+        stopped >= 8 && completed >= 1,
+        "{stopped} stopped, {completed} completed"
+    );
+}
+
+#[test]
+fn hyperband_across_workers_matches_the_papers_band_resuming_paused_trials_anywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = hyperband_band_81(tmp.path(), 1, 1);
+    let trials = sweep_on_workers(&spec, &tmp.path().join("runs"), 2, 2);
+    assert_eq!(trials.len(), 143);
+    // Li et al. 2017, Table 1 (R = 81, eta = 3); every step stored once, in order.
+    assert_eq!(hyperband_table(&trials), ([54, 41, 24, 14], 10));
+    let resumed = trials
+        .iter()
+        .filter(|t| t["attempts"].as_u64().unwrap() > 1)
+        .count();
+    assert!(resumed >= 26, "{resumed} trials resumed");
+}
+
+#[test]
+fn pbt_across_workers_copies_checkpoints_between_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = pbt_population(tmp.path(), "0.02");
+    let shared = tmp.path().join("runs");
+    let trials = sweep_on_workers(&spec, &shared, 2, 4);
+    assert_pbt_trials_consistent(&spec, &shared.join("t"), &trials, 8);
+    let exploits: usize = trials
+        .iter()
+        .map(|t| t["lineage"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(exploits >= 4, "{exploits} exploits");
+}

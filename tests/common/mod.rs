@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value as Json;
+use tune_schedulers::{Asha, AshaConfig, Decision, Mode, Scheduler};
 
 pub fn tune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tune"))
@@ -156,10 +157,15 @@ pub fn pbt_population(tmp: &Path, sleep: &str) -> PathBuf {
 /// to its end: every trial completed, every value it reported computed from params it had (its
 /// own or an exploit's), its params inside the space, and no exploit left half-applied.
 pub fn assert_pbt_consistent(spec: &Path, dir: &Path, samples: u64) {
+    assert_pbt_trials_consistent(spec, dir, &export_json(dir), samples);
+}
+
+/// [`assert_pbt_consistent`] on `trials` (exported from wherever they are kept), whose
+/// checkpoint folders are under `dir`.
+pub fn assert_pbt_trials_consistent(spec: &Path, dir: &Path, trials: &[Json], samples: u64) {
     let (parsed, _) = tune::ExperimentSpec::read(spec).unwrap();
-    let trials = export_json(dir);
     assert_eq!(trials.len() as u64, samples);
-    for t in &trials {
+    for t in trials {
         assert_eq!(t["status"], "completed", "trial {}", t["id"]);
         let lineage = t["lineage"].as_array().cloned().unwrap_or_default();
         // Every params set the trial ever had, and every value it reported came from one of them.
@@ -393,4 +399,141 @@ pub fn kill_at_point_until_done(point: &str, mut command: impl FnMut() -> Comman
         break;
     }
     kills
+}
+
+pub const ASHA: &str =
+    "[scheduler]\nkind = \"asha\"\nmax_t = 9\ngrace_period = 1\nreduction_factor = 3";
+
+pub fn asha_spec(dir: &Path, extra: &[&str], slots: usize) -> std::path::PathBuf {
+    let mut argv = vec!["--y", "{y}", "--steps", "9"];
+    argv.extend_from_slice(extra);
+    write_spec(
+        dir,
+        &format!("samples = 24\nseed = 4\n{ASHA}\n[resources]\ncpu_slots = {slots}"),
+        &argv,
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    )
+}
+
+/// Replays the exported results, in the order the coordinator received them, through a fresh
+/// ASHA; returns the decision for each (trial, step).
+pub fn replay_asha(trials: &[Json]) -> BTreeMap<(u64, u64), Decision> {
+    let mut results: Vec<(u64, u64, u64, f64)> = trials
+        .iter()
+        .flat_map(|t| {
+            let id = t["id"].as_u64().unwrap();
+            t["results"].as_array().unwrap().iter().map(move |r| {
+                (
+                    r["seq"].as_u64().unwrap(),
+                    id,
+                    r["step"].as_u64().unwrap(),
+                    r["loss"].as_f64().unwrap(),
+                )
+            })
+        })
+        .collect();
+    results.sort_by_key(|r| r.0);
+    let config = AshaConfig {
+        max_t: 9,
+        grace_period: 1,
+        reduction_factor: 3,
+        ..AshaConfig::default()
+    };
+    let mut asha = Asha::new(config, Mode::Min, 4);
+    let mut decisions = BTreeMap::new();
+    for (_, id, step, loss) in results {
+        let d = asha.on_result(id, step, loss);
+        if d != Decision::Continue {
+            asha.on_complete(id, Some((step, loss)));
+        }
+        decisions.insert((id, step), d);
+    }
+    decisions
+}
+
+/// Every trial ended as the replayed ASHA says, and reported nothing after its decision.
+pub fn assert_asha_applied(trials: &[Json]) -> (usize, usize) {
+    let decisions = replay_asha(trials);
+    let (mut stopped, mut completed) = (0, 0);
+    for t in trials {
+        let id = t["id"].as_u64().unwrap();
+        let steps = steps(t);
+        let last = *steps.last().unwrap();
+        let ending = decisions[&(id, last)].clone();
+        // Every earlier result was a "continue".
+        for s in &steps[..steps.len() - 1] {
+            assert_eq!(
+                decisions[&(id, *s)],
+                Decision::Continue,
+                "trial {id} step {s}"
+            );
+        }
+        match t["status"].as_str().unwrap() {
+            "stopped" => {
+                assert_eq!(ending, Decision::Stop, "trial {id}");
+                assert!([1, 3].contains(&last), "stopped at a rung, not {last}");
+                stopped += 1;
+            }
+            "completed" => {
+                assert_eq!((ending, last), (Decision::Complete, 9), "trial {id}");
+                completed += 1;
+            }
+            other => panic!("trial {id} is {other}"),
+        }
+    }
+    (stopped, completed)
+}
+
+pub fn hyperband_table(trials: &[Json]) -> ([usize; 4], usize) {
+    let mut ended: BTreeMap<(String, u64), usize> = BTreeMap::new();
+    for t in trials {
+        let steps = steps(t);
+        // Resumed from checkpoints, and killed runs restarted from theirs: every step stored
+        // exactly once, in order.
+        assert_eq!(
+            steps,
+            (1..=steps.len() as u64).collect::<Vec<_>>(),
+            "trial {}",
+            t["id"]
+        );
+        let (x, y) = (
+            t["params"]["x"].as_f64().unwrap(),
+            t["params"]["y"].as_f64().unwrap(),
+        );
+        for r in t["results"].as_array().unwrap() {
+            let step = r["step"].as_u64().unwrap();
+            assert_eq!(
+                r["loss"].as_f64(),
+                Some(quadratic(x, y, step)),
+                "trial {}",
+                t["id"]
+            );
+        }
+        *ended
+            .entry((
+                t["status"].as_str().unwrap().to_string(),
+                *steps.last().unwrap(),
+            ))
+            .or_default() += 1;
+    }
+    let count =
+        |status: &str, step: u64| ended.get(&(status.to_string(), step)).copied().unwrap_or(0);
+    let stopped = [1, 3, 9, 27].map(|step| count("stopped", step));
+    let completed = count("completed", 81);
+    assert_eq!(
+        stopped.iter().sum::<usize>() + completed,
+        trials.len(),
+        "every trial ended at a rung: {ended:?}"
+    );
+    (stopped, completed)
+}
+
+/// One band of HyperBand, R = 81, eta = 3 (143 trials), of checkpointing command trials.
+pub fn hyperband_band_81(tmp: &Path, seed: u64, slots: usize) -> std::path::PathBuf {
+    write_spec(
+        tmp,
+        &format!("samples = 143\nseed = {seed}\n[scheduler]\nkind = \"hyperband\"\nmax_t = 81\nreduction_factor = 3\n[resources]\ncpu_slots = {slots}"),
+        &["--y", "{y}", "--steps", "81", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    )
 }
