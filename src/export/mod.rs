@@ -39,7 +39,7 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
                         Json::Object(o)
                     })
                     .collect();
-                json!({
+                let mut trial = json!({
                     "id": t.id,
                     "status": t.status.as_str(),
                     "params": t.params,
@@ -47,14 +47,17 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
                     "results": results,
                     "attempts": t.attempts,
                     "device": t.device,
-                    // A remote worker's device reads `host:pid/slot`.
-                    "worker": t.device.as_deref().and_then(|d| d.split_once('/')).map(|(w, _)| w),
                     "parent": t.parent,
                     "lineage": t.lineage,
                     "started_at": t.started_at.map(rfc3339),
                     "finished_at": t.finished_at.map(rfc3339),
                     "error": t.error,
-                })
+                });
+                // A remote worker's device reads `host:pid/slot`: its last attempt's worker.
+                if let Some((worker, _)) = t.device.as_deref().and_then(|d| d.split_once('/')) {
+                    trial["worker"] = json!(worker);
+                }
+                trial
             })
             .collect(),
     )
