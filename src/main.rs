@@ -85,7 +85,7 @@ enum Command {
         /// Trials sharing each GPU.
         #[arg(long, default_value_t = 1)]
         trials_per_gpu: u32,
-        /// Where trial folders go: DIR/<experiment>/trial_N.
+        /// Where trial folders go: DIR/<experiment>/trials/<id>.
         #[arg(long, default_value = "runs")]
         dir: PathBuf,
         /// Seconds a claimed trial stays this worker's without a heartbeat; a worker cut off

@@ -98,7 +98,7 @@ impl Worker {
         self
     }
 
-    /// Where trial folders go: `<dir>/<experiment>/trial_N` (default `runs`).
+    /// Where trial folders go: `<dir>/<experiment>/trials/<id>` (default `runs`).
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = dir.into();
         self
