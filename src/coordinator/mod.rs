@@ -562,7 +562,10 @@ impl Coordinator {
                     return Ok(());
                 };
                 run.set_restored(restored);
-                let t = self.live(id);
+                // A trial already decided (stopped at a report) is only winding down there.
+                let Some(t) = self.live.get_mut(&id) else {
+                    return Ok(());
+                };
                 t.device = Some(worker);
                 let t = &self.live[&id];
                 self.store.put_trial(t)?;

@@ -5,15 +5,19 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::sync::{mpsc as std_mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use postgres::{Client, NoTls};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
 
-use super::{coordinator_channel, metrics_from_text, Offer, OFFERS_CHANNEL, POLL};
+use super::{
+    coordinator_channel, metrics_from_text, Offer, DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END,
+    NOTE_REPORT, OFFERS_CHANNEL, POLL,
+};
 use crate::error::TuneError;
 use crate::objective::{Heard, Outcome, WorkerMsg};
 use crate::store::pg_store::{bigint, connect, db_error, existing};
@@ -32,12 +36,53 @@ enum Event {
         report: i64,
         heard: Heard,
     },
-    /// Something in the database changed (a notification).
-    Wake,
+    /// A worker wrote something (a notification says what).
+    Wake(Changed),
     /// The sweep is shutting down: offers not claimed are withdrawn.
     Shutdown,
     /// The sweep ended: `true` when it is complete (workers serving it may exit).
     Ended(bool),
+}
+
+/// What a worker's notification says it wrote, so that the bridge reads only that.
+#[derive(Debug, Clone, Copy, Default)]
+struct Changed {
+    reports: bool,
+    claims: bool,
+    ends: bool,
+}
+
+impl Changed {
+    const ALL: Changed = Changed {
+        reports: true,
+        claims: true,
+        ends: true,
+    };
+
+    /// A worker's payload: `report`, `claim` or `end` (anything else: look at everything).
+    fn from_note(payload: &str) -> Changed {
+        match payload {
+            NOTE_REPORT => Changed {
+                reports: true,
+                ..Changed::default()
+            },
+            NOTE_CLAIM => Changed {
+                claims: true,
+                ..Changed::default()
+            },
+            NOTE_END => Changed {
+                ends: true,
+                ..Changed::default()
+            },
+            _ => Changed::ALL,
+        }
+    }
+
+    fn add(&mut self, other: Changed) {
+        self.reports |= other.reports;
+        self.claims |= other.claims;
+        self.ends |= other.ends;
+    }
 }
 
 /// The coordinator's handle on its bridge thread; dropping it stops the thread.
@@ -117,8 +162,7 @@ impl Bridge {
                 listen(
                     &url,
                     &[&channel],
-                    None,
-                    || events.send(Event::Wake).is_ok(),
+                    |_, what| events.send(Event::Wake(Changed::from_note(what))).is_ok(),
                     &stop,
                 )
             })
@@ -150,6 +194,8 @@ impl Bridge {
             capacity: capacity.clone(),
             shutting_down: false,
             ended: None,
+            changed: Changed::ALL,
+            looked: Instant::now(),
         };
         let worker = std::thread::spawn(move || state.run(inbox));
         Ok((
@@ -185,13 +231,21 @@ impl Bridge {
     }
 }
 
-/// Forwards notifications on `channels` as calls of `wake` until `stop` is set or `wake`
-/// returns `false`. A worker's listener passes `decisions` to hear only of its own reports.
+/// A remote slot as trials record it: `host:pid/cpu:0`.
+fn worker_name(worker: Option<String>, device: Option<String>) -> String {
+    let worker = worker.unwrap_or_else(|| "?".into());
+    match device {
+        Some(d) => format!("{worker}/{d}"),
+        None => worker,
+    }
+}
+
+/// Hands each notification on `channels` (its channel and payload) to `note` until `stop` is
+/// set or `note` returns `false`; reconnects when the connection is lost.
 pub(super) fn listen(
     url: &str,
     channels: &[&str],
-    decisions: Option<Arc<Mutex<HashSet<i64>>>>,
-    wake: impl Fn() -> bool,
+    note: impl Fn(&str, &str) -> bool,
     stop: &AtomicBool,
 ) {
     let mut client = None::<Client>;
@@ -211,7 +265,6 @@ pub(super) fn listen(
                 }
             }
         };
-        let mut woke = false;
         let mut lost = false;
         {
             let mut notes = c.notifications();
@@ -219,16 +272,8 @@ pub(super) fn listen(
             loop {
                 match postgres::fallible_iterator::FallibleIterator::next(&mut iter) {
                     Ok(Some(n)) => {
-                        let mine = match (&decisions, n.channel()) {
-                            (Some(pending), super::DECISIONS_CHANNEL) => n
-                                .payload()
-                                .parse::<i64>()
-                                .is_ok_and(|id| pending.lock().unwrap().contains(&id)),
-                            _ => true,
-                        };
-                        if mine {
-                            woke = true;
-                            break;
+                        if !note(n.channel(), n.payload()) {
+                            return;
                         }
                     }
                     Ok(None) => break,
@@ -241,9 +286,6 @@ pub(super) fn listen(
         }
         if lost || c.is_closed() {
             client = None;
-        }
-        if woke && !wake() {
-            return;
         }
     }
 }
@@ -272,12 +314,18 @@ struct State {
     capacity: Arc<AtomicUsize>,
     shutting_down: bool,
     ended: Option<bool>,
+    /// What workers wrote since the last look.
+    changed: Changed,
+    /// When the bridge last looked at everything (leases, workers, and what notifications
+    /// may have missed).
+    looked: Instant,
 }
 
 impl State {
     fn run(&mut self, inbox: std_mpsc::Receiver<Event>) {
         while !self.stop.load(Ordering::SeqCst) {
-            let first = match inbox.recv_timeout(POLL) {
+            let due = POLL.saturating_sub(self.looked.elapsed());
+            let first = match inbox.recv_timeout(due) {
                 Ok(e) => Some(e),
                 Err(std_mpsc::RecvTimeoutError::Timeout) => None,
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
@@ -306,7 +354,7 @@ impl State {
                 self.offers.push((id, attempt, text));
             }
             Event::Heard { report, heard } => self.heard.push((report, heard)),
-            Event::Wake => {}
+            Event::Wake(changed) => self.changed.add(changed),
             Event::Shutdown => self.shutting_down = true,
             Event::Ended(complete) => self.ended = Some(complete),
         }
@@ -328,35 +376,31 @@ impl State {
             let ids: Vec<i64> = self.offers.iter().map(|o| bigint(o.0)).collect();
             let attempts: Vec<i32> = self.offers.iter().map(|o| o.1 as i32).collect();
             let jobs: Vec<&str> = self.offers.iter().map(|o| o.2.as_str()).collect();
-            let mut db = self.client.transaction()?;
-            db.execute(
-                "INSERT INTO tune_attempts (experiment, trial, attempt, job, state)
-                 SELECT $1, * , 'offered' FROM unnest($2::bigint[], $3::int[], $4::text[])
-                 ON CONFLICT (experiment, trial, attempt) DO UPDATE
-                 SET job = excluded.job, state = 'offered', worker = NULL, token = NULL,
-                     lease_until = NULL, outcome = NULL, offered_at = clock_timestamp()",
-                &[&e, &ids, &attempts, &jobs],
+            self.client.query(
+                "WITH o AS (
+                    INSERT INTO tune_attempts (experiment, trial, attempt, job, state)
+                    SELECT $1, *, 'offered' FROM unnest($2::bigint[], $3::int[], $4::text[])
+                    ON CONFLICT (experiment, trial, attempt) DO UPDATE
+                    SET job = excluded.job, state = 'offered', worker = NULL, token = NULL,
+                        lease_until = NULL, outcome = NULL, offered_at = clock_timestamp()
+                    RETURNING 1)
+                 SELECT pg_notify($5, '') WHERE EXISTS (SELECT 1 FROM o)",
+                &[&e, &ids, &attempts, &jobs, &OFFERS_CHANNEL],
             )?;
-            db.execute("SELECT pg_notify($1, '')", &[&OFFERS_CHANNEL])?;
-            db.commit()?;
             self.offers.clear();
         }
         if !self.heard.is_empty() {
             let ids: Vec<i64> = self.heard.iter().map(|h| h.0).collect();
             let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
-            let mut db = self.client.transaction()?;
-            db.execute(
-                "UPDATE tune_reports r SET heard = d.heard
-                 FROM unnest($1::bigint[], $2::text[]) AS d (id, heard) WHERE r.id = d.id",
-                &[&ids, &heard],
+            // The decision rides on the notification too: a worker that hears it need not ask.
+            self.client.query(
+                "WITH d AS (
+                    UPDATE tune_reports r SET heard = d.heard
+                    FROM unnest($1::bigint[], $2::text[]) AS d (id, heard) WHERE r.id = d.id
+                    RETURNING r.id, r.heard)
+                 SELECT pg_notify($3, id || ':' || heard) FROM d",
+                &[&ids, &heard, &DECISIONS_CHANNEL],
             )?;
-            for id in &ids {
-                db.execute(
-                    "SELECT pg_notify($1, $2)",
-                    &[&super::DECISIONS_CHANNEL, &id.to_string()],
-                )?;
-            }
-            db.commit()?;
             for id in &ids {
                 self.delivered.remove(id);
             }
@@ -382,7 +426,40 @@ impl State {
             }
             return Ok(());
         }
-        // Leases that ran out, by the database's clock.
+        // What notifications said changed; every so often everything (a notification can be
+        // missed), with the leases and the workers' slots, which no notification announces.
+        let full = self.looked.elapsed() >= POLL;
+        if full {
+            self.looked = Instant::now();
+        }
+        let changed = if full {
+            Changed::ALL
+        } else {
+            std::mem::take(&mut self.changed)
+        };
+        if full {
+            self.changed = Changed::default();
+            self.expire_leases()?;
+        }
+        if changed.claims {
+            self.read_claims()?;
+        }
+        if changed.reports {
+            self.read_reports()?;
+        }
+        if changed.ends {
+            self.read_ends()?;
+        }
+        if full {
+            self.read_capacity()?;
+        }
+        Ok(())
+    }
+
+    /// Attempts whose lease ran out, by the database's clock, are lost: their trials fail (and
+    /// are retried as the coordinator's `max_failures` allows).
+    fn expire_leases(&mut self) -> Result<(), postgres::Error> {
+        let e = self.experiment;
         for row in self.client.query(
             "UPDATE tune_attempts SET state = 'lost'
              WHERE experiment = $1 AND state = 'running' AND lease_until < now()
@@ -403,7 +480,12 @@ impl State {
                 });
             }
         }
-        // Claims.
+        Ok(())
+    }
+
+    /// Tells the coordinator which worker claimed each offer.
+    fn read_claims(&mut self) -> Result<(), postgres::Error> {
+        let e = self.experiment;
         let (ids, attempts) = self.tracked_keys(|t| !t.claimed);
         if !ids.is_empty() {
             for row in self.client.query(
@@ -416,21 +498,21 @@ impl State {
                 let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);
                 if let Some(t) = self.tracked.get_mut(&key) {
                     t.claimed = true;
-                    let worker: String = row.get(2);
-                    let device: Option<String> = row.get(3);
                     let _ = self.tx.send(WorkerMsg::Claimed {
                         id: key.0,
                         attempt: key.1,
-                        worker: match device {
-                            Some(d) => format!("{worker}/{d}"),
-                            None => worker,
-                        },
+                        worker: worker_name(row.get(2), row.get(3)),
                         restored: row.get(4),
                     });
                 }
             }
         }
-        // Reports waiting for a decision.
+        Ok(())
+    }
+
+    /// Hands the coordinator the reports waiting for a decision.
+    fn read_reports(&mut self) -> Result<(), postgres::Error> {
+        let e = self.experiment;
         for row in self.client.query(
             "SELECT id, trial, attempt, step, metrics FROM tune_reports
              WHERE experiment = $1 AND heard IS NULL ORDER BY id",
@@ -457,11 +539,17 @@ impl State {
                 ack,
             });
         }
-        // Attempts that ended.
+        Ok(())
+    }
+
+    /// Tells the coordinator of the attempts that ended.
+    fn read_ends(&mut self) -> Result<(), postgres::Error> {
+        let e = self.experiment;
         let (ids, attempts) = self.tracked_keys(|_| true);
         if !ids.is_empty() {
             for row in self.client.query(
-                "SELECT a.trial, a.attempt, a.outcome FROM tune_attempts a
+                "SELECT a.trial, a.attempt, a.outcome, a.worker, a.device, a.restored
+                 FROM tune_attempts a
                  JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
                    ON a.trial = k.trial AND a.attempt = k.attempt
                  WHERE a.experiment = $1 AND a.state IN ('ended', 'lost')",
@@ -469,6 +557,15 @@ impl State {
             )? {
                 let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);
                 if self.tracked.remove(&key).is_some() {
+                    if row.get::<_, bool>(5) {
+                        // It went on from a checkpoint: the coordinator counts its results so.
+                        let _ = self.tx.send(WorkerMsg::Claimed {
+                            id: key.0,
+                            attempt: key.1,
+                            worker: worker_name(row.get(3), row.get(4)),
+                            restored: true,
+                        });
+                    }
                     let outcome: Option<String> = row.get(2);
                     let outcome = match outcome {
                         Some(text) => Outcome::from_text(&text),
@@ -482,7 +579,12 @@ impl State {
                 }
             }
         }
-        // Room on live workers.
+        Ok(())
+    }
+
+    /// How many slots live workers have (a change wakes the coordinator).
+    fn read_capacity(&mut self) -> Result<(), postgres::Error> {
+        let e = self.experiment;
         let slots: i64 = self
             .client
             .query_one(

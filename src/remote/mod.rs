@@ -45,7 +45,13 @@ pub(crate) fn coordinator_channel(experiment: i64) -> String {
     format!("tune_e{experiment}")
 }
 
-/// The channels workers listen on: new offers, and decisions (the payload is the report id).
+/// What a worker's notification to its coordinator says it wrote.
+pub(crate) const NOTE_REPORT: &str = "report";
+pub(crate) const NOTE_CLAIM: &str = "claim";
+pub(crate) const NOTE_END: &str = "end";
+
+/// The channels workers listen on: new offers, and decisions (the payload is `id:decision`,
+/// the report's id and what it heard).
 pub(crate) const OFFERS_CHANNEL: &str = "tune_offers";
 pub(crate) const DECISIONS_CHANNEL: &str = "tune_decisions";
 

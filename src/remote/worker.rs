@@ -13,8 +13,8 @@ use tune_search::TrialId;
 
 use super::bridge::listen;
 use super::{
-    coordinator_channel, metrics_to_text, Offer, DECISIONS_CHANNEL, DEFAULT_LEASE, OFFERS_CHANNEL,
-    POLL,
+    coordinator_channel, metrics_to_text, Offer, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_CLAIM,
+    NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
 };
 use crate::error::TuneError;
 use crate::objective::{BoxError, Heard, Job, Objective, Outcome, TrialContext, WorkerMsg};
@@ -176,7 +176,7 @@ impl Worker {
         if self.handle_signals {
             rt.spawn(crate::tuner::stop_on_signals(self.stop.clone(), self.grace));
         }
-        let (wake_tx, wake_rx) = mpsc::unbounded_channel::<()>();
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel::<Option<(i64, Heard)>>();
         let listening = Arc::new(Mutex::new(HashSet::new()));
         let stop_listener = Arc::new(AtomicBool::new(false));
         let listener = {
@@ -185,8 +185,20 @@ impl Worker {
                 listen(
                     &url,
                     &[OFFERS_CHANNEL, DECISIONS_CHANNEL],
-                    Some(filter),
-                    || wake_tx.send(()).is_ok(),
+                    |channel, payload| {
+                        if channel != DECISIONS_CHANNEL {
+                            return wake_tx.send(None).is_ok();
+                        }
+                        // Only our own reports' decisions wake us, with the decision.
+                        let decided = payload
+                            .split_once(':')
+                            .and_then(|(id, heard)| Some((id.parse::<i64>().ok()?, heard)))
+                            .filter(|(id, _)| filter.lock().unwrap().contains(id));
+                        match decided {
+                            Some((id, heard)) => wake_tx.send(Some((id, Heard::parse(heard)))).is_ok(),
+                            None => true,
+                        }
+                    },
                     &stop,
                 )
             })
@@ -276,7 +288,7 @@ impl WorkerState<'_> {
         &mut self,
         rt: &tokio::runtime::Runtime,
         mut rx: mpsc::UnboundedReceiver<(Key, WorkerMsg)>,
-        mut wake: mpsc::UnboundedReceiver<()>,
+        mut wake: mpsc::UnboundedReceiver<Option<(i64, Heard)>>,
     ) -> Result<WorkerSummary, TuneError> {
         let slots = self.pool.slots().len() as i32;
         let lease = self.settings.lease.as_secs_f64();
@@ -289,7 +301,18 @@ impl WorkerState<'_> {
             )
             .map_err(|e| self.err(e))?;
         let mut stop = self.settings.stop.0.subscribe();
+        // Offers are looked for when a notification says there are some, a slot came free, or
+        // (as notifications may be missed) every poll interval; so are decisions and the end.
+        let mut may_claim = true;
+        let mut looked = Instant::now();
         loop {
+            let timer = looked.elapsed() >= POLL;
+            if timer {
+                looked = Instant::now();
+                if let Err(e) = self.take_decisions() {
+                    self.reconnect(e);
+                }
+            }
             let stopping = *stop.borrow();
             if stopping {
                 for r in self.running.values() {
@@ -299,7 +322,8 @@ impl WorkerState<'_> {
             if self.heartbeat_due() {
                 self.heartbeat();
             }
-            if !stopping {
+            if !stopping && (may_claim || timer) {
+                may_claim = false;
                 match self.claim(rt) {
                     Ok(()) => {}
                     Err(e) if self.client.is_closed() => self.reconnect(e),
@@ -310,7 +334,7 @@ impl WorkerState<'_> {
                 if stopping {
                     break;
                 }
-                if let Some(e) = self.only {
+                if let Some(e) = self.only.filter(|_| timer) {
                     let finished: bool = self
                         .client
                         .query_one("SELECT finished FROM tune_experiments WHERE id = $1", &[&e])
@@ -321,26 +345,36 @@ impl WorkerState<'_> {
                     }
                 }
             }
-            let tick = self.settings.lease / 4;
-            let msg = rt.block_on(async {
+            let tick = (self.settings.lease / 4).min(POLL.saturating_sub(looked.elapsed()));
+            let (msg, woke) = rt.block_on(async {
                 tokio::select! {
-                    m = rx.recv() => m,
-                    _ = wake.recv() => None,
-                    _ = stop.changed(), if !stopping => None,
-                    _ = tokio::time::sleep(tick.min(POLL)) => None,
+                    m = rx.recv() => (m, None),
+                    w = wake.recv() => (None, w),
+                    _ = stop.changed(), if !stopping => (None, None),
+                    _ = tokio::time::sleep(tick) => (None, None),
                 }
             });
+            let mut wakes: Vec<Option<(i64, Heard)>> = woke.into_iter().collect();
+            while let Ok(w) = wake.try_recv() {
+                wakes.push(w);
+            }
+            for w in wakes {
+                match w {
+                    Some((id, heard)) => self.answer(id, heard),
+                    None => may_claim = true,
+                }
+            }
             let mut msgs: Vec<(Key, WorkerMsg)> = msg.into_iter().collect();
             while let Ok(m) = rx.try_recv() {
                 msgs.push(m);
             }
             for (key, msg) in msgs {
+                if matches!(msg, WorkerMsg::Finished { .. }) {
+                    may_claim = true;
+                }
                 if let Err(e) = self.handle(key, msg) {
                     self.reconnect(e);
                 }
-            }
-            if let Err(e) = self.take_decisions() {
-                self.reconnect(e);
             }
         }
         Ok(self.summary.clone())
@@ -464,27 +498,37 @@ impl WorkerState<'_> {
             return Ok(());
         }
         let lease = self.settings.lease.as_secs_f64();
-        let mut db = self
-            .client
-            .transaction()
-            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
-        let claimed = db
-            .query(
-                "WITH c AS (
-                    SELECT experiment, trial, attempt FROM tune_attempts
-                    WHERE state = 'offered' AND ($1::bigint IS NULL OR experiment = $1)
-                    ORDER BY offered_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-                 UPDATE tune_attempts a SET state = 'running', worker = $3,
-                     token = nextval('tune_tokens'),
-                     lease_until = now() + make_interval(secs => $4)
-                 FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
-                     AND a.attempt = c.attempt
-                 RETURNING a.experiment, a.trial, a.attempt, a.token, a.job",
-                &[&self.only, &(slots.len() as i64), &self.me, &lease],
-            )
-            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
         let mut jobs = Vec::new();
-        for (row, slot) in claimed.iter().zip(slots.iter()) {
+        let mut free = slots.into_iter();
+        // One statement per slot: the oldest offer nobody holds, ours with a fresh token.
+        while let Some(slot) = free.next() {
+            let claimed = self
+                .client
+                .query_opt(
+                    "WITH c AS (
+                        SELECT experiment, trial, attempt FROM tune_attempts
+                        WHERE state = 'offered' AND ($1::bigint IS NULL OR experiment = $1)
+                        ORDER BY offered_at LIMIT 1 FOR UPDATE SKIP LOCKED),
+                     u AS (
+                        UPDATE tune_attempts a SET state = 'running', worker = $2, device = $3,
+                            token = nextval('tune_tokens'),
+                            lease_until = now() + make_interval(secs => $4)
+                        FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
+                            AND a.attempt = c.attempt
+                        RETURNING a.experiment, a.trial, a.attempt, a.token, a.job)
+                     SELECT u.*, pg_notify('tune_e' || u.experiment, $5) FROM u",
+                    &[&self.only, &self.me, &slot.to_string(), &lease, &NOTE_CLAIM],
+                )
+                .map_err(|e| self.err(e));
+            let row = match claimed {
+                Ok(Some(row)) => row,
+                other => {
+                    self.pool.release(slot);
+                    free.for_each(|s| self.pool.release(s));
+                    other?;
+                    break;
+                }
+            };
             let experiment: i64 = row.get(0);
             let key: Key = (
                 experiment,
@@ -495,8 +539,8 @@ impl WorkerState<'_> {
             let job: &str = row.get(4);
             if !self.experiments.contains_key(&experiment) {
                 let served =
-                    serve_experiment(&mut db, experiment, self.settings, &*self.objective_of)
-                        .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
+                    serve_experiment(&mut self.client, experiment, self.settings, &*self.objective_of)
+                        .map_err(|e| self.err(e))?;
                 self.experiments.insert(experiment, served);
             }
             let served = &self.experiments[&experiment];
@@ -506,22 +550,17 @@ impl WorkerState<'_> {
                 o.last_step.is_some()
                     && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
             });
-            db.execute(
-                "UPDATE tune_attempts SET device = $2, restored = $3 WHERE token = $1",
-                &[&token, &slot.to_string(), &restored],
-            )
-            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
-            db.execute(
-                "SELECT pg_notify($1, '')",
-                &[&coordinator_channel(experiment)],
-            )
-            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
-            jobs.push((key, token, *slot, offer, trial_dir, restored));
-        }
-        db.commit()
-            .map_err(|e| TuneError::Store(db_error(&self.location, e)))?;
-        for slot in slots.iter().skip(jobs.len()) {
-            self.pool.release(*slot);
+            if restored {
+                // Told to the coordinator with the attempt's end (it numbers nothing by it
+                // before then).
+                self.client
+                    .execute(
+                        "UPDATE tune_attempts SET restored = true WHERE token = $1",
+                        &[&token],
+                    )
+                    .map_err(|e| self.err(e))?;
+            }
+            jobs.push((key, token, slot, offer, trial_dir, restored));
         }
         for (key, token, slot, offer, trial_dir, restored) in jobs {
             self.summary.attempts += 1;
@@ -648,14 +687,17 @@ impl WorkerState<'_> {
             )
             .map_err(|e| self.err(e))?;
         for row in rows {
-            let id: i64 = row.get(0);
-            let heard: &str = row.get(1);
-            if let Some((_, ack)) = self.pending.remove(&id) {
-                let _ = ack.send(Heard::parse(heard));
-            }
-            self.listening.lock().unwrap().remove(&id);
+            self.answer(row.get(0), Heard::parse(row.get(1)));
         }
         Ok(())
+    }
+
+    /// Gives the trial waiting on report `id` its decision.
+    fn answer(&mut self, id: i64, heard: Heard) {
+        if let Some((_, ack)) = self.pending.remove(&id) {
+            let _ = ack.send(heard);
+        }
+        self.listening.lock().unwrap().remove(&id);
     }
 }
 
@@ -675,7 +717,7 @@ fn insert_report(
             WHERE EXISTS (SELECT 1 FROM tune_attempts
                           WHERE token = $1 AND state = 'running' FOR SHARE)
             RETURNING id)
-         SELECT id, pg_notify($7, '') FROM r",
+         SELECT id, pg_notify($7, $8) FROM r",
         &[
             &token,
             &key.0,
@@ -684,6 +726,7 @@ fn insert_report(
             &bigint(step),
             &metrics_to_text(metrics),
             &coordinator_channel(key.0),
+            &NOTE_REPORT,
         ],
     )?;
     Ok(row.map(|r| r.get(0)))
@@ -700,15 +743,15 @@ fn end_attempt(
         "WITH e AS (
             UPDATE tune_attempts SET state = 'ended', outcome = $2
             WHERE token = $1 AND state = 'running' RETURNING 1)
-         SELECT pg_notify($3, '') FROM e",
-        &[&token, &outcome.to_text(), &coordinator_channel(experiment)],
+         SELECT pg_notify($3, $4) FROM e",
+        &[&token, &outcome.to_text(), &coordinator_channel(experiment), &NOTE_END],
     )?;
     Ok(!rows.is_empty())
 }
 
 /// Reads experiment `id`'s name and spec, and builds its objective here.
 fn serve_experiment(
-    db: &mut postgres::Transaction<'_>,
+    db: &mut Client,
     id: i64,
     settings: &Worker,
     objective_of: &ObjectiveOf,
