@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
 
+use super::db::Db;
 use super::{
     coordinator_channel, metrics_from_text, Offer, DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END,
     NOTE_REPORT, OFFERS_CHANNEL, POLL,
@@ -177,8 +178,7 @@ impl Bridge {
             });
         }
         let mut state = State {
-            client,
-            url: url.to_string(),
+            db: Db::new(client, url),
             stop: stop.clone(),
             experiment,
             tracked: adopted
@@ -296,8 +296,7 @@ struct Tracked {
 }
 
 struct State {
-    client: Client,
-    url: String,
+    db: Db,
     stop: Arc<AtomicBool>,
     experiment: i64,
     /// The attempts this coordinator waits on: offered or running remotely.
@@ -335,10 +334,8 @@ impl State {
             }
             // An unreachable database: the coordinator's own store says so and ends the sweep;
             // until then keep trying, losing nothing buffered.
-            if self.round().is_err() && self.client.is_closed() {
-                if let Ok(c) = Client::connect(&self.url, NoTls) {
-                    self.client = c;
-                }
+            if self.round().is_err() && self.db.is_closed() {
+                self.db.reconnect();
             }
             if self.ended.is_some() {
                 return;
@@ -364,11 +361,11 @@ impl State {
     fn round(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
         if let Some(complete) = self.ended {
-            self.client.execute(
+            self.db.execute(
                 "UPDATE tune_experiments SET finished = $2 WHERE id = $1",
                 &[&e, &complete],
             )?;
-            self.client
+            self.db
                 .execute("SELECT pg_notify($1, '')", &[&OFFERS_CHANNEL])?;
             return Ok(());
         }
@@ -376,7 +373,7 @@ impl State {
             let ids: Vec<i64> = self.offers.iter().map(|o| bigint(o.0)).collect();
             let attempts: Vec<i32> = self.offers.iter().map(|o| o.1 as i32).collect();
             let jobs: Vec<&str> = self.offers.iter().map(|o| o.2.as_str()).collect();
-            self.client.query(
+            self.db.query(
                 "WITH o AS (
                     INSERT INTO tune_attempts (experiment, trial, attempt, job, state)
                     SELECT $1, *, 'offered' FROM unnest($2::bigint[], $3::int[], $4::text[])
@@ -393,7 +390,7 @@ impl State {
             let ids: Vec<i64> = self.heard.iter().map(|h| h.0).collect();
             let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
             // The decision rides on the notification too: a worker that hears it need not ask.
-            self.client.query(
+            self.db.query(
                 "WITH d AS (
                     UPDATE tune_reports r SET heard = d.heard
                     FROM unnest($1::bigint[], $2::text[]) AS d (id, heard) WHERE r.id = d.id
@@ -410,7 +407,7 @@ impl State {
             // Offers nobody claimed are withdrawn (resume offers them again); attempts running
             // remotely go on, for the next coordinator to adopt.
             let (ids, attempts) = self.tracked_keys(|t| !t.claimed);
-            self.client.execute(
+            self.db.execute(
                 "UPDATE tune_attempts a SET state = 'cancelled'
                  FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
                  WHERE a.experiment = $1 AND a.trial = k.trial AND a.attempt = k.attempt
@@ -460,7 +457,7 @@ impl State {
     /// are retried as the coordinator's `max_failures` allows).
     fn expire_leases(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
-        for row in self.client.query(
+        for row in self.db.query(
             "UPDATE tune_attempts SET state = 'lost'
              WHERE experiment = $1 AND state = 'running' AND lease_until < now()
              RETURNING trial, attempt, worker,
@@ -488,7 +485,7 @@ impl State {
         let e = self.experiment;
         let (ids, attempts) = self.tracked_keys(|t| !t.claimed);
         if !ids.is_empty() {
-            for row in self.client.query(
+            for row in self.db.query(
                 "SELECT a.trial, a.attempt, a.worker, a.device, a.restored FROM tune_attempts a
                  JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
                    ON a.trial = k.trial AND a.attempt = k.attempt
@@ -513,7 +510,7 @@ impl State {
     /// Hands the coordinator the reports waiting for a decision.
     fn read_reports(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
-        for row in self.client.query(
+        for row in self.db.query(
             "SELECT id, trial, attempt, step, metrics FROM tune_reports
              WHERE experiment = $1 AND heard IS NULL ORDER BY id",
             &[&e],
@@ -547,7 +544,7 @@ impl State {
         let e = self.experiment;
         let (ids, attempts) = self.tracked_keys(|_| true);
         if !ids.is_empty() {
-            for row in self.client.query(
+            for row in self.db.query(
                 "SELECT a.trial, a.attempt, a.outcome, a.worker, a.device, a.restored
                  FROM tune_attempts a
                  JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
@@ -586,7 +583,7 @@ impl State {
     fn read_capacity(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
         let slots: i64 = self
-            .client
+            .db
             .query_one(
                 "SELECT coalesce(sum(slots), 0)::bigint FROM tune_workers
                  WHERE (experiment IS NULL OR experiment = $1)

@@ -22,6 +22,7 @@
 //! delays.
 
 pub(crate) mod bridge;
+mod db;
 mod worker;
 
 pub use worker::{Worker, WorkerSummary};

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
 
 use super::bridge::listen;
+use super::db::Db;
 use super::{
     coordinator_channel, metrics_to_text, Offer, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_CLAIM,
     NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
@@ -195,7 +195,9 @@ impl Worker {
                             .and_then(|(id, heard)| Some((id.parse::<i64>().ok()?, heard)))
                             .filter(|(id, _)| filter.lock().unwrap().contains(id));
                         match decided {
-                            Some((id, heard)) => wake_tx.send(Some((id, Heard::parse(heard)))).is_ok(),
+                            Some((id, heard)) => {
+                                wake_tx.send(Some((id, Heard::parse(heard)))).is_ok()
+                            }
                             None => true,
                         }
                     },
@@ -208,7 +210,7 @@ impl Worker {
             me: this_process(),
             settings: &self,
             location,
-            client,
+            db: Db::new(client, &self.url),
             only,
             pool,
             objective_of,
@@ -223,7 +225,7 @@ impl Worker {
         };
         let result = state.serve(&rt, rx, wake_rx);
         let _ = state
-            .client
+            .db
             .execute("DELETE FROM tune_workers WHERE id = $1", &[&state.me]);
         stop_listener.store(true, Ordering::SeqCst);
         let _ = listener.join();
@@ -262,7 +264,7 @@ struct WorkerState<'a> {
     me: String,
     settings: &'a Worker,
     location: PathBuf,
-    client: Client,
+    db: Db,
     only: Option<i64>,
     pool: Pool,
     objective_of: Box<ObjectiveOf>,
@@ -292,7 +294,7 @@ impl WorkerState<'_> {
     ) -> Result<WorkerSummary, TuneError> {
         let slots = self.pool.slots().len() as i32;
         let lease = self.settings.lease.as_secs_f64();
-        self.client
+        self.db
             .execute(
                 "INSERT INTO tune_workers (id, experiment, slots, lease_s) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (id) DO UPDATE SET experiment = $2, slots = $3, lease_s = $4,
@@ -326,7 +328,7 @@ impl WorkerState<'_> {
                 may_claim = false;
                 match self.claim(rt) {
                     Ok(()) => {}
-                    Err(e) if self.client.is_closed() => self.reconnect(e),
+                    Err(e) if self.db.is_closed() => self.reconnect(e),
                     Err(e) => return Err(e),
                 }
             }
@@ -336,7 +338,7 @@ impl WorkerState<'_> {
                 }
                 if let Some(e) = self.only.filter(|_| timer) {
                     let finished: bool = self
-                        .client
+                        .db
                         .query_one("SELECT finished FROM tune_experiments WHERE id = $1", &[&e])
                         .map(|r| r.get(0))
                         .unwrap_or(false);
@@ -382,11 +384,8 @@ impl WorkerState<'_> {
 
     /// After a database error: try a new connection (the next round retries what failed).
     fn reconnect(&mut self, e: TuneError) {
-        if self.client.is_closed() {
-            if let Ok(c) = Client::connect(&self.settings.url, NoTls) {
-                self.client = c;
-                return;
-            }
+        if self.db.is_closed() && self.db.reconnect() {
+            return;
         }
         let _ = e;
         std::thread::sleep(POLL);
@@ -405,13 +404,13 @@ impl WorkerState<'_> {
         let tokens: Vec<i64> = self.running.values().map(|r| r.token).collect();
         let lease = self.settings.lease.as_secs_f64();
         let renewed = self
-            .client
+            .db
             .execute(
                 "UPDATE tune_workers SET heartbeat_at = now() WHERE id = $1",
                 &[&self.me],
             )
             .and_then(|_| {
-                self.client.query(
+                self.db.query(
                     "UPDATE tune_attempts SET lease_until = now() + make_interval(secs => $2)
                      WHERE token = ANY($1) AND state = 'running' RETURNING token",
                     &[&tokens, &lease],
@@ -446,10 +445,8 @@ impl WorkerState<'_> {
                         );
                     }
                 }
-                if self.client.is_closed() {
-                    if let Ok(c) = Client::connect(&self.settings.url, NoTls) {
-                        self.client = c;
-                    }
+                if self.db.is_closed() {
+                    self.db.reconnect();
                 }
             }
         }
@@ -503,7 +500,7 @@ impl WorkerState<'_> {
         // One statement per slot: the oldest offer nobody holds, ours with a fresh token.
         while let Some(slot) = free.next() {
             let claimed = self
-                .client
+                .db
                 .query_opt(
                     "WITH c AS (
                         SELECT experiment, trial, attempt FROM tune_attempts
@@ -539,7 +536,7 @@ impl WorkerState<'_> {
             let job: &str = row.get(4);
             if !self.experiments.contains_key(&experiment) {
                 let served =
-                    serve_experiment(&mut self.client, experiment, self.settings, &*self.objective_of)
+                    serve_experiment(&mut self.db, experiment, self.settings, &*self.objective_of)
                         .map_err(|e| self.err(e))?;
                 self.experiments.insert(experiment, served);
             }
@@ -553,7 +550,7 @@ impl WorkerState<'_> {
             if restored {
                 // Told to the coordinator with the attempt's end (it numbers nothing by it
                 // before then).
-                self.client
+                self.db
                     .execute(
                         "UPDATE tune_attempts SET restored = true WHERE token = $1",
                         &[&token],
@@ -640,7 +637,7 @@ impl WorkerState<'_> {
                 r.reports += 1;
                 let step = step.unwrap_or(r.base + r.reports);
                 let token = r.token;
-                let row = insert_report(&mut self.client, token, key, step, &metrics);
+                let row = insert_report(&mut self.db, token, key, step, &metrics);
                 match row {
                     Ok(Some(id)) => {
                         self.listening.lock().unwrap().insert(id);
@@ -666,7 +663,7 @@ impl WorkerState<'_> {
                 if r.lost {
                     return Ok(());
                 }
-                end_attempt(&mut self.client, r.token, key.0, &outcome).map_err(|e| self.err(e))?;
+                end_attempt(&mut self.db, r.token, key.0, &outcome).map_err(|e| self.err(e))?;
             }
             WorkerMsg::Claimed { .. } | WorkerMsg::Wake => {}
         }
@@ -680,7 +677,7 @@ impl WorkerState<'_> {
         }
         let ids: Vec<i64> = self.pending.keys().copied().collect();
         let rows = self
-            .client
+            .db
             .query(
                 "SELECT id, heard FROM tune_reports WHERE id = ANY($1) AND heard IS NOT NULL",
                 &[&ids],
@@ -704,7 +701,7 @@ impl WorkerState<'_> {
 /// Sends a report of attempt `key`, fenced: only while the attempt is still the holder of
 /// `token` (`FOR SHARE` waits for a concurrent expiry and sees its outcome). `None`: refused.
 fn insert_report(
-    client: &mut Client,
+    client: &mut Db,
     token: i64,
     key: Key,
     step: u64,
@@ -734,7 +731,7 @@ fn insert_report(
 
 /// Records how attempt `token` of `experiment` ended, fenced as reports are; `false`: refused.
 fn end_attempt(
-    client: &mut Client,
+    client: &mut Db,
     token: i64,
     experiment: i64,
     outcome: &Outcome,
@@ -744,14 +741,19 @@ fn end_attempt(
             UPDATE tune_attempts SET state = 'ended', outcome = $2
             WHERE token = $1 AND state = 'running' RETURNING 1)
          SELECT pg_notify($3, $4) FROM e",
-        &[&token, &outcome.to_text(), &coordinator_channel(experiment), &NOTE_END],
+        &[
+            &token,
+            &outcome.to_text(),
+            &coordinator_channel(experiment),
+            &NOTE_END,
+        ],
     )?;
     Ok(!rows.is_empty())
 }
 
 /// Reads experiment `id`'s name and spec, and builds its objective here.
 fn serve_experiment(
-    db: &mut Client,
+    db: &mut Db,
     id: i64,
     settings: &Worker,
     objective_of: &ObjectiveOf,
@@ -779,6 +781,7 @@ fn serve_experiment(
 mod tests {
     use super::*;
     use crate::store::{test_server, PgStore, TrialStore};
+    use postgres::{Client, NoTls};
 
     #[test]
     fn writes_of_an_attempt_whose_lease_was_taken_back_are_refused() {
@@ -797,6 +800,7 @@ mod tests {
             &[&e],
         )
         .unwrap();
+        let mut db = Db::new(db, &url);
         let metrics = std::collections::BTreeMap::from([("loss".to_string(), 0.5)]);
         let key = (e, 0, 1);
         assert!(insert_report(&mut db, 7, key, 1, &metrics)

@@ -116,6 +116,8 @@ pub struct PgStore {
     location: PathBuf,
     experiment: i64,
     pending: Pending,
+    /// The sync's statement, once prepared on this connection.
+    apply: Option<postgres::Statement>,
 }
 
 /// What was written since the last sync, newest record per key.
@@ -208,6 +210,7 @@ impl PgStore {
             location,
             experiment,
             pending: Pending::default(),
+            apply: None,
         })
     }
 }
@@ -344,41 +347,50 @@ pub(crate) fn bigint(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Sends `pending` through `client` (a transaction).
+/// What [`apply`] runs.
+const APPLY: &str = "WITH m AS (
+            UPDATE tune_experiments SET meta = $2 WHERE id = $1 AND $2::text IS NOT NULL
+            RETURNING 1),
+         t AS (
+            INSERT INTO tune_trials (experiment, id, status, record)
+            SELECT $1, * FROM unnest($3::bigint[], $4::text[], $5::text[])
+            ON CONFLICT (experiment, id)
+            DO UPDATE SET status = excluded.status, record = excluded.record
+            RETURNING 1),
+         r AS (
+            INSERT INTO tune_results (experiment, trial, seq, record)
+            SELECT $1, * FROM unnest($6::bigint[], $7::bigint[], $8::text[])
+            ON CONFLICT (experiment, trial, seq) DO UPDATE SET record = excluded.record
+            RETURNING 1)
+         SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM t), (SELECT count(*) FROM r)";
+
+/// Sends `pending` through `client` as one statement (atomic by itself: a sync is one round
+/// trip, with no transaction around it).
 fn apply(
     client: &mut impl GenericClient,
+    statement: &(impl postgres::ToStatement + ?Sized),
     experiment: i64,
     pending: &Pending,
 ) -> Result<(), postgres::Error> {
-    if let Some(meta) = &pending.meta {
-        client.execute(
-            "UPDATE tune_experiments SET meta = $2 WHERE id = $1",
-            &[&experiment, meta],
-        )?;
-    }
-    if !pending.trials.is_empty() {
-        let ids: Vec<i64> = pending.trials.keys().map(|&id| bigint(id)).collect();
-        let statuses: Vec<&str> = pending.trials.values().map(|(s, _)| *s).collect();
-        let records: Vec<&str> = pending.trials.values().map(|(_, r)| r.as_str()).collect();
-        client.execute(
-            "INSERT INTO tune_trials (experiment, id, status, record)
-             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[])
-             ON CONFLICT (experiment, id)
-             DO UPDATE SET status = excluded.status, record = excluded.record",
-            &[&experiment, &ids, &statuses, &records],
-        )?;
-    }
-    if !pending.results.is_empty() {
-        let trials: Vec<i64> = pending.results.keys().map(|&(t, _)| bigint(t)).collect();
-        let seqs: Vec<i64> = pending.results.keys().map(|&(_, s)| bigint(s)).collect();
-        let records: Vec<&str> = pending.results.values().map(String::as_str).collect();
-        client.execute(
-            "INSERT INTO tune_results (experiment, trial, seq, record)
-             SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[])
-             ON CONFLICT (experiment, trial, seq) DO UPDATE SET record = excluded.record",
-            &[&experiment, &trials, &seqs, &records],
-        )?;
-    }
+    let ids: Vec<i64> = pending.trials.keys().map(|&id| bigint(id)).collect();
+    let statuses: Vec<&str> = pending.trials.values().map(|(s, _)| *s).collect();
+    let records: Vec<&str> = pending.trials.values().map(|(_, r)| r.as_str()).collect();
+    let result_trials: Vec<i64> = pending.results.keys().map(|&(t, _)| bigint(t)).collect();
+    let seqs: Vec<i64> = pending.results.keys().map(|&(_, s)| bigint(s)).collect();
+    let results: Vec<&str> = pending.results.values().map(String::as_str).collect();
+    client.execute(
+        statement,
+        &[
+            &experiment,
+            &pending.meta,
+            &ids,
+            &statuses,
+            &records,
+            &result_trials,
+            &seqs,
+            &results,
+        ],
+    )?;
     Ok(())
 }
 
@@ -452,7 +464,7 @@ impl TrialStore for PgStore {
         // What this store wrote and has not synced is read too, in a transaction rolled back.
         let err = |e: postgres::Error| db_error(&self.location, e);
         let mut tx = client.transaction().map_err(err)?;
-        apply(&mut tx, self.experiment, &self.pending).map_err(err)?;
+        apply(&mut tx, APPLY, self.experiment, &self.pending).map_err(err)?;
         let stored = read(&mut tx, self.experiment, &self.location);
         tx.rollback().map_err(err)?;
         stored
@@ -487,9 +499,13 @@ impl TrialStore for PgStore {
             let location = self.location.clone();
             let err = |e: postgres::Error| db_error(&location, e);
             let client = self.client.get_mut();
-            let mut tx = client.transaction().map_err(err)?;
-            apply(&mut tx, self.experiment, &self.pending).map_err(err)?;
-            tx.commit().map_err(err)?;
+            // Prepared once: every sync is then a single round trip.
+            let statement = match &self.apply {
+                Some(s) => s.clone(),
+                None => client.prepare(APPLY).map_err(err)?,
+            };
+            apply(client, &statement, self.experiment, &self.pending).map_err(err)?;
+            self.apply = Some(statement);
             self.pending = Pending::default();
         }
         failpoint::hit("store.sync.after").map_err(|e| io_error(&self.location, e))?;
