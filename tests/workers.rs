@@ -524,3 +524,45 @@ fn pbt_across_workers_copies_checkpoints_between_them() {
         .sum();
     assert!(exploits >= 4, "{exploits} exploits");
 }
+
+#[test]
+fn one_worker_without_an_experiment_serves_every_sweep_in_the_database_until_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let mut coordinators = Vec::new();
+    for name in ["t", "u"] {
+        let folder = tmp.path().join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        let spec = five_step_trials(&folder, &[]);
+        let text = std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("name = \"t\"", &format!("name = \"{name}\""));
+        std::fs::write(&spec, text).unwrap();
+        let mut coord = spawn(coordinator(&spec, &url, &folder.join("c")));
+        if name == "t" {
+            wait_for_experiment(&url, &mut coord);
+        }
+        coordinators.push(coord);
+    }
+    let mut serving = tune();
+    serving
+        .args(["worker", &url, "--slots", "2", "--lease", "15", "--dir"])
+        .arg(tmp.path().join("w"));
+    let serving = spawn(serving);
+    for c in coordinators {
+        let out = finish(c, "a coordinator");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Both sweeps are done; the worker serves on until told to stop, then exits cleanly.
+    unsafe { libc::kill(serving.id() as i32, libc::SIGTERM) };
+    let out = finish(serving, "the worker");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(attempts_ran(&out), 12);
+    for name in ["t", "u"] {
+        let out = run_ok(tune().args(["export", name, "--store", &url, "--format", "json"]));
+        let trials: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(trials.len(), 6);
+        assert!(trials.iter().all(|t| t["status"] == "completed"));
+        assert!(tmp.path().join("w").join(name).join("trials").is_dir());
+    }
+}
