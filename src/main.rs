@@ -623,6 +623,8 @@ struct SweepState {
     samples: u64,
     trials: Vec<tune::Trial>,
     live: bool,
+    /// Remote workers serving it (a sweep in a database).
+    workers: Vec<tune::remote::WorkerInfo>,
 }
 
 impl SweepState {
@@ -630,12 +632,17 @@ impl SweepState {
         let Named::Folder(dir) = named else {
             // A database is read as it is, running sweep or not.
             let (place, stored) = stored_of(named)?;
+            let workers = match named {
+                Named::InDatabase { url, name } => tune::remote::workers(url, name)?,
+                Named::Folder(_) => Vec::new(),
+            };
             return Ok(SweepState {
                 dir: place,
                 spec: stored.meta.spec,
                 samples: stored.meta.samples,
                 trials: stored.trials,
                 live: false,
+                workers,
             });
         };
         // A running sweep is asked first: its store stays locked while it runs.
@@ -649,6 +656,7 @@ impl SweepState {
                 samples: board.header.total,
                 trials: board.trials.iter().map(|v| v.to_trial()).collect(),
                 live: true,
+                workers: Vec::new(),
             });
         }
         let exp = Experiment::open(dir)?;
@@ -658,6 +666,7 @@ impl SweepState {
             samples: exp.stored.meta.samples,
             trials: exp.stored.trials,
             live: false,
+            workers: Vec::new(),
         })
     }
 
@@ -678,6 +687,7 @@ impl SweepState {
             samples: stored.meta.samples,
             trials: stored.trials,
             live: false,
+            workers: Vec::new(),
         })
     }
 }
@@ -713,6 +723,31 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
         ),
         None => writeln!(out, "best: none yet"),
     }?;
+    if !sweep.workers.is_empty() {
+        writeln!(out, "workers:")?;
+    }
+    for w in &sweep.workers {
+        let running: Vec<String> = w.running.iter().map(|t| t.to_string()).collect();
+        writeln!(
+            out,
+            "  {} {} slot{}, serving {}, last heartbeat {:.1} s ago{}, running trials: {}",
+            w.id,
+            w.slots,
+            if w.slots == 1 { "" } else { "s" },
+            w.serving.as_deref().unwrap_or("every sweep"),
+            w.heartbeat_age_s,
+            if w.live {
+                ""
+            } else {
+                " (lease run out: gone?)"
+            },
+            if running.is_empty() {
+                "none".into()
+            } else {
+                running.join(", ")
+            }
+        )?;
+    }
     writeln!(
         out,
         "{:>6}  {:<10} {:>14} {:>6}  params",
@@ -738,6 +773,9 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
         );
         if let Some(e) = &t.error {
             line += &format!("  [{}]", e.lines().next().unwrap_or(""));
+        }
+        if let Some(at) = t.device.as_deref().filter(|_| !t.status.is_finished()) {
+            line += &format!("  @{at}");
         }
         writeln!(out, "{line}")?;
     }

@@ -224,6 +224,23 @@ fn a_killed_coordinator_is_resumed_elsewhere_while_workers_keep_their_trials() {
         .map(|r| r.get(0))
         .collect();
     assert!(!running.is_empty());
+    // `tune status` lists the workers, what they run, and where each running trial runs.
+    let out = run_ok(tune().args(["status", "t", "--store", &url]));
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        status
+            .matches(" 3 slots, serving t, last heartbeat ")
+            .count(),
+        2,
+        "{status}"
+    );
+    for id in &running {
+        let row = status
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("trial {id} in {status}"));
+        assert!(row.contains("  @") && row.contains("/cpu:"), "{row}");
+    }
     // Another process takes over, on another folder: the workers' trials go on as they are.
     let out = run_ok(
         tune()

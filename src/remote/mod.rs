@@ -129,6 +129,66 @@ pub(crate) fn metrics_from_text(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// A worker serving an experiment, as `tune status` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerInfo {
+    /// `host:pid`.
+    pub id: String,
+    pub slots: u32,
+    /// The experiment it serves only, or `None` for every one in the database.
+    pub serving: Option<String>,
+    /// Seconds since its last heartbeat, by the database's clock.
+    pub heartbeat_age_s: f64,
+    /// Its heartbeat is within its lease.
+    pub live: bool,
+    /// The experiment's trials it runs now.
+    pub running: Vec<tune_search::TrialId>,
+}
+
+/// The workers that serve experiment `name` at `url` (registered and not yet exited), with
+/// the trials of it each one runs.
+///
+/// ```no_run
+/// for w in tune::remote::workers("postgres://tune@db/tune", "mnist-lr")? {
+///     println!("{} ({} slots): {:?}", w.id, w.slots, w.running);
+/// }
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub fn workers(url: &str, name: &str) -> Result<Vec<WorkerInfo>, crate::StoreError> {
+    use crate::store::pg_store::{connect, db_error, existing};
+    let location = crate::store::postgres_location(url, name);
+    let mut client = connect(url, &location)?;
+    let experiment = existing(&mut client, name, &location)?;
+    let rows = client
+        .query(
+            "SELECT w.id, w.slots, e.name,
+                    extract(epoch FROM now() - w.heartbeat_at)::float8,
+                    w.heartbeat_at > now() - make_interval(secs => w.lease_s),
+                    coalesce((SELECT array_agg(a.trial ORDER BY a.trial) FROM tune_attempts a
+                              WHERE a.worker = w.id AND a.state = 'running'
+                                AND a.experiment = $1), '{}')
+             FROM tune_workers w LEFT JOIN tune_experiments e ON e.id = w.experiment
+             WHERE w.experiment IS NULL OR w.experiment = $1 ORDER BY w.id",
+            &[&experiment],
+        )
+        .map_err(|e| db_error(&location, e))?;
+    Ok(rows
+        .iter()
+        .map(|r| WorkerInfo {
+            id: r.get(0),
+            slots: r.get::<_, i32>(1).max(0) as u32,
+            serving: r.get(2),
+            heartbeat_age_s: r.get(3),
+            live: r.get(4),
+            running: r
+                .get::<_, Vec<i64>>(5)
+                .into_iter()
+                .map(|t| t as tune_search::TrialId)
+                .collect(),
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
