@@ -571,6 +571,7 @@ fn one_worker_without_an_experiment_serves_every_sweep_in_the_database_until_sto
         assert!(out.status.success(), "{}", stderr(&out));
     }
     // Both sweeps are done; the worker serves on until told to stop, then exits cleanly.
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     unsafe { libc::kill(serving.id() as i32, libc::SIGTERM) };
     let out = finish(serving, "the worker");
     assert!(out.status.success(), "{}", stderr(&out));
