@@ -178,7 +178,7 @@ impl Bridge {
             });
         }
         let mut state = State {
-            db: Db::new(client, url),
+            db: Db::new(client, url.parse().map_err(err)?),
             stop: stop.clone(),
             experiment,
             tracked: adopted

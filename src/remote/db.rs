@@ -5,21 +5,22 @@
 use std::collections::HashMap;
 
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement};
+use postgres::{Client, Config, NoTls, Row, Statement};
 
 pub(crate) struct Db {
     client: Client,
-    url: String,
+    /// How to connect again.
+    config: Config,
     statements: HashMap<&'static str, Statement>,
 }
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 impl Db {
-    pub(crate) fn new(client: Client, url: &str) -> Db {
+    pub(crate) fn new(client: Client, config: Config) -> Db {
         Db {
             client,
-            url: url.to_string(),
+            config,
             statements: HashMap::new(),
         }
     }
@@ -75,7 +76,7 @@ impl Db {
 
     /// A new connection in place of a closed one (its statements prepared again as used).
     pub(crate) fn reconnect(&mut self) -> bool {
-        match Client::connect(&self.url, NoTls) {
+        match self.config.connect(NoTls) {
             Ok(c) => {
                 self.client = c;
                 self.statements.clear();

@@ -21,7 +21,7 @@ use crate::objective::{BoxError, Heard, Job, Objective, Outcome, TrialContext, W
 use crate::observer::StopHandle;
 use crate::pool::{Pool, Slot};
 use crate::spec::{ExperimentSpec, Gpus, Resources};
-use crate::store::pg_store::{bigint, connect, db_error, existing, this_process};
+use crate::store::pg_store::{bigint, connect_with, db_error, existing, this_process};
 use crate::store::{Meta, StoreError};
 
 /// A worker: claims trials that coordinators offer in a PostgreSQL database and runs them,
@@ -148,7 +148,18 @@ impl Worker {
             )));
         }
         let location = PathBuf::from(crate::store::redact_url(&self.url));
-        let mut client = connect(&self.url, &location)?;
+        // A worker must notice a database it cannot reach within its lease (a stalled network
+        // otherwise blocks a query for as long as TCP retries), so it stops its trials then.
+        let mut config: postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| TuneError::Store(db_error(&location, e)))?;
+        config
+            .connect_timeout(self.lease)
+            .tcp_user_timeout(self.lease)
+            .keepalives(true)
+            .keepalives_idle((self.lease / 2).max(Duration::from_secs(1)));
+        let mut client = connect_with(&config, &location)?;
         let only = match &self.experiment {
             Some(name) => Some(existing(&mut client, name, &location).map_err(|e| match e {
                 StoreError::NoMeta => TuneError::Invalid(format!(
@@ -210,7 +221,7 @@ impl Worker {
             me: this_process(),
             settings: &self,
             location,
-            db: Db::new(client, &self.url),
+            db: Db::new(client, config),
             only,
             pool,
             objective_of,
@@ -800,7 +811,7 @@ mod tests {
             &[&e],
         )
         .unwrap();
-        let mut db = Db::new(db, &url);
+        let mut db = Db::new(db, url.parse().unwrap());
         let metrics = std::collections::BTreeMap::from([("loss".to_string(), 0.5)]);
         let key = (e, 0, 1);
         assert!(insert_report(&mut db, 7, key, 1, &metrics)

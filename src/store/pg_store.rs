@@ -235,7 +235,16 @@ pub fn location(url: &str, name: &str) -> PathBuf {
 
 /// A connection with the schema up to date.
 pub(crate) fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
-    let mut client = Client::connect(url, NoTls).map_err(|e| db_error(location, e))?;
+    let config: postgres::Config = url.parse().map_err(|e| db_error(location, e))?;
+    connect_with(&config, location)
+}
+
+/// [`connect`] with connection settings of the caller's (timeouts).
+pub(crate) fn connect_with(
+    config: &postgres::Config,
+    location: &std::path::Path,
+) -> Result<Client, StoreError> {
+    let mut client = config.connect(NoTls).map_err(|e| db_error(location, e))?;
     migrate(&mut client, location)?;
     Ok(client)
 }
