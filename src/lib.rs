@@ -60,7 +60,7 @@ pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
     Algorithm, ExperimentSpec, Gpus, InvalidSetting, ObjectiveSpec, Resources, SchedulerSpec,
-    SearchSpec, SpecError,
+    SearchSpec, SpecError, StoreSpec,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;

@@ -86,6 +86,7 @@ impl Tuner {
             resources: Resources::default(),
             stop: StopConditions::default(),
             objective: None,
+            store: crate::spec::StoreSpec::default(),
             space,
         })
     }
@@ -397,6 +398,7 @@ impl Tuner {
             note,
             stop: self.stop.clone(),
             dir: exp.dir.clone(),
+            trials: spec.trials_folder(&exp.dir),
             metric: spec.metric.clone(),
             mode: spec.mode,
             samples: exp.stored.meta.samples,

@@ -485,21 +485,29 @@ fn a_worker_cut_off_past_its_lease_has_its_late_writes_refused_and_its_trial_run
     assert_eq!(taken as usize, from_a, "a late report of A was taken");
 }
 
-/// Runs the sweep of `spec` with a coordinator alone (trial folders in `shared/t`) and
-/// `workers` workers of `slots` slots sharing the folder `shared` (as a shared file system
-/// would): paused trials resume, and exploits copy checkpoints, on any worker. Returns the
-/// export.
+/// Runs the sweep of `spec` with a coordinator alone and `workers` workers of `slots` slots,
+/// each with a folder of its own, the spec's `[store] checkpoints` naming `shared` (as a
+/// shared file system would be): paused trials resume, and exploits copy checkpoints, on any
+/// worker. Returns the export.
 fn sweep_on_workers(
     spec: &Path,
     shared: &Path,
     workers: usize,
     slots: usize,
 ) -> Vec<serde_json::Value> {
+    let mut text = std::fs::read_to_string(spec).unwrap();
+    text += &format!(
+        "\n[store]\ncheckpoints = {:?}\n",
+        shared.display().to_string()
+    );
+    std::fs::write(spec, text).unwrap();
     let url = pg_server::fresh_database();
-    let mut coord = spawn(coordinator(spec, &url, &shared.join("t")));
+    let own = spec.parent().unwrap();
+    let mut coord = spawn(coordinator(spec, &url, &own.join("coordinator")));
     wait_for_experiment(&url, &mut coord);
-    let workers: Vec<Child> = (0..workers)
-        .map(|_| spawn(worker(&url, slots, "15", shared)))
+    let count = workers;
+    let workers: Vec<Child> = (0..count)
+        .map(|i| spawn(worker(&url, slots, "15", &own.join(format!("worker-{i}")))))
         .collect();
     let out = finish(coord, "the coordinator");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -509,6 +517,9 @@ fn sweep_on_workers(
         assert!(out.status.success(), "{}", stderr(&out));
         ran += attempts_ran(&out);
     }
+    // The trial folders are in the shared folder, none in the workers' own.
+    assert!(shared.join("t").join("trials").is_dir());
+    assert!((0..count).all(|i| !own.join(format!("worker-{i}")).join("t").exists()));
     let trials = export_in(&url);
     let attempts: u64 = trials.iter().map(|t| t["attempts"].as_u64().unwrap()).sum();
     assert_eq!(ran, attempts, "every attempt ran on a worker, once");

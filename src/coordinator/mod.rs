@@ -52,6 +52,9 @@ pub(crate) struct Plan {
     /// Set to end the sweep early, resumable.
     pub stop: StopHandle,
     pub dir: PathBuf,
+    /// Where trial folders go (`trials/<id>` under it): the experiment folder, or the spec's
+    /// `[store] checkpoints`.
+    pub trials: PathBuf,
     pub metric: String,
     pub mode: Mode,
     pub samples: u64,
@@ -113,6 +116,8 @@ pub(crate) struct Coordinator {
     stored_running: Vec<(TrialId, u32)>,
     /// Whether the user was told that the sweep waits for workers.
     told_waiting: bool,
+    /// Whether the user was told that PBT's checkpoints do not reach remote workers.
+    told_unshared: bool,
 }
 
 impl Coordinator {
@@ -209,6 +214,7 @@ impl Coordinator {
             bridge: None,
             stored_running,
             told_waiting: false,
+            told_unshared: false,
         }
     }
 
@@ -239,7 +245,7 @@ impl Coordinator {
             self.set_status(id, Status::Running);
             self.plan.pool.hold_remote();
             let t = &self.live[&id];
-            let run = InFlight::new(t, Slot::Remote, &trial_dir(&self.plan.dir, id), false);
+            let run = InFlight::new(t, Slot::Remote, &trial_dir(&self.plan.trials, id), false);
             self.in_flight.insert(id, run);
         }
         Ok(())
@@ -491,7 +497,7 @@ impl Coordinator {
             t.end_seq = None;
             t.device = Some(slot.to_string());
             self.store.put_trial(t)?;
-            let run = InFlight::new(t, slot, &trial_dir(&self.plan.dir, id), exploited);
+            let run = InFlight::new(t, slot, &trial_dir(&self.plan.trials, id), exploited);
             self.in_flight.insert(id, run);
             self.to_launch.push(id);
         }
@@ -514,7 +520,7 @@ impl Coordinator {
             attempt: t.attempts,
             params: t.params.clone(),
             device: t.device.clone().unwrap_or_default(),
-            trial_dir: trial_dir(&self.plan.dir, id),
+            trial_dir: trial_dir(&self.plan.trials, id),
             restore_dir: self.in_flight.get(&id).and_then(|r| r.restore_dir.clone()),
             timeout: self.plan.timeout,
             tx: self.tx.clone(),
@@ -522,6 +528,21 @@ impl Coordinator {
         };
         match (&self.bridge, run.map(|r| (r.slot, r.exploited))) {
             (Some(bridge), Some((Slot::Remote, exploited))) => {
+                if !self.told_unshared
+                    && self.plan.scheduler == "pbt"
+                    && self.plan.trials == self.plan.dir
+                {
+                    // Exploits copy checkpoints in this machine's folder: a worker elsewhere
+                    // does not see them.
+                    self.told_unshared = true;
+                    let note = "PBT on remote workers without `[store] checkpoints`: an exploit \
+                                run on another machine gets the new params but not the source's \
+                                checkpoint; name a shared folder in the spec for real PBT";
+                    if self.observers.is_empty() {
+                        eprintln!("tune: {note}");
+                    }
+                    emit(&mut self.observers, &Event::Note(note), &self.summary);
+                }
                 let offer = crate::remote::Offer {
                     params: job.params.clone(),
                     timeout_s: job.timeout.map(|d| d.as_secs_f64()),
@@ -681,7 +702,7 @@ impl Coordinator {
                 t.parent = Some(from);
                 t.restore_from = Some(from);
                 self.store.put_trial(t)?;
-                stage_exploit(&self.plan.dir, id, from)?;
+                stage_exploit(&self.plan.trials, id, from)?;
                 self.history.set_params(id, params);
                 self.deferred.push_back(id);
                 let t = &self.live[&id];
@@ -706,7 +727,7 @@ impl Coordinator {
         let Some(from) = self.live(id).restore_from else {
             return Ok(());
         };
-        take_exploit(&self.plan.dir, id, from)?;
+        take_exploit(&self.plan.trials, id, from)?;
         let t = self.live.get_mut(&id).expect("a trial being started");
         t.restore_from = None;
         self.store.put_trial(t)?;

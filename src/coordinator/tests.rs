@@ -192,6 +192,7 @@ impl Sweep {
             note: None,
             stop: self.stop.clone(),
             dir: self.dir.path().to_path_buf(),
+            trials: self.dir.path().to_path_buf(),
             metric: "loss".into(),
             mode: self.mode,
             samples: self.samples,

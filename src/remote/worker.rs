@@ -775,11 +775,19 @@ fn serve_experiment(
     )?;
     let name: String = row.get(0);
     let meta: Option<String> = row.get(1);
-    let dir = settings.dir.join(&name);
-    let objective = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
-        Some(Ok(meta)) => objective_of(&meta.spec, &dir).map_err(|e| e.to_string()),
-        Some(Err(e)) => Err(format!("its experiment record is unreadable: {e}")),
-        None => Err("the experiment has no record yet".into()),
+    let own = settings.dir.join(&name);
+    let (dir, objective) = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
+        Some(Ok(meta)) => {
+            // `[store] checkpoints`: the sweep's shared folder, else this worker's own.
+            let dir = meta.spec.trials_folder(&own);
+            let objective = objective_of(&meta.spec, &dir).map_err(|e| e.to_string());
+            (dir, objective)
+        }
+        Some(Err(e)) => (
+            own,
+            Err(format!("its experiment record is unreadable: {e}")),
+        ),
+        None => (own, Err("the experiment has no record yet".into())),
     };
     Ok(Served {
         name,

@@ -1,7 +1,7 @@
 //! The experiment spec: what `space.toml` says, validated, and what the store freezes.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::stop::StopConditions;
 use serde::{Deserialize, Serialize};
@@ -65,7 +65,42 @@ pub struct ExperimentSpec {
     /// How a trial runs; `None` for experiments driven by a Rust closure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objective: Option<ObjectiveSpec>,
+    /// `[store]`: where trial folders go when not in the experiment folder.
+    #[serde(default, skip_serializing_if = "StoreSpec::is_default")]
+    pub store: StoreSpec,
     pub space: Space,
+}
+
+/// `[store]`: where a sweep keeps what its trials write.
+///
+/// ```
+/// let spec = tune::ExperimentSpec::from_toml(r#"
+///     name = "mnist"
+///     metric = "loss"
+///     samples = 20
+///     [store]
+///     checkpoints = "/shared/tune"
+///     [space]
+///     x = { uniform = [0.0, 1.0] }
+/// "#, "space.toml".as_ref()).unwrap();
+/// assert_eq!(spec.trials_folder("runs/mnist".as_ref()), std::path::Path::new("/shared/tune/mnist"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSpec {
+    /// A folder that every machine running the sweep's trials sees (a shared file system):
+    /// trial folders go to `<checkpoints>/<name>/trials/<id>`, so that a paused trial resumes,
+    /// and an exploit finds its source's checkpoint, on whichever worker runs it. Relative to
+    /// the spec file's folder. Default: the experiment folder on the coordinator, `--dir` on
+    /// each worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<PathBuf>,
+}
+
+impl StoreSpec {
+    fn is_default(&self) -> bool {
+        *self == StoreSpec::default()
+    }
 }
 
 fn default_mode() -> Mode {
@@ -351,6 +386,15 @@ impl ExperimentSpec {
         }
     }
 
+    /// The folder that holds this sweep's trial folders (`trials/<id>`): `[store] checkpoints`
+    /// joined with the name, else `experiment_dir` (the experiment folder, or a worker's own).
+    pub fn trials_folder(&self, experiment_dir: &Path) -> PathBuf {
+        match &self.store.checkpoints {
+            Some(shared) => shared.join(&self.name),
+            None => experiment_dir.to_path_buf(),
+        }
+    }
+
     /// Reads and validates a spec file, returning it with the file's text (kept verbatim as
     /// the experiment's frozen copy). The objective's working folder defaults to the file's.
     pub fn read(path: &Path) -> Result<(ExperimentSpec, String), SpecError> {
@@ -366,6 +410,11 @@ impl ExperimentSpec {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+        if let Some(c) = spec.store.checkpoints.as_mut() {
+            if c.is_relative() {
+                *c = base.join(&*c);
+            }
+        }
         if let Some(obj) = spec.objective.as_mut() {
             obj.workdir = Some(match obj.workdir.take() {
                 Some(w) if w.is_absolute() => w,
@@ -413,6 +462,17 @@ impl ExperimentSpec {
                 "samples",
                 "expected at least 1 trial, found 0",
             )));
+        }
+        if self
+            .store
+            .checkpoints
+            .as_ref()
+            .is_some_and(|c| c.as_os_str().is_empty())
+        {
+            return Err(InvalidSetting::new(
+                "store",
+                FieldError::new("checkpoints", "expected a folder, found an empty string"),
+            ));
         }
         if self.resources.cpu_slots == 0 {
             return Err(InvalidSetting::new(

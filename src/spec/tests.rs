@@ -226,3 +226,36 @@ fn spec_round_trips_through_json() {
         serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
     assert_eq!(spec, back);
 }
+
+#[test]
+fn store_checkpoints_is_a_folder_relative_to_the_spec_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("space.toml");
+    let with = |value: &str| {
+        GOOD.replace(
+            "[space]",
+            &format!("[store]\ncheckpoints = {value}\n\n[space]"),
+        )
+    };
+    std::fs::write(&file, with("\"shared\"")).unwrap();
+    let (spec, _) = ExperimentSpec::read(&file).unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    assert_eq!(spec.store.checkpoints, Some(base.join("shared")));
+    assert_eq!(
+        spec.trials_folder(Path::new("runs/x")),
+        base.join("shared").join(&spec.name)
+    );
+    // Without it, trial folders stay in the experiment folder.
+    let plain = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
+    assert_eq!(
+        plain.trials_folder(Path::new("runs/x")),
+        Path::new("runs/x")
+    );
+    let e = err(&with("\"\""));
+    assert!(
+        e.contains("[store] `checkpoints`: expected a folder, found an empty string"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("[space]", "[store]\ncheckpoint = \"/s\"\n\n[space]"));
+    assert!(e.contains("checkpoint"), "{e}");
+}
