@@ -170,8 +170,18 @@ enum Format {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let worker = matches!(cli.command, Command::Worker { .. });
     match run(cli.command) {
         Ok(code) => code,
+        Err(TuneError::Store(e @ StoreError::Database { .. })) if worker => {
+            // A worker has no sweep to resume: what it ran goes on elsewhere.
+            eprintln!(
+                "error: {e}\n  check the server, the URL and the credentials (the URL argument or \
+                 TUNE_STORE); trials this worker held run again on other workers once their \
+                 leases run out"
+            );
+            ExitCode::from(1)
+        }
         Err(e) => {
             eprintln!("error: {}", cli_message(&e));
             ExitCode::from(if e.is_input() { 2 } else { 1 })
