@@ -380,18 +380,8 @@ impl State {
                     ON CONFLICT (experiment, trial, attempt) DO UPDATE
                     SET job = excluded.job, state = 'offered', worker = NULL, token = NULL,
                         lease_until = NULL, outcome = NULL, offered_at = clock_timestamp()
-                    RETURNING 1),
-                 n AS (SELECT count(*) AS n FROM o),
-                 -- The live workers with the most free slots, one per offer, are woken by
-                 -- name; if too few say they are free, every worker is.
-                 w AS (
-                    SELECT id FROM tune_workers
-                    WHERE (experiment IS NULL OR experiment = $1) AND free > 0
-                      AND heartbeat_at > now() - make_interval(secs => lease_s)
-                    ORDER BY free DESC, id LIMIT (SELECT n FROM n))
-                 SELECT pg_notify($5, id) FROM w
-                 UNION ALL
-                 SELECT pg_notify($5, '') WHERE (SELECT count(*) FROM w) < (SELECT n FROM n)",
+                    RETURNING 1)
+                 SELECT pg_notify($5, '') WHERE EXISTS (SELECT 1 FROM o)",
                 &[&e, &ids, &attempts, &jobs, &OFFERS_CHANNEL],
             )?;
             self.offers.clear();

@@ -14,14 +14,12 @@
 //!   token (a fenced write: a worker that lost its lease is refused and told to stop). The
 //!   coordinator stores the result, runs the scheduler, syncs, then writes the decision into
 //!   `heard`; the worker waits for it, as a local trial waits for its acknowledgement.
-//! - `tune_workers`: who is serving, with how many slots (and how many are free), and their
-//!   last heartbeat: the coordinator offers as many attempts as live workers have slots.
+//! - `tune_workers`: who is serving, with how many slots, and their last heartbeat: the
+//!   coordinator offers as many attempts as live workers have slots.
 //!
 //! Each side is woken by `LISTEN/NOTIFY` (the coordinator on `tune_e<experiment id>`, workers
 //! on `tune_offers` and `tune_decisions`) and polls as well, so a lost notification only
-//! delays. An offer names the workers with the most free slots, one per attempt offered, so
-//! that idle workers do not all race for each one; where too few say they are free, it wakes
-//! every worker.
+//! delays.
 
 pub(crate) mod bridge;
 mod db;

@@ -190,21 +190,15 @@ impl Worker {
         let (wake_tx, wake_rx) = mpsc::unbounded_channel::<Option<(i64, Heard)>>();
         let listening = Arc::new(Mutex::new(HashSet::new()));
         let stop_listener = Arc::new(AtomicBool::new(false));
-        let me = this_process();
         let listener = {
             let (url, filter, stop) = (self.url.clone(), listening.clone(), stop_listener.clone());
-            let me = me.clone();
             std::thread::spawn(move || {
                 listen(
                     &url,
                     &[OFFERS_CHANNEL, DECISIONS_CHANNEL],
                     |channel, payload| {
                         if channel != DECISIONS_CHANNEL {
-                            // New offers: for every worker (""), or for this one by name.
-                            if payload.is_empty() || payload == me {
-                                return wake_tx.send(None).is_ok();
-                            }
-                            return true;
+                            return wake_tx.send(None).is_ok();
                         }
                         // Only our own reports' decisions wake us, with the decision.
                         let decided = payload
@@ -224,7 +218,7 @@ impl Worker {
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = WorkerState {
-            me,
+            me: this_process(),
             settings: &self,
             location,
             db: Db::new(client, config),
@@ -313,10 +307,9 @@ impl WorkerState<'_> {
         let lease = self.settings.lease.as_secs_f64();
         self.db
             .execute(
-                "INSERT INTO tune_workers (id, experiment, slots, lease_s, free)
-                 VALUES ($1, $2, $3, $4, $3)
+                "INSERT INTO tune_workers (id, experiment, slots, lease_s) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (id) DO UPDATE SET experiment = $2, slots = $3, lease_s = $4,
-                     free = $3, started_at = now(), heartbeat_at = now()",
+                     started_at = now(), heartbeat_at = now()",
                 &[&self.me, &self.only, &slots, &lease],
             )
             .map_err(|e| self.err(e))?;
@@ -421,12 +414,11 @@ impl WorkerState<'_> {
         self.last_heartbeat = Some(Instant::now());
         let tokens: Vec<i64> = self.running.values().map(|r| r.token).collect();
         let lease = self.settings.lease.as_secs_f64();
-        let free = self.pool.slots().len().saturating_sub(self.running.len()) as i32;
         let renewed = self
             .db
             .execute(
-                "UPDATE tune_workers SET heartbeat_at = now(), free = $2 WHERE id = $1",
-                &[&self.me, &free],
+                "UPDATE tune_workers SET heartbeat_at = now() WHERE id = $1",
+                &[&self.me],
             )
             .and_then(|_| {
                 self.db.query(
@@ -531,10 +523,7 @@ impl WorkerState<'_> {
                             lease_until = now() + make_interval(secs => $4)
                         FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
                             AND a.attempt = c.attempt
-                        RETURNING a.experiment, a.trial, a.attempt, a.token, a.job),
-                     f AS (
-                        UPDATE tune_workers SET free = greatest(free - 1, 0)
-                        WHERE id = $2 AND EXISTS (SELECT 1 FROM u))
+                        RETURNING a.experiment, a.trial, a.attempt, a.token, a.job)
                      SELECT u.*, pg_notify('tune_e' || u.experiment, $5) FROM u",
                     &[&self.only, &self.me, &slot.to_string(), &lease, &NOTE_CLAIM],
                 )
@@ -761,10 +750,7 @@ fn end_attempt(
     let rows = client.query(
         "WITH e AS (
             UPDATE tune_attempts SET state = 'ended', outcome = $2
-            WHERE token = $1 AND state = 'running' RETURNING worker),
-         f AS (
-            UPDATE tune_workers w SET free = least(w.free + 1, w.slots)
-            FROM e WHERE w.id = e.worker)
+            WHERE token = $1 AND state = 'running' RETURNING 1)
          SELECT pg_notify($3, $4) FROM e",
         &[
             &token,

@@ -90,10 +90,6 @@ CREATE TABLE tune_reports (
 );
 CREATE INDEX tune_reports_undecided ON tune_reports (experiment, id) WHERE heard IS NULL;
 "#,
-    // How many slots each worker has free: an offer wakes that many workers, not all.
-    r#"
-ALTER TABLE tune_workers ADD COLUMN free integer NOT NULL DEFAULT 0;
-"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment
