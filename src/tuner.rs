@@ -416,11 +416,7 @@ impl Tuner {
                 StoreLocation::Folder => None,
             },
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| TuneError::io("starting the runtime", e))?;
+        let rt = runtime()?;
         let trials = std::mem::take(&mut exp.stored.trials);
         let observers = std::mem::take(&mut self.observers);
         let coordinator = Coordinator::new(
@@ -490,6 +486,16 @@ impl Tuner {
         let exp = Experiment::create_in(&dir, &self.spec, self.spec_text.as_deref(), &self.store)?;
         Ok((exp, prepared))
     }
+}
+
+/// The runtime that trials' tasks and timers run on, beside the thread that drives them (the
+/// coordinator's loop, or a worker's).
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, TuneError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| TuneError::io("starting the runtime", e))
 }
 
 /// The spec's `[objective]` (its `command`, or its `builtin` trainable sharing the cores among

@@ -425,17 +425,11 @@ impl State {
         }
         // What notifications said changed; every so often everything (a notification can be
         // missed), with the leases and the workers' slots, which no notification announces.
+        let mut changed = std::mem::take(&mut self.changed);
         let full = self.looked.elapsed() >= POLL;
         if full {
             self.looked = Instant::now();
-        }
-        let changed = if full {
-            Changed::ALL
-        } else {
-            std::mem::take(&mut self.changed)
-        };
-        if full {
-            self.changed = Changed::default();
+            changed = Changed::ALL;
             self.expire_leases()?;
         }
         if changed.claims {

@@ -179,11 +179,7 @@ impl Worker {
         if let Some(note) = note {
             eprintln!("tune worker: {note}");
         }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| TuneError::io("starting the runtime", e))?;
+        let rt = crate::tuner::runtime()?;
         if self.handle_signals {
             rt.spawn(crate::tuner::stop_on_signals(self.stop.clone(), self.grace));
         }
@@ -322,8 +318,8 @@ impl WorkerState<'_> {
             let timer = looked.elapsed() >= POLL;
             if timer {
                 looked = Instant::now();
-                if let Err(e) = self.take_decisions() {
-                    self.reconnect(e);
+                if self.take_decisions().is_err() {
+                    self.recover();
                 }
             }
             let stopping = *stop.borrow();
@@ -339,7 +335,7 @@ impl WorkerState<'_> {
                 may_claim = false;
                 match self.claim(rt) {
                     Ok(()) => {}
-                    Err(e) if self.db.is_closed() => self.reconnect(e),
+                    Err(_) if self.db.is_closed() => self.recover(),
                     Err(e) => return Err(e),
                 }
             }
@@ -385,20 +381,21 @@ impl WorkerState<'_> {
                 if matches!(msg, WorkerMsg::Finished { .. }) {
                     may_claim = true;
                 }
-                if let Err(e) = self.handle(key, msg) {
-                    self.reconnect(e);
+                if self.handle(key, msg).is_err() {
+                    self.recover();
                 }
             }
         }
         Ok(self.summary.clone())
     }
 
-    /// After a database error: try a new connection (the next round retries what failed).
-    fn reconnect(&mut self, e: TuneError) {
+    /// After a database error (not returned: the next round retries what failed, and the
+    /// lease decides the fate of trials meanwhile): a new connection, or a pause before the
+    /// next try.
+    fn recover(&mut self) {
         if self.db.is_closed() && self.db.reconnect() {
             return;
         }
-        let _ = e;
         std::thread::sleep(POLL);
     }
 

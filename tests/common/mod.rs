@@ -451,6 +451,17 @@ pub fn replay_asha(trials: &[Json]) -> BTreeMap<(u64, u64), Decision> {
     decisions
 }
 
+/// The 24 trials of an [`asha_spec`] sweep ended as the algorithm decides, with rungs that cut
+/// (at least 8 stopped) and at least one trial run to the end.
+pub fn assert_asha_sweep(trials: &[Json]) {
+    assert_eq!(trials.len(), 24);
+    let (stopped, completed) = assert_asha_applied(trials);
+    assert!(
+        stopped >= 8 && completed >= 1,
+        "{stopped} stopped, {completed} completed"
+    );
+}
+
 /// Every trial ended as the replayed ASHA says, and reported nothing after its decision.
 pub fn assert_asha_applied(trials: &[Json]) -> (usize, usize) {
     let decisions = replay_asha(trials);
