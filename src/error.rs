@@ -46,6 +46,7 @@ impl TuneError {
                 | TuneError::ExperimentExists(_)
                 | TuneError::ExperimentExistsIn { .. }
                 | TuneError::Invalid(_)
+                | TuneError::Store(StoreError::Refused { .. })
         )
     }
 

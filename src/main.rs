@@ -143,6 +143,7 @@ impl StoreArg {
 }
 
 /// An experiment as the command line names it: a folder, or a name in a database.
+#[derive(Clone)]
 enum Named {
     Folder(PathBuf),
     InDatabase { url: String, name: String },
@@ -160,7 +161,7 @@ impl Named {
     }
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Format {
     Json,
     Csv,
@@ -388,7 +389,8 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             format,
             salvage,
         } => {
-            let sweep = match (Named::new(experiment, &store)?, salvage) {
+            let named = Named::new(experiment, &store)?;
+            let sweep = match (named.clone(), salvage) {
                 (Named::Folder(dir), true) => SweepState::salvage(&dir)?,
                 (Named::InDatabase { .. }, true) => {
                     return Err(TuneError::Invalid(
@@ -398,11 +400,17 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                 (named, false) => SweepState::load(&named)?,
             };
             let spec = &sweep.spec;
+            let workers = match &named {
+                Named::InDatabase { url, name } if format == Format::Json => {
+                    tune::remote::attempt_workers(url, name)?
+                }
+                _ => Default::default(),
+            };
             let mut out = std::io::stdout().lock();
             let written = match format {
                 Format::Json => serde_json::to_writer_pretty(
                     &mut out,
-                    &tune::export::to_json(&sweep.trials, &spec.metric),
+                    &tune::export::to_json(&sweep.trials, &spec.metric, &workers),
                 )
                 .map_err(std::io::Error::from)
                 .and_then(|_| writeln!(out)),
@@ -485,25 +493,55 @@ fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
     })
 }
 
-/// `tune watch`: the running sweep's own board over its socket, else the stored one (for an
-/// experiment in a database, the stored one, refreshed by running `watch` again).
+/// `tune watch`: the running sweep's own board over its socket, else the stored one; for an
+/// experiment in a database, the stored one read again every second (its coordinator and
+/// workers may be anywhere).
 fn watch(named: &Named) -> Result<ExitCode, TuneError> {
-    let live = match named {
-        Named::Folder(dir) => live_updates(dir),
-        Named::InDatabase { .. } => None,
-    };
-    let updates = match live {
-        Some(rx) => rx,
-        None => {
-            let (place, stored) = stored_of(named)?;
-            let (tx, rx) = std::sync::mpsc::channel();
-            let _ = tx.send(Update::Board(Box::new(tune::dashboard::board_of_stored(
-                &place, &stored,
-            ))));
-            rx
+    if let Named::Folder(dir) = named {
+        if let Some(rx) = live_updates(dir) {
+            return show_board(rx);
         }
+    }
+    let first = stored_board(named)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _ = tx.send(Update::Board(Box::new(first)));
+    if let Named::InDatabase { .. } = named {
+        let named = named.clone();
+        std::thread::spawn(move || {
+            let mut failing = false;
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let update = match stored_board(&named) {
+                    Ok(board) => {
+                        failing = false;
+                        Update::Board(Box::new(board))
+                    }
+                    Err(_) if failing => continue,
+                    Err(e) => {
+                        failing = true;
+                        Update::Log {
+                            at: now_ms(),
+                            text: format!("cannot read the sweep now: {e}"),
+                        }
+                    }
+                };
+                if tx.send(update).is_err() {
+                    return; // the watcher left
+                }
+            }
+        });
+    }
+    show_board(rx)
+}
+
+/// The board of the experiment as stored now, with who serves it (a sweep in a database).
+fn stored_board(named: &Named) -> Result<Board, TuneError> {
+    let (place, stored) = stored_of(named)?;
+    let serving = match named {
+        Named::InDatabase { url, name } => tune::remote::serving(url, name)?,
+        Named::Folder(_) => Default::default(),
     };
-    show_board(updates)
+    Ok(tune::dashboard::board_of_stored(&place, &stored, &serving))
 }
 
 /// What is stored of the experiment, with how to name where it is kept.
@@ -633,8 +671,8 @@ struct SweepState {
     samples: u64,
     trials: Vec<tune::Trial>,
     live: bool,
-    /// Remote workers serving it (a sweep in a database).
-    workers: Vec<tune::remote::WorkerInfo>,
+    /// Its coordinator and remote workers (a sweep in a database).
+    serving: tune::remote::Serving,
 }
 
 impl SweepState {
@@ -642,17 +680,17 @@ impl SweepState {
         let Named::Folder(dir) = named else {
             // A database is read as it is, running sweep or not.
             let (place, stored) = stored_of(named)?;
-            let workers = match named {
-                Named::InDatabase { url, name } => tune::remote::workers(url, name)?,
-                Named::Folder(_) => Vec::new(),
+            let serving = match named {
+                Named::InDatabase { url, name } => tune::remote::serving(url, name)?,
+                Named::Folder(_) => Default::default(),
             };
             return Ok(SweepState {
                 dir: place,
                 spec: stored.meta.spec,
                 samples: stored.meta.samples,
                 trials: stored.trials,
-                live: false,
-                workers,
+                live: serving.coordinator.is_some(),
+                serving,
             });
         };
         // A running sweep is asked first: its store stays locked while it runs.
@@ -666,7 +704,7 @@ impl SweepState {
                 samples: board.header.total,
                 trials: board.trials.iter().map(|v| v.to_trial()).collect(),
                 live: true,
-                workers: Vec::new(),
+                serving: Default::default(),
             });
         }
         let exp = Experiment::open(dir)?;
@@ -676,7 +714,7 @@ impl SweepState {
             samples: exp.stored.meta.samples,
             trials: exp.stored.trials,
             live: false,
-            workers: Vec::new(),
+            serving: Default::default(),
         })
     }
 
@@ -697,7 +735,7 @@ impl SweepState {
             samples: stored.meta.samples,
             trials: stored.trials,
             live: false,
-            workers: Vec::new(),
+            serving: Default::default(),
         })
     }
 }
@@ -733,10 +771,13 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
         ),
         None => writeln!(out, "best: none yet"),
     }?;
-    if !sweep.workers.is_empty() {
+    if let Some(coordinator) = &sweep.serving.coordinator {
+        writeln!(out, "coordinator: {coordinator}")?;
+    }
+    if !sweep.serving.workers.is_empty() {
         writeln!(out, "workers:")?;
     }
-    for w in &sweep.workers {
+    for w in &sweep.serving.workers {
         let running: Vec<String> = w.running.iter().map(|t| t.to_string()).collect();
         writeln!(
             out,
@@ -745,7 +786,7 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
             w.slots,
             if w.slots == 1 { "" } else { "s" },
             w.serving.as_deref().unwrap_or("every sweep"),
-            w.heartbeat_age_s,
+            now_ms().saturating_sub(w.heartbeat_at) as f64 / 1000.0,
             if w.live {
                 ""
             } else {

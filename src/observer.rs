@@ -23,6 +23,9 @@ pub enum Event<'a> {
     Scheduler(&'a [String]),
     /// Something the user should know (the GPUs used, a fallback to CPU).
     Note(&'a str),
+    /// The remote workers serving the sweep (`tune worker`), sent when they change and at
+    /// most once a second for their heartbeats.
+    Workers(&'a [crate::remote::WorkerInfo]),
 }
 
 /// Running counts of the sweep, kept current by the coordinator.

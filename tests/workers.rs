@@ -280,6 +280,102 @@ fn a_killed_coordinator_is_resumed_elsewhere_while_workers_keep_their_trials() {
 }
 
 #[test]
+fn status_watch_and_export_name_the_worker_of_each_trial_and_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    // Both trials wait after step 1's decision until the test has looked.
+    let hold = tmp.path().join("go");
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 2\nseed = 1",
+        &["--steps", "2", "--hold", hold.to_str().unwrap()],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let w = spawn(worker(&url, 2, "15", &tmp.path().join("w")));
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    wait_until(
+        &mut db,
+        "SELECT count(*) = 2 FROM tune_reports WHERE heard IS NOT NULL",
+        "both trials decided at step 1",
+    );
+    let id: String = db
+        .query_one("SELECT id FROM tune_workers", &[])
+        .unwrap()
+        .get(0);
+
+    let out = run_ok(tune().args(["status", "t", "--store", &url]));
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(status.contains("running now"), "{status}");
+    assert!(status.contains("coordinator: "), "{status}");
+    assert!(
+        status.contains(&format!("  {id} 2 slots, serving t, last heartbeat "))
+            && status.contains("running trials: 0, 1"),
+        "{status}"
+    );
+    // Not a terminal: one frame of the dashboard, read from the database.
+    let out = run_ok(tune().args(["watch", "t", "--store", &url]));
+    let frame = String::from_utf8_lossy(&out.stdout);
+    assert!(frame.contains(&format!("{id} · 2/2 busy")), "{frame}");
+    assert!(
+        frame.lines().next().unwrap().ends_with("· running"),
+        "{frame}"
+    );
+    assert!(!frame.contains("sweep interrupted"), "{frame}");
+    let header = frame
+        .lines()
+        .find(|l| l.contains(" status ") && l.contains(" params"))
+        .unwrap_or_else(|| panic!("no table header in {frame}"));
+    assert!(header.contains(" worker "), "{header}");
+    let rows = frame
+        .lines()
+        .filter(|l| l.contains(" running ") && l.contains(&id))
+        .count();
+    assert_eq!(rows, 2, "{frame}");
+
+    std::fs::write(&hold, "").unwrap();
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish(w, "the worker");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = export_in(&url);
+    assert_eq!(trials.len(), 2);
+    for t in &trials {
+        assert_eq!(t["worker"], id.as_str(), "{t}");
+        let results = t["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "{t}");
+        assert!(results.iter().all(|r| r["worker"] == id.as_str()), "{t}");
+    }
+    // Finished: no coordinator holds it.
+    let out = run_ok(tune().args(["status", "t", "--store", &url]));
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(!status.contains("coordinator: "), "{status}");
+}
+
+/// `url` with its login replaced by `login` (`user:password`, or as it was with `None`) and
+/// its database by `database`.
+fn url_with(url: &str, login: Option<&str>, database: Option<&str>) -> String {
+    let config: postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        postgres::config::Host::Unix(p) => p.display().to_string(),
+    };
+    let login = login.map(String::from).unwrap_or_else(|| {
+        let user = config.get_user().unwrap_or("postgres");
+        match config.get_password() {
+            Some(p) => format!("{user}:{}", String::from_utf8_lossy(p)),
+            None => user.to_string(),
+        }
+    });
+    format!(
+        "postgres://{login}@{host}:{}/{}",
+        config.get_ports().first().copied().unwrap_or(5432),
+        database.unwrap_or_else(|| config.get_dbname().unwrap_or("postgres"))
+    )
+}
+
+#[test]
 fn bad_worker_input_is_a_clear_error_and_exit_code() {
     let tmp = tempfile::tempdir().unwrap();
     let url = pg_server::fresh_database();
@@ -307,6 +403,27 @@ fn bad_worker_input_is_a_clear_error_and_exit_code() {
         stderr(&out)
     );
     assert!(!stderr(&out).contains("secret"), "{}", stderr(&out));
+    // Credentials the server refuses, and a database it does not have: the URL is at fault.
+    let stranger = url_with(&url, Some("tune_nobody:wrong"), None);
+    let out = worker(&stranger, 1, "15", tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the server refused access") && !stderr(&out).contains("wrong"),
+        "{}",
+        stderr(&out)
+    );
+    let missing = url_with(&url, None, Some("tune_no_such_database"));
+    let out = tune()
+        .args(["status", "t", "--store", &missing])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the server refused access")
+            && stderr(&out).contains("tune_no_such_database"),
+        "{}",
+        stderr(&out)
+    );
     // No database, no remote slots: 0 local slots would run nothing.
     let spec = five_step_trials(tmp.path(), &[]);
     let out = tune()

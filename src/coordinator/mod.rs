@@ -594,6 +594,14 @@ impl Coordinator {
                 Ok(())
             }
             WorkerMsg::Wake => Ok(()),
+            WorkerMsg::Workers(workers) => {
+                emit(
+                    &mut self.observers,
+                    &Event::Workers(&workers),
+                    &self.summary,
+                );
+                Ok(())
+            }
         }
     }
 

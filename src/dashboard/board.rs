@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use tune_search::{Mode, Status, TrialId};
 
+use crate::remote::{split_remote_slot, WorkerInfo};
 use crate::trial::{Trial, TrialResult};
 
 /// How many log lines a board keeps.
@@ -91,6 +92,8 @@ pub enum Update {
     Log { at: u64, text: String },
     /// The sweep ended at `at`: finished, or interrupted and resumable.
     Ended { at: u64, interrupted: bool },
+    /// The remote workers serving the sweep (`tune worker`), all of them.
+    Workers(Vec<WorkerInfo>),
 }
 
 /// Everything a dashboard shows.
@@ -111,6 +114,9 @@ pub struct Board {
     pub best_over_time: Vec<(u64, f64, TrialId)>,
     /// The trial on each slot of `header.slots`, if any.
     pub workers: Vec<Option<TrialId>>,
+    /// The remote workers serving the sweep, with their heartbeats; their slots join
+    /// `header.slots` as trials start on them.
+    pub remote: Vec<WorkerInfo>,
     pub scheduler: Vec<String>,
     /// (Unix ms, text), oldest first.
     pub log: VecDeque<(u64, String)>,
@@ -153,6 +159,7 @@ impl Board {
                 }
             }
             Update::Scheduler(lines) => self.scheduler = lines,
+            Update::Workers(workers) => self.remote = workers,
             Update::Log { at, text } => self.log_line(at, text),
             Update::Ended { at, interrupted } => {
                 self.ended = Some((at, interrupted));
@@ -226,6 +233,17 @@ impl Board {
             }
         }
         if trial.status == Status::Running {
+            // A remote worker's slot is known once a trial runs on it.
+            if let Some(device) = trial
+                .device
+                .as_ref()
+                .filter(|d| split_remote_slot(d).is_some())
+            {
+                if !self.header.slots.contains(device) {
+                    self.header.slots.push(device.clone());
+                    self.workers.push(None);
+                }
+            }
             // Several trials can share a GPU: each takes the first free slot of its device.
             let workers = &self.workers;
             if let Some(slot) = trial.device.as_ref().and_then(|d| {

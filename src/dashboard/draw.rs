@@ -12,6 +12,7 @@ use ratatui::Frame;
 use tune_search::{Status, TrialId};
 
 use super::app::{params_text, short, App, Focus, Popup};
+use crate::remote::{split_remote_slot, WorkerInfo};
 
 /// Colours, or none at all when `NO_COLOR` is set.
 #[derive(Debug, Clone, Copy)]
@@ -92,13 +93,15 @@ pub fn draw(frame: &mut Frame, app: &mut App, theme: Theme, now: u64) {
         draw_trials(frame, main, app, &rows, theme);
     }
     if bottom.width >= 90 {
+        // Remote workers' lines (`host:pid · 1/2 busy · heartbeat ...`) need more room.
+        let workers_share = if app.board.remote.is_empty() { 28 } else { 40 };
         let [workers, scheduler, log] = Layout::horizontal([
-            Constraint::Percentage(28),
+            Constraint::Percentage(workers_share),
             Constraint::Percentage(34),
-            Constraint::Percentage(38),
+            Constraint::Percentage(66 - workers_share),
         ])
         .areas(bottom);
-        draw_workers(frame, workers, app);
+        draw_workers(frame, workers, app, now);
         draw_scheduler(frame, scheduler, app);
         draw_log(frame, log, app, theme);
     } else {
@@ -106,7 +109,7 @@ pub fn draw(frame: &mut Frame, app: &mut App, theme: Theme, now: u64) {
         let [workers, log] =
             Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)])
                 .areas(bottom);
-        draw_workers(frame, workers, app);
+        draw_workers(frame, workers, app, now);
         draw_log(frame, log, app, theme);
     }
     draw_keys(frame, keys, app);
@@ -222,6 +225,15 @@ pub(crate) fn draw_trials(
     app.page = height;
     let selected = app.selected.min(rows.len().saturating_sub(1));
     let offset = selected.saturating_sub(height - 1);
+    // Trials on remote workers (`tune worker`) get a column naming the worker of each.
+    let worker_width = app
+        .board
+        .header
+        .slots
+        .iter()
+        .filter_map(|s| split_remote_slot(s).map(|(w, _)| w.chars().count()))
+        .max();
+    let remote = worker_width.is_some();
     let body: Vec<Row> = rows
         .iter()
         .skip(offset)
@@ -230,33 +242,42 @@ pub(crate) fn draw_trials(
         .map(|t| {
             let step = t.results.last().map_or("-".into(), |r| r.step.to_string());
             let value = |v: Option<f64>| v.map_or("-".into(), short);
-            Row::new(vec![
+            let mut cells = vec![
                 Cell::from(t.trial.id.to_string()),
                 Cell::from(t.trial.status.as_str()).style(theme.status(t.trial.status)),
                 Cell::from(step),
                 Cell::from(value(t.last(&metric))),
                 Cell::from(value(t.best(&metric, mode))),
-                Cell::from(params_text(&t.trial.params)),
-            ])
+            ];
+            if remote {
+                let device = t.trial.device.as_deref().unwrap_or("-");
+                let worker = split_remote_slot(device).map_or(device, |(w, _)| w);
+                cells.push(Cell::from(worker.to_string()));
+            }
+            cells.push(Cell::from(params_text(&t.trial.params)));
+            Row::new(cells)
         })
         .collect();
-    let table = Table::new(
-        body,
-        [
-            Constraint::Length(5),
-            Constraint::Length(9),
-            Constraint::Length(5),
-            Constraint::Length(9),
-            Constraint::Length(9),
-            Constraint::Min(10),
-        ],
-    )
-    .header(
-        Row::new(vec!["id", "status", "step", "last", "best", "params"])
-            .style(Style::default().add_modifier(Modifier::BOLD)),
-    )
-    .block(block)
-    .row_highlight_style(theme.selected());
+    let mut widths = vec![
+        Constraint::Length(5),
+        Constraint::Length(9),
+        Constraint::Length(5),
+        Constraint::Length(9),
+        Constraint::Length(9),
+    ];
+    let mut titles = vec!["id", "status", "step", "last", "best"];
+    if remote {
+        widths.push(Constraint::Length(
+            worker_width.unwrap_or(0).clamp(6, 32) as u16
+        ));
+        titles.push("worker");
+    }
+    widths.push(Constraint::Min(10));
+    titles.push("params");
+    let table = Table::new(body, widths)
+        .header(Row::new(titles).style(Style::default().add_modifier(Modifier::BOLD)))
+        .block(block)
+        .row_highlight_style(theme.selected());
     let mut state = TableState::default();
     if !rows.is_empty() {
         state.select(Some(selected - offset));
@@ -371,24 +392,57 @@ pub(crate) fn draw_curves(
     frame.render_widget(chart, area);
 }
 
-pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
     let b = &app.board;
-    let lines: Vec<Line> = b
-        .header
-        .slots
-        .iter()
-        .zip(&b.workers)
-        .map(|(slot, trial)| {
-            Line::from(match trial.and_then(|id| b.trial(id)) {
-                Some(t) => format!(
-                    "{slot:<7} trial {} step {}",
-                    t.trial.id,
-                    t.results.last().map_or(0, |r| r.step)
-                ),
-                None => format!("{slot:<7} idle"),
-            })
+    let slots = || b.header.slots.iter().zip(&b.workers);
+    let slot_line = |slot: &str, trial: Option<TrialId>, indent: &str| {
+        Line::from(match trial.and_then(|id| b.trial(id)) {
+            Some(t) => format!(
+                "{indent}{slot:<7} trial {} step {}",
+                t.trial.id,
+                t.results.last().map_or(0, |r| r.step)
+            ),
+            None => format!("{indent}{slot:<7} idle"),
         })
+    };
+    let mut lines: Vec<Line> = slots()
+        .filter(|(slot, _)| split_remote_slot(slot).is_none())
+        .map(|(slot, &trial)| slot_line(slot, trial, ""))
         .collect();
+    // Remote workers: those serving now, then any only a trial's device names (it exited).
+    let mut names: Vec<&str> = b.remote.iter().map(|w| w.id.as_str()).collect();
+    for (slot, _) in slots() {
+        if let Some((worker, _)) = split_remote_slot(slot) {
+            if !names.contains(&worker) {
+                names.push(worker);
+            }
+        }
+    }
+    for name in names {
+        let busy: Vec<(&str, TrialId)> = slots()
+            .filter_map(|(slot, &trial)| {
+                let (worker, local) = split_remote_slot(slot)?;
+                (worker == name).then_some((local, trial?))
+            })
+            .collect();
+        let age = |w: &WorkerInfo| now.saturating_sub(w.heartbeat_at) as f64 / 1000.0;
+        let title = match b.remote.iter().find(|w| w.id == name) {
+            Some(w) if w.live => format!(
+                "{name} · {}/{} busy · heartbeat {:.1}s ago",
+                busy.len(),
+                w.slots,
+                age(w)
+            ),
+            Some(w) => format!("{name} · lost: no heartbeat for {:.0}s", age(w)),
+            None if busy.is_empty() => continue,
+            None => format!("{name} · gone"),
+        };
+        lines.push(Line::from(title));
+        lines.extend(
+            busy.iter()
+                .map(|&(slot, id)| slot_line(slot, Some(id), "  ")),
+        );
+    }
     frame.render_widget(
         Paragraph::new(lines).block(focused(" workers ".into(), false)),
         area,
@@ -730,7 +784,7 @@ mod tests {
     #[test]
     fn workers_scheduler_and_log_panels() {
         let app = mixed();
-        let workers = panel(40, 4, |f, a| draw_workers(f, a, &app));
+        let workers = panel(40, 4, |f, a| draw_workers(f, a, &app, T0));
         assert!(workers.contains("cpu:0   trial 4 step 1"), "{workers}");
         assert!(workers.contains("cpu:1   idle"), "{workers}");
         let sched = panel(40, 4, |f, a| draw_scheduler(f, a, &app));
@@ -746,6 +800,48 @@ mod tests {
         back.log_back = 2;
         let older = panel(70, 5, |f, a| draw_log(f, a, &back, PLAIN));
         assert!(older.contains("2 newer below") && !older.contains("trial 4 started"));
+    }
+
+    #[test]
+    fn remote_workers_are_listed_with_their_heartbeats_and_trials() {
+        let mut app = mixed();
+        let on = |id: TrialId, device: &str| {
+            let mut t = Trial::new(id, Default::default());
+            t.status = Status::Running;
+            t.attempts = 1;
+            t.device = Some(device.into());
+            Update::Trial(t)
+        };
+        app.board.apply(on(5, "gpu7:42/cuda:1"));
+        app.board.apply(on(6, "old:9/cpu:0"));
+        let info = |id: &str, slots, heartbeat_at, live| WorkerInfo {
+            id: id.into(),
+            slots,
+            serving: None,
+            heartbeat_at,
+            live,
+            running: Vec::new(),
+        };
+        app.board.apply(Update::Workers(vec![
+            info("gpu7:42", 2, T0 - 1500, true),
+            info("late:7", 1, T0 - 20_000, false),
+        ]));
+        let workers = panel(60, 9, |f, a| draw_workers(f, a, &app, T0));
+        for line in [
+            "cpu:0   trial 4 step 1",
+            "gpu7:42 · 1/2 busy · heartbeat 1.5s ago",
+            "  cuda:1  trial 5 step 0",
+            "late:7 · lost: no heartbeat for 20s",
+            // A worker no longer listed (it exited) that a trial still names.
+            "old:9 · gone",
+            "  cpu:0   trial 6 step 0",
+        ] {
+            assert!(workers.contains(line), "{line:?} in {workers}");
+        }
+        // The trials table names each remote trial's worker.
+        let text = render_to_string(&mut app, 120, 40, T0);
+        let row = text.lines().find(|l| l.contains("│5 ")).unwrap();
+        assert!(row.contains(" gpu7:42 "), "{row}");
     }
 
     #[test]

@@ -217,17 +217,20 @@ pub fn live_board(dir: &Path) -> Option<Board> {
     }
 }
 
-/// The board of a sweep that is not running, from its stored trials.
-pub fn board_from_trials(header: Header, trials: &[Trial], ended_at: u64) -> Board {
+/// The board of a sweep from its stored trials: ended at `ended_at` (Unix ms), or, with
+/// `None`, still running (elsewhere).
+pub fn board_from_trials(header: Header, trials: &[Trial], ended_at: Option<u64>) -> Board {
     let mut board = Board::new(header);
     for t in trials {
         feed_trial(&mut board, t);
     }
-    board.apply(Update::Ended {
-        at: ended_at,
-        interrupted: trials.iter().any(|t| !t.status.is_finished())
-            || (trials.len() as u64) < board.header.total,
-    });
+    if let Some(at) = ended_at {
+        board.apply(Update::Ended {
+            at,
+            interrupted: trials.iter().any(|t| !t.status.is_finished())
+                || (trials.len() as u64) < board.header.total,
+        });
+    }
     board
 }
 
@@ -304,6 +307,7 @@ impl Observer for HubObserver {
                 at: now_ms(),
                 text: text.to_string(),
             },
+            Event::Workers(workers) => Update::Workers(workers.to_vec()),
         };
         self.hub.publish(update);
     }

@@ -27,9 +27,14 @@ use crate::observer::StopHandle;
 use crate::store::StoredExperiment;
 use crate::trial::now_ms;
 
-/// The board of an experiment as stored (a sweep not running, or running elsewhere); `place`
-/// names where it is kept (its folder, or its database).
-pub fn board_of_stored(place: &std::path::Path, stored: &StoredExperiment) -> Board {
+/// The board of an experiment as stored; `place` names where it is kept (its folder, or its
+/// database), and `serving` who runs it now (for a sweep in a database: its coordinator, which
+/// makes the board a running one, and its workers).
+pub fn board_of_stored(
+    place: &std::path::Path,
+    stored: &StoredExperiment,
+    serving: &crate::remote::Serving,
+) -> Board {
     let spec = &stored.meta.spec;
     let trials = &stored.trials;
     let mut slots: Vec<String> = trials.iter().filter_map(|t| t.device.clone()).collect();
@@ -51,7 +56,15 @@ pub fn board_of_stored(place: &std::path::Path, stored: &StoredExperiment) -> Bo
         .filter_map(|t| t.finished_at.or(t.started_at))
         .max()
         .unwrap_or(header.started_at);
-    let mut board = board_from_trials(header, trials, ended_at);
+    let running = serving.coordinator.is_some();
+    let mut board = board_from_trials(header, trials, (!running).then_some(ended_at));
+    if let Some(coordinator) = &serving.coordinator {
+        board.apply(Update::Log {
+            at: now_ms(),
+            text: format!("running: coordinator {coordinator}"),
+        });
+    }
+    board.remote = serving.workers.clone();
     board.scheduler = crate::replay::scheduler_status(stored);
     board
 }

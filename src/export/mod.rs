@@ -4,23 +4,30 @@ mod optuna_journal;
 
 pub use optuna_journal::write_optuna_journal;
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use serde_json::{json, Map, Value as Json};
-use tune_search::Space;
+use tune_search::{Space, TrialId};
 
 use crate::trial::{rfc3339, Trial};
 
+/// The remote worker (`host:pid`) of each attempt a `tune worker` ran, by (trial, attempt)
+/// ([`crate::remote::attempt_workers`]); empty for a sweep run on one machine.
+pub type AttemptWorkers = BTreeMap<(TrialId, u32), String>;
+
 /// One JSON object per trial: `{"id", "status", "params", "value", "results": [{"step", "seq",
-/// <metric>: ..}, ..], "attempts", "started_at", "finished_at", "error"}`.
+/// "attempt", <metric>: ..}, ..], "attempts", "device", "started_at", "finished_at", "error"}`.
+/// Where `workers` names the worker of an attempt, the trial gets `"worker"` (its last
+/// attempt's) and each result of that attempt its `"worker"`.
 ///
 /// ```
 /// let t = tune::Trial::new(0, tune::Params::default());
-/// let json = tune::export::to_json(&[t], "loss");
+/// let json = tune::export::to_json(&[t], "loss", &Default::default());
 /// assert_eq!(json[0]["status"], "pending");
 /// assert!(json[0]["value"].is_null());
 /// ```
-pub fn to_json(trials: &[Trial], metric: &str) -> Json {
+pub fn to_json(trials: &[Trial], metric: &str, workers: &AttemptWorkers) -> Json {
     Json::Array(
         trials
             .iter()
@@ -33,6 +40,9 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
                         o.insert("step".into(), json!(r.step));
                         o.insert("seq".into(), json!(r.seq));
                         o.insert("attempt".into(), json!(r.attempt));
+                        if let Some(w) = workers.get(&(t.id, r.attempt)) {
+                            o.insert("worker".into(), json!(w));
+                        }
                         for (k, v) in &r.metrics {
                             o.entry(k.clone()).or_insert(json!(v));
                         }
@@ -53,9 +63,8 @@ pub fn to_json(trials: &[Trial], metric: &str) -> Json {
                     "finished_at": t.finished_at.map(rfc3339),
                     "error": t.error,
                 });
-                // A remote worker's device reads `host:pid/slot`: its last attempt's worker.
-                if let Some((worker, _)) = t.device.as_deref().and_then(|d| d.split_once('/')) {
-                    trial["worker"] = json!(worker);
+                if let Some(w) = workers.get(&(t.id, t.attempts)) {
+                    trial["worker"] = json!(w);
                 }
                 trial
             })

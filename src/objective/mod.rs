@@ -106,6 +106,8 @@ pub(crate) enum WorkerMsg {
     },
     /// Something changed that may let trials start (remote workers came or went).
     Wake,
+    /// The remote workers serving the sweep, for observers.
+    Workers(Vec<crate::remote::WorkerInfo>),
 }
 
 /// How an attempt ended, as the worker saw it.

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 use tokio::runtime::Handle;
@@ -16,8 +16,8 @@ use tune_search::TrialId;
 
 use super::db::Db;
 use super::{
-    coordinator_channel, metrics_from_text, Offer, DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END,
-    NOTE_REPORT, OFFERS_CHANNEL, POLL,
+    coordinator_channel, metrics_from_text, remote_slot, worker_from_row, Offer, WorkerInfo,
+    DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL, WORKERS_SQL,
 };
 use crate::error::TuneError;
 use crate::objective::{Heard, Outcome, WorkerMsg};
@@ -196,6 +196,8 @@ impl Bridge {
             ended: None,
             changed: Changed::ALL,
             looked: Instant::now(),
+            workers_sent: Vec::new(),
+            workers_sent_at: Instant::now(),
         };
         let worker = std::thread::spawn(move || state.run(inbox));
         Ok((
@@ -228,15 +230,6 @@ impl Bridge {
         threads.for_each(|t| {
             let _ = t.join();
         });
-    }
-}
-
-/// A remote slot as trials record it: `host:pid/cpu:0`.
-fn worker_name(worker: Option<String>, device: Option<String>) -> String {
-    let worker = worker.unwrap_or_else(|| "?".into());
-    match device {
-        Some(d) => format!("{worker}/{d}"),
-        None => worker,
     }
 }
 
@@ -318,6 +311,9 @@ struct State {
     /// When the bridge last looked at everything (leases, workers, and what notifications
     /// may have missed).
     looked: Instant,
+    /// The workers as last sent to the coordinator, and when.
+    workers_sent: Vec<WorkerInfo>,
+    workers_sent_at: Instant,
 }
 
 impl State {
@@ -442,7 +438,7 @@ impl State {
             self.read_ends()?;
         }
         if full {
-            self.read_capacity()?;
+            self.read_workers()?;
         }
         Ok(())
     }
@@ -492,7 +488,7 @@ impl State {
                     let _ = self.tx.send(WorkerMsg::Claimed {
                         id: key.0,
                         attempt: key.1,
-                        worker: worker_name(row.get(2), row.get(3)),
+                        worker: remote_slot(row.get(2), row.get(3)),
                         restored: row.get(4),
                     });
                 }
@@ -553,7 +549,7 @@ impl State {
                         let _ = self.tx.send(WorkerMsg::Claimed {
                             id: key.0,
                             attempt: key.1,
-                            worker: worker_name(row.get(3), row.get(4)),
+                            worker: remote_slot(row.get(3), row.get(4)),
                             restored: true,
                         });
                     }
@@ -573,21 +569,37 @@ impl State {
         Ok(())
     }
 
-    /// How many slots live workers have (a change wakes the coordinator).
-    fn read_capacity(&mut self) -> Result<(), postgres::Error> {
+    /// The workers serving the experiment: how many slots live ones have (a change wakes the
+    /// coordinator), and the list for dashboards when it changed (at most once a second for
+    /// heartbeats alone).
+    fn read_workers(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
-        let slots: i64 = self
+        let workers: Vec<WorkerInfo> = self
             .db
-            .query_one(
-                "SELECT coalesce(sum(slots), 0)::bigint FROM tune_workers
-                 WHERE (experiment IS NULL OR experiment = $1)
-                   AND heartbeat_at > now() - make_interval(secs => lease_s)",
-                &[&e],
-            )?
-            .get(0);
-        let slots = slots.max(0) as usize;
+            .query(WORKERS_SQL, &[&e])?
+            .iter()
+            .map(worker_from_row)
+            .collect();
+        let slots: usize = workers
+            .iter()
+            .filter(|w| w.live)
+            .map(|w| w.slots as usize)
+            .sum();
         if self.capacity.swap(slots, Ordering::SeqCst) != slots {
             let _ = self.tx.send(WorkerMsg::Wake);
+        }
+        let same = |a: &WorkerInfo, b: &WorkerInfo| {
+            (&a.id, a.slots, a.live, &a.running) == (&b.id, b.slots, b.live, &b.running)
+        };
+        let changed = workers.len() != self.workers_sent.len()
+            || workers
+                .iter()
+                .zip(&self.workers_sent)
+                .any(|(a, b)| !same(a, b));
+        if changed || self.workers_sent_at.elapsed() >= Duration::from_secs(1) {
+            self.workers_sent_at = Instant::now();
+            self.workers_sent = workers.clone();
+            let _ = self.tx.send(WorkerMsg::Workers(workers));
         }
         Ok(())
     }

@@ -129,62 +129,149 @@ pub(crate) fn metrics_from_text(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// A worker serving an experiment, as `tune status` lists it.
-#[derive(Debug, Clone, PartialEq)]
+/// Where a remote attempt runs, as trials record it in `device`: `host:pid/cpu:0`, the
+/// worker and its slot. This and [`split_remote_slot`] are the only places that know the form.
+pub(crate) fn remote_slot(worker: Option<&str>, device: Option<&str>) -> String {
+    let worker = worker.unwrap_or("?");
+    match device {
+        Some(d) => format!("{worker}/{d}"),
+        None => worker.to_string(),
+    }
+}
+
+/// The worker (`host:pid`) and its slot (`cpu:0`) of a remote trial's `device`; `None` for a
+/// local slot.
+///
+/// ```
+/// assert_eq!(tune::remote::split_remote_slot("gpu7:4242/cuda:1"), Some(("gpu7:4242", "cuda:1")));
+/// assert_eq!(tune::remote::split_remote_slot("cpu:0"), None);
+/// ```
+pub fn split_remote_slot(device: &str) -> Option<(&str, &str)> {
+    device.split_once('/')
+}
+
+/// A worker serving an experiment, as `tune status` and the dashboard list it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
     /// `host:pid`.
     pub id: String,
     pub slots: u32,
     /// The experiment it serves only, or `None` for every one in the database.
     pub serving: Option<String>,
-    /// Seconds since its last heartbeat, by the database's clock.
-    pub heartbeat_age_s: f64,
+    /// Unix milliseconds of its last heartbeat, by this machine's clock (the database judged
+    /// its age; this is now minus that age).
+    pub heartbeat_at: u64,
     /// Its heartbeat is within its lease.
     pub live: bool,
     /// The experiment's trials it runs now.
     pub running: Vec<tune_search::TrialId>,
 }
 
-/// The workers that serve experiment `name` at `url` (registered and not yet exited), with
-/// the trials of it each one runs.
+/// The workers of experiment `$1` (registered and not yet exited), as [`worker_from_row`]
+/// reads them.
+pub(crate) const WORKERS_SQL: &str = "SELECT w.id, w.slots, e.name,
+        extract(epoch FROM now() - w.heartbeat_at)::float8,
+        w.heartbeat_at > now() - make_interval(secs => w.lease_s),
+        coalesce((SELECT array_agg(a.trial ORDER BY a.trial) FROM tune_attempts a
+                  WHERE a.worker = w.id AND a.state = 'running' AND a.experiment = $1), '{}')
+     FROM tune_workers w LEFT JOIN tune_experiments e ON e.id = w.experiment
+     WHERE w.experiment IS NULL OR w.experiment = $1 ORDER BY w.id";
+
+pub(crate) fn worker_from_row(r: &postgres::Row) -> WorkerInfo {
+    let age_s: f64 = r.get(3);
+    WorkerInfo {
+        id: r.get(0),
+        slots: r.get::<_, i32>(1).max(0) as u32,
+        serving: r.get(2),
+        heartbeat_at: crate::trial::now_ms().saturating_sub((age_s.max(0.0) * 1000.0) as u64),
+        live: r.get(4),
+        running: r
+            .get::<_, Vec<i64>>(5)
+            .into_iter()
+            .map(|t| t as tune_search::TrialId)
+            .collect(),
+    }
+}
+
+/// Who serves an experiment in a database now: the coordinator running it, if any, and the
+/// workers registered for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Serving {
+    /// The coordinator that holds the experiment (`host:pid since <time>`), `None` when no
+    /// coordinator runs it.
+    pub coordinator: Option<String>,
+    /// The workers that serve it (registered and not yet exited), with the trials of it each
+    /// one runs.
+    pub workers: Vec<WorkerInfo>,
+}
+
+/// Who serves experiment `name` at `url` now (one connection, one snapshot).
 ///
 /// ```no_run
-/// for w in tune::remote::workers("postgres://tune@db/tune", "mnist-lr")? {
+/// let serving = tune::remote::serving("postgres://tune@db/tune", "mnist-lr")?;
+/// println!("coordinator: {:?}", serving.coordinator);
+/// for w in &serving.workers {
 ///     println!("{} ({} slots): {:?}", w.id, w.slots, w.running);
 /// }
 /// # Ok::<(), tune::StoreError>(())
 /// ```
-pub fn workers(url: &str, name: &str) -> Result<Vec<WorkerInfo>, crate::StoreError> {
+pub fn serving(url: &str, name: &str) -> Result<Serving, crate::StoreError> {
+    use crate::store::pg_store::{connect, coordinator, db_error, existing};
+    let location = crate::store::postgres_location(url, name);
+    let mut client = connect(url, &location)?;
+    let experiment = existing(&mut client, name, &location)?;
+    let err = |e| db_error(&location, e);
+    let mut snapshot = client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(err)?;
+    let coordinator = coordinator(&mut snapshot, experiment).map_err(err)?;
+    let workers = snapshot
+        .query(WORKERS_SQL, &[&experiment])
+        .map_err(err)?
+        .iter()
+        .map(worker_from_row)
+        .collect();
+    snapshot.commit().map_err(err)?;
+    Ok(Serving {
+        coordinator,
+        workers,
+    })
+}
+
+/// The worker (`host:pid`) of each attempt of experiment `name` at `url` that a worker
+/// claimed, by (trial, attempt): what `tune export` gives each result.
+///
+/// ```no_run
+/// let by_attempt = tune::remote::attempt_workers("postgres://tune@db/tune", "mnist-lr")?;
+/// println!("trial 0's first attempt ran on {:?}", by_attempt.get(&(0, 1)));
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub fn attempt_workers(
+    url: &str,
+    name: &str,
+) -> Result<BTreeMap<(tune_search::TrialId, u32), String>, crate::StoreError> {
     use crate::store::pg_store::{connect, db_error, existing};
     let location = crate::store::postgres_location(url, name);
     let mut client = connect(url, &location)?;
     let experiment = existing(&mut client, name, &location)?;
     let rows = client
         .query(
-            "SELECT w.id, w.slots, e.name,
-                    extract(epoch FROM now() - w.heartbeat_at)::float8,
-                    w.heartbeat_at > now() - make_interval(secs => w.lease_s),
-                    coalesce((SELECT array_agg(a.trial ORDER BY a.trial) FROM tune_attempts a
-                              WHERE a.worker = w.id AND a.state = 'running'
-                                AND a.experiment = $1), '{}')
-             FROM tune_workers w LEFT JOIN tune_experiments e ON e.id = w.experiment
-             WHERE w.experiment IS NULL OR w.experiment = $1 ORDER BY w.id",
+            "SELECT trial, attempt, worker FROM tune_attempts
+             WHERE experiment = $1 AND worker IS NOT NULL",
             &[&experiment],
         )
         .map_err(|e| db_error(&location, e))?;
     Ok(rows
         .iter()
-        .map(|r| WorkerInfo {
-            id: r.get(0),
-            slots: r.get::<_, i32>(1).max(0) as u32,
-            serving: r.get(2),
-            heartbeat_age_s: r.get(3),
-            live: r.get(4),
-            running: r
-                .get::<_, Vec<i64>>(5)
-                .into_iter()
-                .map(|t| t as tune_search::TrialId)
-                .collect(),
+        .map(|r| {
+            let key = (
+                r.get::<_, i64>(0) as tune_search::TrialId,
+                r.get::<_, i32>(1) as u32,
+            );
+            (key, r.get(2))
         })
         .collect())
 }

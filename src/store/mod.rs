@@ -63,6 +63,13 @@ pub enum StoreError {
         #[source]
         source: DatabaseError,
     },
+    /// The database server at `path` refused this user or database (wrong credentials, a role
+    /// or database that does not exist): the URL is at fault, not the server.
+    #[error("{}: the server refused access: {reason}; check the user, the password and the database name in the URL", path.display())]
+    Refused {
+        path: std::path::PathBuf,
+        reason: String,
+    },
     #[error("stored {what} is unreadable: {source}")]
     Corrupt {
         what: String,

@@ -100,6 +100,29 @@ const LOCK_WAIT: Duration = Duration::from_secs(3);
 /// not collide with other applications' on the same database.
 const LOCK_SPACE: i32 = 0x7475_6e65;
 
+/// The coordinator that holds experiment `experiment` now (`host:pid since <time>`): its
+/// advisory lock is held; `None` when no coordinator runs it.
+pub(crate) fn coordinator(
+    client: &mut impl postgres::GenericClient,
+    experiment: i64,
+) -> Result<Option<String>, postgres::Error> {
+    // A lock on two int4 keys shows in pg_locks as classid, objid and objsubid = 2; pg_locks
+    // lists every database's locks.
+    Ok(client
+        .query_one(
+            "SELECT holder || ' since ' || to_char(held_since AT TIME ZONE 'UTC',
+                    'YYYY-MM-DD HH24:MI:SS UTC')
+             FROM tune_experiments
+             WHERE id = $1 AND EXISTS (
+                 SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND classid = $2::int::oid AND objid = id::int::oid AND objsubid = 2)
+             UNION ALL SELECT NULL LIMIT 1",
+            &[&experiment, &LOCK_SPACE],
+        )?
+        .get(0))
+}
+
 /// One experiment in a PostgreSQL database.
 ///
 /// ```no_run
@@ -244,7 +267,22 @@ pub(crate) fn connect_with(
     config: &postgres::Config,
     location: &std::path::Path,
 ) -> Result<Client, StoreError> {
-    let mut client = config.connect(NoTls).map_err(|e| db_error(location, e))?;
+    let mut client = config.connect(NoTls).map_err(|e| {
+        use postgres::error::SqlState;
+        // Class 28 (authorization) and an unknown database: the URL is wrong, not the server.
+        match e.as_db_error() {
+            Some(db)
+                if db.code().code().starts_with("28")
+                    || *db.code() == SqlState::INVALID_CATALOG_NAME =>
+            {
+                StoreError::Refused {
+                    path: location.to_path_buf(),
+                    reason: db.message().to_string(),
+                }
+            }
+            _ => db_error(location, e),
+        }
+    })?;
     migrate(&mut client, location)?;
     Ok(client)
 }
