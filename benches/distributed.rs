@@ -7,6 +7,8 @@
 //!     TUNE_BENCH_DATABASE_URL=postgres://... cargo bench --bench distributed
 //!     TUNE_PEER_PYTHON=venv/bin/python cargo bench --bench distributed
 //!                                                   # + Optuna 5 (optuna, psycopg2)
+//!     TUNE_BENCH_PART=growth cargo bench --bench distributed
+//!                                                   # only the cost per trial as tables grow
 //!
 //! The coordinator is `tune run SPEC --store URL --slots 0` (it runs no trial itself). Every
 //! sweep is read back and checked before its rate is printed; a rate is trials between the
@@ -64,12 +66,13 @@ fn tune_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tune")
 }
 
-/// Runs a sweep of `n` trials with `workers` worker processes; trials/s, and the report ->
-/// decision waits of closure workers.
-fn sweep(url: &str, kind: Kind, workers: usize, n: u64) -> (f64, Vec<u64>) {
+/// Runs a sweep of `n` trials with `workers` worker processes, with `filler` ended attempts
+/// and decided reports of other trials put in the experiment's protocol tables before the
+/// workers start; trials/s, and the report -> decision waits of closure workers.
+fn sweep(url: &str, kind: Kind, workers: usize, n: u64, filler: u64) -> (f64, Vec<u64>) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let name = format!(
-        "{}-{workers}",
+        "{}-{workers}-{filler}",
         if kind == Kind::Command {
             "command"
         } else {
@@ -96,6 +99,9 @@ fn sweep(url: &str, kind: Kind, workers: usize, n: u64) -> (f64, Vec<u64>) {
         .spawn()
         .expect("coordinator");
     wait_for_experiment(url, &name, &mut coordinator);
+    if filler > 0 {
+        fill(url, &name, filler);
+    }
     let started: Vec<Child> = (0..workers)
         .map(|i| {
             let mut cmd = match kind {
@@ -153,6 +159,32 @@ fn sweep(url: &str, kind: Kind, workers: usize, n: u64) -> (f64, Vec<u64>) {
         .max()
         .expect("finished");
     ((n - 1) as f64 / ((last - first) as f64 / 1000.0), waits)
+}
+
+/// Puts `count` ended attempts, each with one decided report, of trials the sweep never
+/// creates (ids from 10^9) in experiment `name`: what a long sweep leaves in the tables that
+/// workers and the coordinator's bridge read for every trial. The statistics are left as
+/// autovacuum keeps them, as in a real sweep.
+fn fill(url: &str, name: &str, count: u64) {
+    let mut db = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    let count = count as i64;
+    db.execute(
+        "INSERT INTO tune_attempts (experiment, trial, attempt, job, state, worker, device,
+                                    token, outcome)
+         SELECT e.id, 1000000000 + g, 1, '{}', 'ended', 'filler:1', 'cpu:0',
+                nextval('tune_tokens'), 'returned'
+         FROM tune_experiments e, generate_series(1, $2::bigint) g WHERE e.name = $1",
+        &[&name, &count],
+    )
+    .expect("filler attempts");
+    db.execute(
+        "INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics, heard)
+         SELECT a.experiment, a.trial, 1, a.token, 1, '{\"loss\":\"1\"}', 'continue'
+         FROM tune_attempts a JOIN tune_experiments e ON e.id = a.experiment
+         WHERE e.name = $1 AND a.trial >= 1000000000",
+        &[&name],
+    )
+    .expect("filler reports");
 }
 
 fn wait_for_experiment(url: &str, name: &str, coordinator: &mut Child) {
@@ -253,15 +285,23 @@ fn main() {
     let python = std::env::var("TUNE_PEER_PYTHON")
         .ok()
         .map(std::path::PathBuf::from);
+    // `TUNE_BENCH_PART=growth` runs only the second table.
+    let growth_only = std::env::var("TUNE_BENCH_PART").is_ok_and(|p| p == "growth");
     let (n, n_peer) = (2_000, 500);
+    if !growth_only {
+        main_table(&url, python.as_deref(), n, n_peer);
+    }
+    growth(&url);
+}
+
+/// trials/s with 1, 4 and 8 workers beside Optuna's, and the report -> decision round trip.
+fn main_table(url: &str, python: Option<&Path>, n: u64, n_peer: u64) {
     println!("| objective | workers | tune trials/s | Optuna 5 RDBStorage trials/s | ratio | tune report -> decision p50 / p99 |");
     println!("|---|---|---|---|---|---|");
     for kind in [Kind::Command, Kind::Closure] {
         for workers in [1, 4, 8] {
-            let (rate, mut waits) = sweep(&url, kind, workers, n);
-            let peer = python
-                .as_deref()
-                .and_then(|py| optuna(py, &url, kind, workers, n_peer));
+            let (rate, mut waits) = sweep(url, kind, workers, n, 0);
+            let peer = python.and_then(|py| optuna(py, url, kind, workers, n_peer));
             waits.sort_unstable();
             let latency = if waits.is_empty() {
                 "-".to_string()
@@ -283,5 +323,22 @@ fn main() {
                 peer.map_or("-".into(), |p| format!("{:.1}x", rate / p)),
             );
         }
+    }
+}
+
+/// Cost per trial as the protocol tables grow: 1,000 trials on 8 closure workers, in an empty
+/// experiment and in one whose tables already hold 100,000 attempts and reports.
+fn growth(url: &str) {
+    println!();
+    println!("| closure, 8 workers, 1,000 trials | tune trials/s | report -> decision p50 / p99 |");
+    println!("|---|---|---|");
+    for filler in [0, 100_000] {
+        let (rate, mut waits) = sweep(url, Kind::Closure, 8, 1_000, filler);
+        waits.sort_unstable();
+        println!(
+            "| after {filler} attempts stored | {rate:.0} | {:.2} ms / {:.2} ms |",
+            percentile(&waits, 0.5),
+            percentile(&waits, 0.99)
+        );
     }
 }

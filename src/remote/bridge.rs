@@ -387,9 +387,10 @@ impl State {
             let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
             // The decision rides on the notification too: a worker that hears it need not ask.
             self.db.query(
+                // `id = ANY`: an index lookup per report, whatever the table's statistics say.
                 "WITH d AS (
-                    UPDATE tune_reports r SET heard = d.heard
-                    FROM unnest($1::bigint[], $2::text[]) AS d (id, heard) WHERE r.id = d.id
+                    UPDATE tune_reports r SET heard = ($2::text[])[array_position($1, r.id)]
+                    WHERE r.id = ANY($1::bigint[])
                     RETURNING r.id, r.heard)
                  SELECT pg_notify($3, id || ':' || heard) FROM d",
                 &[&ids, &heard, &DECISIONS_CHANNEL],
@@ -476,10 +477,16 @@ impl State {
         let (ids, attempts) = self.tracked_keys(|t| !t.claimed);
         if !ids.is_empty() {
             for row in self.db.query(
-                "SELECT a.trial, a.attempt, a.worker, a.device, a.restored FROM tune_attempts a
-                 JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
-                   ON a.trial = k.trial AND a.attempt = k.attempt
-                 WHERE a.experiment = $1 AND a.state <> 'offered' AND a.worker IS NOT NULL",
+                // One primary-key lookup per tracked attempt, whatever the table holds:
+                // `OFFSET 0` keeps the planner from flattening the LATERAL into a join, which
+                // it runs as a scan of every attempt of the experiment while the table's
+                // statistics lag behind its growth (autovacuum analyzes once a minute).
+                "SELECT a.trial, a.attempt, a.worker, a.device, a.restored
+                 FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                 CROSS JOIN LATERAL (
+                     SELECT * FROM tune_attempts a WHERE a.experiment = $1
+                       AND a.trial = k.trial AND a.attempt = k.attempt OFFSET 0) a
+                 WHERE a.state <> 'offered' AND a.worker IS NOT NULL",
                 &[&e, &ids, &attempts],
             )? {
                 let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);
@@ -535,11 +542,13 @@ impl State {
         let (ids, attempts) = self.tracked_keys(|_| true);
         if !ids.is_empty() {
             for row in self.db.query(
+                // One lookup per tracked attempt, as in `read_claims`.
                 "SELECT a.trial, a.attempt, a.outcome, a.worker, a.device, a.restored
-                 FROM tune_attempts a
-                 JOIN unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
-                   ON a.trial = k.trial AND a.attempt = k.attempt
-                 WHERE a.experiment = $1 AND a.state IN ('ended', 'lost')",
+                 FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                 CROSS JOIN LATERAL (
+                     SELECT * FROM tune_attempts a WHERE a.experiment = $1
+                       AND a.trial = k.trial AND a.attempt = k.attempt OFFSET 0) a
+                 WHERE a.state IN ('ended', 'lost')",
                 &[&e, &ids, &attempts],
             )? {
                 let key = (row.get::<_, i64>(0) as TrialId, row.get::<_, i32>(1) as u32);

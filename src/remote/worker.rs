@@ -228,6 +228,7 @@ impl Worker {
             tx,
             summary: WorkerSummary::default(),
             last_heartbeat: None,
+            last_error: None,
             heartbeat_ok: Instant::now(),
         };
         let result = state.serve(&rt, rx, wake_rx);
@@ -267,6 +268,33 @@ struct Running {
     lost: bool,
 }
 
+/// The claim of the oldest offer nobody holds, ours with a fresh token; `$filter` picks the
+/// offers (`$5`: the experiment served, or `NULL` for every one).
+macro_rules! claim_sql {
+    ($filter:literal) => {
+        concat!(
+            "WITH c AS (
+                SELECT experiment, trial, attempt FROM tune_attempts
+                WHERE state = 'offered' AND ",
+            $filter,
+            " ORDER BY offered_at LIMIT 1 FOR UPDATE SKIP LOCKED),
+             u AS (
+                UPDATE tune_attempts a SET state = 'running', worker = $1, device = $2,
+                    token = nextval('tune_tokens'),
+                    lease_until = now() + make_interval(secs => $3)
+                FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
+                    AND a.attempt = c.attempt
+                RETURNING a.experiment, a.trial, a.attempt, a.token, a.job)
+             SELECT u.*, pg_notify('tune_e' || u.experiment, $4) FROM u"
+        )
+    };
+}
+
+/// Two statements, not one with `$5 IS NULL OR experiment = $5`: each gets a plan of its own,
+/// the first on the offers index (experiment, offered_at).
+const CLAIM_OFFER_OF_ONE: &str = claim_sql!("experiment = $5");
+const CLAIM_ANY_OFFER: &str = claim_sql!("$5::bigint IS NULL");
+
 struct WorkerState<'a> {
     me: String,
     settings: &'a Worker,
@@ -286,6 +314,8 @@ struct WorkerState<'a> {
     last_heartbeat: Option<Instant>,
     /// When the database last renewed our leases.
     heartbeat_ok: Instant,
+    /// The last database error told on stderr (each new one is told once).
+    last_error: Option<String>,
 }
 
 impl WorkerState<'_> {
@@ -318,8 +348,8 @@ impl WorkerState<'_> {
             let timer = looked.elapsed() >= POLL;
             if timer {
                 looked = Instant::now();
-                if self.take_decisions().is_err() {
-                    self.recover();
+                if let Err(e) = self.take_decisions() {
+                    self.recover(e);
                 }
             }
             let stopping = *stop.borrow();
@@ -335,7 +365,7 @@ impl WorkerState<'_> {
                 may_claim = false;
                 match self.claim(rt) {
                     Ok(()) => {}
-                    Err(_) if self.db.is_closed() => self.recover(),
+                    Err(e) if self.db.is_closed() => self.recover(e),
                     Err(e) => return Err(e),
                 }
             }
@@ -381,18 +411,27 @@ impl WorkerState<'_> {
                 if matches!(msg, WorkerMsg::Finished { .. }) {
                     may_claim = true;
                 }
-                if self.handle(key, msg).is_err() {
-                    self.recover();
+                if let Err(e) = self.handle(key, msg) {
+                    self.recover(e);
                 }
             }
         }
         Ok(self.summary.clone())
     }
 
-    /// After a database error (not returned: the next round retries what failed, and the
+    /// After database error `e` (not returned: the next round retries what failed, and the
     /// lease decides the fate of trials meanwhile): a new connection, or a pause before the
-    /// next try.
-    fn recover(&mut self) {
+    /// next try. Each new error is told on stderr, so that one that persists (a permission
+    /// taken away, a full disk on the server) is not retried in silence.
+    fn recover(&mut self, e: TuneError) {
+        let text = e.to_string();
+        if self.last_error.as_ref() != Some(&text) {
+            eprintln!(
+                "tune worker: {text}; retrying every {} ms",
+                POLL.as_millis()
+            );
+            self.last_error = Some(text);
+        }
         if self.db.is_closed() && self.db.reconnect() {
             return;
         }
@@ -507,22 +546,15 @@ impl WorkerState<'_> {
         let mut free = slots.into_iter();
         // One statement per slot: the oldest offer nobody holds, ours with a fresh token.
         while let Some(slot) = free.next() {
+            let sql = match self.only {
+                Some(_) => CLAIM_OFFER_OF_ONE,
+                None => CLAIM_ANY_OFFER,
+            };
             let claimed = self
                 .db
                 .query_opt(
-                    "WITH c AS (
-                        SELECT experiment, trial, attempt FROM tune_attempts
-                        WHERE state = 'offered' AND ($1::bigint IS NULL OR experiment = $1)
-                        ORDER BY offered_at LIMIT 1 FOR UPDATE SKIP LOCKED),
-                     u AS (
-                        UPDATE tune_attempts a SET state = 'running', worker = $2, device = $3,
-                            token = nextval('tune_tokens'),
-                            lease_until = now() + make_interval(secs => $4)
-                        FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
-                            AND a.attempt = c.attempt
-                        RETURNING a.experiment, a.trial, a.attempt, a.token, a.job)
-                     SELECT u.*, pg_notify('tune_e' || u.experiment, $5) FROM u",
-                    &[&self.only, &self.me, &slot.to_string(), &lease, &NOTE_CLAIM],
+                    sql,
+                    &[&self.me, &slot.to_string(), &lease, &NOTE_CLAIM, &self.only],
                 )
                 .map_err(|e| self.err(e));
             let row = match claimed {

@@ -90,6 +90,14 @@ CREATE TABLE tune_reports (
 );
 CREATE INDEX tune_reports_undecided ON tune_reports (experiment, id) WHERE heard IS NULL;
 "#,
+    // Offers by experiment: a worker for one experiment found its offers through a bitmap of
+    // every attempt of the experiment (the primary key's) while the statistics lagged behind
+    // the table's growth.
+    r#"
+DROP INDEX tune_attempts_offered;
+CREATE INDEX tune_attempts_offered ON tune_attempts (experiment, offered_at)
+    WHERE state = 'offered';
+"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment
