@@ -72,7 +72,7 @@ fn tune_bin() -> &'static str {
 fn sweep(url: &str, kind: Kind, workers: usize, n: u64, filler: u64) -> (f64, Vec<u64>) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let name = format!(
-        "{}-{workers}-{filler}",
+        "{}-{workers}-{n}-{filler}",
         if kind == Kind::Command {
             "command"
         } else {

@@ -92,6 +92,10 @@ enum Command {
         /// from the database for longer stops its trials (they run again elsewhere).
         #[arg(long, default_value_t = 15.0)]
         lease: f64,
+        /// With --experiment: seconds to wait for the experiment to be created (workers
+        /// started before their coordinator, as one batch job may); 0 fails at once.
+        #[arg(long, default_value_t = 0.0)]
+        wait: f64,
     },
     /// Counts, best trial and a per-trial table.
     Status {
@@ -340,15 +344,22 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             trials_per_gpu,
             dir,
             lease,
+            wait,
         } => {
             if !(lease.is_finite() && lease > 0.0) {
                 return Err(TuneError::Invalid(format!(
                     "--lease: expected a number of seconds above 0, found {lease}"
                 )));
             }
+            if !(wait.is_finite() && wait >= 0.0) {
+                return Err(TuneError::Invalid(format!(
+                    "--wait: expected a number of seconds, 0 or more, found {wait}"
+                )));
+            }
             let mut worker = tune::remote::Worker::new(url)
                 .dir(dir)
                 .lease(Duration::from_secs_f64(lease))
+                .wait_for_experiment(Duration::from_secs_f64(wait))
                 .handle_signals(true);
             if let Some(name) = experiment {
                 worker = worker.experiment(name);

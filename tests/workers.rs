@@ -353,6 +353,49 @@ fn status_watch_and_export_name_the_worker_of_each_trial_and_result() {
     assert!(!status.contains("coordinator: "), "{status}");
 }
 
+#[test]
+fn a_worker_started_before_its_coordinator_waits_for_the_experiment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 3\nseed = 1",
+        &["--steps", "2"],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    let mut cmd = worker(&url, 2, "15", &tmp.path().join("w"));
+    cmd.args(["--wait", "300"]);
+    let w = spawn(cmd);
+    // The worker is connected (and waiting) before the experiment exists.
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    wait_until(
+        &mut db,
+        "SELECT count(*) > 0 FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        "the worker connected",
+    );
+    let exists: bool = db
+        .query_one("SELECT to_regclass('tune_experiments') IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    if exists {
+        let made: i64 = db
+            .query_one(
+                "SELECT count(*) FROM tune_experiments WHERE meta IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(made, 0);
+    }
+    let coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish(w, "the worker");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(attempts_ran(&out), 3);
+}
+
 /// `url` with its login replaced by `login` (`user:password`, or as it was with `None`) and
 /// its database by `database`.
 fn url_with(url: &str, login: Option<&str>, database: Option<&str>) -> String {
@@ -389,6 +432,12 @@ fn bad_worker_input_is_a_clear_error_and_exit_code() {
     let out = worker(&url, 1, "0", tmp.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--lease"), "{}", stderr(&out));
+    let out = worker(&url, 1, "15", tmp.path())
+        .args(["--wait", "nan"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--wait"), "{}", stderr(&out));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -51,6 +51,8 @@ pub struct Worker {
     grace: Duration,
     stop: StopHandle,
     handle_signals: bool,
+    /// How long to wait for the experiment to be created.
+    wait: Duration,
 }
 
 /// What a worker did, when it ends.
@@ -76,12 +78,21 @@ impl Worker {
             grace: Duration::from_secs(5),
             stop: StopHandle::new(),
             handle_signals: false,
+            wait: Duration::ZERO,
         }
     }
 
     /// Serves only experiment `name` (it must exist), and ends once its sweep is finished.
     pub fn experiment(mut self, name: impl Into<String>) -> Self {
         self.experiment = Some(name.into());
+        self
+    }
+
+    /// With [`Worker::experiment`]: waits up to `wait` for the experiment to be created (its
+    /// coordinator may start after its workers, as in a batch job that starts them all at
+    /// once) instead of failing at once.
+    pub fn wait_for_experiment(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 
@@ -160,15 +171,41 @@ impl Worker {
             .keepalives(true)
             .keepalives_idle((self.lease / 2).max(Duration::from_secs(1)));
         let mut client = connect_with(&config, &location)?;
+        let rt = crate::tuner::runtime()?;
+        if self.handle_signals {
+            rt.spawn(crate::tuner::stop_on_signals(self.stop.clone(), self.grace));
+        }
         let only = match &self.experiment {
-            Some(name) => Some(existing(&mut client, name, &location).map_err(|e| match e {
-                StoreError::NoMeta => TuneError::Invalid(format!(
-                    "{} holds no experiment named {name:?}: start its sweep with `tune run \
-                     SPEC --store URL` (the spec's `name`), then its workers",
-                    location.display()
-                )),
-                e => TuneError::Store(e),
-            })?),
+            Some(name) => {
+                let deadline = Instant::now() + self.wait;
+                loop {
+                    match existing(&mut client, name, &location) {
+                        Ok(id) => break Some(id),
+                        Err(StoreError::NoMeta)
+                            if Instant::now() < deadline && !self.stop.is_stopped() =>
+                        {
+                            std::thread::sleep(POLL);
+                        }
+                        Err(StoreError::NoMeta) if self.stop.is_stopped() => {
+                            return Ok(WorkerSummary::default());
+                        }
+                        Err(StoreError::NoMeta) => {
+                            return Err(TuneError::Invalid(format!(
+                                "{} holds no experiment named {name:?}{}: start its sweep with \
+                                 `tune run SPEC --store URL` (the spec's `name`), then its \
+                                 workers, or give them --wait",
+                                location.display(),
+                                if self.wait.is_zero() {
+                                    String::new()
+                                } else {
+                                    format!(" after {} s", self.wait.as_secs_f64())
+                                }
+                            )))
+                        }
+                        Err(e) => return Err(TuneError::Store(e)),
+                    }
+                }
+            }
             None => None,
         };
         let (pool, note) = Pool::new(
@@ -178,10 +215,6 @@ impl Worker {
         )?;
         if let Some(note) = note {
             eprintln!("tune worker: {note}");
-        }
-        let rt = crate::tuner::runtime()?;
-        if self.handle_signals {
-            rt.spawn(crate::tuner::stop_on_signals(self.stop.clone(), self.grace));
         }
         let (wake_tx, wake_rx) = mpsc::unbounded_channel::<Option<(i64, Heard)>>();
         let listening = Arc::new(Mutex::new(HashSet::new()));
