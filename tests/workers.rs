@@ -396,6 +396,59 @@ fn a_worker_started_before_its_coordinator_waits_for_the_experiment() {
     assert_eq!(attempts_ran(&out), 3);
 }
 
+#[test]
+fn a_coordinator_that_loses_its_database_ends_resumable_and_its_workers_trial_is_adopted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let proxy = Proxy::new(&url);
+    let hold = tmp.path().join("go");
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 1\nseed = 1",
+        &["--steps", "2", "--hold", hold.to_str().unwrap()],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    // The coordinator reaches the database through the proxy; the worker directly.
+    let mut coord = spawn(coordinator(&spec, &proxy.url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let w = spawn(worker(&url, 1, "15", &tmp.path().join("w")));
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    wait_until(
+        &mut db,
+        "SELECT count(*) = 1 FROM tune_reports WHERE heard IS NOT NULL",
+        "the trial decided at step 1",
+    );
+    // Nothing more happens in the sweep until the hold is lifted: only the coordinator's own
+    // look at the database can tell it is gone.
+    proxy.sever();
+    let out = finish(coord, "the coordinator");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the database has not answered")
+            && stderr(&out).contains("tune resume t --store URL"),
+        "{}",
+        stderr(&out)
+    );
+    // Resumed directly: the worker's attempt is adopted and finishes once the hold is lifted.
+    let mut resume = tune();
+    resume
+        .args([
+            "resume", "t", "--store", &url, "--slots", "0", "--no-tui", "--dir",
+        ])
+        .arg(tmp.path().join("c2"));
+    let resumed = spawn(resume);
+    // Before or after the new coordinator has started: step 2's report waits for it either way.
+    std::fs::write(&hold, "").unwrap();
+    let out = finish(resumed, "the resumed coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish(w, "the worker");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = export_in(&url);
+    assert_eq!(trials[0]["status"], "completed", "{}", trials[0]);
+    assert_eq!(trials[0]["attempts"], 1, "{}", trials[0]);
+    assert_eq!(steps(&trials[0]), [1, 2]);
+}
+
 /// `url` with its login replaced by `login` (`user:password`, or as it was with `None`) and
 /// its database by `database`.
 fn url_with(url: &str, login: Option<&str>, database: Option<&str>) -> String {
@@ -493,6 +546,9 @@ fn bad_worker_input_is_a_clear_error_and_exit_code() {
 struct Proxy {
     url: String,
     paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Set by `sever`: connections are closed, new ones refused.
+    severed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    streams: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
 }
 
 impl Proxy {
@@ -512,11 +568,20 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let paused = Arc::new(AtomicBool::new(false));
         let flag = paused.clone();
+        let severed = Arc::new(AtomicBool::new(false));
+        let streams = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (cut, held) = (severed.clone(), streams.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                if cut.load(Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
                 let Ok(server) = std::net::TcpStream::connect(&target) else {
                     continue;
                 };
+                held.lock()
+                    .unwrap()
+                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
                 for (mut from, mut to) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
@@ -549,6 +614,18 @@ impl Proxy {
         Proxy {
             url: format!("{}{at}{}", &url[..scheme_end], &url[authority_end..]),
             paused,
+            severed,
+            streams,
+        }
+    }
+
+    /// The database is gone for whoever goes through the proxy: every connection is closed
+    /// and new ones are refused.
+    fn sever(&self) {
+        self.severed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
 

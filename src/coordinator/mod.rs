@@ -27,7 +27,7 @@ use crate::pool::{Pool, Slot};
 use crate::remote::bridge::{Adopted, Bridge};
 use crate::replay::replay;
 use crate::stop::{StopConditions, StopReason, StopWatch};
-use crate::store::TrialStore;
+use crate::store::{StoreError, TrialStore};
 use crate::trial::{now_ms, Trial, TrialResult};
 use in_flight::InFlight;
 
@@ -602,6 +602,13 @@ impl Coordinator {
                 );
                 Ok(())
             }
+            WorkerMsg::Unreachable(why) => Err(TuneError::Store(StoreError::Database {
+                path: crate::store::postgres_location(
+                    self.plan.remote.as_deref().unwrap_or_default(),
+                    &self.plan.name,
+                ),
+                source: why.into(),
+            })),
         }
     }
 

@@ -108,6 +108,9 @@ pub(crate) enum WorkerMsg {
     Wake,
     /// The remote workers serving the sweep, for observers.
     Workers(Vec<crate::remote::WorkerInfo>),
+    /// The database that remote trials go through has stopped answering (why): the sweep
+    /// ends, resumable.
+    Unreachable(String),
 }
 
 /// How an attempt ended, as the worker saw it.

@@ -17,7 +17,8 @@ use tune_search::TrialId;
 use super::db::Db;
 use super::{
     coordinator_channel, metrics_from_text, remote_slot, worker_from_row, Offer, WorkerInfo,
-    DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL, WORKERS_SQL,
+    DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_CLAIM, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
+    WORKERS_SQL,
 };
 use crate::error::TuneError;
 use crate::objective::{Heard, Outcome, WorkerMsg};
@@ -198,6 +199,7 @@ impl Bridge {
             looked: Instant::now(),
             workers_sent: Vec::new(),
             workers_sent_at: Instant::now(),
+            unreachable_since: None,
         };
         let worker = std::thread::spawn(move || state.run(inbox));
         Ok((
@@ -314,6 +316,8 @@ struct State {
     /// The workers as last sent to the coordinator, and when.
     workers_sent: Vec<WorkerInfo>,
     workers_sent_at: Instant,
+    /// Since when the database has not answered.
+    unreachable_since: Option<Instant>,
 }
 
 impl State {
@@ -328,10 +332,30 @@ impl State {
             for event in first.into_iter().chain(inbox.try_iter()) {
                 self.take(event);
             }
-            // An unreachable database: the coordinator's own store says so and ends the sweep;
-            // until then keep trying, losing nothing buffered.
-            if self.round().is_err() && self.db.is_closed() {
-                self.db.reconnect();
+            // An unreachable database: keep trying, losing nothing buffered, for as long as a
+            // worker keeps its trials without it (a restart, a failover); past that the sweep
+            // ends with the error (`tune resume` adopts what workers still run). A coordinator
+            // shutting down does not wait for the database: its trials are handed back as they
+            // are.
+            match self.round() {
+                Ok(()) => self.unreachable_since = None,
+                Err(e) => {
+                    if self.db.is_closed() && self.db.reconnect() {
+                        self.unreachable_since = None;
+                    } else {
+                        let since = *self.unreachable_since.get_or_insert_with(Instant::now);
+                        if self.shutting_down {
+                            self.hand_back();
+                        } else if since.elapsed() >= DEFAULT_LEASE {
+                            let _ = self.tx.send(WorkerMsg::Unreachable(format!(
+                                "the database has not answered for {} s (last: {})",
+                                since.elapsed().as_secs(),
+                                crate::store::pg_store::Described(e)
+                            )));
+                            return;
+                        }
+                    }
+                }
             }
             if self.ended.is_some() {
                 return;
@@ -411,13 +435,7 @@ impl State {
                    AND a.state = 'offered'",
                 &[&e, &ids, &attempts],
             )?;
-            for ((id, attempt), _) in self.tracked.drain() {
-                let _ = self.tx.send(WorkerMsg::Finished {
-                    id,
-                    attempt,
-                    outcome: Outcome::Interrupted,
-                });
-            }
+            self.hand_back();
             return Ok(());
         }
         // What notifications said changed; every so often everything (a notification can be
@@ -442,6 +460,18 @@ impl State {
             self.read_workers()?;
         }
         Ok(())
+    }
+
+    /// Tells the coordinator every attempt it waits on was interrupted (it is shutting down;
+    /// offers left in the database unclaimed are adopted or cancelled by the next coordinator).
+    fn hand_back(&mut self) {
+        for ((id, attempt), _) in self.tracked.drain() {
+            let _ = self.tx.send(WorkerMsg::Finished {
+                id,
+                attempt,
+                outcome: Outcome::Interrupted,
+            });
+        }
     }
 
     /// Attempts whose lease ran out, by the database's clock, are lost: their trials fail (and

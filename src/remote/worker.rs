@@ -738,7 +738,10 @@ impl WorkerState<'_> {
                 }
                 end_attempt(&mut self.db, r.token, key.0, &outcome).map_err(|e| self.err(e))?;
             }
-            WorkerMsg::Claimed { .. } | WorkerMsg::Wake | WorkerMsg::Workers(_) => {}
+            WorkerMsg::Claimed { .. }
+            | WorkerMsg::Wake
+            | WorkerMsg::Workers(_)
+            | WorkerMsg::Unreachable(_) => {}
         }
         Ok(())
     }

@@ -266,9 +266,20 @@ pub fn location(url: &str, name: &str) -> PathBuf {
 
 /// A connection with the schema up to date.
 pub(crate) fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
-    let config: postgres::Config = url.parse().map_err(|e| db_error(location, e))?;
+    let mut config: postgres::Config = url.parse().map_err(|e| db_error(location, e))?;
+    // A network that stalls fails a query after this long instead of blocking it for as long
+    // as TCP retries (many minutes); the URL's own settings win.
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(UNANSWERED);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(UNANSWERED);
+    }
     connect_with(&config, location)
 }
+
+/// How long a connection of the coordinator or a reader waits on a silent server.
+const UNANSWERED: Duration = Duration::from_secs(30);
 
 /// [`connect`] with connection settings of the caller's (timeouts).
 pub(crate) fn connect_with(
@@ -370,7 +381,7 @@ pub(crate) fn db_error(location: &std::path::Path, e: postgres::Error) -> StoreE
 
 /// A PostgreSQL error with what the server said (the client's own text is only "db error").
 #[derive(Debug)]
-struct Described(postgres::Error);
+pub(crate) struct Described(pub(crate) postgres::Error);
 
 impl std::fmt::Display for Described {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
