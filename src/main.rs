@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tune::dashboard::{App, Board, Hub, Update};
@@ -505,8 +505,8 @@ fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
 }
 
 /// `tune watch`: the running sweep's own board over its socket, else the stored one; for an
-/// experiment in a database, the stored one read again every second (its coordinator and
-/// workers may be anywhere).
+/// experiment in a database, the stored one read again every second, or four times as long
+/// as a read takes (its coordinator and workers may be anywhere).
 fn watch(named: &Named) -> Result<ExitCode, TuneError> {
     if let Named::Folder(dir) = named {
         if let Some(rx) = live_updates(dir) {
@@ -520,9 +520,14 @@ fn watch(named: &Named) -> Result<ExitCode, TuneError> {
         let named = named.clone();
         std::thread::spawn(move || {
             let mut failing = false;
+            let mut pause = Duration::from_secs(1);
             loop {
-                std::thread::sleep(Duration::from_secs(1));
-                let update = match stored_board(&named) {
+                std::thread::sleep(pause);
+                let read_at = Instant::now();
+                let read = stored_board(&named);
+                // A big sweep takes a while to read: the database is not kept busy with it.
+                pause = (read_at.elapsed() * 4).max(Duration::from_secs(1));
+                let update = match read {
                     Ok(board) => {
                         failing = false;
                         Update::Board(Box::new(board))
