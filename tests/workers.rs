@@ -32,15 +32,44 @@ fn worker(url: &str, slots: usize, lease: &str, dir: &Path) -> Command {
     cmd
 }
 
-fn spawn(mut cmd: Command) -> Child {
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+fn spawn(mut cmd: Command) -> Proc {
+    Proc(Some(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+/// A process this test started: killed if the test ends (a failed assertion) before
+/// [`finish`] waited for it, so that a failure leaves no coordinator or worker running.
+struct Proc(Option<Child>);
+
+impl std::ops::Deref for Proc {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("a running process")
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a running process")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// Waits for `child`; a process still running after 10 minutes is a hang: killed and failed.
-fn finish(mut child: Child, what: &str) -> Output {
+fn finish(mut proc: Proc, what: &str) -> Output {
+    let mut child = proc.0.take().expect("a running process");
     let deadline = Instant::now() + Duration::from_secs(600);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
@@ -114,7 +143,7 @@ fn eight_workers_race_for_1000_one_step_trials_and_each_runs_exactly_once() {
     std::fs::write(&spec, text).unwrap();
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
-    let workers: Vec<Child> = (0..8)
+    let workers: Vec<Proc> = (0..8)
         .map(|i| spawn(worker(&url, 1, "15", &tmp.path().join(format!("w{i}")))))
         .collect();
     let out = finish(coord, "the coordinator");
@@ -209,14 +238,16 @@ fn a_killed_coordinator_is_resumed_elsewhere_while_workers_keep_their_trials() {
     let url = pg_server::fresh_database();
     let spec = five_step_trials(tmp.path(), &[]);
     // SIGKILL at the 7th acknowledgement: trials are running, none has finished.
-    let mut coord = coordinator(&spec, &url, &tmp.path().join("c"))
-        .env("TUNE_FAILPOINTS", "ack.after=kill@7")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut coord = Proc(Some(
+        coordinator(&spec, &url, &tmp.path().join("c"))
+            .env("TUNE_FAILPOINTS", "ack.after=kill@7")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     wait_for_experiment(&url, &mut coord);
-    let workers: Vec<Child> = (0..2)
+    let workers: Vec<Proc> = (0..2)
         .map(|i| spawn(worker(&url, 3, "15", &tmp.path().join(format!("w{i}")))))
         .collect();
     let out = finish(coord, "the coordinator");
@@ -749,7 +780,7 @@ fn sweep_on_workers(
     let mut coord = spawn(coordinator(spec, &url, &own.join("coordinator")));
     wait_for_experiment(&url, &mut coord);
     let count = workers;
-    let workers: Vec<Child> = (0..count)
+    let workers: Vec<Proc> = (0..count)
         .map(|i| spawn(worker(&url, slots, "15", &own.join(format!("worker-{i}")))))
         .collect();
     let out = finish(coord, "the coordinator");
