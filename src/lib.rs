@@ -40,6 +40,7 @@ pub mod failpoint;
 pub mod fuzzing;
 mod objective;
 mod observer;
+pub mod plot;
 mod pool;
 mod progress;
 pub mod remote;

@@ -345,21 +345,3 @@ fn a_url_that_is_not_mlflow_is_refused_before_the_sweep() {
     assert!(stderr(&out).contains("mlflow"), "{}", stderr(&out));
     assert!(stderr(&out).contains("http://"), "{}", stderr(&out));
 }
-
-/// Waits until the running sweep in `dir` has stored `n` results (a trial holds after them).
-fn wait_for_results(dir: &Path, n: usize) {
-    loop {
-        let out = tune().arg("export").arg(dir).output().unwrap();
-        if out.status.success() {
-            let trials: Vec<Json> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            let results: usize = trials
-                .iter()
-                .map(|t| t["results"].as_array().map_or(0, Vec::len))
-                .sum();
-            if results >= n {
-                return;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}

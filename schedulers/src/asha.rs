@@ -212,6 +212,10 @@ impl Scheduler for Asha {
 
     /// One line per rung, lowest first: how many trials reached it and the value the next
     /// one must beat.
+    fn rungs(&self) -> Vec<u64> {
+        crate::merged_milestones((0..self.brackets.len()).map(|b| self.milestones(b)))
+    }
+
     fn describe(&self) -> Vec<String> {
         let q = (1.0 - 1.0 / self.config.reduction_factor.max(2) as f64) * 100.0;
         let mut lines = Vec::new();

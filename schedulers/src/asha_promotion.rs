@@ -150,6 +150,10 @@ impl Scheduler for AshaPromotion {
     }
 
     /// One line per rung: trials recorded, promoted and waiting there.
+    fn rungs(&self) -> Vec<u64> {
+        crate::merged_milestones((0..self.brackets.len()).map(|b| self.milestones(b)))
+    }
+
     fn describe(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for (b, ladder) in self.brackets.iter().enumerate() {

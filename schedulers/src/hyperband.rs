@@ -257,6 +257,10 @@ impl Scheduler for HyperBand {
 
     /// The brackets still running (at most the last four), each with its rung and how many of
     /// its live trials have reported there.
+    fn rungs(&self) -> Vec<u64> {
+        crate::merged_milestones((0..=self.s_max).map(|s| self.shape(s).1))
+    }
+
     fn describe(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .brackets
@@ -288,7 +292,25 @@ impl Scheduler for HyperBand {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use std::collections::BTreeSet;
+
+    #[test]
+    fn rungs_are_every_brackets_milestones_worked_by_hand() {
+        let hb = |max_t| {
+            HyperBand::new(
+                HyperBandConfig {
+                    max_t,
+                    reduction_factor: 3,
+                },
+                Mode::Min,
+            )
+        };
+        // s = 2: r = 1 -> 1, 3, 9; s = 1: 3, 9; s = 0: 9.
+        assert_eq!(hb(9).rungs(), vec![1, 3, 9]);
+        // s = 2: r = ceil(10/9) = 2 -> 2, 6, min(18, 10); s = 1: r = 4 -> 4, min(12, 10); s = 0: 10.
+        assert_eq!(hb(10).rungs(), vec![2, 4, 6, 10]);
+    }
 
     /// A sequential driver: one trial at a time, paused trials resumed first, each trial's
     /// value at step t = its id-derived quality + 1/t. Returns where each trial ended.

@@ -80,6 +80,25 @@ pub trait Scheduler: Send {
     fn describe(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The steps at which this scheduler compares trials (its rungs, over all brackets),
+    /// ascending; empty for schedulers that compare at every step or never. Plots mark them.
+    ///
+    /// ```
+    /// use tune_schedulers::{Asha, AshaConfig, Fifo, Mode, Scheduler};
+    /// let asha = Asha::new(AshaConfig { max_t: 9, grace_period: 1, reduction_factor: 3, ..Default::default() }, Mode::Min, 0);
+    /// assert_eq!(asha.rungs(), vec![1, 3, 9]);
+    /// assert!(Fifo.rungs().is_empty());
+    /// ```
+    fn rungs(&self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// Every milestone of every bracket, ascending, each once.
+pub(crate) fn merged_milestones(brackets: impl IntoIterator<Item = Vec<u64>>) -> Vec<u64> {
+    let all: std::collections::BTreeSet<u64> = brackets.into_iter().flatten().collect();
+    all.into_iter().collect()
 }
 
 /// Values oriented so that higher is better (as Ray Tune does internally).

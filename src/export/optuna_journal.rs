@@ -65,7 +65,9 @@ pub fn write_optuna_journal(
         .iter()
         // As Optuna stores them: each distribution a JSON text inside the record.
         .map(|p| {
-            let text = distribution(&p.domain, &p.name, trials).to_string();
+            let text = OptunaDistribution::of(&p.domain, &p.name, trials)
+                .to_json()
+                .to_string();
             (p.name.clone(), Json::String(text))
         })
         .collect();
@@ -125,42 +127,92 @@ fn trial_record(t: &Trial, distributions: &Map<String, Json>, space: &Space, met
     record
 }
 
-/// The Optuna distribution of a domain, as `distribution_to_json` writes it. Optuna has no
-/// unbounded normal: it becomes a float range holding every value drawn (and mu +- 3 sigma).
-fn distribution(domain: &Domain, name: &str, trials: &[Trial]) -> Json {
-    let float = |low: f64, high: f64, log: bool, step: Option<f64>| {
-        json!({"name": "FloatDistribution",
-               "attributes": {"low": low, "high": high, "log": log, "step": step}})
-    };
-    match domain {
-        Domain::Uniform { low, high } => float(*low, *high, false, None),
-        Domain::LogUniform { low, high } => float(*low, *high, true, None),
-        // Optuna requires high - low to be a multiple of the step: the largest one that is.
-        Domain::QUniform { low, q, .. } => {
-            let top = domain
-                .highest_step()
-                .and_then(|v| v.as_f64())
-                .unwrap_or(*low);
-            float(*low, top, false, Some(*q))
+/// A parameter's distribution as Optuna sees it (optuna/distributions.py): what the journal
+/// records and what PED-ANOVA importances ([`crate::plot`]) discretise.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OptunaDistribution {
+    Float {
+        low: f64,
+        high: f64,
+        log: bool,
+        step: Option<f64>,
+    },
+    Int {
+        low: i64,
+        high: i64,
+        log: bool,
+        step: i64,
+    },
+    Categorical(Vec<Value>),
+}
+
+impl OptunaDistribution {
+    /// The distribution of parameter `name`. Optuna has no unbounded normal: it becomes a
+    /// float range holding every value `trials` drew (and mu +- 3 sigma).
+    pub(crate) fn of(domain: &Domain, name: &str, trials: &[Trial]) -> OptunaDistribution {
+        let float = |low: f64, high: f64, log: bool, step: Option<f64>| OptunaDistribution::Float {
+            low,
+            high,
+            log,
+            step,
+        };
+        match domain {
+            Domain::Uniform { low, high } => float(*low, *high, false, None),
+            Domain::LogUniform { low, high } => float(*low, *high, true, None),
+            // Optuna requires high - low to be a multiple of the step: the largest one that is.
+            Domain::QUniform { low, q, .. } => {
+                let top = domain
+                    .highest_step()
+                    .and_then(|v| v.as_f64())
+                    .unwrap_or(*low);
+                float(*low, top, false, Some(*q))
+            }
+            // Optuna has no stepped log range: the log range itself.
+            Domain::QLogUniform { low, high, .. } => float(*low, *high, true, None),
+            Domain::Int { low, step, log, .. } => OptunaDistribution::Int {
+                low: *low,
+                high: match domain.highest_step() {
+                    Some(Value::Int(h)) => h,
+                    _ => *low,
+                },
+                log: *log,
+                step: *step,
+            },
+            Domain::Normal { mu, sigma } => {
+                let drawn = trials
+                    .iter()
+                    .filter_map(|t| t.params.get(name).and_then(Value::as_f64));
+                let (low, high) = drawn.fold((mu - 3.0 * sigma, mu + 3.0 * sigma), |(l, h), x| {
+                    (l.min(x), h.max(x))
+                });
+                float(low, high, false, None)
+            }
+            Domain::Choice(choices) | Domain::Grid(choices) => {
+                OptunaDistribution::Categorical(choices.clone())
+            }
         }
-        // Optuna has no stepped log range: the log range itself.
-        Domain::QLogUniform { low, high, .. } => float(*low, *high, true, None),
-        Domain::Int { low, step, log, .. } => {
-            let high = domain.highest_step();
-            json!({"name": "IntDistribution",
-                   "attributes": {"low": low, "high": high, "log": log, "step": step}})
-        }
-        Domain::Normal { mu, sigma } => {
-            let drawn = trials
-                .iter()
-                .filter_map(|t| t.params.get(name).and_then(Value::as_f64));
-            let (low, high) = drawn.fold((mu - 3.0 * sigma, mu + 3.0 * sigma), |(l, h), x| {
-                (l.min(x), h.max(x))
-            });
-            float(low, high, false, None)
-        }
-        Domain::Choice(choices) | Domain::Grid(choices) => {
-            json!({"name": "CategoricalDistribution", "attributes": {"choices": choices}})
+    }
+
+    /// As `distribution_to_json` writes it.
+    fn to_json(&self) -> Json {
+        match self {
+            OptunaDistribution::Float {
+                low,
+                high,
+                log,
+                step,
+            } => json!({"name": "FloatDistribution",
+                        "attributes": {"low": low, "high": high, "log": log, "step": step}}),
+            OptunaDistribution::Int {
+                low,
+                high,
+                log,
+                step,
+            } => json!({"name": "IntDistribution",
+                        "attributes": {"low": low, "high": high, "log": log, "step": step}}),
+            OptunaDistribution::Categorical(choices) => {
+                json!({"name": "CategoricalDistribution", "attributes": {"choices": choices}})
+            }
         }
     }
 }

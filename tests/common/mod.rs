@@ -270,6 +270,24 @@ pub fn quadratic(x: f64, y: f64, step: u64) -> f64 {
     (x - 1.0) * (x - 1.0) + (y + 2.0) * (y + 2.0) + 1.0 / step as f64
 }
 
+/// Waits until the running sweep in `dir` has stored `n` results (a trial holds after them).
+pub fn wait_for_results(dir: &Path, n: usize) {
+    loop {
+        let out = tune().arg("export").arg(dir).output().unwrap();
+        if out.status.success() {
+            let trials: Vec<Json> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let results: usize = trials
+                .iter()
+                .map(|t| t["results"].as_array().map_or(0, Vec::len))
+                .sum();
+            if results >= n {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
