@@ -495,17 +495,21 @@ fn parallel<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>
             (FAMILY, 20),
         )
         .margin(24)
-        .build_cartesian_2d(-0.35..n - 0.65, -0.1..1.1)?;
+        .build_cartesian_2d(-0.35..n - 0.65, -0.16..1.1)?;
+    // A parameter a trial does not have (a condition left it out) sits below its axis.
     let line = |t: &Trial, v: f64| -> Vec<(f64, f64)> {
         axes.iter()
             .enumerate()
             .filter_map(|(i, (name, scale))| {
-                let value = if i + 1 == axes.len() {
-                    Value::Float(v)
+                let y = if i + 1 == axes.len() {
+                    scale.position(&Value::Float(v))
                 } else {
-                    t.params.get(name)?.clone()
+                    match t.params.get(name) {
+                        Some(value) => scale.position(value),
+                        None => Some(INACTIVE),
+                    }
                 };
-                Some((i as f64, scale.position(&value)?))
+                Some((i as f64, y?))
             })
             .collect()
     };
@@ -547,9 +551,20 @@ fn parallel<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>
         chart.draw_series(scale.ticks().into_iter().map(|(y, text)| {
             Text::new(format!(" {text}"), (x, y), label(HPos::Left, VPos::Center))
         }))?;
+        let conditional = both.iter().any(|(t, _)| t.params.get(name).is_none());
+        if i + 1 < axes.len() && conditional {
+            chart.draw_series(std::iter::once(Text::new(
+                " (inactive)",
+                (x, INACTIVE),
+                label(HPos::Left, VPos::Center),
+            )))?;
+        }
     }
     Ok(())
 }
+
+/// Where parallel coordinates put a parameter a trial does not have, below the axis's 0.
+const INACTIVE: f64 = -0.1;
 
 const SLICE_COLUMNS: usize = 3;
 
@@ -687,6 +702,8 @@ impl SlicePanel<'_> {
 fn importances<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
     let ranked = param_importances(input.trials, input.space, input.metric, input.mode);
     let n = ranked.len().max(1) as f64;
+    // Room right of the longest bar for its label.
+    let x_max = (ranked.first().map_or(1.0, |(_, s)| *s) * 1.4).clamp(0.1, 1.3);
     let mut chart = ChartBuilder::on(root)
         .caption(
             caption(
@@ -700,7 +717,7 @@ fn importances<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shi
         )
         .margin(16)
         .x_label_area_size(36)
-        .build_cartesian_2d(0.0..1.3, 0.0..n)?;
+        .build_cartesian_2d(0.0..x_max, 0.0..n)?;
     chart
         .configure_mesh()
         .disable_y_mesh()

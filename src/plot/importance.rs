@@ -386,6 +386,9 @@ mod tests {
         let m = gauss_mass(8.0, 9.0);
         assert!(m > 6e-16 && m < 7e-16, "{m}");
         let central = gauss_mass(-1.0, 1.0);
-        assert!((central - 0.682_689_492_137_085_9).abs() < 1e-9, "{central}");
+        assert!(
+            (central - 0.682_689_492_137_085_9).abs() < 1e-9,
+            "{central}"
+        );
     }
 }
