@@ -56,7 +56,7 @@ pub use error::TuneError;
 pub use objective::{
     share_cores_among_trials, BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext,
 };
-pub use observer::{Event, Observer, StopHandle, Summary, SweepInfo};
+pub use observer::{Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;

@@ -113,6 +113,49 @@ pub struct SweepInfo<'a> {
     pub slots: Vec<String>,
     /// The trials so far, with their results (a resumed sweep has some).
     pub trials: &'a [Trial],
+    /// Where an observer's own thread tells the user something (a server that does not
+    /// answer), so that it shows where the sweep shows: the dashboard's log, else stderr.
+    pub notes: Notes,
+}
+
+/// A handle for telling the user something from any thread: the coordinator passes each note
+/// to the observers that show notes ([`Observer::shows_notes`]), or prints it on stderr when
+/// none does or the sweep has ended. Notes told while an observer that shows none is ending
+/// ([`Observer::on_end`]) are shown before the others end.
+///
+/// ```
+/// let notes = tune::Notes::stderr();
+/// notes.tell("printed as `tune: ...` on stderr");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Notes(Option<tokio::sync::mpsc::UnboundedSender<crate::objective::WorkerMsg>>);
+
+impl Notes {
+    /// Notes that go to the sweep whose coordinator reads `tx`.
+    pub(crate) fn to(tx: tokio::sync::mpsc::UnboundedSender<crate::objective::WorkerMsg>) -> Notes {
+        Notes(Some(tx))
+    }
+
+    /// Notes printed on stderr.
+    pub fn stderr() -> Notes {
+        Notes(None)
+    }
+
+    /// Tells the user `note` (one line, without the `tune: ` prefix).
+    pub fn tell(&self, note: impl Into<String>) {
+        let note = note.into();
+        let unsent = match &self.0 {
+            Some(tx) => match tx.send(crate::objective::WorkerMsg::Note(note)) {
+                Ok(()) => return,
+                Err(tokio::sync::mpsc::error::SendError(msg)) => match msg {
+                    crate::objective::WorkerMsg::Note(note) => note,
+                    _ => return,
+                },
+            },
+            None => note,
+        };
+        eprintln!("tune: {unsent}");
+    }
 }
 
 /// Receives events on the coordinator's thread; must be quick (throttle, or forward to a channel).

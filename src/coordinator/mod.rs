@@ -22,7 +22,7 @@ mod tests;
 use crate::error::TuneError;
 use crate::experiment::{stage_exploit, take_exploit, trial_dir};
 use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
-use crate::observer::{emit, tell, Event, Observer, StopHandle, Summary, SweepInfo};
+use crate::observer::{emit, tell, Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
 use crate::remote::bridge::{Adopted, Bridge};
 use crate::replay::replay;
@@ -303,6 +303,7 @@ impl Coordinator {
             scheduler: &self.plan.scheduler,
             slots: self.plan.pool.slots().iter().map(Slot::to_string).collect(),
             trials: &self.loaded,
+            notes: Notes::to(self.tx.clone()),
         };
         for o in &mut self.observers {
             o.on_start(&info, &self.summary);
@@ -408,7 +409,17 @@ impl Coordinator {
             }
         }
         self.describe_scheduler(true);
-        for o in &mut self.observers {
+        // Loggers end first, so that what they say while ending (MLflow's last sends) shows on
+        // the dashboard or before the progress line's summary.
+        for o in self.observers.iter_mut().filter(|o| !o.shows_notes()) {
+            o.on_end(&self.summary);
+        }
+        while let Ok(msg) = self.rx.try_recv() {
+            if let WorkerMsg::Note(note) = msg {
+                self.note(&note);
+            }
+        }
+        for o in self.observers.iter_mut().filter(|o| o.shows_notes()) {
             o.on_end(&self.summary);
         }
         let unfinished = self.created < self.budget || self.summary.unfinished() > 0;
@@ -603,6 +614,10 @@ impl Coordinator {
                 ),
                 source: why.into(),
             })),
+            WorkerMsg::Note(note) => {
+                self.note(&note);
+                Ok(())
+            }
         }
     }
 

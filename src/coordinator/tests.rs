@@ -17,7 +17,7 @@ use super::{Coordinator, Plan};
 use crate::error::TuneError;
 use crate::experiment::{trial_dir, FORMAT, TRIALS_DIR};
 use crate::objective::{BoxError, Objective, Stop, TrialContext};
-use crate::observer::{Event, Observer, StopHandle, Summary};
+use crate::observer::{Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::Pool;
 use crate::spec::{ExperimentSpec, Gpus, Resources};
 use crate::store::conformance::{result, trial};
@@ -97,6 +97,8 @@ struct Sweep {
     db: MemoryDb,
     dir: tempfile::TempDir,
     summary: LastSummary,
+    /// Observers besides the summary's.
+    observers: Vec<Box<dyn Observer>>,
 }
 
 /// What a sweep left: its result, what the store synced, and the experiment folder.
@@ -133,7 +135,13 @@ impl Sweep {
             db: MemoryDb::new(),
             dir: tempfile::tempdir().unwrap(),
             summary: LastSummary::default(),
+            observers: Vec::new(),
         }
+    }
+
+    fn observer(mut self, observer: impl Observer + 'static) -> Sweep {
+        self.observers.push(Box::new(observer));
+        self
     }
 
     fn scheduler(mut self, scheduler: impl Scheduler + 'static) -> Sweep {
@@ -214,7 +222,9 @@ impl Sweep {
             Box::new(RandomSearch::new(space(), 0)),
             self.scheduler,
             Objective::Closure(Arc::new(objective)),
-            vec![Box::new(self.summary.clone())],
+            std::iter::once(Box::new(self.summary.clone()) as Box<dyn Observer>)
+                .chain(self.observers)
+                .collect(),
         );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -803,5 +813,59 @@ fn asha_and_median_decide_the_same_however_often_the_sweep_is_interrupted() {
     assert!(
         want.iter().any(|(_, s, _)| s.len() < 9),
         "median stopped none"
+    );
+}
+
+/// Copies results elsewhere (shows no notes) and speaks from threads of its own: once while the
+/// sweep runs, once while it ends.
+struct ChattyLogger(Option<Notes>);
+
+impl Observer for ChattyLogger {
+    fn on_start(&mut self, info: &SweepInfo<'_>, _summary: &Summary) {
+        let notes = info.notes.clone();
+        std::thread::spawn(move || notes.tell("from the logger's thread"))
+            .join()
+            .unwrap();
+        self.0 = Some(info.notes.clone());
+    }
+    fn on_event(&mut self, _event: &Event<'_>, _summary: &Summary) {}
+    fn on_end(&mut self, _summary: &Summary) {
+        let notes = self.0.clone().unwrap();
+        std::thread::spawn(move || notes.tell("while ending"))
+            .join()
+            .unwrap();
+    }
+    fn shows_notes(&self) -> bool {
+        false
+    }
+}
+
+/// Shows notes (as the dashboard does): what it was told, and when it ended.
+#[derive(Clone, Default)]
+struct Shown(Arc<Mutex<Vec<String>>>);
+
+impl Observer for Shown {
+    fn on_event(&mut self, event: &Event<'_>, _summary: &Summary) {
+        if let Event::Note(note) = event {
+            self.0.lock().unwrap().push(note.to_string());
+        }
+    }
+    fn on_end(&mut self, _summary: &Summary) {
+        self.0.lock().unwrap().push("(ended)".into());
+    }
+}
+
+#[test]
+fn notes_from_an_observers_threads_reach_the_observers_that_show_notes_before_they_end() {
+    let shown = Shown::default();
+    // The showing observer comes first: it still hears what the logger says while ending.
+    let ran = Sweep::new(2)
+        .observer(shown.clone())
+        .observer(ChattyLogger(None))
+        .run(report_steps(2, |_, step| step as f64));
+    assert!(ran.result.is_ok());
+    assert_eq!(
+        *shown.0.lock().unwrap(),
+        ["from the logger's thread", "while ending", "(ended)"]
     );
 }

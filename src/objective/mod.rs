@@ -111,6 +111,8 @@ pub(crate) enum WorkerMsg {
     /// The database that remote trials go through has stopped answering (why): the sweep
     /// ends, resumable.
     Unreachable(String),
+    /// Something for the user from an observer's thread ([`crate::observer::Notes`]).
+    Note(String),
 }
 
 /// How an attempt ended, as the worker saw it.

@@ -742,6 +742,7 @@ impl WorkerState<'_> {
             | WorkerMsg::Wake
             | WorkerMsg::Workers(_)
             | WorkerMsg::Unreachable(_) => {}
+            WorkerMsg::Note(note) => eprintln!("tune: {note}"),
         }
         Ok(())
     }

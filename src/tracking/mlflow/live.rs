@@ -10,7 +10,7 @@ use tune_search::TrialId;
 
 use super::client::{MlflowClient, MlflowError};
 use super::mirror::{SweepMirror, SweepRecord};
-use crate::observer::{Event, Observer, Summary, SweepInfo};
+use crate::observer::{Event, Notes, Observer, Summary, SweepInfo};
 use crate::trial::{now_ms, Trial, TrialResult};
 
 /// How long the end of a sweep waits for MLflow when it makes no progress (a server that keeps
@@ -31,6 +31,8 @@ pub struct MlflowLogger {
     /// Completed with the experiment's creation time on start.
     sweep: SweepRecord,
     url: String,
+    /// The warning for a server that did not answer when asked before the sweep.
+    unanswered: Option<String>,
     /// The best completed trial so far, for the parent run at the end.
     best: Option<Trial>,
     tx: Option<mpsc::Sender<Msg>>,
@@ -51,17 +53,22 @@ impl MlflowLogger {
     /// sweep starts; one that does not answer is a warning, and logging starts when it does.
     pub fn new(url: &str, sweep: SweepRecord) -> Result<MlflowLogger, MlflowError> {
         let probe = MlflowClient::new(url, Duration::from_secs(5));
+        let mut unanswered = None;
         match probe.experiment_id(&sweep.experiment) {
             Ok(_) => {}
-            Err(e) if e.is_transient() => eprintln!(
-                "tune: warning: {e}; the sweep goes on, and its results are sent to MLflow \
-                 when it answers"
-            ),
+            Err(e) if e.is_transient() => {
+                // Told when the sweep starts, where it shows its notes.
+                unanswered = Some(format!(
+                    "warning: {e}; the sweep goes on, and its results are sent to MLflow \
+                     when it answers"
+                ));
+            }
             Err(e) => return Err(e),
         }
         Ok(MlflowLogger {
             sweep,
             url: url.to_string(),
+            unanswered,
             best: None,
             tx: None,
             thread: None,
@@ -88,11 +95,17 @@ impl Observer for MlflowLogger {
         sweep.created_at = info.created_at;
         let (tx, rx) = mpsc::channel();
         let client = MlflowClient::new(&self.url, REQUEST_TIMEOUT);
-        let mut sender = Sender::new(client, sweep);
+        if let Some(warning) = self.unanswered.take() {
+            info.notes.tell(warning);
+        }
+        let mut sender = Sender::new(client, sweep, info.notes.clone());
         self.thread = std::thread::Builder::new()
             .name("tune-mlflow".into())
             .spawn(move || sender.serve(&rx))
-            .map_err(|e| eprintln!("tune: warning: MLflow logging not started: {e}"))
+            .map_err(|e| {
+                info.notes
+                    .tell(format!("warning: MLflow logging not started: {e}"))
+            })
             .ok();
         if self.thread.is_some() {
             self.tx = Some(tx);
@@ -144,6 +157,7 @@ struct Local {
 /// The thread that talks to MLflow.
 struct Sender {
     mirror: SweepMirror,
+    notes: Notes,
     trials: BTreeMap<TrialId, Local>,
     /// Trials with something MLflow does not have yet.
     dirty: BTreeSet<TrialId>,
@@ -163,9 +177,10 @@ struct Sender {
 }
 
 impl Sender {
-    fn new(client: MlflowClient, sweep: SweepRecord) -> Sender {
+    fn new(client: MlflowClient, sweep: SweepRecord, notes: Notes) -> Sender {
         Sender {
             mirror: SweepMirror::new(client, sweep),
+            notes,
             trials: BTreeMap::new(),
             dirty: BTreeSet::new(),
             best: None,
@@ -216,8 +231,8 @@ impl Sender {
                     return;
                 }
                 if Instant::now() >= since.max(self.progress) + END_WAIT {
-                    eprintln!(
-                        "tune: warning: {} trials not (fully) logged to MLflow at {}{}; \
+                    self.notes.tell(format!(
+                        "warning: {} trials not (fully) logged to MLflow at {}{}; \
                          `tune resume` or `tune export NAME --to-mlflow {}` sends them",
                         self.dirty.len(),
                         self.mirror.url(),
@@ -226,7 +241,7 @@ impl Sender {
                             .map(|e| format!(" ({e})"))
                             .unwrap_or_default(),
                         self.mirror.url()
-                    );
+                    ));
                     return;
                 }
             }
@@ -308,12 +323,14 @@ impl Sender {
                 }
                 Err(e) if e.is_transient() => return self.wait_after(e),
                 Err(e) if !self.mirror.is_connected() => {
-                    eprintln!("tune: warning: MLflow logging stopped: {e}");
+                    self.notes
+                        .tell(format!("warning: MLflow logging stopped: {e}"));
                     self.off = true;
                     return;
                 }
                 Err(e) => {
-                    eprintln!("tune: warning: trial {id} is not logged to MLflow: {e}");
+                    self.notes
+                        .tell(format!("warning: trial {id} is not logged to MLflow: {e}"));
                     self.dirty.remove(&id);
                 }
             }
@@ -324,27 +341,28 @@ impl Sender {
                     Ok(()) => self.ended = true,
                     Err(e) if e.is_transient() => return self.wait_after(e),
                     Err(e) => {
-                        eprintln!("tune: warning: the sweep's MLflow run is not ended: {e}");
+                        self.notes
+                            .tell(format!("warning: the sweep's MLflow run is not ended: {e}"));
                         self.ended = true;
                     }
                 }
             }
         }
         if self.outage.take().is_some() {
-            eprintln!(
-                "tune: MLflow at {} answers again; what it missed is sent",
+            self.notes.tell(format!(
+                "MLflow at {} answers again; what it missed is sent",
                 self.mirror.url()
-            );
+            ));
         }
         self.backoff = Duration::from_secs(1);
     }
 
     fn wait_after(&mut self, e: MlflowError) {
         if self.outage.is_none() {
-            eprintln!(
-                "tune: warning: {e}; results are kept and sent when it answers (trying again \
-                 with backoff)"
-            );
+            self.notes.tell(format!(
+                "warning: {e}; results are kept and sent when it answers (trying again with \
+                 backoff)"
+            ));
         }
         self.outage = Some(e.to_string());
         self.retry_at = Some(Instant::now() + self.backoff);

@@ -13,7 +13,7 @@ use tune_search::{Params, Status, TrialId};
 use super::{
     replace, run_folder, scalars, secs, session_end, session_start, write_sweep, EVENTS_FILE,
 };
-use crate::observer::{Event, Observer, Summary, SweepInfo};
+use crate::observer::{Event, Notes, Observer, Summary, SweepInfo};
 use crate::trial::{now_ms, Trial, TrialResult};
 
 /// Writes the sweep into a TensorBoard folder as it runs: an [`Observer`] whose files are the
@@ -37,7 +37,8 @@ pub struct TensorBoardLogger {
 
 /// What the writer thread is told; owned copies of the coordinator's borrowed events.
 enum Msg {
-    Start(Vec<Trial>),
+    /// The trials so far, and where to tell the user about a failure.
+    Start(Vec<Trial>, Notes),
     Started(TrialId, Params, f64),
     Result(TrialId, TrialResult, f64),
     Paused(TrialId),
@@ -61,19 +62,20 @@ impl TensorBoardLogger {
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             open: HashMap::new(),
+            notes: Notes::stderr(),
         };
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tune-tensorboard".into())
             .spawn(move || {
                 if let Err(e) = writer.serve(&rx) {
-                    eprintln!(
-                        "tune: warning: TensorBoard logging to {} stopped: {e}; the sweep goes \
-                         on, and `tune export NAME --format tensorboard {}` writes the folder \
-                         from the store later",
+                    writer.notes.tell(format!(
+                        "warning: TensorBoard logging to {} stopped: {e}; the sweep goes on, \
+                         and `tune export NAME --format tensorboard {}` writes the folder from \
+                         the store later",
                         writer.dir.display(),
                         writer.dir.display()
-                    );
+                    ));
                 }
             })?;
         Ok(TensorBoardLogger {
@@ -100,7 +102,7 @@ impl TensorBoardLogger {
 
 impl Observer for TensorBoardLogger {
     fn on_start(&mut self, info: &SweepInfo<'_>, _summary: &Summary) {
-        self.send(Msg::Start(info.trials.to_vec()));
+        self.send(Msg::Start(info.trials.to_vec(), info.notes.clone()));
     }
 
     fn on_event(&mut self, event: &Event<'_>, _summary: &Summary) {
@@ -135,6 +137,7 @@ struct Writer {
     /// The event files of running trials (closed when a trial pauses or ends, so that a big
     /// sweep holds few files open).
     open: HashMap<TrialId, BufWriter<File>>,
+    notes: Notes,
 }
 
 impl Writer {
@@ -154,7 +157,8 @@ impl Writer {
 
     fn handle(&mut self, msg: Msg) -> io::Result<()> {
         match msg {
-            Msg::Start(trials) => {
+            Msg::Start(trials, notes) => {
+                self.notes = notes;
                 self.open.clear();
                 write_sweep(&self.dir, &trials)?;
             }
