@@ -60,24 +60,54 @@ fn closure_run(root: &Path, n: u64, slots: usize) -> f64 {
     rate
 }
 
-/// Notes when the sweep's last trial ended.
-struct LastEnd(Arc<Mutex<Option<Instant>>>);
+/// CPU seconds (user + system) this process has used: the coordinator, the trials and the
+/// logger's thread, not the MLflow server's processes.
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// Notes when the sweep's last trial ended, and this process's CPU time then.
+struct LastEnd(Arc<Mutex<Option<(Instant, f64)>>>);
 
 impl Observer for LastEnd {
     fn on_event(&mut self, event: &Event<'_>, _summary: &Summary) {
         if let Event::Finished(_) = event {
-            *self.0.lock().unwrap() = Some(Instant::now());
+            *self.0.lock().unwrap() = Some((Instant::now(), own_cpu_seconds()));
         }
     }
 }
 
-/// The closure sweep, logging to MLflow at `url` if given: (trials/s to the last trial's end,
-/// trials/s until `fit` returns).
-fn closure_mlflow_run(root: &Path, n: u64, url: Option<&str>) -> (f64, f64) {
-    let dir = root.join(format!("closure-mlflow-{}", url.is_some()));
+/// One closure sweep of (c).
+struct MlflowRun {
+    /// Trials/s to the last trial's end.
+    rate: f64,
+    /// Trials/s until `fit` returns (MLflow has every trial).
+    drained: f64,
+    /// This process's CPU per trial to the last trial's end, in microseconds.
+    own_cpu_us: f64,
+    /// The MLflow server's, over the same span.
+    server_cpu_us: f64,
+}
+
+/// The closure sweep, logging to MLflow at `server` if given.
+fn closure_mlflow_run(
+    root: &Path,
+    n: u64,
+    server: Option<&mlflow_server::MlflowServer>,
+    round: usize,
+) -> MlflowRun {
+    let url = server.map(|s| s.url.as_str());
+    let dir = root.join(format!("closure-mlflow-{}-{round}", url.is_some()));
     let last = Arc::new(Mutex::new(None));
     let mut tuner = Tuner::new(space())
-        .name(format!("ovh-{}", url.is_some()))
+        .name(format!("ovh-{}-{round}", url.is_some()))
         .metric("loss", Mode::Min)
         .samples(n)
         .cpu_slots(1)
@@ -86,12 +116,23 @@ fn closure_mlflow_run(root: &Path, n: u64, url: Option<&str>) -> (f64, f64) {
     if let Some(url) = url {
         tuner = tuner.mlflow(url, Some("overhead"));
     }
+    let server_cpu = || server.map_or(0.0, |s| s.cpu_seconds());
+    let (server_before, own_before) = (server_cpu(), own_cpu_seconds());
     let start = Instant::now();
     tuner.fit(report_sum).expect("closure sweep");
     let all = start.elapsed().as_secs_f64();
-    let sweep = last.lock().unwrap().expect("trials ended") - start;
+    let (end, own_end) = last.lock().unwrap().expect("trials ended");
+    // The server's CPU is read after `fit`: over the sweep and the drain, an upper bound of
+    // what it took during the sweep.
+    let server_after = server_cpu();
     verify(&dir, n);
-    (n as f64 / sweep.as_secs_f64(), n as f64 / all)
+    let per_trial_us = |s: f64| s / n as f64 * 1e6;
+    MlflowRun {
+        rate: n as f64 / (end - start).as_secs_f64(),
+        drained: n as f64 / all,
+        own_cpu_us: per_trial_us(own_end - own_before),
+        server_cpu_us: per_trial_us(server_after - server_before),
+    }
 }
 
 fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
@@ -229,27 +270,70 @@ fn main() {
     }
 }
 
-/// (c): the closure sweep on one slot with MLflow logging off and on, same run, and a check
-/// that MLflow got every trial.
+/// (c): the closure sweep on one slot with MLflow logging off and on, alternating over
+/// `TUNE_MLFLOW_ROUNDS` rounds (default 5) so that warm-up and drift fall on both sides, and a
+/// check that MLflow got every trial of each logged sweep.
 fn mlflow_table(root: &Path, python: &Path, n: u64) {
+    let rounds: usize = std::env::var("TUNE_MLFLOW_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
     let server = mlflow_server::MlflowServer::start(python);
-    let (off, _) = closure_mlflow_run(root, n, None);
-    let (on, drained) = closure_mlflow_run(root, n, Some(&server.url));
     let client =
         tune::tracking::mlflow::MlflowClient::new(&server.url, std::time::Duration::from_secs(60));
-    let experiment = client
-        .experiment_id("overhead")
-        .expect("the MLflow experiment");
-    let runs = client
-        .search_runs(&experiment, "tags.`tune.role` = 'trial'")
-        .expect("searching MLflow");
-    assert_eq!(runs.len() as u64, n, "MLflow holds every trial once");
+    let experiment = || {
+        client
+            .experiment_id("overhead")
+            .expect("the MLflow experiment")
+    };
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        off.push(closure_mlflow_run(root, n, None, round));
+        on.push(closure_mlflow_run(root, n, Some(&server), round));
+        let runs = client
+            .search_runs(
+                &experiment(),
+                &format!(
+                    "tags.`tune.role` = 'trial' AND tags.`tune.sweep_id` LIKE 'ovh-true-{round}-%'"
+                ),
+            )
+            .expect("searching MLflow");
+        assert_eq!(runs.len() as u64, n, "MLflow holds every trial once");
+    }
+    let median = |runs: &[MlflowRun], of: fn(&MlflowRun) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(of).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let rates = |runs: &[MlflowRun]| {
+        runs.iter()
+            .map(|r| format!("{:.0}", r.rate))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!();
-    println!("MLflow logging (mlflow server, SQLite, on this machine), closure sweep, 1 slot, {n} trials:");
     println!(
-        "| logging | trials/s to the last trial's end | vs off | trials/s until MLflow has all |"
+        "MLflow logging (mlflow server, SQLite, on this machine), closure sweep, 1 slot, {n} \
+         trials, {rounds} rounds alternating off and on (medians; CPU per trial to the last \
+         trial's end; each round's rate last):"
     );
-    println!("|---|---|---|---|");
-    println!("| off | {off:.1} | 1.00x | |");
-    println!("| on | {on:.1} | {:.2}x | {drained:.1} |", on / off);
+    println!(
+        "| logging | trials/s to the last trial's end | vs off | trials/s until MLflow has all \
+         | tune's CPU/trial | MLflow server's CPU/trial | rounds (trials/s) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let (off_rate, on_rate) = (median(&off, |r| r.rate), median(&on, |r| r.rate));
+    println!(
+        "| off | {off_rate:.1} | 1.00x | | {:.0} us | | {} |",
+        median(&off, |r| r.own_cpu_us),
+        rates(&off)
+    );
+    println!(
+        "| on | {on_rate:.1} | {:.2}x | {:.1} | {:.0} us | {:.0} us (with the drain) | {} |",
+        on_rate / off_rate,
+        median(&on, |r| r.drained),
+        median(&on, |r| r.own_cpu_us),
+        median(&on, |r| r.server_cpu_us),
+        rates(&on)
+    );
 }

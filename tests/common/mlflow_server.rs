@@ -102,6 +102,38 @@ impl MlflowServer {
         }
     }
 
+    /// CPU seconds (user + system) its processes have used so far, from /proc (Linux): what
+    /// the overhead bench weighs against tune's own.
+    #[allow(dead_code)] // the bench's, not the tests'
+    pub fn cpu_seconds(&self) -> f64 {
+        let Some(group) = self.child.as_ref().map(|c| c.id().to_string()) else {
+            return 0.0;
+        };
+        // SAFETY: sysconf reads a constant of the system.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let mut total = 0.0;
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // After the command's ")": state, ppid, pgrp, ..., utime (12th), stime (13th).
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.get(2) == Some(&group.as_str()) {
+                let t = |i: usize| {
+                    fields
+                        .get(i)
+                        .and_then(|f| f.parse::<f64>().ok())
+                        .unwrap_or(0.0)
+                };
+                total += (t(11) + t(12)) / ticks;
+            }
+        }
+        total
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
