@@ -190,21 +190,84 @@ fn legend_dot(colour: RGBColor) -> impl Fn((i32, i32)) -> Circle<(i32, i32), i32
     move |(x, y)| Circle::new((x + 9, y), 4, colour.filled())
 }
 
+/// The axis of a chart's values: logarithmic where every value is positive and they span
+/// two decades or more (a few bad early trials would flatten the rest on a linear one).
+enum ValueAxis {
+    Linear(f64, f64),
+    Log(f64, f64),
+}
+
+impl ValueAxis {
+    fn of(values: impl IntoIterator<Item = f64>) -> ValueAxis {
+        let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        let (lo, hi) = values
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+                (l.min(v), h.max(v))
+            });
+        if lo > 0.0 && hi / lo >= 100.0 {
+            let pad = (hi / lo).powf(0.03);
+            ValueAxis::Log(lo / pad, hi * pad)
+        } else {
+            let (lo, hi) = padded(values);
+            ValueAxis::Linear(lo, hi)
+        }
+    }
+
+    fn label(&self, metric: &str) -> String {
+        match self {
+            ValueAxis::Linear(..) => metric.to_string(),
+            ValueAxis::Log(..) => format!("{metric} (log scale)"),
+        }
+    }
+
+    fn bounds(&self) -> (f64, f64) {
+        match *self {
+            ValueAxis::Linear(lo, hi) | ValueAxis::Log(lo, hi) => (lo, hi),
+        }
+    }
+}
+
+/// Calls `$draw` with the y range `$axis` says: a plain range, or a logarithmic one.
+macro_rules! on_value_axis {
+    ($axis:expr, $draw:expr) => {
+        match $axis {
+            ValueAxis::Linear(lo, hi) => $draw(lo..hi),
+            ValueAxis::Log(lo, hi) => $draw((lo..hi).log_scale()),
+        }
+    };
+}
+
 fn history<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
     let completed = input.completed();
     let stopped = input.stopped();
+    let axis = ValueAxis::of(completed.iter().chain(&stopped).map(|(_, v)| *v));
+    on_value_axis!(axis, |y| history_on(input, root, &axis, y))
+}
+
+fn history_on<DB: DrawingBackend, Y>(
+    input: &PlotInput,
+    root: &DrawingArea<DB, Shift>,
+    axis: &ValueAxis,
+    y: Y,
+) -> Drawn<DB>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let completed = input.completed();
+    let stopped = input.stopped();
     let last_id = input.trials.iter().map(|t| t.id).max().unwrap_or(0) as f64;
-    let (lo, hi) = padded(completed.iter().chain(&stopped).map(|(_, v)| *v));
     let mut chart = ChartBuilder::on(root)
         .caption(caption(input, "optimisation history"), (FAMILY, 22))
         .margin(14)
         .x_label_area_size(42)
         .y_label_area_size(72)
-        .build_cartesian_2d(-0.5..last_id + 0.5, lo..hi)?;
+        .build_cartesian_2d(-0.5..last_id + 0.5, y)?;
     chart
         .configure_mesh()
         .x_desc("trial")
-        .y_desc(input.metric)
+        .y_desc(axis.label(input.metric))
         .x_label_formatter(&whole)
         .y_label_formatter(&|v| short(*v))
         .light_line_style(RGBColor(238, 238, 238))
@@ -273,6 +336,21 @@ fn curves<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) 
         .map(|t| (t, curve(t, input.metric)))
         .filter(|(_, c)| !c.is_empty())
         .collect();
+    let axis = ValueAxis::of(reported.iter().flat_map(|(_, c)| c.iter().map(|(_, v)| *v)));
+    on_value_axis!(axis, |y| curves_on(input, root, &reported, &axis, y))
+}
+
+fn curves_on<DB: DrawingBackend, Y>(
+    input: &PlotInput,
+    root: &DrawingArea<DB, Shift>,
+    reported: &[(&Trial, Vec<(f64, f64)>)],
+    axis: &ValueAxis,
+    y: Y,
+) -> Drawn<DB>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
     let last_step = reported
         .iter()
         .flat_map(|(_, c)| c.iter().map(|(s, _)| *s))
@@ -281,17 +359,17 @@ fn curves<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) 
         .iter()
         .flat_map(|(_, c)| c.iter().map(|(s, _)| *s))
         .fold(last_step, f64::min);
-    let (lo, hi) = padded(reported.iter().flat_map(|(_, c)| c.iter().map(|(_, v)| *v)));
+    let (lo, hi) = axis.bounds();
     let mut chart = ChartBuilder::on(root)
         .caption(caption(input, "learning curves"), (FAMILY, 22))
         .margin(14)
         .x_label_area_size(42)
         .y_label_area_size(72)
-        .build_cartesian_2d(first_step.min(0.0)..last_step * 1.02, lo..hi)?;
+        .build_cartesian_2d(first_step.min(0.0)..last_step * 1.02, y)?;
     chart
         .configure_mesh()
         .x_desc("step")
-        .y_desc(input.metric)
+        .y_desc(axis.label(input.metric))
         .x_label_formatter(&whole)
         .y_label_formatter(&|v| short(*v))
         .light_line_style(RGBColor(238, 238, 238))
@@ -815,6 +893,22 @@ mod tests {
         assert_eq!(short(-0.0), "0");
         assert_eq!(short(123456.0), "1.23e5");
         assert_eq!(short(0.00012), "1.20e-4");
+    }
+
+    #[test]
+    fn values_spanning_two_decades_get_a_log_axis_and_others_a_linear_one() {
+        assert!(matches!(ValueAxis::of([0.5, 67.0]), ValueAxis::Log(..)));
+        assert!(matches!(ValueAxis::of([0.5, 40.0]), ValueAxis::Linear(..)));
+        // Not every value positive: log cannot show them.
+        assert!(matches!(
+            ValueAxis::of([-1.0, 500.0]),
+            ValueAxis::Linear(..)
+        ));
+        assert!(matches!(ValueAxis::of([0.0, 500.0]), ValueAxis::Linear(..)));
+        assert_eq!(
+            ValueAxis::of([0.01, 10.0]).label("loss"),
+            "loss (log scale)"
+        );
     }
 
     #[test]
