@@ -17,6 +17,7 @@
 
 mod domain;
 mod field;
+pub mod gp;
 mod grid;
 mod history;
 mod number;

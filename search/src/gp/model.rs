@@ -1,0 +1,582 @@
+//! The regressor: kernel, Cholesky factor, posterior, marginal likelihood and its gradient.
+
+use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::solver::linesearch::MoreThuenteLineSearch;
+use argmin::solver::quasinewton::LBFGS;
+
+/// The kernel's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelParams {
+    /// 1 / length scale^2, one per dimension.
+    pub inverse_squared_lengthscales: Vec<f64>,
+    /// The prior variance of the function.
+    pub kernel_scale: f64,
+    /// The observation noise's variance.
+    pub noise_var: f64,
+}
+
+impl KernelParams {
+    /// Optuna's starting point: every parameter 1.
+    pub fn ones(dims: usize) -> KernelParams {
+        KernelParams {
+            inverse_squared_lengthscales: vec![1.0; dims],
+            kernel_scale: 1.0,
+            noise_var: 1.0,
+        }
+    }
+}
+
+/// Why a model could not be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpError {
+    #[error("the covariance matrix is not positive definite, even with jitter {jitter:e}")]
+    NotPositiveDefinite { jitter: f64 },
+    #[error("expected {expected} values per point, found {found}")]
+    Dimensions { expected: usize, found: usize },
+}
+
+/// Jitter added to the diagonal when a Cholesky factorisation fails: from 1e-10 of the
+/// diagonal's mean, ten times more on each retry, up to 1e-4 of it.
+const JITTER_FIRST: f64 = 1e-10;
+const JITTER_LAST: f64 = 1e-4;
+
+/// Matérn 5/2 of a squared (scaled) distance `d2`, and its derivative in `d2`.
+fn matern52(d2: f64) -> (f64, f64) {
+    let s = (5.0 * d2).sqrt();
+    let e = (-s).exp();
+    (e * (5.0 / 3.0 * d2 + s + 1.0), -5.0 / 6.0 * (s + 1.0) * e)
+}
+
+/// Per-dimension squared differences: Hamming on categorical dimensions.
+fn squared_diffs(a: &[f64], b: &[f64], categorical: &[bool]) -> Vec<f64> {
+    a.iter()
+        .zip(b)
+        .zip(categorical)
+        .map(|((x, y), &cat)| match cat {
+            true if x != y => 1.0,
+            true => 0.0,
+            false => (x - y) * (x - y),
+        })
+        .collect()
+}
+
+/// A Gaussian process conditioned on its training points.
+///
+/// ```
+/// use tune_search::gp::{GpRegressor, KernelParams};
+/// let x = vec![vec![0.0], vec![1.0]];
+/// let params = KernelParams { noise_var: 1e-4, ..KernelParams::ones(1) };
+/// let gp = GpRegressor::new(x, vec![1.0, -1.0], vec![false], params).unwrap();
+/// let (mean, var) = gp.posterior(&[0.5]);
+/// assert!(mean.abs() < 1e-12); // halfway between +1 and -1
+/// assert!(var > 0.0 && var < 1.0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct GpRegressor {
+    x: Vec<Vec<f64>>,
+    y: Vec<f64>,
+    categorical: Vec<bool>,
+    params: KernelParams,
+    /// Lower Cholesky factor of K + noise I (+ jitter), row-major n x n.
+    chol: Vec<f64>,
+    /// (K + noise I)^-1 y.
+    alpha: Vec<f64>,
+}
+
+impl GpRegressor {
+    /// The process with `params` conditioned on values `y` at points `x`.
+    pub fn new(
+        x: Vec<Vec<f64>>,
+        y: Vec<f64>,
+        categorical: Vec<bool>,
+        params: KernelParams,
+    ) -> Result<GpRegressor, GpError> {
+        let dims = categorical.len();
+        if let Some(bad) = x.iter().find(|p| p.len() != dims) {
+            return Err(GpError::Dimensions {
+                expected: dims,
+                found: bad.len(),
+            });
+        }
+        if params.inverse_squared_lengthscales.len() != dims {
+            return Err(GpError::Dimensions {
+                expected: dims,
+                found: params.inverse_squared_lengthscales.len(),
+            });
+        }
+        let n = x.len();
+        let mut cov = vec![0.0; n * n];
+        for a in 0..n {
+            for b in 0..=a {
+                let k = kernel(&params, &x[a], &x[b], &categorical);
+                cov[a * n + b] = k;
+                cov[b * n + a] = k;
+            }
+            cov[a * n + a] += params.noise_var;
+        }
+        let chol = cholesky_with_jitter(&cov, n)?;
+        let alpha = solve_lower_t(&chol, n, &solve_lower(&chol, n, &y));
+        Ok(GpRegressor {
+            x,
+            y,
+            categorical,
+            params,
+            chol,
+            alpha,
+        })
+    }
+
+    pub fn params(&self) -> &KernelParams {
+        &self.params
+    }
+
+    /// The posterior mean and variance of the function (without noise) at `point`.
+    pub fn posterior(&self, point: &[f64]) -> (f64, f64) {
+        let n = self.x.len();
+        let k: Vec<f64> = self
+            .x
+            .iter()
+            .map(|xi| kernel(&self.params, point, xi, &self.categorical))
+            .collect();
+        let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+        let v = solve_lower(&self.chol, n, &k);
+        let var = self.params.kernel_scale - v.iter().map(|x| x * x).sum::<f64>();
+        (mean, var.max(0.0))
+    }
+
+    /// log p(y | x, params) without its constant `-n/2 log(2 pi)` (as Optuna omits it).
+    pub fn marginal_log_likelihood(&self) -> f64 {
+        let n = self.x.len();
+        let logdet: f64 = (0..n).map(|i| self.chol[i * n + i].ln()).sum();
+        let quad: f64 = self.y.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+        -logdet - 0.5 * quad
+    }
+
+    /// The gradient of [`GpRegressor::marginal_log_likelihood`] in the log of each
+    /// inverse squared length scale, the log kernel scale and the noise variance (plain).
+    fn mll_gradient(&self) -> (Vec<f64>, f64, f64) {
+        let n = self.x.len();
+        let dims = self.categorical.len();
+        // W = (alpha alpha^T - C^-1) / 2: the derivative of the likelihood in C.
+        let inverse = inverse_from_cholesky(&self.chol, n);
+        let w = |a: usize, b: usize| 0.5 * (self.alpha[a] * self.alpha[b] - inverse[a * n + b]);
+        let mut lengthscales = vec![0.0; dims];
+        let mut scale = 0.0;
+        let mut noise = 0.0;
+        let isl = &self.params.inverse_squared_lengthscales;
+        for a in 0..n {
+            noise += w(a, a);
+            for b in 0..n {
+                let diffs = squared_diffs(&self.x[a], &self.x[b], &self.categorical);
+                let d2: f64 = diffs.iter().zip(isl).map(|(d, l)| d * l).sum();
+                let (m, dm) = matern52(d2);
+                let wab = w(a, b);
+                scale += wab * self.params.kernel_scale * m;
+                for i in 0..dims {
+                    lengthscales[i] += wab * self.params.kernel_scale * dm * isl[i] * diffs[i];
+                }
+            }
+        }
+        (lengthscales, scale, noise)
+    }
+}
+
+fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> f64 {
+    let d2: f64 = squared_diffs(a, b, categorical)
+        .iter()
+        .zip(&params.inverse_squared_lengthscales)
+        .map(|(d, l)| d * l)
+        .sum();
+    params.kernel_scale * matern52(d2).0
+}
+
+/// The lower Cholesky factor of the symmetric `n` x `n` matrix `a`.
+fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
+    let mut l = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..=i {
+            let s: f64 = (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum();
+            if i == j {
+                let d = a[i * n + i] - s;
+                if d <= 0.0 || !d.is_finite() {
+                    return None;
+                }
+                l[i * n + i] = d.sqrt();
+            } else {
+                l[i * n + j] = (a[i * n + j] - s) / l[j * n + j];
+            }
+        }
+    }
+    Some(l)
+}
+
+/// [`cholesky`], retried with growing jitter on the diagonal when it fails.
+fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
+    if let Some(l) = cholesky(a, n) {
+        return Ok(l);
+    }
+    let mean_diag = (0..n).map(|i| a[i * n + i].abs()).sum::<f64>() / n.max(1) as f64;
+    let mut jitter = JITTER_FIRST * mean_diag.max(1e-12);
+    loop {
+        let mut b = a.to_vec();
+        for i in 0..n {
+            b[i * n + i] += jitter;
+        }
+        if let Some(l) = cholesky(&b, n) {
+            return Ok(l);
+        }
+        if jitter >= JITTER_LAST * mean_diag.max(1e-12) {
+            return Err(GpError::NotPositiveDefinite { jitter });
+        }
+        jitter *= 10.0;
+    }
+}
+
+/// Solves L x = b.
+fn solve_lower(l: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
+    let mut x = vec![0.0; n];
+    for i in 0..n {
+        let s: f64 = (0..i).map(|k| l[i * n + k] * x[k]).sum();
+        x[i] = (b[i] - s) / l[i * n + i];
+    }
+    x
+}
+
+/// Solves L^T x = b.
+fn solve_lower_t(l: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
+    let mut x = vec![0.0; n];
+    for i in (0..n).rev() {
+        let s: f64 = (i + 1..n).map(|k| l[k * n + i] * x[k]).sum();
+        x[i] = (b[i] - s) / l[i * n + i];
+    }
+    x
+}
+
+/// (L L^T)^-1, column by column.
+fn inverse_from_cholesky(l: &[f64], n: usize) -> Vec<f64> {
+    let mut inverse = vec![0.0; n * n];
+    for j in 0..n {
+        let mut e = vec![0.0; n];
+        e[j] = 1.0;
+        let col = solve_lower_t(l, n, &solve_lower(l, n, &e));
+        for i in 0..n {
+            inverse[i * n + j] = col[i];
+        }
+    }
+    inverse
+}
+
+/// Optuna's log prior of the kernel parameters (optuna/_gp/prior.py), without constants:
+/// `-(0.1 / l + 0.1 l)` for each inverse squared length scale `l`, Gamma(2, 1) on the kernel
+/// scale and Gamma(1.1, 30) on the noise variance.
+fn log_prior(p: &KernelParams) -> f64 {
+    let gamma = |x: f64, concentration: f64, rate: f64| (concentration - 1.0) * x.ln() - rate * x;
+    -p.inverse_squared_lengthscales
+        .iter()
+        .map(|l| 0.1 / l + 0.1 * l)
+        .sum::<f64>()
+        + gamma(p.kernel_scale, 2.0, 1.0)
+        + gamma(p.noise_var, 1.1, 30.0)
+}
+
+/// The fitting problem in Optuna's raw parameters: the logs of the inverse squared length
+/// scales and of the kernel scale, and log(noise - minimum noise).
+struct Fitting<'a> {
+    x: &'a [Vec<f64>],
+    y: &'a [f64],
+    categorical: &'a [bool],
+    minimum_noise: f64,
+    /// A noiseless objective: the noise stays at the minimum.
+    deterministic: bool,
+}
+
+impl Fitting<'_> {
+    fn params(&self, raw: &[f64]) -> KernelParams {
+        let dims = self.categorical.len();
+        KernelParams {
+            inverse_squared_lengthscales: raw[..dims].iter().map(|r| r.exp()).collect(),
+            kernel_scale: raw[dims].exp(),
+            noise_var: if self.deterministic {
+                self.minimum_noise
+            } else {
+                self.minimum_noise + raw[dims + 1].exp()
+            },
+        }
+    }
+
+    fn raw(&self, p: &KernelParams) -> Vec<f64> {
+        let mut raw: Vec<f64> = p
+            .inverse_squared_lengthscales
+            .iter()
+            .map(|l| l.ln())
+            .collect();
+        raw.push(p.kernel_scale.ln());
+        // As Optuna starts: 1 % of the minimum above it, so that the log is finite.
+        raw.push((p.noise_var - 0.99 * self.minimum_noise).max(1e-300).ln());
+        raw
+    }
+
+    fn model(&self, raw: &[f64]) -> Result<GpRegressor, GpError> {
+        GpRegressor::new(
+            self.x.to_vec(),
+            self.y.to_vec(),
+            self.categorical.to_vec(),
+            self.params(raw),
+        )
+    }
+
+    /// -(log likelihood + log prior), and its gradient in the raw parameters.
+    fn loss_and_gradient(&self, raw: &[f64]) -> Result<(f64, Vec<f64>), GpError> {
+        let gp = self.model(raw)?;
+        let p = gp.params();
+        let dims = self.categorical.len();
+        let (lengthscales, scale, noise) = gp.mll_gradient();
+        let mut gradient: Vec<f64> = lengthscales
+            .iter()
+            .zip(&p.inverse_squared_lengthscales)
+            .map(|(g, l)| -(g + 0.1 / l - 0.1 * l))
+            .collect();
+        gradient.push(-(scale + 1.0 - p.kernel_scale));
+        gradient.push(if self.deterministic {
+            0.0
+        } else {
+            let raw_noise = raw[dims + 1].exp();
+            -(noise + 0.1 / p.noise_var - 30.0) * raw_noise
+        });
+        Ok((-(gp.marginal_log_likelihood() + log_prior(p)), gradient))
+    }
+}
+
+impl CostFunction for Fitting<'_> {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, raw: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        // A point where the matrix fails is as bad as can be: the line search backs off.
+        Ok(self
+            .loss_and_gradient(raw)
+            .map_or(f64::INFINITY, |(l, _)| l))
+    }
+}
+
+impl Gradient for Fitting<'_> {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, raw: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
+        Ok(self.loss_and_gradient(raw)?.1)
+    }
+}
+
+/// The process fitted to `y` at `x`: kernel parameters maximising the marginal likelihood plus
+/// Optuna's priors, by L-BFGS from `start` (the last fit's, or [`KernelParams::ones`]), then
+/// from the ones if that fails, else the ones unfitted (as Optuna falls back).
+///
+/// ```
+/// use tune_search::gp::fit;
+/// let x: Vec<Vec<f64>> = (0..12).map(|i| vec![i as f64 / 11.0]).collect();
+/// let y: Vec<f64> = x.iter().map(|p| (6.0 * p[0]).sin()).collect();
+/// let gp = fit(&x, &y, &[false], 1e-6, false, None);
+/// let (mean, _) = gp.posterior(&[0.5]);
+/// assert!((mean - 3f64.sin()).abs() < 0.05, "{mean}");
+/// ```
+pub fn fit(
+    x: &[Vec<f64>],
+    y: &[f64],
+    categorical: &[bool],
+    minimum_noise: f64,
+    deterministic: bool,
+    start: Option<&KernelParams>,
+) -> GpRegressor {
+    let problem = Fitting {
+        x,
+        y,
+        categorical,
+        minimum_noise,
+        deterministic,
+    };
+    let ones = KernelParams::ones(categorical.len());
+    for from in start.into_iter().chain([&ones]) {
+        if let Some(gp) = lbfgs(&problem, from) {
+            return gp;
+        }
+    }
+    let mut fallback = ones;
+    fallback.noise_var = fallback.noise_var.max(minimum_noise);
+    GpRegressor::new(x.to_vec(), y.to_vec(), categorical.to_vec(), fallback)
+        .expect("a unit kernel with unit noise is positive definite")
+}
+
+/// Optuna's gradient tolerance (`gtol = 1e-2`).
+const GRADIENT_TOLERANCE: f64 = 1e-2;
+const MAX_ITERATIONS: u64 = 200;
+
+fn lbfgs(problem: &Fitting, from: &KernelParams) -> Option<GpRegressor> {
+    let start = problem.raw(from);
+    let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+        .with_tolerance_grad(GRADIENT_TOLERANCE)
+        .ok()?;
+    let result = Executor::new(
+        Fitting {
+            x: problem.x,
+            y: problem.y,
+            categorical: problem.categorical,
+            minimum_noise: problem.minimum_noise,
+            deterministic: problem.deterministic,
+        },
+        solver,
+    )
+    .configure(|state| state.param(start).max_iters(MAX_ITERATIONS))
+    .run()
+    .ok()?;
+    let best = result.state().get_best_param()?.clone();
+    if !best.iter().all(|r| r.is_finite()) {
+        return None;
+    }
+    problem.model(&best).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(noise: f64) -> KernelParams {
+        KernelParams {
+            noise_var: noise,
+            ..KernelParams::ones(1)
+        }
+    }
+
+    #[test]
+    fn the_posterior_of_two_points_worked_by_hand() {
+        // k(0, 1) = e^-sqrt5 (5/3 + sqrt5 + 1) = 0.523994..., k(0.5, .) = Matérn of d^2 = 1/4
+        // = 0.828649...; C = [[1 + n, m], [m, 1 + n]] with n = 1e-4.
+        let (m01, mh) = (0.523_994_108_831_820_3, 0.828_649_142_418_125_5);
+        let gp = GpRegressor::new(
+            vec![vec![0.0], vec![1.0]],
+            vec![1.0, 1.0],
+            vec![false],
+            params(1e-4),
+        )
+        .unwrap();
+        let (mean, var) = gp.posterior(&[0.5]);
+        // y = (1, 1): alpha = y / (1 + n + m01); mean = 2 mh alpha; var = 1 - 2 mh^2 / (1 + n + m01).
+        let den = 1.0 + 1e-4 + m01;
+        assert!((mean - 2.0 * mh / den).abs() < 1e-12, "{mean}");
+        assert!((mean - 1.087_398_917_975_300_3).abs() < 1e-12);
+        assert!((var - (1.0 - 2.0 * mh * mh / den)).abs() < 1e-12, "{var}");
+        // log likelihood: -1/2 log det C - 1/2 y^T C^-1 y, det C = (1 + n)^2 - m01^2.
+        let mll = -0.5 * ((1.0f64 + 1e-4).powi(2) - m01 * m01).ln() - 0.5 * (2.0 / den);
+        assert!((gp.marginal_log_likelihood() - mll).abs() < 1e-12);
+        assert!((mll + 0.495_770_071_096_116_9).abs() < 1e-12);
+
+        // y = (1, -1) at 0.25: (k(0.25, 0) - k(0.25, 1)) / (1 + n - m01).
+        let gp = GpRegressor::new(
+            vec![vec![0.0], vec![1.0]],
+            vec![1.0, -1.0],
+            vec![false],
+            params(1e-4),
+        )
+        .unwrap();
+        let (mean, _) = gp.posterior(&[0.25]);
+        assert!((mean - 0.578_258_170_644_483_6).abs() < 1e-12, "{mean}");
+        // At a training point the variance is about the noise.
+        assert!(gp.posterior(&[0.0]).1 < 2e-4);
+    }
+
+    #[test]
+    fn categorical_dimensions_use_the_hamming_distance() {
+        let p = KernelParams::ones(2);
+        let near = kernel(&p, &[0.0, 2.0], &[0.0, 3.0], &[false, true]);
+        let far = kernel(&p, &[0.0, 2.0], &[0.0, 7.0], &[false, true]);
+        assert_eq!(near, far); // any two different choices are one apart
+        assert_eq!(near, matern52(1.0).0);
+        assert_eq!(kernel(&p, &[0.3, 2.0], &[0.3, 2.0], &[false, true]), 1.0);
+    }
+
+    #[test]
+    fn the_loss_gradient_matches_finite_differences() {
+        let x: Vec<Vec<f64>> = (0..9)
+            .map(|i| vec![(i as f64 * 0.37) % 1.0, (i * 3 % 4) as f64])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| p[0].sin() + 0.3 * p[1]).collect();
+        for deterministic in [false, true] {
+            let problem = Fitting {
+                x: &x,
+                y: &y,
+                categorical: &[false, true],
+                minimum_noise: 1e-6,
+                deterministic,
+            };
+            let raw = vec![0.3, -0.5, 0.2, -2.0];
+            let (_, gradient) = problem.loss_and_gradient(&raw).unwrap();
+            for j in 0..raw.len() {
+                let h = 1e-6;
+                let at = |d: f64| {
+                    let mut r = raw.clone();
+                    r[j] += d;
+                    problem.loss_and_gradient(&r).unwrap().0
+                };
+                let numeric = (at(h) - at(-h)) / (2.0 * h);
+                assert!(
+                    (numeric - gradient[j]).abs() < 1e-5 * (1.0 + numeric.abs()),
+                    "deterministic {deterministic}, parameter {j}: {numeric} against {}",
+                    gradient[j]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fitting_raises_the_penalised_likelihood_and_finds_the_relevant_dimension() {
+        // y depends on the first dimension only: its length scale ends shorter.
+        let x: Vec<Vec<f64>> = (0..30)
+            .map(|i| vec![(i as f64 * 0.618_034) % 1.0, (i as f64 * 0.414_214) % 1.0])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| (5.0 * p[0]).sin()).collect();
+        let problem = Fitting {
+            x: &x,
+            y: &y,
+            categorical: &[false, false],
+            minimum_noise: 1e-6,
+            deterministic: false,
+        };
+        let start = problem.raw(&KernelParams::ones(2));
+        let before = problem.loss_and_gradient(&start).unwrap().0;
+        let gp = fit(&x, &y, &[false, false], 1e-6, false, None);
+        let after = problem
+            .loss_and_gradient(&problem.raw(gp.params()))
+            .unwrap()
+            .0;
+        assert!(after < before - 1.0, "{before} -> {after}");
+        let isl = &gp.params().inverse_squared_lengthscales;
+        assert!(isl[0] > 10.0 * isl[1], "{isl:?}");
+        // It predicts a point it has not seen.
+        let (mean, var) = gp.posterior(&[0.5, 0.5]);
+        assert!(
+            (mean - 2.5f64.sin()).abs() < 0.05,
+            "{mean} +- {}",
+            var.sqrt()
+        );
+    }
+
+    #[test]
+    fn a_singular_matrix_gets_jitter_and_mismatched_dimensions_an_error() {
+        // Two identical points and no noise: singular without jitter.
+        let gp = GpRegressor::new(
+            vec![vec![0.5], vec![0.5]],
+            vec![1.0, 1.0],
+            vec![false],
+            params(0.0),
+        )
+        .unwrap();
+        assert!((gp.posterior(&[0.5]).0 - 1.0).abs() < 1e-3);
+        let err = GpRegressor::new(vec![vec![0.5, 1.0]], vec![1.0], vec![false], params(0.1))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            GpError::Dimensions {
+                expected: 1,
+                found: 2
+            }
+        );
+    }
+}
