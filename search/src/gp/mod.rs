@@ -5,6 +5,8 @@
 //! maximising the marginal likelihood plus Optuna's priors, in log space, with `argmin`'s
 //! L-BFGS. Inputs are expected in [0, 1] and values standardised.
 
+mod acquisition;
 mod model;
 
+pub use acquisition::log_expected_improvement;
 pub use model::{fit, GpError, GpRegressor, KernelParams};
