@@ -7,6 +7,8 @@
 
 mod acquisition;
 mod model;
+mod space;
 
 pub use acquisition::log_expected_improvement;
 pub use model::{fit, GpError, GpRegressor, KernelParams};
+pub use space::UnitSpace;

@@ -4,8 +4,8 @@
 //! weighted, how the space is cut into groups, how candidates are chosen. The mixture itself is
 //! in `estimator.rs`, the numerics in `numerics.rs`, the coordinate transforms in `coords.rs`.
 
-mod coords;
-mod estimator;
+pub(crate) mod coords;
+pub(crate) mod estimator;
 mod eval;
 mod index;
 mod numerics;
