@@ -9,6 +9,6 @@ mod acquisition;
 mod model;
 mod space;
 
-pub use acquisition::log_expected_improvement;
+pub use acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
 pub use model::{fit, GpError, GpRegressor, KernelParams};
 pub use space::UnitSpace;

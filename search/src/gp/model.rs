@@ -144,6 +144,44 @@ impl GpRegressor {
         (mean, var.max(0.0))
     }
 
+    /// [`GpRegressor::posterior`] with the gradients of the mean and the variance in the
+    /// point's coordinates (0 on categorical ones, which are not continuous).
+    pub fn posterior_with_gradient(&self, point: &[f64]) -> (f64, f64, Vec<f64>, Vec<f64>) {
+        let n = self.x.len();
+        let dims = self.categorical.len();
+        let isl = &self.params.inverse_squared_lengthscales;
+        let mut k = Vec::with_capacity(n);
+        // dk_j / dx_i, row-major n x dims.
+        let mut dk = vec![0.0; n * dims];
+        for (j, xj) in self.x.iter().enumerate() {
+            let diffs = squared_diffs(point, xj, &self.categorical);
+            let d2: f64 = diffs.iter().zip(isl).map(|(d, l)| d * l).sum();
+            let (m, dm) = matern52(d2);
+            k.push(self.params.kernel_scale * m);
+            for i in (0..dims).filter(|&i| !self.categorical[i]) {
+                dk[j * dims + i] =
+                    self.params.kernel_scale * dm * isl[i] * 2.0 * (point[i] - xj[i]);
+            }
+        }
+        let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+        let v = solve_lower(&self.chol, n, &k);
+        let var = self.params.kernel_scale - v.iter().map(|x| x * x).sum::<f64>();
+        // d var = -2 (C^-1 k)^T dk.
+        let w = solve_lower_t(&self.chol, n, &v);
+        let mut dmean = vec![0.0; dims];
+        let mut dvar = vec![0.0; dims];
+        for j in 0..n {
+            for i in 0..dims {
+                dmean[i] += self.alpha[j] * dk[j * dims + i];
+                dvar[i] -= 2.0 * w[j] * dk[j * dims + i];
+            }
+        }
+        if var <= 0.0 {
+            dvar.iter_mut().for_each(|d| *d = 0.0);
+        }
+        (mean, var.max(0.0), dmean, dvar)
+    }
+
     /// log p(y | x, params) without its constant `-n/2 log(2 pi)` (as Optuna omits it).
     pub fn marginal_log_likelihood(&self) -> f64 {
         let n = self.x.len();
@@ -480,6 +518,51 @@ mod tests {
         assert!((mean - 0.578_258_170_644_483_6).abs() < 1e-12, "{mean}");
         // At a training point the variance is about the noise.
         assert!(gp.posterior(&[0.0]).1 < 2e-4);
+    }
+
+    #[test]
+    fn the_posteriors_gradient_matches_finite_differences() {
+        let x: Vec<Vec<f64>> = (0..7)
+            .map(|i| {
+                vec![
+                    (i as f64 * 0.37) % 1.0,
+                    (i * 3 % 4) as f64,
+                    (i as f64 * 0.71) % 1.0,
+                ]
+            })
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| p[0].sin() + 0.3 * p[1] - p[2]).collect();
+        let params = KernelParams {
+            inverse_squared_lengthscales: vec![3.0, 1.0, 0.5],
+            kernel_scale: 1.3,
+            noise_var: 1e-3,
+        };
+        let gp = GpRegressor::new(x, y, vec![false, true, false], params).unwrap();
+        let point = [0.42, 2.0, 0.13];
+        let (mean, var, dmean, dvar) = gp.posterior_with_gradient(&point);
+        assert_eq!((mean, var), gp.posterior(&point));
+        assert_eq!((dmean[1], dvar[1]), (0.0, 0.0));
+        for i in [0, 2] {
+            let h = 1e-6;
+            let at = |d: f64| {
+                let mut p = point;
+                p[i] += d;
+                gp.posterior(&p)
+            };
+            let (up, down) = (at(h), at(-h));
+            let numeric_mean = (up.0 - down.0) / (2.0 * h);
+            let numeric_var = (up.1 - down.1) / (2.0 * h);
+            assert!(
+                (numeric_mean - dmean[i]).abs() < 1e-6,
+                "{i}: {numeric_mean} {}",
+                dmean[i]
+            );
+            assert!(
+                (numeric_var - dvar[i]).abs() < 1e-6,
+                "{i}: {numeric_var} {}",
+                dvar[i]
+            );
+        }
     }
 
     #[test]
