@@ -12,8 +12,8 @@ use crate::{Domain, Params, Space};
 enum Dim {
     /// [0, 1] over the internal interval [low, high].
     Numeric { low: f64, high: f64 },
-    /// Choice indices.
-    Categorical,
+    /// Choice indices 0..n.
+    Categorical { n: usize },
 }
 
 /// A space mapped to the GP's coordinates.
@@ -70,7 +70,7 @@ impl UnitSpace {
                         low: d.low,
                         high: d.high,
                     },
-                    DimSpec::Categorical { .. } => Dim::Categorical,
+                    DimSpec::Categorical { n } => Dim::Categorical { n },
                 };
                 (p.name.clone(), p.domain.clone(), dim)
             })
@@ -82,7 +82,18 @@ impl UnitSpace {
     pub fn categorical(&self) -> Vec<bool> {
         self.params
             .iter()
-            .map(|(_, _, d)| *d == Dim::Categorical)
+            .map(|(_, _, d)| matches!(d, Dim::Categorical { .. }))
+            .collect()
+    }
+
+    /// Each coordinate's number of choices; 0 for a numeric one.
+    pub fn choices(&self) -> Vec<usize> {
+        self.params
+            .iter()
+            .map(|(_, _, d)| match d {
+                Dim::Categorical { n } => *n,
+                Dim::Numeric { .. } => 0,
+            })
             .collect()
     }
 
@@ -94,7 +105,7 @@ impl UnitSpace {
                 let x = to_internal(domain, params.get(name)?)?;
                 Some(match *dim {
                     Dim::Numeric { low, high } => ((x - low) / (high - low)).clamp(0.0, 1.0),
-                    Dim::Categorical => x,
+                    Dim::Categorical { .. } => x,
                 })
             })
             .collect()
@@ -107,7 +118,7 @@ impl UnitSpace {
         for ((name, domain, dim), &u) in self.params.iter().zip(point) {
             let x = match *dim {
                 Dim::Numeric { low, high } => low + u.clamp(0.0, 1.0) * (high - low),
-                Dim::Categorical => u.round().max(0.0),
+                Dim::Categorical { .. } => u.round().max(0.0),
             };
             params.insert(name.clone(), from_internal(domain, x));
         }
