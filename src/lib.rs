@@ -62,12 +62,13 @@ pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
     check_mlflow_url, Algorithm, ExperimentSpec, Gpus, InvalidSetting, MlflowServer, ObjectiveSpec,
-    Resources, SchedulerSpec, SearchSpec, SpecError, StoreSpec, TrackingSpec,
+    Resources, SchedulerSpec, SearchSpec, SearcherError, SpecError, StoreSpec, TrackingSpec,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;
 pub use trial::{now_ms, Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
+pub use tune_search::gp::GpOptions;
 pub use tune_search::{
     value_short, value_text, Condition, Domain, DomainError, FieldError, Mode, ParamError, Params,
     Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,

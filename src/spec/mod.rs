@@ -9,10 +9,20 @@ use tune_schedulers::{
     AshaConfig, Fifo, HyperBand, HyperBandConfig, MedianConfig, MedianStopping, Pbt, PbtConfig,
     Scheduler,
 };
+use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch};
 use tune_search::{
     Domain, FieldError, GridSearch, Mode, NoGridParams, RandomSearch, Searcher, Space, Tpe,
     TpeOptions,
 };
+
+/// Why a spec's search algorithm cannot search its space.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SearcherError {
+    #[error(transparent)]
+    NoGridParams(#[from] NoGridParams),
+    #[error(transparent)]
+    Conditional(#[from] ConditionalSpace),
+}
 
 pub use crate::objective::spec::ObjectiveSpec;
 pub use located::SpecError;
@@ -212,6 +222,9 @@ pub enum SearchSpec {
     Grid {},
     /// The tree-structured Parzen estimator.
     Tpe(TpeOptions),
+    /// Bayesian optimisation with a Gaussian process (Optuna's GPSampler's model and
+    /// acquisition); spaces without conditions.
+    Gp(GpOptions),
 }
 
 impl Default for SearchSpec {
@@ -226,6 +239,7 @@ impl SearchSpec {
             SearchSpec::Random {} => Algorithm::Random,
             SearchSpec::Grid {} => Algorithm::Grid,
             SearchSpec::Tpe(_) => Algorithm::Tpe,
+            SearchSpec::Gp(_) => Algorithm::Gp,
         }
     }
 
@@ -235,6 +249,7 @@ impl SearchSpec {
             Algorithm::Random => SearchSpec::Random {},
             Algorithm::Grid => SearchSpec::Grid {},
             Algorithm::Tpe => SearchSpec::Tpe(TpeOptions::default()),
+            Algorithm::Gp => SearchSpec::Gp(GpOptions::default()),
         }
     }
 }
@@ -250,6 +265,8 @@ pub enum Algorithm {
     Grid,
     /// The tree-structured Parzen estimator (Bergstra et al. 2011; Optuna 5's multivariate TPE).
     Tpe,
+    /// Bayesian optimisation with a Gaussian process (Matérn 5/2, log expected improvement).
+    Gp,
 }
 
 impl Algorithm {
@@ -258,6 +275,7 @@ impl Algorithm {
             Algorithm::Random => "random",
             Algorithm::Grid => "grid",
             Algorithm::Tpe => "tpe",
+            Algorithm::Gp => "gp",
         }
     }
 }
@@ -446,7 +464,7 @@ impl ExperimentSpec {
     }
 
     /// The search algorithm this spec asks for, with its options.
-    pub fn make_searcher(&self) -> Result<Box<dyn Searcher>, NoGridParams> {
+    pub fn make_searcher(&self) -> Result<Box<dyn Searcher>, SearcherError> {
         let space = self.space.clone();
         Ok(match &self.search {
             SearchSpec::Random {} => Box::new(RandomSearch::new(space, self.seed)),
@@ -455,6 +473,7 @@ impl ExperimentSpec {
                 let options = self.tpe_options().unwrap_or_default();
                 Box::new(Tpe::new(space, self.seed, options))
             }
+            SearchSpec::Gp(options) => Box::new(GpSearch::new(space, self.seed, options.clone())?),
         })
     }
 
@@ -626,6 +645,16 @@ impl ExperimentSpec {
         if let SearchSpec::Tpe(tpe) = &self.search {
             tpe.validate()
                 .map_err(|e| InvalidSetting::new("search", e))?;
+        }
+        if let SearchSpec::Gp(gp) = &self.search {
+            gp.validate()
+                .map_err(|e| InvalidSetting::new("search", e))?;
+            if let Some(p) = self.space.params().iter().find(|p| !p.when.is_empty()) {
+                return Err(InvalidSetting::new(
+                    "space",
+                    FieldError::new(&p.name, ConditionalSpace(vec![p.name.clone()]).to_string()),
+                ));
+            }
         }
         self.scheduler
             .validate()

@@ -13,4 +13,4 @@ mod space;
 pub use acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
 pub use model::{fit, GpError, GpRegressor, KernelParams};
 pub use searcher::{GpOptions, GpSearch};
-pub use space::UnitSpace;
+pub use space::{ConditionalSpace, UnitSpace};

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
 use super::model::{fit, GpRegressor};
-use super::space::UnitSpace;
+use super::space::{ConditionalSpace, UnitSpace};
 use crate::{trial_rng, History, Mode, Params, RandomSearch, Searcher, Space, Status, TrialId};
 
 /// The GP searcher's settings (Optuna 5 GPSampler's names and defaults).
@@ -24,6 +24,22 @@ pub struct GpOptions {
     pub n_local_search: usize,
     /// The objective gives the same value for the same params: the noise stays at its floor.
     pub deterministic_objective: bool,
+}
+
+impl GpOptions {
+    /// Checks the settings' ranges.
+    ///
+    /// ```
+    /// let bad = tune_search::gp::GpOptions { n_preliminary_samples: 0, ..Default::default() };
+    /// assert_eq!(bad.validate().unwrap_err().key, "n_preliminary_samples");
+    /// ```
+    pub fn validate(&self) -> Result<(), crate::FieldError> {
+        crate::FieldError::check_at_least(
+            "n_preliminary_samples",
+            self.n_preliminary_samples as u64,
+            1,
+        )
+    }
 }
 
 impl Default for GpOptions {
@@ -77,7 +93,7 @@ pub struct GpSearch {
 impl GpSearch {
     /// The searcher over `space`; a conditional space is refused with a message naming its
     /// conditional parameters.
-    pub fn new(space: Space, seed: u64, options: GpOptions) -> Result<GpSearch, String> {
+    pub fn new(space: Space, seed: u64, options: GpOptions) -> Result<GpSearch, ConditionalSpace> {
         Ok(GpSearch {
             unit: UnitSpace::new(&space)?,
             random: RandomSearch::new(space, seed),
@@ -414,6 +430,6 @@ mod tests {
             .build()
             .unwrap();
         let err = GpSearch::new(space, 0, GpOptions::default()).unwrap_err();
-        assert!(err.contains("`momentum`"), "{err}");
+        assert_eq!(err.0, ["momentum"]);
     }
 }

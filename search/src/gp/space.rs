@@ -7,6 +7,16 @@ use crate::tpe::coords::{dim_spec, from_internal, to_internal};
 use crate::tpe::estimator::DimSpec;
 use crate::{Domain, Params, Space};
 
+/// A space the Gaussian process cannot model: these parameters have `when` conditions.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "the Gaussian process needs every parameter in every trial, and {} {} a `when` condition: \
+     use algorithm = \"tpe\" for conditional spaces",
+    .0.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+    if .0.len() == 1 { "has" } else { "have" }
+)]
+pub struct ConditionalSpace(pub Vec<String>);
+
 /// One coordinate.
 #[derive(Debug, Clone, PartialEq)]
 enum Dim {
@@ -38,28 +48,15 @@ pub struct UnitSpace {
 impl UnitSpace {
     /// The space's coordinates; a space with conditional parameters is refused (naming them):
     /// a GP needs every parameter in every trial.
-    pub fn new(space: &Space) -> Result<UnitSpace, String> {
-        let conditional: Vec<&str> = space
+    pub fn new(space: &Space) -> Result<UnitSpace, ConditionalSpace> {
+        let conditional: Vec<String> = space
             .params()
             .iter()
             .filter(|p| !p.when.is_empty())
-            .map(|p| p.name.as_str())
+            .map(|p| p.name.clone())
             .collect();
         if !conditional.is_empty() {
-            return Err(format!(
-                "the Gaussian process needs every parameter in every trial, and {} \
-                 {} a `when` condition: use algorithm = \"tpe\" for conditional spaces",
-                conditional
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if conditional.len() == 1 {
-                    "has"
-                } else {
-                    "have"
-                }
-            ));
+            return Err(ConditionalSpace(conditional));
         }
         let params = space
             .params()
@@ -189,7 +186,12 @@ mod tests {
             .build()
             .unwrap();
         let err = UnitSpace::new(&space).unwrap_err();
-        assert!(err.contains("`momentum` has a `when` condition"), "{err}");
+        assert_eq!(err, ConditionalSpace(vec!["momentum".into()]));
+        assert!(
+            err.to_string()
+                .contains("`momentum` has a `when` condition"),
+            "{err}"
+        );
     }
 
     #[test]
