@@ -90,9 +90,18 @@ pub fn run_with_kills_at(spec: &Path, dir: &Path, tmp: &Path, gaps: &[usize]) {
             .stdout(std::process::Stdio::null())
             .output()
             .unwrap();
+        // How it ended otherwise, and how far the acknowledgements got, for a failure to say.
         assert!(
             killed(&out),
-            "round {round}: tune was not killed at acknowledgement {due}: {}",
+            "round {round}: tune was not killed at acknowledgement {due} ({}, {} acknowledged, \
+             kill switch {}): {}",
+            out.status,
+            acked_so_far(tmp),
+            if tmp.join("kill-at").exists() {
+                "still armed"
+            } else {
+                "claimed"
+            },
             stderr(&out)
         );
     }
