@@ -9,7 +9,7 @@ use tune_schedulers::{
     AshaConfig, Fifo, HyperBand, HyperBandConfig, MedianConfig, MedianStopping, Pbt, PbtConfig,
     Scheduler,
 };
-use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch};
+use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch, UnitSpace};
 use tune_search::{
     Domain, FieldError, GridSearch, Mode, NoGridParams, RandomSearch, Searcher, Space, Tpe,
     TpeOptions,
@@ -649,10 +649,12 @@ impl ExperimentSpec {
         if let SearchSpec::Gp(gp) = &self.search {
             gp.validate()
                 .map_err(|e| InvalidSetting::new("search", e))?;
-            if let Some(p) = self.space.params().iter().find(|p| !p.when.is_empty()) {
+            // The searcher's own rule, checked here so that it is exit 2 before anything runs.
+            if let Err(ConditionalSpace(names)) = UnitSpace::new(&self.space) {
+                let first = names[0].clone();
                 return Err(InvalidSetting::new(
                     "space",
-                    FieldError::new(&p.name, ConditionalSpace(vec![p.name.clone()]).to_string()),
+                    FieldError::new(&first, ConditionalSpace(vec![first.clone()]).to_string()),
                 ));
             }
         }

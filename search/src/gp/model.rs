@@ -319,6 +319,7 @@ fn log_prior(p: &KernelParams) -> f64 {
 
 /// The fitting problem in Optuna's raw parameters: the logs of the inverse squared length
 /// scales and of the kernel scale, and log(noise - minimum noise).
+#[derive(Clone, Copy)]
 struct Fitting<'a> {
     x: &'a [Vec<f64>],
     y: &'a [f64],
@@ -452,19 +453,10 @@ fn lbfgs(problem: &Fitting, from: &KernelParams) -> Option<GpRegressor> {
     let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
         .with_tolerance_grad(GRADIENT_TOLERANCE)
         .ok()?;
-    let result = Executor::new(
-        Fitting {
-            x: problem.x,
-            y: problem.y,
-            categorical: problem.categorical,
-            minimum_noise: problem.minimum_noise,
-            deterministic: problem.deterministic,
-        },
-        solver,
-    )
-    .configure(|state| state.param(start).max_iters(MAX_ITERATIONS))
-    .run()
-    .ok()?;
+    let result = Executor::new(*problem, solver)
+        .configure(|state| state.param(start).max_iters(MAX_ITERATIONS))
+        .run()
+        .ok()?;
     let best = result.state().get_best_param()?.clone();
     if !best.iter().all(|r| r.is_finite()) {
         return None;
