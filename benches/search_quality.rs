@@ -13,6 +13,15 @@
 //!     TUNE_BENCH_SEEDS=200 TUNE_TPE_AB='{"magic_clip_exponent":2.0}' cargo bench --bench search_quality
 //!
 //! (`TUNE_TPE_OPTS` sets A, the defaults otherwise; `TUNE_BENCH_DUMP=dir` keeps every regret.)
+//!
+//! The Gaussian-process searcher beside Optuna 5's GPSampler, run in the same bench with the
+//! same seeds and budgets (`benches/peers/optuna_gp.py`; its interpreter needs optuna 5.0.0
+//! and torch), and the time each takes for a suggestion with 100 and 300 trials behind it:
+//!
+//!     TUNE_PEER_PYTHON=venv/bin/python3 TUNE_BENCH_ONLY=gp cargo bench --bench search_quality
+//!
+//! (`TUNE_BENCH_ONLY=tpe` leaves the GP out; without `TUNE_PEER_PYTHON` the GP table has
+//! tune's column alone.)
 
 #[path = "common/functions.rs"]
 mod functions;
@@ -21,6 +30,10 @@ mod tpe_env;
 
 use tpe_env::tpe_options;
 
+use std::process::Command;
+use std::time::Instant;
+
+use tune_search::gp::{GpOptions, GpSearch};
 use tune_search::{History, Mode, RandomSearch, Searcher, Space, Status, Tpe, TpeOptions};
 
 /// Peer medians from ../shared/bench/README.md: optuna random, optuna TPE (5.0 default =
@@ -76,6 +89,16 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(if full { 20 } else { 3 });
+    let only = std::env::var("TUNE_BENCH_ONLY").unwrap_or_default();
+    if only != "gp" {
+        tpe_tables(seeds);
+    }
+    if only != "tpe" {
+        gp_tables(seeds, if full { 310 } else { 30 });
+    }
+}
+
+fn tpe_tables(seeds: u64) {
     type Make = fn(Space, u64) -> Box<dyn Searcher>;
     let methods: [(&str, Make); 3] = [
         ("tune random", |s, seed| {
@@ -158,6 +181,153 @@ fn main() {
     }
 }
 
+/// Runs `benches/peers/optuna_gp.py` with `TUNE_PEER_PYTHON` and parses its JSON; `None`
+/// (with the reason on stderr) where no interpreter is named or the script fails.
+fn optuna_gp(args: &[String]) -> Option<serde_json::Value> {
+    let python = std::env::var("TUNE_PEER_PYTHON").ok()?;
+    let out = Command::new(&python)
+        .arg("benches/peers/optuna_gp.py")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/bench"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .map_err(|e| eprintln!("{python}: {e}"))
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "optuna_gp.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| eprintln!("optuna_gp.py printed no JSON: {e}"))
+        .ok()
+}
+
+/// The same seeds of `run` on two threads (the bench machine's two cores), in seed order.
+fn in_parallel(seeds: u64, run: impl Fn(u64) -> f64 + Sync) -> Vec<f64> {
+    std::thread::scope(|scope| {
+        let odd = scope.spawn(|| (1..seeds).step_by(2).map(&run).collect::<Vec<_>>());
+        let even: Vec<f64> = (0..seeds).step_by(2).map(&run).collect();
+        let odd = odd.join().expect("a bench thread");
+        (0..seeds as usize)
+            .map(|i| if i % 2 == 0 { even[i / 2] } else { odd[i / 2] })
+            .collect()
+    })
+}
+
+/// tune's GP beside Optuna's GPSampler: median final regret over `seeds` on the six functions,
+/// then the time of a suggestion with 100 and 300 trials behind it (Hartmann6, one run each,
+/// `timing_trials` long).
+fn gp_tables(seeds: u64, timing_trials: u64) {
+    println!();
+    println!("Gaussian processes: median final regret over {seeds} seeds (lower is better), both measured in this run");
+    println!();
+    let peer = optuna_gp(&["quality".to_string(), seeds.to_string()]);
+    if let Some(p) = &peer {
+        println!("(optuna {}, torch {})", p["optuna"], p["torch"]);
+        println!();
+    }
+    println!(
+        "| function (budget) | tune gp | optuna GPSampler | tune / optuna | tune better on seeds |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut wins = 0;
+    for b in functions::all() {
+        let ours = in_parallel(seeds, |s| {
+            final_regret(
+                &mut GpSearch::new(b.space.clone(), s, GpOptions::default()).expect("a GP space"),
+                &b,
+            )
+        });
+        let theirs: Option<Vec<f64>> = peer.as_ref().map(|p| {
+            p["regrets"][b.name]
+                .as_array()
+                .expect("regrets per function")
+                .iter()
+                .map(|v| v.as_f64().expect("a regret"))
+                .collect()
+        });
+        let seed_wins = theirs.as_ref().map_or(String::new(), |t| {
+            let n = ours.iter().zip(t).filter(|(a, b)| a < b).count();
+            format!("{n}/{seeds}")
+        });
+        let m = median(ours);
+        let (theirs_text, ratio) = match theirs.map(median) {
+            Some(t) => {
+                wins += usize::from(m < t);
+                (format!("{t:.3e}"), format!("{:.2}x", m / t))
+            }
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "| {} ({}) | {m:.3e} | {theirs_text} | {ratio} | {seed_wins} |",
+            b.name, b.budget
+        );
+    }
+    if peer.is_some() {
+        println!();
+        println!("tune gp has the lower median on {wins}/6 functions");
+    }
+    gp_timing(timing_trials);
+}
+
+/// Median seconds of the suggestions for trials `at - 5 .. at + 5`.
+fn median_around(seconds: &[f64], at: usize) -> Option<f64> {
+    let window = seconds.get(at.checked_sub(5)?..at + 5)?;
+    Some(median(window.to_vec()))
+}
+
+fn gp_timing(trials: u64) {
+    let bench = functions::all()
+        .into_iter()
+        .find(|b| b.name == "Hartmann6")
+        .expect("Hartmann6");
+    let mut gp = GpSearch::new(bench.space.clone(), 0, GpOptions::default()).expect("a GP space");
+    let mut history = History::new(Mode::Min);
+    let mut ours = Vec::new();
+    for id in 0..trials {
+        let started = Instant::now();
+        let p = gp.suggest(id, &history).expect("a suggestion");
+        ours.push(started.elapsed().as_secs_f64());
+        let v = (bench.f)(&p);
+        history.record(id, p, Status::Running);
+        history.report(id, 1, v);
+        history.set_status(id, Status::Completed);
+    }
+    let theirs: Option<Vec<f64>> = optuna_gp(&[
+        "timing".to_string(),
+        trials.to_string(),
+        bench.name.to_string(),
+    ])
+    .map(|p| {
+        p["seconds"]
+            .as_array()
+            .expect("seconds")
+            .iter()
+            .map(|v| v.as_f64().expect("seconds"))
+            .collect()
+    });
+    println!();
+    println!("time per suggestion on Hartmann6, one thread, median of the 10 around trial n (one run of {trials} trials each)");
+    println!();
+    println!("| trials behind it | tune gp | optuna GPSampler | optuna / tune |");
+    println!("|---|---|---|---|");
+    for at in [100, 300] {
+        let Some(o) = median_around(&ours, at) else {
+            continue;
+        };
+        let t = theirs.as_ref().and_then(|t| median_around(t, at));
+        println!(
+            "| {at} | {:.1} ms | {} | {} |",
+            o * 1e3,
+            t.map_or("-".into(), |t| format!("{:.1} ms", t * 1e3)),
+            t.map_or("-".into(), |t| format!("{:.1}x", t / o))
+        );
+    }
+}
+
 /// Paired comparison of two TPE settings on all eleven functions (same seeds for both):
 /// medians, how often B beats A, and the mean of ln(regret) (less noisy than a median).
 fn compare(seeds: u64, a: TpeOptions, b: TpeOptions, label: &str) {
@@ -179,17 +349,8 @@ fn compare(seeds: u64, a: TpeOptions, b: TpeOptions, label: &str) {
     };
     for bench in &set {
         let regrets = |o: &TpeOptions| -> Vec<f64> {
-            let run =
-                |s: u64| final_regret(&mut Tpe::new(bench.space.clone(), s, o.clone()), bench);
-            std::thread::scope(|scope| {
-                let odd = scope.spawn(|| (1..seeds).step_by(2).map(run).collect::<Vec<_>>());
-                let even: Vec<f64> = (0..seeds).step_by(2).map(run).collect();
-                let odd = odd.join().expect("a bench thread");
-                let mut all = Vec::new();
-                for i in 0..seeds as usize {
-                    all.push(if i % 2 == 0 { even[i / 2] } else { odd[i / 2] });
-                }
-                all
+            in_parallel(seeds, |s| {
+                final_regret(&mut Tpe::new(bench.space.clone(), s, o.clone()), bench)
             })
         };
         let (ra, rb) = (regrets(&a), regrets(&b));

@@ -1,5 +1,6 @@
 //! The regressor: kernel, Cholesky factor, posterior, marginal likelihood and its gradient.
 
+use super::LastAnswer;
 use argmin::core::{CostFunction, Executor, Gradient, State};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
@@ -77,8 +78,11 @@ pub struct GpRegressor {
     y: Vec<f64>,
     categorical: Vec<bool>,
     params: KernelParams,
-    /// Lower Cholesky factor of K + noise I (+ jitter), row-major n x n.
-    chol: Vec<f64>,
+    /// The inverse of the lower Cholesky factor of K + noise I (+ jitter), row-major n x n:
+    /// a posterior's variance is then a product with contiguous rows, not a triangular solve.
+    chol_inverse: Vec<f64>,
+    /// log det(K + noise I) / 2: the sum of the logs of the factor's diagonal.
+    half_log_det: f64,
     /// (K + noise I)^-1 y.
     alpha: Vec<f64>,
 }
@@ -104,24 +108,40 @@ impl GpRegressor {
                 found: params.inverse_squared_lengthscales.len(),
             });
         }
+        let diffs = PairDiffs::new(&x, &categorical);
+        GpRegressor::conditioned(x, y, categorical, params, &diffs)
+    }
+
+    /// [`GpRegressor::new`] with the points' pairwise differences already at hand (a fit
+    /// builds many processes on the same points).
+    fn conditioned(
+        x: Vec<Vec<f64>>,
+        y: Vec<f64>,
+        categorical: Vec<bool>,
+        params: KernelParams,
+        diffs: &PairDiffs,
+    ) -> Result<GpRegressor, GpError> {
         let n = x.len();
         let mut cov = vec![0.0; n * n];
         for a in 0..n {
-            for b in 0..=a {
-                let k = kernel(&params, &x[a], &x[b], &categorical);
+            for b in 0..a {
+                let k = params.kernel_scale * matern52(diffs.scaled(a, b, &params)).0;
                 cov[a * n + b] = k;
                 cov[b * n + a] = k;
             }
-            cov[a * n + a] += params.noise_var;
+            cov[a * n + a] = params.kernel_scale + params.noise_var;
         }
         let chol = cholesky_with_jitter(&cov, n)?;
-        let alpha = solve_lower_t(&chol, n, &solve_lower(&chol, n, &y));
+        let chol_inverse = lower_inverse(&chol, n);
+        let half_log_det = (0..n).map(|i| chol[i * n + i].ln()).sum();
+        let alpha = lower_t_times(&chol_inverse, n, &lower_times(&chol_inverse, n, &y));
         Ok(GpRegressor {
             x,
             y,
             categorical,
             params,
-            chol,
+            chol_inverse,
+            half_log_det,
             alpha,
         })
     }
@@ -139,7 +159,7 @@ impl GpRegressor {
             .map(|xi| kernel(&self.params, point, xi, &self.categorical))
             .collect();
         let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
-        let v = solve_lower(&self.chol, n, &k);
+        let v = lower_times(&self.chol_inverse, n, &k);
         let var = self.params.kernel_scale - v.iter().map(|x| x * x).sum::<f64>();
         (mean, var.max(0.0))
     }
@@ -164,10 +184,10 @@ impl GpRegressor {
             }
         }
         let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
-        let v = solve_lower(&self.chol, n, &k);
+        let v = lower_times(&self.chol_inverse, n, &k);
         let var = self.params.kernel_scale - v.iter().map(|x| x * x).sum::<f64>();
         // d var = -2 (C^-1 k)^T dk.
-        let w = solve_lower_t(&self.chol, n, &v);
+        let w = lower_t_times(&self.chol_inverse, n, &v);
         let mut dmean = vec![0.0; dims];
         let mut dvar = vec![0.0; dims];
         for j in 0..n {
@@ -184,39 +204,95 @@ impl GpRegressor {
 
     /// log p(y | x, params) without its constant `-n/2 log(2 pi)` (as Optuna omits it).
     pub fn marginal_log_likelihood(&self) -> f64 {
-        let n = self.x.len();
-        let logdet: f64 = (0..n).map(|i| self.chol[i * n + i].ln()).sum();
         let quad: f64 = self.y.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
-        -logdet - 0.5 * quad
+        -self.half_log_det - 0.5 * quad
     }
 
     /// The gradient of [`GpRegressor::marginal_log_likelihood`] in the log of each
     /// inverse squared length scale, the log kernel scale and the noise variance (plain).
-    fn mll_gradient(&self) -> (Vec<f64>, f64, f64) {
+    fn mll_gradient(&self, diffs: &PairDiffs) -> (Vec<f64>, f64, f64) {
         let n = self.x.len();
         let dims = self.categorical.len();
         // W = (alpha alpha^T - C^-1) / 2: the derivative of the likelihood in C.
-        let inverse = inverse_from_cholesky(&self.chol, n);
+        let inverse = inverse_from_lower_inverse(&self.chol_inverse, n);
         let w = |a: usize, b: usize| 0.5 * (self.alpha[a] * self.alpha[b] - inverse[a * n + b]);
-        let mut lengthscales = vec![0.0; dims];
+        // Sums over the pairs a > b count twice (W and the kernel are symmetric); the
+        // diagonal, at distance 0, adds to the scale and the noise only.
+        let mut by_dim = vec![0.0; dims];
         let mut scale = 0.0;
         let mut noise = 0.0;
-        let isl = &self.params.inverse_squared_lengthscales;
         for a in 0..n {
             noise += w(a, a);
-            for b in 0..n {
-                let diffs = squared_diffs(&self.x[a], &self.x[b], &self.categorical);
-                let d2: f64 = diffs.iter().zip(isl).map(|(d, l)| d * l).sum();
-                let (m, dm) = matern52(d2);
-                let wab = w(a, b);
-                scale += wab * self.params.kernel_scale * m;
-                for i in 0..dims {
-                    lengthscales[i] += wab * self.params.kernel_scale * dm * isl[i] * diffs[i];
+            scale += w(a, a);
+            for b in 0..a {
+                let (m, dm) = matern52(diffs.scaled(a, b, &self.params));
+                let wab = 2.0 * w(a, b);
+                scale += wab * m;
+                for (g, d) in by_dim.iter_mut().zip(diffs.pair(a, b)) {
+                    *g += wab * dm * d;
                 }
             }
         }
-        (lengthscales, scale, noise)
+        let s = self.params.kernel_scale;
+        let lengthscales = by_dim
+            .iter()
+            .zip(&self.params.inverse_squared_lengthscales)
+            .map(|(g, l)| g * s * l)
+            .collect();
+        (lengthscales, scale * s, noise)
     }
+}
+
+/// The squared differences of every pair of training points, per dimension (Hamming on
+/// categorical ones), for the pairs a > b: computed once per fit, not per likelihood.
+struct PairDiffs {
+    dims: usize,
+    data: Vec<f64>,
+}
+
+impl PairDiffs {
+    fn new(x: &[Vec<f64>], categorical: &[bool]) -> PairDiffs {
+        let mut data =
+            Vec::with_capacity(x.len() * x.len().saturating_sub(1) / 2 * categorical.len());
+        for a in 0..x.len() {
+            for b in 0..a {
+                data.extend(squared_diffs(&x[a], &x[b], categorical));
+            }
+        }
+        PairDiffs {
+            dims: categorical.len(),
+            data,
+        }
+    }
+
+    fn pair(&self, a: usize, b: usize) -> &[f64] {
+        let at = (a * (a - 1) / 2 + b) * self.dims;
+        &self.data[at..at + self.dims]
+    }
+
+    /// The squared distance of pair (a, b) in the kernel's length scales.
+    fn scaled(&self, a: usize, b: usize, params: &KernelParams) -> f64 {
+        dot(self.pair(a, b), &params.inverse_squared_lengthscales)
+    }
+}
+
+/// The dot product of two slices, in four running sums (which the compiler vectorises; one
+/// sum in order it cannot).
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut sums = [0.0; 4];
+    let (a4, b4) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: f64 = a4
+        .remainder()
+        .iter()
+        .zip(b4.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a4.zip(b4) {
+        for k in 0..4 {
+            sums[k] += x[k] * y[k];
+        }
+    }
+    (sums[0] + sums[1]) + (sums[2] + sums[3]) + tail
 }
 
 fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> f64 {
@@ -233,7 +309,7 @@ fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
     let mut l = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..=i {
-            let s: f64 = (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum();
+            let s = dot(&l[i * n..i * n + j], &l[j * n..j * n + j]);
             if i == j {
                 let d = a[i * n + i] - s;
                 if d <= 0.0 || !d.is_finite() {
@@ -270,38 +346,61 @@ fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
     }
 }
 
-/// Solves L x = b.
-fn solve_lower(l: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
-    let mut x = vec![0.0; n];
+/// L^-1 of a lower triangular `l` (row-major), row by row: row i of L^-1 is
+/// (e_i - sum_{k<i} L_ik row k) / L_ii, so every step is on contiguous rows.
+fn lower_inverse(l: &[f64], n: usize) -> Vec<f64> {
+    let mut inv = vec![0.0; n * n];
     for i in 0..n {
-        let s: f64 = (0..i).map(|k| l[i * n + k] * x[k]).sum();
-        x[i] = (b[i] - s) / l[i * n + i];
+        let (done, rest) = inv.split_at_mut(i * n);
+        let row = &mut rest[..=i];
+        for k in 0..i {
+            let c = l[i * n + k];
+            for (r, prev) in row.iter_mut().zip(&done[k * n..=k * n + k]) {
+                *r -= c * prev;
+            }
+        }
+        row[i] = 1.0;
+        let d = l[i * n + i];
+        row.iter_mut().for_each(|r| *r /= d);
     }
-    x
+    inv
 }
 
-/// Solves L^T x = b.
-fn solve_lower_t(l: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
+/// L^-1 b, for `inv` = L^-1 (lower triangular, row-major).
+fn lower_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
+    (0..n)
+        .map(|i| dot(&inv[i * n..=i * n + i], &b[..=i]))
+        .collect()
+}
+
+/// L^-T b, for `inv` = L^-1: the rows of L^-1 scaled by b and summed.
+fn lower_t_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
     let mut x = vec![0.0; n];
-    for i in (0..n).rev() {
-        let s: f64 = (i + 1..n).map(|k| l[k * n + i] * x[k]).sum();
-        x[i] = (b[i] - s) / l[i * n + i];
-    }
-    x
-}
-
-/// (L L^T)^-1, column by column.
-fn inverse_from_cholesky(l: &[f64], n: usize) -> Vec<f64> {
-    let mut inverse = vec![0.0; n * n];
-    for j in 0..n {
-        let mut e = vec![0.0; n];
-        e[j] = 1.0;
-        let col = solve_lower_t(l, n, &solve_lower(l, n, &e));
-        for i in 0..n {
-            inverse[i * n + j] = col[i];
+    for (i, &bi) in b.iter().enumerate().take(n) {
+        for (xj, a) in x.iter_mut().zip(&inv[i * n..=i * n + i]) {
+            *xj += bi * a;
         }
     }
-    inverse
+    x
+}
+
+/// (L L^T)^-1 = L^-T L^-1 from `inv` = L^-1: a sum over its rows of their outer products.
+fn inverse_from_lower_inverse(inv: &[f64], n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; n * n];
+    for i in 0..n {
+        let row = &inv[i * n..=i * n + i];
+        for (a, &ra) in row.iter().enumerate() {
+            for (o, &rb) in out[a * n..=a * n + a].iter_mut().zip(row) {
+                *o += ra * rb;
+            }
+        }
+    }
+    for a in 0..n {
+        for b in 0..a {
+            out[b * n + a] = out[a * n + b];
+        }
+    }
+    out
 }
 
 /// Optuna's log prior of the kernel parameters (optuna/_gp/prior.py), without constants:
@@ -324,10 +423,14 @@ struct Fitting<'a> {
     x: &'a [Vec<f64>],
     y: &'a [f64],
     categorical: &'a [bool],
+    diffs: &'a PairDiffs,
     minimum_noise: f64,
     /// A noiseless objective: the noise stays at the minimum.
     deterministic: bool,
+    last: &'a LastAnswer<LossAndGradient>,
 }
+
+type LossAndGradient = Result<(f64, Vec<f64>), GpError>;
 
 impl Fitting<'_> {
     fn params(&self, raw: &[f64]) -> KernelParams {
@@ -356,20 +459,25 @@ impl Fitting<'_> {
     }
 
     fn model(&self, raw: &[f64]) -> Result<GpRegressor, GpError> {
-        GpRegressor::new(
+        GpRegressor::conditioned(
             self.x.to_vec(),
             self.y.to_vec(),
             self.categorical.to_vec(),
             self.params(raw),
+            self.diffs,
         )
     }
 
+    fn loss_and_gradient(&self, raw: &[f64]) -> LossAndGradient {
+        self.last.at(raw, || self.compute(raw))
+    }
+
     /// -(log likelihood + log prior), and its gradient in the raw parameters.
-    fn loss_and_gradient(&self, raw: &[f64]) -> Result<(f64, Vec<f64>), GpError> {
+    fn compute(&self, raw: &[f64]) -> LossAndGradient {
         let gp = self.model(raw)?;
         let p = gp.params();
         let dims = self.categorical.len();
-        let (lengthscales, scale, noise) = gp.mll_gradient();
+        let (lengthscales, scale, noise) = gp.mll_gradient(self.diffs);
         let mut gradient: Vec<f64> = lengthscales
             .iter()
             .zip(&p.inverse_squared_lengthscales)
@@ -425,12 +533,16 @@ pub fn fit(
     deterministic: bool,
     start: Option<&KernelParams>,
 ) -> GpRegressor {
+    let diffs = PairDiffs::new(x, categorical);
+    let last = LastAnswer::default();
     let problem = Fitting {
         x,
         y,
         categorical,
+        diffs: &diffs,
         minimum_noise,
         deterministic,
+        last: &last,
     };
     let ones = KernelParams::ones(categorical.len());
     for from in start.into_iter().chain([&ones]) {
@@ -574,12 +686,16 @@ mod tests {
             .collect();
         let y: Vec<f64> = x.iter().map(|p| p[0].sin() + 0.3 * p[1]).collect();
         for deterministic in [false, true] {
+            let diffs = PairDiffs::new(&x, &[false, true]);
+            let last = LastAnswer::default();
             let problem = Fitting {
                 x: &x,
                 y: &y,
                 categorical: &[false, true],
+                diffs: &diffs,
                 minimum_noise: 1e-6,
                 deterministic,
+                last: &last,
             };
             let raw = vec![0.3, -0.5, 0.2, -2.0];
             let (_, gradient) = problem.loss_and_gradient(&raw).unwrap();
@@ -607,12 +723,16 @@ mod tests {
             .map(|i| vec![(i as f64 * 0.618_034) % 1.0, (i as f64 * 0.414_214) % 1.0])
             .collect();
         let y: Vec<f64> = x.iter().map(|p| (5.0 * p[0]).sin()).collect();
+        let diffs = PairDiffs::new(&x, &[false, false]);
+        let last = LastAnswer::default();
         let problem = Fitting {
             x: &x,
             y: &y,
             categorical: &[false, false],
+            diffs: &diffs,
             minimum_noise: 1e-6,
             deterministic: false,
+            last: &last,
         };
         let start = problem.raw(&KernelParams::ones(2));
         let before = problem.loss_and_gradient(&start).unwrap().0;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
 use super::model::{fit, GpRegressor};
 use super::space::{ConditionalSpace, UnitSpace};
+use super::LastAnswer;
 use crate::{trial_rng, History, Mode, Params, RandomSearch, Searcher, Space, Status, TrialId};
 
 /// The GP searcher's settings (Optuna 5 GPSampler's names and defaults).
@@ -58,8 +59,14 @@ const MINIMUM_NOISE: f64 = 1e-6;
 /// Added to the posterior variance in the acquisition, so that it stays finite at observed
 /// points.
 const STABILIZING_NOISE: f64 = 1e-12;
-/// L-BFGS iterations per local search.
-const LOCAL_ITERATIONS: u64 = 50;
+/// L-BFGS iterations per continuous step, and its tolerance on the gradient (Optuna's
+/// `max_iters` and `pgtol = sqrt(1e-4)`).
+const LOCAL_ITERATIONS: u64 = 200;
+const GRADIENT_TOLERANCE: f64 = 1e-2;
+/// Rounds of continuous and discrete steps at most, per local search (Optuna's `max_iter`).
+const LOCAL_ROUNDS: usize = 100;
+/// A discrete coordinate with at most this many values is searched value by value.
+const EXHAUSTIVE_SEARCH_VALUES: usize = 16;
 /// Offsets the acquisition's random stream from the startup trials' (same seed and id).
 const ACQUISITION_STREAM: u64 = 0x6770_5f61_6371;
 
@@ -102,10 +109,8 @@ impl GpSearch {
         })
     }
 
-    /// The training set: completed trials' points and values oriented to maximise and
-    /// standardised, then running and pending trials at the worst of them (a constant liar,
-    /// so that parallel suggestions spread out).
-    fn training_set(&self, history: &History) -> (Vec<Vec<f64>>, Vec<f64>, f64) {
+    /// The completed trials' points and values, oriented to maximise and standardised.
+    fn training_set(&self, history: &History) -> (Vec<Vec<f64>>, Vec<f64>) {
         let sign = match history.mode() {
             Mode::Min => -1.0,
             Mode::Max => 1.0,
@@ -125,67 +130,59 @@ impl GpSearch {
         let mean = f.iter().sum::<f64>() / n;
         let std = (f.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
         let std = if std > 1e-12 { std } else { 1.0 };
-        let mut y: Vec<f64> = f.iter().map(|v| (v - mean) / std).collect();
-        let best = y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let worst = y.iter().copied().fold(f64::INFINITY, f64::min);
-        for o in history
-            .iter()
-            .filter(|o| matches!(o.status, Status::Running | Status::Pending))
-        {
-            if let Some(point) = self.unit.to_point(&o.params) {
-                x.push(point);
-                y.push(worst);
-            }
-        }
-        (x, y, best)
+        let y = f.iter().map(|v| (v - mean) / std).collect();
+        (x, y)
     }
 
-    /// The point with the highest log EI: the best of random points, refined by L-BFGS on the
-    /// continuous coordinates and then, choice by choice, on the categorical ones.
-    fn maximise(&self, gp: &GpRegressor, best: f64, id: TrialId, x: &[Vec<f64>]) -> Vec<f64> {
-        let categorical = self.unit.categorical();
-        let sizes = self.unit.choices();
+    /// The point with the highest log EI, as Optuna's `optimize_acqf_mixed` finds it: the
+    /// best of scrambled Sobol points, plus others drawn with probability proportional to
+    /// their EI and the best trial so far, each refined by a local search.
+    fn maximise(&self, gp: &GpRegressor, best: f64, id: TrialId, warm_start: &[f64]) -> Vec<f64> {
         let mut rng = trial_rng(self.seed ^ ACQUISITION_STREAM, id);
-        let acquisition = |p: &[f64]| {
-            let (mean, var) = gp.posterior(p);
-            log_expected_improvement(mean, var + STABILIZING_NOISE, best)
-        };
-        let mut scored: Vec<(f64, Vec<f64>)> = (0..self.options.n_preliminary_samples)
-            .map(|_| {
-                sizes
-                    .iter()
-                    .map(|&n| match n {
-                        0 => rng.random::<f64>(),
-                        n => rng.random_range(0..n) as f64,
-                    })
-                    .collect::<Vec<f64>>()
-            })
-            // The trials seen so far are starting points too.
-            .chain(x.iter().cloned())
-            .map(|p| (acquisition(&p), p))
+        let acquisition = Acquisition::new(gp, best);
+        let samples = self
+            .unit
+            .sample(self.options.n_preliminary_samples, &mut rng);
+        let values: Vec<f64> = samples.iter().map(|p| acquisition.value(p)).collect();
+        let first = (0..values.len())
+            .max_by(|&a, &b| values[a].total_cmp(&values[b]))
+            .expect("at least one preliminary sample");
+        let mut starts = vec![(samples[first].clone(), values[first])];
+        // Roulette: the rest of the starts with probability exp(log EI - the best's log EI),
+        // without replacement; fewer where few samples have any chance.
+        let mut weights: Vec<f64> = values
+            .iter()
+            .map(|v| (v - values[first]).exp())
+            .map(|w| if w.is_finite() { w } else { 0.0 })
             .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let mut best_point = scored[0].1.clone();
-        let mut best_value = scored[0].0;
-        for (_, start) in scored.iter().take(self.options.n_local_search.max(1)) {
-            let mut point = local_search(gp, best, start, &categorical);
-            // Choice by choice: each categorical coordinate at its best value, the others held.
-            for (i, &n) in sizes.iter().enumerate().filter(|(_, &n)| n > 0) {
-                let mut trial = point.clone();
-                for c in 0..n {
-                    trial[i] = c as f64;
-                    if acquisition(&trial) > acquisition(&point) {
-                        point[i] = c as f64;
-                    }
-                }
+        weights[first] = 0.0;
+        let draws = self.options.n_local_search.saturating_sub(2);
+        for _ in 0..draws {
+            let total: f64 = weights.iter().sum();
+            if total <= 0.0 {
+                break;
             }
-            let value = acquisition(&point);
-            if value > best_value {
-                best_value = value;
-                best_point = point;
+            let mut r = rng.random::<f64>() * total;
+            let Some(i) = weights.iter().position(|&w| {
+                r -= w;
+                w > 0.0 && r <= 0.0
+            }) else {
+                break;
+            };
+            weights[i] = 0.0;
+            starts.push((samples[i].clone(), values[i]));
+        }
+        starts.push((warm_start.to_vec(), acquisition.value(warm_start)));
+        let grids = self.unit.grids();
+        let categorical = self.unit.categorical();
+        let mut found = starts[0].clone();
+        for (point, value) in starts {
+            let (point, value) = local_search(&acquisition, point, value, &grids, &categorical);
+            if value > found.1 {
+                found = (point, value);
             }
         }
-        best_point
+        found.0
     }
 }
 
@@ -198,59 +195,246 @@ impl Searcher for GpSearch {
         if completed < self.options.n_startup_trials.max(2) {
             return self.random.suggest(id, history);
         }
-        let (x, y, best) = self.training_set(history);
-        let gp = fit(
+        let (x, y) = self.training_set(history);
+        let categorical = self.unit.categorical();
+        let fitted = fit(
             &x,
             &y,
-            &self.unit.categorical(),
+            &categorical,
             MINIMUM_NOISE,
             self.options.deterministic_objective,
             None,
         );
-        let point = self.maximise(&gp, best, id, &x);
+        let best_index = (0..y.len())
+            .max_by(|&a, &b| y[a].total_cmp(&y[b]))
+            .expect("completed trials");
+        let (best, warm_start) = (y[best_index], x[best_index].clone());
+        let gp = self.believing_running_trials(fitted, x, y, history);
+        let point = self.maximise(&gp, best, id, &warm_start);
         Some(self.unit.to_params(&point))
     }
 }
 
-/// The acquisition as a function of a point's continuous coordinates (the others fixed),
-/// negated for argmin. Coordinates are clamped to [0, 1], and the gradient of a coordinate at
-/// a bound that points out of it is zeroed (a projected gradient), so that the search stays in
-/// the box and stops at its walls.
+impl GpSearch {
+    /// The fitted process also conditioned on running and pending trials at its own mean
+    /// there (the Kriging believer, as Optuna does): their neighbourhoods lose their
+    /// uncertainty, so parallel suggestions spread out, and the fit is not swayed by them.
+    fn believing_running_trials(
+        &self,
+        fitted: GpRegressor,
+        mut x: Vec<Vec<f64>>,
+        mut y: Vec<f64>,
+        history: &History,
+    ) -> GpRegressor {
+        let running: Vec<Vec<f64>> = history
+            .iter()
+            .filter(|o| matches!(o.status, Status::Running | Status::Pending))
+            .filter_map(|o| self.unit.to_point(&o.params))
+            .collect();
+        if running.is_empty() {
+            return fitted;
+        }
+        for point in running {
+            y.push(fitted.posterior(&point).0);
+            x.push(point);
+        }
+        // Fitted parameters keep the matrix positive definite with jitter as a last resort;
+        // where even that fails, the trials are left out rather than the suggestion.
+        GpRegressor::new(x, y, self.unit.categorical(), fitted.params().clone()).unwrap_or(fitted)
+    }
+}
+
+/// Optuna's local search (`local_search_mixed`): L-BFGS on the continuous coordinates, then
+/// each discrete one searched with the others held, in turn until a whole round changes no
+/// discrete coordinate after the continuous step (or [`LOCAL_ROUNDS`] rounds).
+fn local_search(
+    acquisition: &Acquisition,
+    mut point: Vec<f64>,
+    mut value: f64,
+    grids: &[Option<Vec<f64>>],
+    categorical: &[bool],
+) -> (Vec<f64>, f64) {
+    #[derive(PartialEq)]
+    enum Changed {
+        Continuous,
+        Discrete(usize),
+    }
+    let mut last = Changed::Continuous;
+    for _ in 0..LOCAL_ROUNDS {
+        if let Some((p, v)) = gradient_ascent(acquisition, &point, value, grids) {
+            (point, value) = (p, v);
+            last = Changed::Continuous;
+        }
+        for (i, grid) in grids.iter().enumerate() {
+            let Some(grid) = grid else { continue };
+            if last == Changed::Discrete(i) {
+                return (point, value);
+            }
+            let exhaustive = categorical[i] || grid.len() <= EXHAUSTIVE_SEARCH_VALUES;
+            if let Some((x, v)) = discrete_search(acquisition, &point, value, i, grid, exhaustive) {
+                point[i] = x;
+                value = v;
+                last = Changed::Discrete(i);
+            }
+        }
+        if last == Changed::Continuous {
+            break;
+        }
+    }
+    (point, value)
+}
+
+/// The best value of coordinate `i` (the others held) if it beats `value`: every value where
+/// `exhaustive` (choices, and at most 16 values), else a golden-section search along the
+/// values from the current one (where Optuna uses Brent's method on the same bracket).
+fn discrete_search(
+    acquisition: &Acquisition,
+    point: &[f64],
+    value: f64,
+    i: usize,
+    grid: &[f64],
+    exhaustive: bool,
+) -> Option<(f64, f64)> {
+    let mut probe = point.to_vec();
+    let mut at = |x: f64| {
+        probe[i] = x;
+        acquisition.value(&probe)
+    };
+    let (x, v) = if exhaustive {
+        grid.iter()
+            .filter(|&&x| x != point[i])
+            .map(|&x| (x, at(x)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))?
+    } else {
+        let current = nearest(grid, point[i]);
+        let k = golden_section(|k| at(grid[k]), grid.len(), current, value);
+        (grid[k], at(grid[k]))
+    };
+    (v > value && x != point[i]).then_some((x, v))
+}
+
+/// The index in `grid` (ascending, two values or more) nearest `x`; the higher on a tie, as
+/// Optuna's `find_nearest_index`.
+fn nearest(grid: &[f64], x: f64) -> usize {
+    let i = grid.partition_point(|&g| g < x).clamp(1, grid.len() - 1);
+    if (x - grid[i - 1]).abs() < (grid[i] - x).abs() {
+        i - 1
+    } else {
+        i
+    }
+}
+
+/// A local maximum of `f` over indices `0..n`, by golden-section search from the bracket
+/// (before the first, `current`, after the last), where `f(current) = value` and the ends
+/// count as minus infinity.
+fn golden_section(mut f: impl FnMut(usize) -> f64, n: usize, current: usize, value: f64) -> usize {
+    const SHRINK: f64 = 0.381_966_011_250_105_1; // 2 - the golden ratio
+    let mut cache = std::collections::HashMap::from([(current, value)]);
+    let mut eval = |k: usize| *cache.entry(k).or_insert_with(|| f(k));
+    let (mut low, mut mid, mut high) = (-1.0f64, current as f64, n as f64);
+    let mut mid_value = value;
+    while high - low > 2.0 {
+        let x = if mid - low > high - mid {
+            mid - SHRINK * (mid - low)
+        } else {
+            mid + SHRINK * (high - mid)
+        };
+        let k = (x.round() as usize).min(n - 1);
+        if k as f64 == mid {
+            // Rounded onto the middle: the bracket is as narrow as the grid allows here.
+            break;
+        }
+        let v = eval(k);
+        let x = k as f64;
+        if v > mid_value {
+            if x < mid {
+                high = mid;
+            } else {
+                low = mid;
+            }
+            (mid, mid_value) = (x, v);
+        } else if x < mid {
+            low = x;
+        } else {
+            high = x;
+        }
+    }
+    mid as usize
+}
+
+/// Log EI at a point, from the fitted process and the best value so far.
 struct Acquisition<'a> {
     gp: &'a GpRegressor,
     best: f64,
-    base: &'a [f64],
-    /// The continuous coordinates' indices.
-    free: Vec<usize>,
+    /// 1/sqrt of the inverse squared length scales: the continuous search moves in units of
+    /// them (Optuna's preconditioning), so that every coordinate is as steep as the others.
+    lengthscales: Vec<f64>,
 }
 
-impl Acquisition<'_> {
-    fn point(&self, free: &[f64]) -> Vec<f64> {
+impl<'a> Acquisition<'a> {
+    fn new(gp: &'a GpRegressor, best: f64) -> Acquisition<'a> {
+        let lengthscales = gp
+            .params()
+            .inverse_squared_lengthscales
+            .iter()
+            .map(|l| 1.0 / l.sqrt())
+            .collect();
+        Acquisition {
+            gp,
+            best,
+            lengthscales,
+        }
+    }
+
+    fn value(&self, point: &[f64]) -> f64 {
+        let (mean, var) = self.gp.posterior(point);
+        log_expected_improvement(mean, var + STABILIZING_NOISE, self.best)
+    }
+}
+
+/// The acquisition as a function of a point's continuous coordinates divided by their length
+/// scales (the others fixed), negated for argmin. Coordinates are clamped to [0, 1], and the
+/// gradient of a coordinate at a bound that points out of it is zeroed (a projected gradient),
+/// so that the search stays in the box and stops at its walls.
+#[derive(Clone, Copy)]
+struct Continuous<'a> {
+    acquisition: &'a Acquisition<'a>,
+    base: &'a [f64],
+    /// The continuous coordinates' indices.
+    free: &'a [usize],
+    last: &'a LastAnswer<(f64, Vec<f64>)>,
+}
+
+impl Continuous<'_> {
+    fn point(&self, scaled: &[f64]) -> Vec<f64> {
         let mut p = self.base.to_vec();
-        for (&i, &v) in self.free.iter().zip(free) {
-            p[i] = v.clamp(0.0, 1.0);
+        for (&i, &z) in self.free.iter().zip(scaled) {
+            p[i] = (z * self.acquisition.lengthscales[i]).clamp(0.0, 1.0);
         }
         p
     }
 
-    fn value_and_gradient(&self, free: &[f64]) -> (f64, Vec<f64>) {
-        let p = self.point(free);
-        let (mean, var, dmean, dvar) = self.gp.posterior_with_gradient(&p);
+    fn value_and_gradient(&self, scaled: &[f64]) -> (f64, Vec<f64>) {
+        self.last.at(scaled, || self.compute(scaled))
+    }
+
+    fn compute(&self, scaled: &[f64]) -> (f64, Vec<f64>) {
+        let p = self.point(scaled);
+        let (mean, var, dmean, dvar) = self.acquisition.gp.posterior_with_gradient(&p);
         let (value, gradient) = log_expected_improvement_with_gradient(
             mean,
             var + STABILIZING_NOISE,
             &dmean,
             &dvar,
-            self.best,
+            self.acquisition.best,
         );
         let projected = self
             .free
             .iter()
-            .zip(free)
-            .map(|(&i, &v)| {
-                let g = -gradient[i];
+            .map(|&i| {
+                let g = -gradient[i] * self.acquisition.lengthscales[i];
                 // Minimising: a step goes along -g.
-                if (v <= 0.0 && g > 0.0) || (v >= 1.0 && g < 0.0) || !g.is_finite() {
+                if (p[i] <= 0.0 && g > 0.0) || (p[i] >= 1.0 && g < 0.0) || !g.is_finite() {
                     0.0
                 } else {
                     g
@@ -261,58 +445,57 @@ impl Acquisition<'_> {
     }
 }
 
-impl CostFunction for Acquisition<'_> {
+impl CostFunction for Continuous<'_> {
     type Param = Vec<f64>;
     type Output = f64;
-    fn cost(&self, free: &Vec<f64>) -> Result<f64, argmin::core::Error> {
-        let v = self.value_and_gradient(free).0;
+    fn cost(&self, scaled: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        let v = self.value_and_gradient(scaled).0;
         Ok(if v.is_finite() { v } else { f64::INFINITY })
     }
 }
 
-impl Gradient for Acquisition<'_> {
+impl Gradient for Continuous<'_> {
     type Param = Vec<f64>;
     type Gradient = Vec<f64>;
-    fn gradient(&self, free: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
-        Ok(self.value_and_gradient(free).1)
+    fn gradient(&self, scaled: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
+        Ok(self.value_and_gradient(scaled).1)
     }
 }
 
-/// `start` with its continuous coordinates moved up the acquisition by L-BFGS (argmin); the
-/// start itself where the search fails or ends lower.
-fn local_search(gp: &GpRegressor, best: f64, start: &[f64], categorical: &[bool]) -> Vec<f64> {
-    let free: Vec<usize> = (0..start.len()).filter(|&i| !categorical[i]).collect();
+/// `start` with its continuous coordinates moved up the acquisition by L-BFGS (argmin), if
+/// that ends higher than `value`.
+fn gradient_ascent(
+    acquisition: &Acquisition,
+    start: &[f64],
+    value: f64,
+    grids: &[Option<Vec<f64>>],
+) -> Option<(Vec<f64>, f64)> {
+    let free: Vec<usize> = (0..start.len()).filter(|&i| grids[i].is_none()).collect();
     if free.is_empty() {
-        return start.to_vec();
+        return None;
     }
-    let problem = Acquisition {
-        gp,
-        best,
+    let initial: Vec<f64> = free
+        .iter()
+        .map(|&i| start[i] / acquisition.lengthscales[i])
+        .collect();
+    let last = LastAnswer::default();
+    let problem = Continuous {
+        acquisition,
         base: start,
-        free: free.clone(),
+        free: &free,
+        last: &last,
     };
-    let initial: Vec<f64> = free.iter().map(|&i| start[i]).collect();
-    let (start_cost, _) = problem.value_and_gradient(&initial);
-    let Ok(solver) = LBFGS::new(MoreThuenteLineSearch::new(), 10).with_tolerance_grad(1e-6) else {
-        return start.to_vec();
-    };
+    let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+        .with_tolerance_grad(GRADIENT_TOLERANCE)
+        .ok()?;
     let result = Executor::new(problem, solver)
         .configure(|s| s.param(initial).max_iters(LOCAL_ITERATIONS))
-        .run();
-    let Ok(result) = result else {
-        return start.to_vec();
-    };
+        .run()
+        .ok()?;
     let state = result.state();
-    match state.get_best_param() {
-        Some(found) if state.get_best_cost() <= start_cost => {
-            let mut p = start.to_vec();
-            for (&i, &v) in free.iter().zip(found) {
-                p[i] = v.clamp(0.0, 1.0);
-            }
-            p
-        }
-        _ => start.to_vec(),
-    }
+    let found = state.get_best_param()?;
+    let found_value = -state.get_best_cost();
+    (found_value > value).then(|| (problem.point(found), found_value))
 }
 
 #[cfg(test)]
@@ -419,6 +602,73 @@ mod tests {
         history.record(6, favourite.clone(), Status::Running);
         let next = gp.suggest(7, &history).unwrap();
         assert_ne!(next, favourite);
+    }
+
+    #[test]
+    fn golden_section_finds_the_peak_of_a_unimodal_row_in_few_evaluations() {
+        for (n, peak, current) in [(1000, 737, 10), (1000, 0, 500), (17, 16, 3), (40, 20, 20)] {
+            let mut calls = 0;
+            let f = |k: usize| {
+                calls += 1;
+                -((k as f64 - peak as f64).abs())
+            };
+            let value = -((current as f64 - peak as f64).abs());
+            assert_eq!(golden_section(f, n, current, value), peak, "n {n}");
+            // log(1000) / log(golden ratio) is 14.4: a few more for the rounding to indices.
+            assert!(calls <= 20, "{calls} evaluations for n {n}");
+        }
+    }
+
+    #[test]
+    fn nearest_picks_the_closer_value_and_the_higher_one_on_a_tie() {
+        let grid = [0.25, 0.5, 0.75];
+        assert_eq!(nearest(&grid, -1.0), 0);
+        assert_eq!(nearest(&grid, 0.37), 0);
+        assert_eq!(nearest(&grid, 0.375), 1);
+        assert_eq!(nearest(&grid, 0.5), 1);
+        assert_eq!(nearest(&grid, 0.9), 2);
+    }
+
+    #[test]
+    fn suggestions_of_a_mixed_space_keep_to_its_values_and_find_its_minimum() {
+        // MixedOptNet's shape: a choice, a log float and two ints (one log, wide enough for
+        // the golden-section search), minimum 0 at adam, 1e-3, 4 layers, 256 units.
+        let space = Space::builder()
+            .choice("opt", ["sgd", "adam", "rmsprop"])
+            .loguniform("lr", 1e-5, 1.0)
+            .int("layers", 1, 8)
+            .int("units", 16, 1024)
+            .log()
+            .build()
+            .unwrap();
+        let f = |p: &Params| {
+            let off = match p.get("opt").and_then(|v| v.as_str()) {
+                Some("adam") => 0.0,
+                _ => 0.3,
+            };
+            let lr = p.f64("lr").unwrap().log10() + 3.0;
+            let layers = p.get("layers").and_then(|v| v.as_i64()).unwrap() as f64 - 4.0;
+            let units = (p.get("units").and_then(|v| v.as_i64()).unwrap() as f64).log2() - 8.0;
+            off + lr * lr + 0.05 * layers * layers + 0.1 * units * units
+        };
+        let mut gp = GpSearch::new(space.clone(), 1, GpOptions::default()).unwrap();
+        let mut history = History::new(Mode::Min);
+        for id in 0..40 {
+            let p = gp.suggest(id, &history).unwrap();
+            for param in space.params() {
+                assert!(param.domain.contains(p.get(&param.name).unwrap()), "{p:?}");
+            }
+            let value = f(&p);
+            history.record(id, p, Status::Running);
+            history.report(id, 1, value);
+            history.set_status(id, Status::Completed);
+        }
+        let best = history.best().unwrap();
+        assert_eq!(
+            best.params.get("opt").and_then(|v| v.as_str()),
+            Some("adam")
+        );
+        assert!(best.value.unwrap() < 0.1, "{:?}", best);
     }
 
     #[test]
