@@ -62,7 +62,8 @@ pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
     check_mlflow_url, Algorithm, ExperimentSpec, Gpus, InvalidSetting, MlflowServer, ObjectiveSpec,
-    Resources, SchedulerSpec, SearchSpec, SearcherError, SpecError, StoreSpec, TrackingSpec,
+    Resources, SchedulerSpec, Search, SearchSpec, SearcherError, SpecError, StoreSpec,
+    TrackingSpec,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tune_search::{Mode, Space, Status};
+use tune_search::{Mode, Params, Space, Status};
 
 use crate::coordinator::{Coordinator, Plan};
 use crate::error::TuneError;
@@ -13,7 +13,7 @@ use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective,
 use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
-use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerSpec, SearchSpec};
+use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerSpec, Search, SearchSpec};
 use crate::stop::{StopConditions, StopReason};
 use crate::tracking::mlflow::{MlflowLogger, SweepRecord};
 use crate::tracking::tensorboard::TensorBoardLogger;
@@ -83,7 +83,7 @@ impl Tuner {
             samples: 10,
             seed: 0,
             max_failures: 0,
-            search: SearchSpec::default(),
+            search: Search::default(),
             scheduler: SchedulerSpec::default(),
             resources: Resources::default(),
             stop: StopConditions::default(),
@@ -197,7 +197,7 @@ impl Tuner {
 
     /// The search algorithm, with its default options (see [`Tuner::search`] to set them).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.spec.search = SearchSpec::of(algorithm);
+        self.spec.search.algorithm = SearchSpec::of(algorithm);
         self.fixed("algorithm")
     }
 
@@ -210,8 +210,26 @@ impl Tuner {
     /// # drop(tuner);
     /// ```
     pub fn search(mut self, search: SearchSpec) -> Self {
-        self.spec.search = search;
+        self.spec.search.algorithm = search;
         self.fixed("search")
+    }
+
+    /// Params the first trials evaluate, in order, before the algorithm suggests any (Optuna's
+    /// `enqueue_trial`, Ray Tune's `points_to_evaluate`); a point may leave parameters out, and
+    /// they are drawn at random. They count toward the samples. A point outside the space
+    /// fails `fit` with [`TuneError::Invalid`](crate::TuneError) naming the key.
+    ///
+    /// ```
+    /// use tune::{Params, Space, Tuner, Value};
+    /// let space = Space::builder().uniform("lr", 1e-4, 1e-1).build().unwrap();
+    /// let mut known_good = Params::default();
+    /// known_good.insert("lr", Value::Float(0.01));
+    /// let tuner = Tuner::new(space).initial_points(vec![known_good]);
+    /// # drop(tuner);
+    /// ```
+    pub fn initial_points(mut self, points: Vec<Params>) -> Self {
+        self.spec.search.initial = points;
+        self.fixed("initial")
     }
 
     /// The trial scheduler and its settings (FIFO unless set).
@@ -436,7 +454,7 @@ impl Tuner {
         let plan = Plan {
             name: spec.name.clone(),
             created_at: exp.stored.meta.created_at,
-            search: spec.search.algorithm().as_str().into(),
+            search: spec.search.algorithm.algorithm().as_str().into(),
             scheduler: spec.scheduler.name().into(),
             note,
             stop: self.stop.clone(),

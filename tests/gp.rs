@@ -1,5 +1,6 @@
 //! `[search] algorithm = "gp"` through the real binary: a sweep that finds the quadratic's
-//! minimum, and a conditional space refused before anything runs.
+//! minimum, and a conditional space refused before anything runs; `[[search.initial]]`
+//! points evaluated first, and points outside the space refused.
 
 mod common;
 
@@ -48,4 +49,82 @@ fn a_conditional_space_is_refused_with_the_parameter_named() {
     assert!(err.contains("`m` has a `when` condition"), "{err}");
     assert!(err.contains("algorithm = \"tpe\""), "{err}");
     assert!(!tmp.path().join("run").exists());
+}
+
+#[test]
+fn initial_points_are_the_first_trials_and_the_model_learns_from_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The second point leaves y out: it is drawn.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 8\nseed = 2\n[search]\nalgorithm = \"gp\"\nn_startup_trials = 3\nn_preliminary_samples = 256\nn_local_search = 3\n\n[[search.initial]]\nx = 1\ny = -2.0\n\n[[search.initial]]\nx = -0.5\n\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "3"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("gp");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 8, "the points count toward samples");
+    assert_eq!(trials[0]["params"]["x"], 1.0);
+    assert_eq!(trials[0]["params"]["y"], -2.0);
+    assert_eq!(trials[1]["params"]["x"], -0.5);
+    let y = trials[1]["params"]["y"].as_f64().unwrap();
+    assert!((-3.0..3.0).contains(&y), "{y}");
+    // The first point is the minimum (1/3 after 3 steps): it stays the best.
+    let best = trials
+        .iter()
+        .min_by(|a, b| {
+            a["value"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["value"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert_eq!(best["id"], 0);
+    // With 3 startup trials, trials 3.. are the model's, fitted on the points' results too:
+    // a second sweep from the same seed and points decides the same.
+    let again = tmp.path().join("again");
+    run_ok(&mut tune_run(&spec, &again));
+    let second = export_json(&again);
+    for (a, b) in trials.iter().zip(&second) {
+        assert_eq!(a["params"], b["params"]);
+    }
+}
+
+#[test]
+fn initial_points_outside_the_space_are_refused_at_their_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        ("x = 0.5\n\n[[search.initial]]\nx = 5.5", "space.toml:11:1: [search] `initial[2].x`: expected a number in [-3, 3), found 5.5"),
+        ("xx = 0.5", "space.toml:8:1: [search] `initial[1].xx`: not a parameter of the space (did you mean `x`?)"),
+        ("x = \"one\"", "[search] `initial[1].x`: expected a number in [-3, 3), found one"),
+    ];
+    for (point, expected) in cases {
+        let spec = write_spec(
+            tmp.path(),
+            &format!("samples = 4\n[search]\nalgorithm = \"tpe\"\n\n[[search.initial]]\n{point}\n"),
+            &[],
+            "x = { uniform = [-3.0, 3.0] }",
+        );
+        let out = tune_run(&spec, &tmp.path().join("run")).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert!(!tmp.path().join("run").exists());
+    }
+    for (top, expected) in [
+        ("samples = 1\n[search]\nalgorithm = \"random\"\n[[search.initial]]\nx = 0.5\n[[search.initial]]\nx = 1.5", "[search] `initial`: 2 initial points, but samples = 1"),
+        ("samples = 2\n[search]\nalgorithm = \"grid\"\n[[search.initial]]\nx = 0.5", "grid search enumerates its grid and takes no initial points"),
+    ] {
+        let spec = write_spec(tmp.path(), top, &[], "x = { grid = [0.5, 1.5] }");
+        let spec_text = std::fs::read_to_string(&spec).unwrap();
+        let spec_text = if top.contains("random") {
+            spec_text.replace("{ grid = [0.5, 1.5] }", "{ uniform = [-3.0, 3.0] }")
+        } else {
+            spec_text
+        };
+        std::fs::write(&spec, spec_text).unwrap();
+        let out = tune_run(&spec, &tmp.path().join("run")).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
 }

@@ -46,7 +46,7 @@ fn an_experiment_stored_in_format_1_opens_with_the_same_spec_and_trials() {
         n_ei_candidates: 8,
         ..TpeOptions::default()
     };
-    assert_eq!(spec.search, SearchSpec::Tpe(tpe));
+    assert_eq!(spec.search.algorithm, SearchSpec::Tpe(tpe));
     let asha = AshaConfig {
         max_t: 4,
         grace_period: 1,

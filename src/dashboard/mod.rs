@@ -43,7 +43,7 @@ pub fn board_of_stored(
     let header = Header {
         name: spec.name.clone(),
         dir: place.display().to_string(),
-        search: spec.search.algorithm().as_str().into(),
+        search: spec.search.algorithm.algorithm().as_str().into(),
         scheduler: spec.scheduler.name().into(),
         metric: spec.metric.clone(),
         mode: spec.mode,

@@ -47,7 +47,13 @@ impl SpecError {
 
     /// A setting the spec's checks refused, placed at its key.
     pub(super) fn invalid(text: &str, file: &Path, invalid: &InvalidSetting) -> SpecError {
-        let location = locate_key(text, invalid.section, &invalid.field.key);
+        let key = &invalid.field.key;
+        let location = match array_table_key(key) {
+            Some((table, number, inner)) => {
+                locate_in_array_table(text, &format!("{}.{table}", invalid.section), number, inner)
+            }
+            None => locate_key(text, invalid.section, key),
+        };
         SpecError::at(text, file, location, invalid.to_string())
     }
 
@@ -105,6 +111,49 @@ fn within_table(text: &str, at: (usize, usize), message: &str) -> (usize, usize)
             found.then(|| (i + 1, line.len() - value.len() + 1))
         })
         .unwrap_or(at)
+}
+
+/// `table[N].key` (a key of the N-th table of an array of tables, from 1) as its parts.
+fn array_table_key(key: &str) -> Option<(&str, usize, &str)> {
+    let (table, rest) = key.split_once('[')?;
+    let (number, inner) = rest.split_once("].")?;
+    Some((table, number.parse().ok()?, inner))
+}
+
+/// Where `key = ...` is written in the `number`-th `[[array]]` table (from 1), else that
+/// table's header.
+fn locate_in_array_table(
+    text: &str,
+    array: &str,
+    number: usize,
+    key: &str,
+) -> Option<(usize, usize)> {
+    let header = format!("[[{array}]]");
+    let mut seen = 0;
+    let mut at_header = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            if at_header.is_some() {
+                break;
+            }
+            if trimmed.trim_end() == header {
+                seen += 1;
+                if seen == number {
+                    at_header = Some((i + 1, line.len() - trimmed.len() + 1));
+                }
+            }
+            continue;
+        }
+        if at_header.is_some() {
+            if let Some(rest) = trimmed.strip_prefix(key) {
+                if rest.trim_start().starts_with('=') {
+                    return Some((i + 1, line.len() - trimmed.len() + 1));
+                }
+            }
+        }
+    }
+    at_header
 }
 
 /// Where `key = ...` is written inside `[section]` (top level for ""), if it is.

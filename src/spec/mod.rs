@@ -11,8 +11,8 @@ use tune_schedulers::{
 };
 use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch, UnitSpace};
 use tune_search::{
-    Domain, FieldError, GridSearch, Mode, NoGridParams, RandomSearch, Searcher, Space, Tpe,
-    TpeOptions,
+    Domain, FieldError, GridSearch, Mode, NoGridParams, Params, PointError, RandomSearch, Searcher,
+    Space, Tpe, TpeOptions, WithInitialPoints,
 };
 
 /// Why a spec's search algorithm cannot search its space.
@@ -22,6 +22,8 @@ pub enum SearcherError {
     NoGridParams(#[from] NoGridParams),
     #[error(transparent)]
     Conditional(#[from] ConditionalSpace),
+    #[error("[[search.initial]] point {number}: {error}")]
+    InitialPoint { number: usize, error: PointError },
 }
 
 pub use crate::objective::spec::ObjectiveSpec;
@@ -64,7 +66,7 @@ pub struct ExperimentSpec {
     #[serde(default)]
     pub max_failures: u32,
     #[serde(default)]
-    pub search: SearchSpec,
+    pub search: Search,
     #[serde(default)]
     pub scheduler: SchedulerSpec,
     #[serde(default)]
@@ -203,6 +205,71 @@ pub fn check_mlflow_url(url: &str) -> Result<(), String> {
 
 fn default_mode() -> Mode {
     Mode::Min
+}
+
+/// `[search]`: the algorithm with its options, and the points its first trials evaluate.
+///
+/// ```
+/// let spec = tune::ExperimentSpec::from_toml(r#"
+///     name = "warm"
+///     metric = "loss"
+///     samples = 10
+///     [search]
+///     algorithm = "tpe"
+///     [[search.initial]]
+///     lr = 0.01
+///     layers = 2
+///     [space]
+///     lr = { loguniform = [1e-4, 1e-1] }
+///     layers = { int = [1, 4] }
+/// "#, "space.toml".as_ref()).unwrap();
+/// assert_eq!(spec.search.algorithm.algorithm(), tune::Algorithm::Tpe);
+/// assert_eq!(spec.search.initial[0].get("layers"), Some(&tune::Value::Int(2)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Search {
+    /// The algorithm, by its `algorithm` key, with its options.
+    #[serde(flatten)]
+    pub algorithm: SearchSpec,
+    /// `[[search.initial]]`: params the first trials evaluate, in order, before the algorithm
+    /// suggests any (Optuna's `enqueue_trial`, Ray Tune's `points_to_evaluate`). A point may
+    /// leave parameters out: they are drawn at random. They count toward `samples`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub initial: Vec<Params>,
+}
+
+impl From<SearchSpec> for Search {
+    fn from(algorithm: SearchSpec) -> Search {
+        Search {
+            algorithm,
+            initial: Vec::new(),
+        }
+    }
+}
+
+// By hand: `initial` sits beside the algorithm's own keys, which its tagged enum checks
+// strictly (an unknown key is an error), so it is taken out of the table first. The table is
+// read as TOML values, and a null (an unset option in the stored JSON copy) as left out.
+impl<'de> Deserialize<'de> for Search {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Search, D::Error> {
+        use serde::de::Error;
+        let read = std::collections::BTreeMap::<String, Option<toml::Value>>::deserialize(d)?;
+        let mut table: toml::Table = read
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+            .collect();
+        let initial = match table.remove("initial") {
+            Some(points) => Vec::<Params>::deserialize(points).map_err(|e| {
+                D::Error::custom(format!(
+                    "`initial`: expected tables of parameter values ([[search.initial]]), {e}"
+                ))
+            })?,
+            None => Vec::new(),
+        };
+        let algorithm =
+            SearchSpec::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
+        Ok(Search { algorithm, initial })
+    }
 }
 
 /// `[search]`: the algorithm and its options (`algorithm = "tpe"` takes any of
@@ -452,7 +519,7 @@ impl ExperimentSpec {
     /// assert_eq!(tpe.kernel_floors(), (0.01, 1.0, 0.0));
     /// ```
     pub fn tpe_options(&self) -> Option<TpeOptions> {
-        let SearchSpec::Tpe(tpe) = &self.search else {
+        let SearchSpec::Tpe(tpe) = &self.search.algorithm else {
             return None;
         };
         let tpe = tpe.clone();
@@ -466,7 +533,7 @@ impl ExperimentSpec {
     /// The search algorithm this spec asks for, with its options.
     pub fn make_searcher(&self) -> Result<Box<dyn Searcher>, SearcherError> {
         let space = self.space.clone();
-        Ok(match &self.search {
+        let searcher: Box<dyn Searcher> = match &self.search.algorithm {
             SearchSpec::Random {} => Box::new(RandomSearch::new(space, self.seed)),
             SearchSpec::Grid {} => Box::new(GridSearch::new(space, self.seed)?),
             SearchSpec::Tpe(_) => {
@@ -474,7 +541,34 @@ impl ExperimentSpec {
                 Box::new(Tpe::new(space, self.seed, options))
             }
             SearchSpec::Gp(options) => Box::new(GpSearch::new(space, self.seed, options.clone())?),
-        })
+        };
+        if self.search.initial.is_empty() {
+            return Ok(searcher);
+        }
+        let points = self.initial_points()?;
+        Ok(Box::new(WithInitialPoints::new(
+            points,
+            self.space.clone(),
+            self.seed,
+            searcher,
+        )))
+    }
+
+    /// `[[search.initial]]` checked against the space (numbered from 1 in errors).
+    fn initial_points(&self) -> Result<Vec<Params>, SearcherError> {
+        self.search
+            .initial
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                self.space
+                    .check_point(p)
+                    .map_err(|error| SearcherError::InitialPoint {
+                        number: i + 1,
+                        error,
+                    })
+            })
+            .collect()
     }
 
     /// The trial scheduler this spec asks for, with its settings.
@@ -622,7 +716,7 @@ impl ExperimentSpec {
                 FieldError::new("cpu_slots", "expected at least 1 slot, found 0"),
             ));
         }
-        if !matches!(self.search, SearchSpec::Grid {}) {
+        if !matches!(self.search.algorithm, SearchSpec::Grid {}) {
             // Drawn like a choice by random search and TPE, which is rarely what was meant.
             let grid = self
                 .space
@@ -636,17 +730,52 @@ impl ExperimentSpec {
                         &p.name,
                         format!(
                             "a `grid` parameter is enumerated only by `[search] algorithm = \"grid\"`, and this sweep's is \"{}\"; use `choice` to have it drawn at random",
-                            self.search.algorithm().as_str()
+                            self.search.algorithm.algorithm().as_str()
                         ),
                     ),
                 ));
             }
         }
-        if let SearchSpec::Tpe(tpe) = &self.search {
+        if !self.search.initial.is_empty() {
+            let initial = |message: String| {
+                Err(InvalidSetting::new(
+                    "search",
+                    FieldError::new("initial", message),
+                ))
+            };
+            if matches!(self.search.algorithm, SearchSpec::Grid {}) {
+                return initial(
+                    "grid search enumerates its grid and takes no initial points: use \
+                     algorithm = \"random\", \"tpe\" or \"gp\""
+                        .to_string(),
+                );
+            }
+            if self.search.initial.len() as u64 > self.samples {
+                return initial(format!(
+                    "{} initial points, but samples = {}: the points count toward samples",
+                    self.search.initial.len(),
+                    self.samples
+                ));
+            }
+            if let Err(SearcherError::InitialPoint { number, error }) = self.initial_points() {
+                // Keyed `initial[N].name`, so that the error points at that line of the N-th
+                // [[search.initial]] table.
+                let text = error.to_string();
+                let prefix = format!("`{}`: ", error.name());
+                return Err(InvalidSetting::new(
+                    "search",
+                    FieldError::new(
+                        format!("initial[{number}].{}", error.name()),
+                        text.strip_prefix(&prefix).unwrap_or(&text),
+                    ),
+                ));
+            }
+        }
+        if let SearchSpec::Tpe(tpe) = &self.search.algorithm {
             tpe.validate()
                 .map_err(|e| InvalidSetting::new("search", e))?;
         }
-        if let SearchSpec::Gp(gp) = &self.search {
+        if let SearchSpec::Gp(gp) = &self.search.algorithm {
             gp.validate()
                 .map_err(|e| InvalidSetting::new("search", e))?;
             // The searcher's own rule, checked here so that it is exit 2 before anything runs.

@@ -1,6 +1,7 @@
 //! Spec parsing, validation and where errors point.
 
 use super::*;
+use tune_search::Value;
 
 const GOOD: &str = r#"name = "q"
 metric = "loss"
@@ -23,7 +24,7 @@ fn err(text: &str) -> String {
 fn good_spec_has_defaults() {
     let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
     assert_eq!(spec.mode, Mode::Min);
-    assert_eq!(spec.search, SearchSpec::Random {});
+    assert_eq!(spec.search.algorithm, SearchSpec::Random {});
     assert_eq!(spec.scheduler, SchedulerSpec::Fifo {});
     assert!(spec.resources.cpu_slots >= 1);
     assert_eq!(spec.resources.gpus, Gpus::Auto);
@@ -225,6 +226,40 @@ fn spec_round_trips_through_json() {
     let back: ExperimentSpec =
         serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
     assert_eq!(spec, back);
+}
+
+#[test]
+fn initial_points_and_unset_options_round_trip_through_json() {
+    // TPE's unset options are stored as nulls; the points sit beside the options.
+    let text = GOOD.replace(
+        "[objective]",
+        "[search]\nalgorithm = \"tpe\"\nn_startup_trials = 4\n\n[[search.initial]]\nx = 1\n\n[[search.initial]]\nx = -2.5\n\n[objective]",
+    );
+    let spec = ExperimentSpec::from_toml(&text, Path::new("space.toml")).unwrap();
+    assert_eq!(spec.search.initial.len(), 2);
+    // As written (an integer); the searcher takes it as the float domain's number.
+    assert_eq!(spec.search.initial[0].get("x"), Some(&Value::Int(1)));
+    let json = serde_json::to_string(&spec).unwrap();
+    assert!(json.contains("null"), "{json}");
+    let back: ExperimentSpec = serde_json::from_str(&json).unwrap();
+    assert_eq!(spec, back);
+    let mut searcher = back.make_searcher().unwrap();
+    let first = searcher
+        .suggest(0, &tune_search::History::new(Mode::Min))
+        .unwrap();
+    assert_eq!(first.get("x"), Some(&Value::Float(1.0)));
+}
+
+#[test]
+fn initial_points_that_are_not_tables_are_explained() {
+    let e = err(&GOOD.replace(
+        "[objective]",
+        "[search]\nalgorithm = \"tpe\"\ninitial = [1, 2]\n\n[objective]",
+    ));
+    assert!(
+        e.contains("`initial`: expected tables of parameter values ([[search.initial]])"),
+        "{e}"
+    );
 }
 
 #[test]

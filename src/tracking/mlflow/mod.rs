@@ -37,7 +37,10 @@ impl SweepRecord {
             ("samples".into(), spec.samples.to_string()),
             ("seed".into(), spec.seed.to_string()),
             ("max_failures".into(), spec.max_failures.to_string()),
-            ("search".into(), spec.search.algorithm().as_str().into()),
+            (
+                "search".into(),
+                spec.search.algorithm.algorithm().as_str().into(),
+            ),
             ("scheduler".into(), spec.scheduler.name().into()),
         ];
         // Each parameter as the spec's `[space]` has it.
