@@ -20,8 +20,8 @@
 //!
 //!     TUNE_PEER_PYTHON=venv/bin/python3 TUNE_BENCH_ONLY=gp cargo bench --bench search_quality
 //!
-//! (`TUNE_BENCH_ONLY=tpe` leaves the GP out; without `TUNE_PEER_PYTHON` the GP table has
-//! tune's column alone.)
+//! (`TUNE_BENCH_ONLY=tpe` leaves the GP out, `gp-timing` runs the timing alone; without
+//! `TUNE_PEER_PYTHON` the GP tables have tune's column alone.)
 
 #[path = "common/functions.rs"]
 mod functions;
@@ -93,8 +93,11 @@ fn main() {
     if only != "gp" {
         tpe_tables(seeds);
     }
-    if only != "tpe" {
-        gp_tables(seeds, if full { 310 } else { 30 });
+    let timing_trials = if full { 310 } else { 30 };
+    match only.as_str() {
+        "tpe" => {}
+        "gp-timing" => gp_timing(timing_trials),
+        _ => gp_tables(seeds, timing_trials),
     }
 }
 
