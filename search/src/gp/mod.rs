@@ -40,3 +40,79 @@ impl<T: Clone> LastAnswer<T> {
         answer
     }
 }
+
+/// Minimises `problem` from `start` with argmin's L-BFGS (memory 10, More-Thuente line
+/// search) as scipy's L-BFGS-B does, which Optuna uses: argmin's first step is as long as the
+/// gradient, scipy's is of length 1. So the search runs on u = c x with c = sqrt(|g0|), where
+/// argmin's first step is scipy's; later steps do not depend on a uniform scale (L-BFGS's
+/// initial matrix is scaled from the last step). Stops when the gradient's norm falls below
+/// `tolerance` (in x) or after `max_iters`; `None` where argmin fails. Returns the best point
+/// and its cost.
+fn lbfgs_minimise<P>(
+    problem: P,
+    start: Vec<f64>,
+    tolerance: f64,
+    max_iters: u64,
+) -> Option<(Vec<f64>, f64)>
+where
+    P: argmin::core::CostFunction<Param = Vec<f64>, Output = f64>
+        + argmin::core::Gradient<Param = Vec<f64>, Gradient = Vec<f64>>,
+{
+    use argmin::core::{Executor, State};
+    use argmin::solver::linesearch::MoreThuenteLineSearch;
+    use argmin::solver::quasinewton::LBFGS;
+    let g0 = problem.gradient(&start).ok()?;
+    let norm = g0.iter().map(|g| g * g).sum::<f64>().sqrt();
+    let scale = if norm.is_finite() && norm > 0.0 {
+        norm.sqrt()
+    } else {
+        1.0
+    };
+    let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+        .with_tolerance_grad(tolerance / scale)
+        .ok()?;
+    let u0: Vec<f64> = start.iter().map(|x| x * scale).collect();
+    let result = Executor::new(Rescaled { problem, scale }, solver)
+        .configure(|s| s.param(u0).max_iters(max_iters))
+        .run()
+        .ok()?;
+    let state = result.state();
+    let best = state.get_best_param()?;
+    Some((
+        best.iter().map(|u| u / scale).collect(),
+        state.get_best_cost(),
+    ))
+}
+
+/// A problem in x solved for u = scale x.
+struct Rescaled<P> {
+    problem: P,
+    scale: f64,
+}
+
+impl<P> Rescaled<P> {
+    fn x(&self, u: &[f64]) -> Vec<f64> {
+        u.iter().map(|u| u / self.scale).collect()
+    }
+}
+
+impl<P: argmin::core::CostFunction<Param = Vec<f64>, Output = f64>> argmin::core::CostFunction
+    for Rescaled<P>
+{
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, u: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        self.problem.cost(&self.x(u))
+    }
+}
+
+impl<P: argmin::core::Gradient<Param = Vec<f64>, Gradient = Vec<f64>>> argmin::core::Gradient
+    for Rescaled<P>
+{
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, u: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
+        let g = self.problem.gradient(&self.x(u))?;
+        Ok(g.iter().map(|g| g / self.scale).collect())
+    }
+}

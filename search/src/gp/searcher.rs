@@ -1,16 +1,14 @@
 //! The Gaussian-process searcher: random trials first, then the point that maximises the log
 //! expected improvement of a GP fitted to the completed trials (Optuna's GPSampler's loop).
 
-use argmin::core::{CostFunction, Executor, Gradient, State};
-use argmin::solver::linesearch::MoreThuenteLineSearch;
-use argmin::solver::quasinewton::LBFGS;
+use argmin::core::{CostFunction, Gradient};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
 use super::model::{fit, GpRegressor};
 use super::space::{ConditionalSpace, UnitSpace};
-use super::LastAnswer;
+use super::{lbfgs_minimise, LastAnswer};
 use crate::{trial_rng, History, Mode, Params, RandomSearch, Searcher, Space, Status, TrialId};
 
 /// The GP searcher's settings (Optuna 5 GPSampler's names and defaults).
@@ -485,17 +483,9 @@ fn gradient_ascent(
         free: &free,
         last: &last,
     };
-    let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
-        .with_tolerance_grad(GRADIENT_TOLERANCE)
-        .ok()?;
-    let result = Executor::new(problem, solver)
-        .configure(|s| s.param(initial).max_iters(LOCAL_ITERATIONS))
-        .run()
-        .ok()?;
-    let state = result.state();
-    let found = state.get_best_param()?;
-    let found_value = -state.get_best_cost();
-    (found_value > value).then(|| (problem.point(found), found_value))
+    let (found, cost) = lbfgs_minimise(problem, initial, GRADIENT_TOLERANCE, LOCAL_ITERATIONS)?;
+    let found_value = -cost;
+    (found_value > value).then(|| (problem.point(&found), found_value))
 }
 
 #[cfg(test)]
