@@ -11,7 +11,9 @@ in its own process limited to one thread, as the bench's machine has two cores.
 timing: one run of TRIALS trials (seed 0), printing {"seconds": [time of each study.ask]}:
 the sampler's whole work for a trial (fit, acquisition), as a user waits for it.
 
-Needs optuna==5.0.0, numpy, scipy and torch (CPU is enough) in the interpreter that runs it.
+Needs optuna==5.0.0, numpy, scipy, torch (CPU is enough) and greenlet in the interpreter that
+runs it: without greenlet, GPSampler falls back to a sequential, slower acquisition search
+(it says so on stderr).
 """
 
 import json

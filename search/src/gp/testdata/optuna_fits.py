@@ -33,13 +33,18 @@ def case(x, f, categorical):
     }
 
 
-cases = []
-for seed, n in [(3, 20), (8, 40)]:
-    rng = np.random.RandomState(seed)
-    x = rng.rand(n, 6)
-    cases.append(case(x, [hartmann6(p) for p in x], [False] * 6))
-rng = np.random.RandomState(5)
-x = np.column_stack([rng.rand(25, 3), rng.randint(0, 3, 25)]).astype(float)
-f = [(p[0] - 0.3) ** 2 + np.sin(5 * p[1]) + 0.5 * p[2] + [0.0, 0.4, -0.2][int(p[3])] for p in x]
-cases.append(case(x, f, [False, False, False, True]))
-print(json.dumps(cases))
+def main():
+    cases = []
+    for seed, n in [(3, 20), (8, 40)]:
+        rng = np.random.RandomState(seed)
+        x = rng.rand(n, 6)
+        cases.append(case(x, [hartmann6(p) for p in x], [False] * 6))
+    rng = np.random.RandomState(5)
+    x = np.column_stack([rng.rand(25, 3), rng.randint(0, 3, 25)]).astype(float)
+    f = [(p[0] - 0.3) ** 2 + np.sin(5 * p[1]) + 0.5 * p[2] + [0.0, 0.4, -0.2][int(p[3])] for p in x]
+    cases.append(case(x, f, [False, False, False, True]))
+    print(json.dumps(cases))
+
+
+if __name__ == "__main__":
+    main()
