@@ -62,14 +62,19 @@ where
     use argmin::solver::linesearch::MoreThuenteLineSearch;
     use argmin::solver::quasinewton::LBFGS;
     let g0 = problem.gradient(&start).ok()?;
+    let f0 = problem.cost(&start).ok()?;
     let norm = g0.iter().map(|g| g * g).sum::<f64>().sqrt();
     let scale = if norm.is_finite() && norm > 0.0 {
         norm.sqrt()
     } else {
         1.0
     };
+    // scipy's other test: a step that lowers the cost by less than factr * machine epsilon
+    // (2.2e-9) of it ends the search (argmin's is absolute: taken at the start's cost).
     let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
         .with_tolerance_grad(tolerance / scale)
+        .ok()?
+        .with_tolerance_cost(SCIPY_FTOL * f0.abs().max(1.0))
         .ok()?;
     let u0: Vec<f64> = start.iter().map(|x| x * scale).collect();
     let result = Executor::new(Rescaled { problem, scale }, solver)
@@ -83,6 +88,9 @@ where
         state.get_best_cost(),
     ))
 }
+
+/// scipy's L-BFGS-B default `ftol` (factr 1e7 times the machine epsilon).
+const SCIPY_FTOL: f64 = 1e7 * f64::EPSILON;
 
 /// A problem in x solved for u = scale x.
 struct Rescaled<P> {
