@@ -492,6 +492,13 @@ fn gradient_ascent(
 mod tests {
     use super::*;
 
+    /// Trial `id` ran with `params` and ended with `value`.
+    fn complete(history: &mut History, id: TrialId, params: Params, value: f64) {
+        history.record(id, params, Status::Running);
+        history.report(id, 1, value);
+        history.set_status(id, Status::Completed);
+    }
+
     /// Branin on [-5, 10] x [0, 15], minimum 0.397887.
     fn branin(x: f64, y: f64) -> f64 {
         let pi = std::f64::consts::PI;
@@ -505,9 +512,7 @@ mod tests {
             let p = searcher.suggest(id, &history).unwrap();
             let at = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap();
             let value = branin(at("x"), at("y"));
-            history.record(id, p, Status::Running);
-            history.report(id, 1, value);
-            history.set_status(id, Status::Completed);
+            complete(&mut history, id, p, value);
         }
         history.best().unwrap().value.unwrap() - 0.397_887
     }
@@ -565,9 +570,7 @@ mod tests {
                 for (d, v) in point.iter().enumerate() {
                     params.insert(format!("x{d}"), crate::Value::Float(*v));
                 }
-                history.record(id as u64, params, Status::Running);
-                history.report(id as u64, 1, *value);
-                history.set_status(id as u64, Status::Completed);
+                complete(&mut history, id as u64, params, *value);
             }
             let gp = GpSearch::new(space.clone(), 0, GpOptions::default()).unwrap();
             let (x, y) = gp.training_set(&history);
@@ -603,9 +606,7 @@ mod tests {
             let p = first.suggest(id, &history).unwrap();
             let at = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap();
             let value = branin(at("x"), at("y"));
-            history.record(id, p, Status::Running);
-            history.report(id, 1, value);
-            history.set_status(id, Status::Completed);
+            complete(&mut history, id, p, value);
         }
         // A fresh searcher (a resumed sweep) asked the same thing answers the same.
         let mut again = GpSearch::new(space(), 7, options).unwrap();
@@ -628,9 +629,7 @@ mod tests {
             let p = gp.suggest(id, &history).unwrap();
             let at = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap();
             let value = branin(at("x"), at("y"));
-            history.record(id, p, Status::Running);
-            history.report(id, 1, value);
-            history.set_status(id, Status::Completed);
+            complete(&mut history, id, p, value);
         }
         let favourite = gp.suggest(6, &history).unwrap();
         history.record(6, favourite.clone(), Status::Running);
@@ -693,9 +692,7 @@ mod tests {
                 assert!(param.domain.contains(p.get(&param.name).unwrap()), "{p:?}");
             }
             let value = f(&p);
-            history.record(id, p, Status::Running);
-            history.report(id, 1, value);
-            history.set_status(id, Status::Completed);
+            complete(&mut history, id, p, value);
         }
         let best = history.best().unwrap();
         assert_eq!(
