@@ -51,6 +51,7 @@ pub mod store;
 pub mod tracking;
 mod trial;
 mod tuner;
+mod warm_start;
 
 pub use error::TuneError;
 pub use objective::{
@@ -63,7 +64,7 @@ pub use replay::scheduler_status;
 pub use spec::{
     check_mlflow_url, Algorithm, ExperimentSpec, Gpus, InvalidSetting, MlflowServer, ObjectiveSpec,
     Resources, SchedulerSpec, Search, SearchSpec, SearcherError, SpecError, StoreSpec,
-    TrackingSpec,
+    TrackingSpec, WarmStart,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;
@@ -72,6 +73,7 @@ pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig
 pub use tune_search::gp::GpOptions;
 pub use tune_search::{
     value_short, value_text, Condition, Domain, DomainError, FieldError, Mode, ParamError, Params,
-    Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,
+    PriorTrial, Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,
 };
 pub use tuner::{best_trial, TuneResult, Tuner};
+pub use warm_start::{read_warm_start, WarmStartRead};

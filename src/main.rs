@@ -36,6 +36,10 @@ enum Command {
         /// Overrides the spec's seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// An earlier sweep's folder: its completed trials are what the algorithm (tpe, gp)
+        /// learns from first, when its metric and parameters are this sweep's.
+        #[arg(long, value_name = "EXPERIMENT")]
+        warm_start: Option<PathBuf>,
         /// Trials run at once on this machine (default: the spec's [resources]); with --store,
         /// 0 runs the coordinator alone and `tune worker` processes run the trials.
         #[arg(long)]
@@ -311,6 +315,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             dir,
             no_tui,
             seed,
+            warm_start,
             slots,
             store,
         } => {
@@ -324,6 +329,22 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             }
             if let Some(seed) = seed {
                 parsed.seed = seed;
+            }
+            if let Some(from) = warm_start {
+                let read = tune::read_warm_start(&from, &parsed)?;
+                println!(
+                    "tune: warm start from {}: {} completed trials{}",
+                    from.display(),
+                    read.warm_start.trials.len(),
+                    match read.left_out {
+                        0 => String::new(),
+                        n => format!(" ({n} outside this space's ranges left out)"),
+                    }
+                );
+                parsed.search.warm_start = Some(read.warm_start);
+                parsed
+                    .validate()
+                    .map_err(|e| TuneError::Invalid(format!("{}: {e}", spec.display())))?;
             }
             // SAFETY: tune has started no thread yet.
             unsafe { tune::share_cores_among_trials(&parsed) };

@@ -13,7 +13,9 @@ use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective,
 use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
-use crate::spec::{Algorithm, ExperimentSpec, Resources, SchedulerSpec, Search, SearchSpec};
+use crate::spec::{
+    Algorithm, ExperimentSpec, Resources, SchedulerSpec, Search, SearchSpec, WarmStart,
+};
 use crate::stop::{StopConditions, StopReason};
 use crate::tracking::mlflow::{MlflowLogger, SweepRecord};
 use crate::tracking::tensorboard::TensorBoardLogger;
@@ -230,6 +232,14 @@ impl Tuner {
     pub fn initial_points(mut self, points: Vec<Params>) -> Self {
         self.spec.search.initial = points;
         self.fixed("initial")
+    }
+
+    /// Trials of an earlier sweep that the algorithm learns from as its oldest (what
+    /// [`read_warm_start`](crate::read_warm_start) reads, `tune run --warm-start`); TPE and GP
+    /// only. They are kept with the sweep, so that a resume decides as the first run did.
+    pub fn warm_start(mut self, warm_start: WarmStart) -> Self {
+        self.spec.search.warm_start = Some(warm_start);
+        self.fixed("warm_start")
     }
 
     /// The trial scheduler and its settings (FIFO unless set).

@@ -1,6 +1,7 @@
 //! `[search] algorithm = "gp"` through the real binary: a sweep that finds the quadratic's
 //! minimum, and a conditional space refused before anything runs; `[[search.initial]]`
-//! points evaluated first, and points outside the space refused.
+//! points evaluated first, and points outside the space refused; `--warm-start` from an
+//! earlier sweep, and the sweeps it refuses.
 
 mod common;
 
@@ -127,4 +128,128 @@ fn initial_points_outside_the_space_are_refused_at_their_line() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
     }
+}
+
+/// The spec of a GP sweep of the fixture's quadratic (minimum at x = 1, y = -2), in a
+/// folder of its own under `tmp`.
+fn quadratic_gp(tmp: &std::path::Path, top: &str, space: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = tmp.join(format!("spec-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_spec(
+        &dir,
+        &format!("{top}\n[search]\nalgorithm = \"gp\"\nn_startup_trials = 4\nn_preliminary_samples = 256\nn_local_search = 3\n[resources]\ncpu_slots = 1"),
+        &["--y", "{y}", "--steps", "1"],
+        space,
+    )
+}
+
+#[test]
+fn a_warm_started_sweep_learns_from_the_earlier_one_from_its_first_trial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let xy = "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }";
+    let first = tmp.path().join("first");
+    run_ok(&mut tune_run(
+        &quadratic_gp(tmp.path(), "samples = 12\nseed = 1", xy),
+        &first,
+    ));
+    let second_spec = quadratic_gp(tmp.path(), "samples = 2\nseed = 9", xy);
+    let cold = tmp.path().join("cold");
+    run_ok(&mut tune_run(&second_spec, &cold));
+    let warm_dir = tmp.path().join("warm");
+    let out = run_ok(
+        tune_run(&second_spec, &warm_dir)
+            .arg("--warm-start")
+            .arg(&first),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("warm start from"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (cold, warm) = (export_json(&cold), export_json(&warm_dir));
+    // Cold, trial 0 is one of the 4 random startup trials; warm, the 12 earlier trials are
+    // past the startup and the model places it by the minimum.
+    let at = |t: &serde_json::Value| {
+        (
+            t["params"]["x"].as_f64().unwrap(),
+            t["params"]["y"].as_f64().unwrap(),
+        )
+    };
+    let (x, y) = at(&warm[0]);
+    assert!(
+        (x - 1.0).abs() < 0.5 && (y + 2.0).abs() < 0.5,
+        "warm trial 0 at ({x}, {y})"
+    );
+    assert_ne!(at(&cold[0]), at(&warm[0]));
+    // The earlier trials are kept with the sweep: a resume asks the same model.
+    run_ok(
+        tune()
+            .arg("resume")
+            .arg(&warm_dir)
+            .args(["--samples", "3", "--no-tui"]),
+    );
+    let (x, y) = at(&export_json(&warm_dir)[2]);
+    assert!(
+        (x - 1.0).abs() < 0.5 && (y + 2.0).abs() < 0.5,
+        "resumed trial 2 at ({x}, {y})"
+    );
+}
+
+#[test]
+fn a_warm_start_from_another_metric_space_or_algorithm_is_refused_naming_what_differs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let xy = "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }";
+    let first = tmp.path().join("first");
+    run_ok(&mut tune_run(
+        &quadratic_gp(tmp.path(), "samples = 5", xy),
+        &first,
+    ));
+    let xz = "x = { uniform = [-3.0, 3.0] }\ny = { choice = [1, 2] }";
+    let cases = [
+        (
+            quadratic_gp(tmp.path(), "samples = 2\nmode = \"max\"", xy),
+            "it optimised `loss` (min), this sweep `loss` (max)",
+        ),
+        (
+            quadratic_gp(tmp.path(), "samples = 2", xz),
+            "`y` is a choice here and a uniform there",
+        ),
+        (
+            quadratic_gp(
+                tmp.path(),
+                "samples = 2",
+                &format!("{xy}\nw = {{ uniform = [0.0, 1.0] }}"),
+            ),
+            "the spaces differ: only in this sweep's: `w`",
+        ),
+    ];
+    for (spec, expected) in cases {
+        let out = tune_run(&spec, &tmp.path().join("run"))
+            .arg("--warm-start")
+            .arg(&first)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert!(!tmp.path().join("run").exists());
+    }
+    let random = quadratic_gp(tmp.path(), "samples = 2", xy);
+    let text = std::fs::read_to_string(&random).unwrap().replace(
+        "algorithm = \"gp\"\nn_startup_trials = 4\nn_preliminary_samples = 256\nn_local_search = 3",
+        "algorithm = \"random\"",
+    );
+    std::fs::write(&random, text).unwrap();
+    let out = tune_run(&random, &tmp.path().join("run"))
+        .arg("--warm-start")
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("random search does not learn from earlier trials"),
+        "{}",
+        stderr(&out)
+    );
 }

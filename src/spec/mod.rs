@@ -11,8 +11,8 @@ use tune_schedulers::{
 };
 use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch, UnitSpace};
 use tune_search::{
-    Domain, FieldError, GridSearch, Mode, NoGridParams, Params, PointError, RandomSearch, Searcher,
-    Space, Tpe, TpeOptions, WithInitialPoints,
+    Domain, FieldError, GridSearch, Mode, NoGridParams, Params, PointError, PriorTrial,
+    RandomSearch, Searcher, Space, Tpe, TpeOptions, WithInitialPoints, WithPriorTrials,
 };
 
 /// Why a spec's search algorithm cannot search its space.
@@ -236,6 +236,19 @@ pub struct Search {
     /// leave parameters out: they are drawn at random. They count toward `samples`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub initial: Vec<Params>,
+    /// Trials of an earlier sweep the algorithm learns from as its oldest (`tune run
+    /// --warm-start`, SageMaker's warm start): copied into the sweep when it is created, so
+    /// that a resume decides as the first run did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_start: Option<WarmStart>,
+}
+
+/// An earlier sweep's completed trials, as `--warm-start` found them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmStart {
+    /// Where they came from (the folder or the store's experiment name), for people.
+    pub from: String,
+    pub trials: Vec<PriorTrial>,
 }
 
 impl From<SearchSpec> for Search {
@@ -243,6 +256,7 @@ impl From<SearchSpec> for Search {
         Search {
             algorithm,
             initial: Vec::new(),
+            warm_start: None,
         }
     }
 }
@@ -266,9 +280,18 @@ impl<'de> Deserialize<'de> for Search {
             })?,
             None => Vec::new(),
         };
+        let warm_start = table
+            .remove("warm_start")
+            .map(WarmStart::deserialize)
+            .transpose()
+            .map_err(|e| D::Error::custom(format!("`warm_start`: {e}")))?;
         let algorithm =
             SearchSpec::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
-        Ok(Search { algorithm, initial })
+        Ok(Search {
+            algorithm,
+            initial,
+            warm_start,
+        })
     }
 }
 
@@ -542,6 +565,10 @@ impl ExperimentSpec {
             }
             SearchSpec::Gp(options) => Box::new(GpSearch::new(space, self.seed, options.clone())?),
         };
+        let searcher: Box<dyn Searcher> = match &self.search.warm_start {
+            Some(warm) => Box::new(WithPriorTrials::new(warm.trials.clone(), searcher)),
+            None => searcher,
+        };
         if self.search.initial.is_empty() {
             return Ok(searcher);
         }
@@ -769,6 +796,36 @@ impl ExperimentSpec {
                         text.strip_prefix(&prefix).unwrap_or(&text),
                     ),
                 ));
+            }
+        }
+        if let Some(warm) = &self.search.warm_start {
+            let warm_start = |message: String| {
+                Err(InvalidSetting::new(
+                    "search",
+                    FieldError::new("warm_start", message),
+                ))
+            };
+            if matches!(
+                self.search.algorithm,
+                SearchSpec::Random {} | SearchSpec::Grid {}
+            ) {
+                return warm_start(format!(
+                    "{} search does not learn from earlier trials: use algorithm = \"tpe\" or \"gp\"",
+                    self.search.algorithm.algorithm().as_str()
+                ));
+            }
+            for (i, trial) in warm.trials.iter().enumerate() {
+                if let Err(e) = self.space.check_point(&trial.params) {
+                    return warm_start(format!("trial {} of {}: {e}", i + 1, warm.from));
+                }
+                if !trial.value.is_finite() {
+                    return warm_start(format!(
+                        "trial {} of {}: expected a finite value, found {}",
+                        i + 1,
+                        warm.from,
+                        trial.value
+                    ));
+                }
             }
         }
         if let SearchSpec::Tpe(tpe) = &self.search.algorithm {
