@@ -62,9 +62,9 @@ pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
-    check_mlflow_url, Algorithm, ExperimentSpec, Gpus, InvalidSetting, MlflowServer, ObjectiveSpec,
-    Resources, SchedulerSpec, Search, SearchSpec, SearcherError, SpecError, StoreSpec,
-    TrackingSpec, WarmStart,
+    check_mlflow_url, Algorithm, ExperimentSpec, Goal, Gpus, InvalidSetting, MlflowServer,
+    ObjectiveSpec, Resources, SchedulerSpec, Search, SearchSpec, SearcherError, SpecError,
+    StoreSpec, TrackingSpec, WarmStart,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;
@@ -72,8 +72,9 @@ pub use trial::{now_ms, Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::gp::GpOptions;
 pub use tune_search::{
-    value_short, value_text, Condition, Domain, DomainError, FieldError, Mode, ParamError, Params,
-    PriorTrial, Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,
+    value_short, value_text, Condition, Domain, DomainError, FieldError, Mode, Nsga2Options,
+    ParamError, Params, PriorTrial, Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId,
+    Value,
 };
-pub use tuner::{best_trial, TuneResult, Tuner};
+pub use tuner::{best_trial, pareto_front, TuneResult, Tuner};
 pub use warm_start::{read_warm_start, WarmStartRead};

@@ -530,13 +530,16 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             let written = match format {
                 Format::Json => serde_json::to_writer_pretty(
                     &mut out,
-                    &tune::export::to_json(&sweep.trials, &spec.metric, &workers),
+                    &tune::export::to_json(&sweep.trials, &spec.objectives(), &workers),
                 )
                 .map_err(std::io::Error::from)
                 .and_then(|_| writeln!(out)),
-                Format::Csv => {
-                    tune::export::write_csv(&mut out, &sweep.trials, &spec.space, &spec.metric)
-                }
+                Format::Csv => tune::export::write_csv(
+                    &mut out,
+                    &sweep.trials,
+                    &spec.space,
+                    &spec.objectives(),
+                ),
                 Format::OptunaJournal => tune::export::write_optuna_journal(
                     &mut out,
                     &spec.name,
@@ -1040,6 +1043,13 @@ impl SweepState {
     }
 }
 
+fn mode_text(mode: tune::Mode) -> &'static str {
+    match mode {
+        tune::Mode::Min => "min",
+        tune::Mode::Max => "max",
+    }
+}
+
 fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()> {
     let spec = &sweep.spec;
     let trials = &sweep.trials;
@@ -1061,15 +1071,40 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
         count(Status::Failed),
         trials.iter().filter(|t| !t.status.is_finished()).count(),
     )?;
-    match best_trial(trials, &spec.metric, spec.mode) {
-        Some(b) => writeln!(
-            out,
-            "best: trial {} with {} = {}",
-            b.id,
-            spec.metric,
-            value_text(b.value(&spec.metric).unwrap_or(f64::NAN))
-        ),
-        None => writeln!(out, "best: none yet"),
+    let objectives = spec.objectives();
+    let front: Option<Vec<u64>> = (objectives.len() > 1).then(|| {
+        tune::pareto_front(trials, &objectives)
+            .iter()
+            .map(|t| t.id)
+            .collect()
+    });
+    match &front {
+        Some(ids) if ids.is_empty() => writeln!(out, "pareto front: none yet"),
+        Some(ids) => {
+            let goals: Vec<String> = objectives
+                .iter()
+                .map(|o| format!("{} ({})", o.metric, mode_text(o.mode)))
+                .collect();
+            let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+            writeln!(
+                out,
+                "pareto front of {}: {} trial{} ({}; marked * below)",
+                goals.join(", "),
+                ids.len(),
+                if ids.len() == 1 { "" } else { "s" },
+                ids.join(", ")
+            )
+        }
+        None => match best_trial(trials, &spec.metric, spec.mode) {
+            Some(b) => writeln!(
+                out,
+                "best: trial {} with {} = {}",
+                b.id,
+                spec.metric,
+                value_text(b.value(&spec.metric).unwrap_or(f64::NAN))
+            ),
+            None => writeln!(out, "best: none yet"),
+        },
     }?;
     if let Some(coordinator) = &sweep.serving.coordinator {
         writeln!(out, "coordinator: {coordinator}")?;
@@ -1099,26 +1134,34 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
             }
         )?;
     }
+    let columns: String = objectives
+        .iter()
+        .map(|o| format!(" {:>14}", o.metric))
+        .collect();
     writeln!(
         out,
-        "{:>6}  {:<10} {:>14} {:>6}  params",
-        "id", "status", &spec.metric, "step"
+        "{:>5}  {:<10}{columns} {:>6}  params",
+        "id", "status", "step"
     )?;
     for t in trials {
-        let value = t
-            .value(&spec.metric)
-            .map(value_short)
-            .unwrap_or_else(|| "-".into());
+        let value: String = objectives
+            .iter()
+            .map(|o| {
+                let v = t.value(&o.metric).map(value_short);
+                format!(" {:>14}", v.unwrap_or_else(|| "-".into()))
+            })
+            .collect();
+        let on_front = front.as_ref().is_some_and(|f| f.contains(&t.id));
         let step = t
             .last_step()
             .map(|s| s.to_string())
             .unwrap_or_else(|| "-".into());
         let params: Vec<String> = t.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let mut line = format!(
-            "{:>6}  {:<10} {:>14} {:>6}  {}",
+            "{:>5}{} {:<10}{value} {:>6}  {}",
             t.id,
+            if on_front { "*" } else { " " },
             t.status.as_str(),
-            value,
             step,
             params.join(" ")
         );

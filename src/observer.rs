@@ -111,6 +111,8 @@ pub struct SweepInfo<'a> {
     pub scheduler: &'a str,
     /// The worker slots (`cpu:0`, `cuda:1`).
     pub slots: Vec<String>,
+    /// Every objective (the summary's metric is the first).
+    pub objectives: &'a [crate::spec::Goal],
     /// The trials so far, with their results (a resumed sweep has some).
     pub trials: &'a [Trial],
     /// Where an observer's own thread tells the user something (a server that does not

@@ -14,7 +14,7 @@ use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
 use crate::spec::{
-    Algorithm, ExperimentSpec, Resources, SchedulerSpec, Search, SearchSpec, WarmStart,
+    Algorithm, ExperimentSpec, Goal, Resources, SchedulerSpec, Search, SearchSpec, WarmStart,
 };
 use crate::stop::{StopConditions, StopReason};
 use crate::tracking::mlflow::{MlflowLogger, SweepRecord};
@@ -82,6 +82,7 @@ impl Tuner {
             name: format!("sweep-{}", stamp.trim_end_matches('Z')),
             metric: "loss".into(),
             mode: Mode::Min,
+            objectives: Vec::new(),
             samples: 10,
             seed: 0,
             max_failures: 0,
@@ -181,6 +182,48 @@ impl Tuner {
     pub fn metric(mut self, metric: impl Into<String>, mode: Mode) -> Self {
         self.spec.metric = metric.into();
         self.spec.mode = mode;
+        self.spec.objectives.clear();
+        self.fixed("metric")
+    }
+
+    /// Several objectives at once (`metric = [..]`, `mode = [..]` in a spec): the sweep looks
+    /// for the Pareto front ([`TuneResult::pareto_front`]); TPE, NSGA-II, random and grid
+    /// search take them. One pair is [`Tuner::metric`].
+    ///
+    /// ```
+    /// use tune::{Algorithm, Mode, Space, Tuner};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+    /// let result = Tuner::new(space)
+    ///     .objectives([("loss", Mode::Min), ("size", Mode::Min)])
+    ///     .algorithm(Algorithm::Nsga2)
+    ///     .samples(12)
+    ///     .dir(dir.path().join("front"))
+    ///     .fit(|ctx| {
+    ///         let x = ctx.params().f64("x")?;
+    ///         ctx.report(1, [("loss", x), ("size", 1.0 - x)])?;
+    ///         Ok(())
+    ///     })
+    ///     .unwrap();
+    /// // Every completed trial is on this front: lower loss means larger size.
+    /// assert_eq!(result.pareto_front().unwrap().len(), 12);
+    /// ```
+    pub fn objectives<S: Into<String>>(
+        mut self,
+        objectives: impl IntoIterator<Item = (S, Mode)>,
+    ) -> Self {
+        let all: Vec<Goal> = objectives
+            .into_iter()
+            .map(|(metric, mode)| Goal {
+                metric: metric.into(),
+                mode,
+            })
+            .collect();
+        if let Some(first) = all.first() {
+            self.spec.metric = first.metric.clone();
+            self.spec.mode = first.mode;
+        }
+        self.spec.objectives = if all.len() > 1 { all } else { Vec::new() };
         self.fixed("metric")
     }
 
@@ -472,6 +515,7 @@ impl Tuner {
             trials: spec.trials_folder(&exp.dir),
             metric: spec.metric.clone(),
             mode: spec.mode,
+            objectives: spec.objectives(),
             samples: exp.stored.meta.samples,
             pool,
             max_failures: spec.max_failures,
@@ -503,6 +547,7 @@ impl Tuner {
             dir: exp.dir,
             name: spec.name.clone(),
             store: self.store.clone(),
+            objectives: spec.objectives(),
             metric: spec.metric,
             best: ended.best,
             failed: ended.failed,
@@ -676,6 +721,7 @@ pub struct TuneResult {
     name: String,
     store: StoreLocation,
     metric: String,
+    objectives: Vec<Goal>,
     best: Option<Trial>,
     failed: u64,
     first_failure: Option<Trial>,
@@ -700,9 +746,20 @@ impl TuneResult {
     }
 
     /// The completed trial with the best last-reported metric ([`Mode::beats`]: ties go to
-    /// the lower id).
+    /// the lower id); with several objectives, by the first ([`TuneResult::pareto_front`]
+    /// is the answer there).
     pub fn best(&self) -> Option<&Trial> {
         self.best.as_ref()
+    }
+
+    /// The completed trials on the Pareto front of the sweep's objectives ([`pareto_front`]),
+    /// read from the store; with one objective, the trials with the best value.
+    pub fn pareto_front(&self) -> Result<Vec<Trial>, TuneError> {
+        let trials = self.trials()?;
+        Ok(pareto_front(&trials, &self.objectives)
+            .into_iter()
+            .cloned()
+            .collect())
     }
 
     /// How many trials failed.
@@ -782,6 +839,55 @@ impl TuneResult {
     pub fn store(&self) -> &StoreLocation {
         &self.store
     }
+}
+
+/// The completed trials no other completed trial dominates (no worse in every objective,
+/// better in one), in id order: the best trials of a sweep with several objectives
+/// (Optuna's `best_trials`). Trials missing an objective's value are left out; trials with
+/// equal values are all kept. With one objective: every trial with the best value.
+///
+/// ```
+/// use tune::{Goal, Mode, Params, Status, Trial, TrialResult};
+/// let trial = |id, loss: f64, size: f64| {
+///     let mut t = Trial::new(id, Params::default());
+///     t.status = Status::Completed;
+///     t.results.push(TrialResult {
+///         step: 1, seq: id, attempt: 1,
+///         metrics: [("loss".to_string(), loss), ("size".to_string(), size)].into(),
+///     });
+///     t
+/// };
+/// let trials = [trial(0, 0.1, 9.0), trial(1, 0.2, 3.0), trial(2, 0.3, 4.0)];
+/// let goals = [
+///     Goal { metric: "loss".into(), mode: Mode::Min },
+///     Goal { metric: "size".into(), mode: Mode::Min },
+/// ];
+/// let front: Vec<u64> = tune::pareto_front(&trials, &goals).iter().map(|t| t.id).collect();
+/// assert_eq!(front, [0, 1]); // trial 2 is worse than trial 1 in both
+/// ```
+pub fn pareto_front<'a>(trials: &'a [Trial], objectives: &[Goal]) -> Vec<&'a Trial> {
+    let scored: Vec<(&Trial, Vec<f64>)> = trials
+        .iter()
+        .filter(|t| t.status == Status::Completed)
+        .filter_map(|t| {
+            let losses = objectives
+                .iter()
+                .map(|o| {
+                    let v = t.value(&o.metric).filter(|v| v.is_finite())?;
+                    Some(if o.mode == Mode::Max { -v } else { v })
+                })
+                .collect::<Option<Vec<f64>>>()?;
+            Some((t, losses))
+        })
+        .collect();
+    let losses: Vec<&[f64]> = scored.iter().map(|(_, l)| l.as_slice()).collect();
+    tune_search::pareto::fronts(&losses, 1)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| scored[i].0)
+        .collect()
 }
 
 /// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id).

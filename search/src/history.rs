@@ -105,8 +105,12 @@ pub struct Observation {
     pub id: TrialId,
     pub params: Params,
     pub status: Status,
-    /// The metric at the last report (Ray Tune's `scope="last"`), when there was one.
+    /// The metric at the last report (Ray Tune's `scope="last"`), when there was one; with
+    /// several objectives, the first's.
     pub value: Option<f64>,
+    /// Every objective's value at the last report, in the order of [`History::objectives`]
+    /// (empty before the first report).
+    pub values: Vec<f64>,
     /// The step of the last report.
     pub last_step: Option<u64>,
 }
@@ -124,6 +128,8 @@ pub struct Observation {
 #[derive(Debug, Clone)]
 pub struct History {
     mode: Mode,
+    /// One direction per objective; `mode` is the first.
+    objectives: Vec<Mode>,
     trials: Vec<Observation>,
 }
 
@@ -131,12 +137,57 @@ impl History {
     pub fn new(mode: Mode) -> History {
         History {
             mode,
+            objectives: vec![mode],
             trials: Vec::new(),
         }
     }
 
+    /// A history of a sweep with several objectives, one direction each (none: one minimised).
+    ///
+    /// ```
+    /// use tune_search::{History, Mode, Params, Status};
+    /// let mut h = History::with_objectives(vec![Mode::Min, Mode::Max]);
+    /// h.record(0, Params::default(), Status::Running);
+    /// h.report_values(0, 1, &[0.3, 12.0]);
+    /// assert_eq!(h.get(0).unwrap().values, [0.3, 12.0]);
+    /// assert_eq!(h.losses(h.get(0).unwrap()), Some(vec![0.3, -12.0]));
+    /// ```
+    pub fn with_objectives(objectives: Vec<Mode>) -> History {
+        let objectives = if objectives.is_empty() {
+            vec![Mode::Min]
+        } else {
+            objectives
+        };
+        History {
+            mode: objectives[0],
+            objectives,
+            trials: Vec::new(),
+        }
+    }
+
+    /// The direction of the (first) objective.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Every objective's direction.
+    pub fn objectives(&self) -> &[Mode] {
+        &self.objectives
+    }
+
+    /// A trial's last values as losses (maximised objectives negated), when it reported every
+    /// objective and all are finite: what dominance and hypervolume compare.
+    pub fn losses(&self, t: &Observation) -> Option<Vec<f64>> {
+        if t.values.len() != self.objectives.len() || t.values.iter().any(|v| !v.is_finite()) {
+            return None;
+        }
+        Some(
+            t.values
+                .iter()
+                .zip(&self.objectives)
+                .map(|(&v, m)| if *m == Mode::Max { -v } else { v })
+                .collect(),
+        )
     }
 
     /// Adds trial `id` (ids are dense: `id` must be `len()`), or replaces its params and status.
@@ -146,6 +197,7 @@ impl History {
             params,
             status,
             value: None,
+            values: Vec::new(),
             last_step: None,
         };
         match self.trials.get_mut(id as usize) {
@@ -159,8 +211,15 @@ impl History {
 
     /// Notes a report of the metric at `step`.
     pub fn report(&mut self, id: TrialId, step: u64, value: f64) {
+        self.report_values(id, step, &[value]);
+    }
+
+    /// Notes a report of every objective at `step` (in the order of [`History::objectives`]).
+    pub fn report_values(&mut self, id: TrialId, step: u64, values: &[f64]) {
         if let Some(t) = self.trials.get_mut(id as usize) {
-            t.value = Some(value);
+            t.value = values.first().copied();
+            t.values.clear();
+            t.values.extend_from_slice(values);
             t.last_step = Some(step);
         }
     }

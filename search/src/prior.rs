@@ -50,7 +50,7 @@ impl WithPriorTrials {
 
     /// The prior trials, then `history`'s with their ids moved past them.
     fn merged(&self, history: &History) -> History {
-        let mut merged = History::new(history.mode());
+        let mut merged = History::with_objectives(history.objectives().to_vec());
         for (id, trial) in self.prior.iter().enumerate() {
             let id = id as TrialId;
             merged.record(id, trial.params.clone(), Status::Running);
@@ -60,8 +60,8 @@ impl WithPriorTrials {
         for o in history.iter() {
             let id = o.id + self.offset();
             merged.record(id, o.params.clone(), o.status);
-            if let (Some(step), Some(value)) = (o.last_step, o.value) {
-                merged.report(id, step, value);
+            if let Some(step) = o.last_step {
+                merged.report_values(id, step, &o.values);
             }
         }
         merged

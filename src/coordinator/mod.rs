@@ -59,6 +59,8 @@ pub(crate) struct Plan {
     pub trials: PathBuf,
     pub metric: String,
     pub mode: Mode,
+    /// Every objective (`metric` and `mode` are the first's): what the searcher is shown.
+    pub objectives: Vec<crate::spec::Goal>,
     pub samples: u64,
     /// Where trials run.
     pub pool: Pool,
@@ -134,7 +136,8 @@ impl Coordinator {
         objective: Objective,
         observers: Vec<Box<dyn Observer>>,
     ) -> Coordinator {
-        let mut history = History::new(plan.mode);
+        let mut history =
+            History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
         let mut summary = Summary::new(&plan.metric, plan.mode);
         let mut queue = VecDeque::new();
         let mut next_seq = 0;
@@ -152,8 +155,10 @@ impl Coordinator {
             }
             if searcher.reads_history() {
                 history.record(t.id, t.params.clone(), t.status);
-                if let (Some(v), Some(step)) = (t.value(&plan.metric), t.last_step()) {
-                    history.report(t.id, step, v);
+                let values: Option<Vec<f64>> =
+                    plan.objectives.iter().map(|o| t.value(&o.metric)).collect();
+                if let (Some(values), Some(step)) = (values, t.last_step()) {
+                    history.report_values(t.id, step, &values);
                 }
             }
             next_seq = t.results.iter().map(|r| r.seq + 1).fold(next_seq, u64::max);
@@ -302,6 +307,7 @@ impl Coordinator {
             search: &self.plan.search,
             scheduler: &self.plan.scheduler,
             slots: self.plan.pool.slots().iter().map(Slot::to_string).collect(),
+            objectives: &self.plan.objectives,
             trials: &self.loaded,
             notes: Notes::to(self.tx.clone()),
         };
@@ -629,7 +635,6 @@ impl Coordinator {
         mut metrics: std::collections::BTreeMap<String, f64>,
         ack: oneshot::Sender<Heard>,
     ) -> Result<(), TuneError> {
-        let metric = &self.plan.metric;
         let Some(run) = self
             .in_flight
             .get_mut(&id)
@@ -644,9 +649,19 @@ impl Coordinator {
             self.acks.push((ack, Heard::Continue));
             return Ok(());
         };
-        let value = match metrics.get(metric) {
-            Some(&v) if v.is_finite() => v,
-            bad => {
+        // Every objective's value, or the first missing or non-finite one.
+        let values: Result<Vec<f64>, (&str, Option<f64>)> = self
+            .plan
+            .objectives
+            .iter()
+            .map(|o| match metrics.get(&o.metric) {
+                Some(&v) if v.is_finite() => Ok(v),
+                bad => Err((o.metric.as_str(), bad.copied())),
+            })
+            .collect();
+        let values = match values {
+            Ok(values) => values,
+            Err((metric, bad)) => {
                 let reason = match bad {
                     Some(v) => format!("`{metric}` was {v} at step {step}"),
                     None => {
@@ -675,8 +690,8 @@ impl Coordinator {
         };
         self.next_seq += 1;
         self.store.add_result(id, &result)?;
-        self.history.report(id, step, value);
-        let decision = self.scheduler.on_result(id, step, value);
+        self.history.report_values(id, step, &values);
+        let decision = self.scheduler.on_result(id, step, values[0]);
         let t = self.live.get_mut(&id).expect("a trial in flight");
         t.results.push(result);
         if let Some(r) = t.results.last() {

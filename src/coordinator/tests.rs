@@ -205,6 +205,10 @@ impl Sweep {
             trials: self.dir.path().to_path_buf(),
             metric: "loss".into(),
             mode: self.mode,
+            objectives: vec![crate::spec::Goal {
+                metric: "loss".into(),
+                mode: self.mode,
+            }],
             samples: self.samples,
             pool,
             max_failures: self.max_failures,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use tune_search::{Mode, Status, TrialId};
 
 use crate::remote::{split_remote_slot, WorkerInfo};
+use crate::spec::Goal;
 use crate::trial::{Trial, TrialResult};
 
 /// How many log lines a board keeps.
@@ -23,6 +24,9 @@ pub struct Header {
     pub scheduler: String,
     pub metric: String,
     pub mode: Mode,
+    /// With several objectives, every one (`metric` and `mode` are the first's); else empty.
+    #[serde(default)]
+    pub objectives: Vec<Goal>,
     /// Trials the sweep will create in all.
     pub total: u64,
     /// The worker slots (`cpu:0`, `cuda:1`), in order.
@@ -136,6 +140,29 @@ impl Board {
     /// The best completed trial and its value (as `tune status` picks it).
     pub fn best(&self) -> Option<(TrialId, f64)> {
         self.best_over_time.last().map(|&(_, v, id)| (id, v))
+    }
+
+    /// With several objectives, the ids of the completed trials on the Pareto front (as
+    /// `tune status` finds it); `None` with one objective.
+    pub fn pareto_front(&self) -> Option<Vec<TrialId>> {
+        if self.header.objectives.len() < 2 {
+            return None;
+        }
+        let trials: Vec<Trial> = self
+            .trials
+            .iter()
+            .map(|v| {
+                let mut t = v.trial.clone();
+                t.results = v.results.last().cloned().into_iter().collect();
+                t
+            })
+            .collect();
+        Some(
+            crate::pareto_front(&trials, &self.header.objectives)
+                .iter()
+                .map(|t| t.id)
+                .collect(),
+        )
     }
 
     pub fn count(&self, status: Status) -> usize {

@@ -173,15 +173,30 @@ pub(crate) fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: Theme
     if not_created > 0 {
         counts.push(Span::raw(format!("{not_created} to create")));
     }
-    let best = match b.best().and_then(|(id, v)| Some((b.trial(id)?, v))) {
-        Some((t, v)) => format!(
-            "best {} {} (trial {}): {}",
-            h.metric,
-            short(v),
-            t.trial.id,
-            params_text(&t.trial.params)
-        ),
-        None => format!("best {}: no completed trial yet", h.metric),
+    let front = b.pareto_front();
+    let best = match (&front, b.best().and_then(|(id, v)| Some((b.trial(id)?, v)))) {
+        (Some(ids), _) => {
+            let names: Vec<&str> = h.objectives.iter().map(|o| o.metric.as_str()).collect();
+            let shown: Vec<String> = ids.iter().take(12).map(|id| id.to_string()).collect();
+            format!(
+                "pareto front of {}: {} trial{}{}{}",
+                names.join(", "),
+                ids.len(),
+                if ids.len() == 1 { "" } else { "s" },
+                if ids.is_empty() { "" } else { ": " },
+                shown.join(", ") + if ids.len() > 12 { ", ..." } else { "" }
+            )
+        }
+        (None, found) => match found {
+            Some((t, v)) => format!(
+                "best {} {} (trial {}): {}",
+                h.metric,
+                short(v),
+                t.trial.id,
+                params_text(&t.trial.params)
+            ),
+            None => format!("best {}: no completed trial yet", h.metric),
+        },
     };
     frame.render_widget(
         Paragraph::new(vec![title, Line::from(counts), Line::from(best)]),
@@ -630,6 +645,7 @@ mod tests {
             scheduler: "asha".into(),
             metric: "loss".into(),
             mode: Mode::Min,
+            objectives: Vec::new(),
             total,
             slots: vec!["cpu:0".into(), "cpu:1".into()],
             started_at: T0,
@@ -729,6 +745,25 @@ mod tests {
         );
         assert!(
             text.contains("best loss 0.2 (trial 3): lr=0.004 units=128"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn with_several_objectives_the_header_names_the_front() {
+        let mut app = mixed();
+        // Minimising both loss and acc = 1 - loss: the completed trials trade one for the
+        // other, so both are on the front; the stopped and running ones are not counted.
+        app.board.header.objectives = ["loss", "acc"]
+            .into_iter()
+            .map(|m| crate::spec::Goal {
+                metric: m.into(),
+                mode: Mode::Min,
+            })
+            .collect();
+        let text = panel(100, 3, |f, a| draw_header(f, a, &app, PLAIN, T0));
+        assert!(
+            text.contains("pareto front of loss, acc: 2 trials: 0, 3"),
             "{text}"
         );
     }

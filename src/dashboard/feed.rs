@@ -269,6 +269,11 @@ impl Observer for HubObserver {
             scheduler: info.scheduler.into(),
             metric: summary.metric.clone(),
             mode: summary.mode,
+            objectives: if info.objectives.len() > 1 {
+                info.objectives.to_vec()
+            } else {
+                Vec::new()
+            },
             total: summary.total,
             slots: info.slots.clone(),
             started_at: now_ms(),

@@ -47,6 +47,7 @@ pub fn board_of_stored(
         scheduler: spec.scheduler.name().into(),
         metric: spec.metric.clone(),
         mode: spec.mode,
+        objectives: spec.objectives.clone(),
         total: stored.meta.samples,
         slots,
         started_at: trials.iter().map(|t| t.created_at).min().unwrap_or(0),

@@ -11,6 +11,7 @@ use std::io::Write;
 use serde_json::{json, Map, Value as Json};
 use tune_search::{Space, TrialId};
 
+use crate::spec::Goal;
 use crate::trial::{rfc3339, Trial};
 
 /// The remote worker (`host:pid`) of each attempt a `tune worker` ran, by (trial, attempt)
@@ -20,15 +21,20 @@ pub type AttemptWorkers = BTreeMap<(TrialId, u32), String>;
 /// One JSON object per trial: `{"id", "status", "params", "value", "results": [{"step", "seq",
 /// "attempt", <metric>: ..}, ..], "attempts", "device", "started_at", "finished_at", "error"}`.
 /// Where `workers` names the worker of an attempt, the trial gets `"worker"` (its last
-/// attempt's) and each result of that attempt its `"worker"`.
+/// attempt's) and each result of that attempt its `"worker"`. `value` is the first
+/// objective's; with several, a trial also gets `"values"` (each objective's last value, by
+/// name) and `"pareto_optimal"` (on the front of [`crate::pareto_front`]).
 ///
 /// ```
 /// let t = tune::Trial::new(0, tune::Params::default());
-/// let json = tune::export::to_json(&[t], "loss", &Default::default());
+/// let loss = tune::Goal { metric: "loss".into(), mode: tune::Mode::Min };
+/// let json = tune::export::to_json(&[t], &[loss], &Default::default());
 /// assert_eq!(json[0]["status"], "pending");
 /// assert!(json[0]["value"].is_null());
 /// ```
-pub fn to_json(trials: &[Trial], metric: &str, workers: &AttemptWorkers) -> Json {
+pub fn to_json(trials: &[Trial], objectives: &[Goal], workers: &AttemptWorkers) -> Json {
+    let metric = objectives.first().map_or("", |o| o.metric.as_str());
+    let front = front_ids(trials, objectives);
     Json::Array(
         trials
             .iter()
@@ -67,20 +73,42 @@ pub fn to_json(trials: &[Trial], metric: &str, workers: &AttemptWorkers) -> Json
                 if let Some(w) = workers.get(&(t.id, t.attempts)) {
                     trial["worker"] = json!(w);
                 }
+                if let Some(front) = &front {
+                    let values: Map<String, Json> = objectives
+                        .iter()
+                        .map(|o| (o.metric.clone(), json!(t.value(&o.metric))))
+                        .collect();
+                    trial["values"] = Json::Object(values);
+                    trial["pareto_optimal"] = json!(front.contains(&t.id));
+                }
                 trial
             })
             .collect(),
     )
 }
 
+/// The ids on the Pareto front, for a sweep with several objectives (`None` with one).
+fn front_ids(trials: &[Trial], objectives: &[Goal]) -> Option<Vec<TrialId>> {
+    (objectives.len() > 1).then(|| {
+        crate::pareto_front(trials, objectives)
+            .iter()
+            .map(|t| t.id)
+            .collect()
+    })
+}
+
 /// One row per trial: id, status, value, last step, attempts, times, error, then one
-/// `params.<name>` column per parameter of the space (empty where inactive).
+/// `params.<name>` column per parameter of the space (empty where inactive). With several
+/// objectives, `value` is the first's, and `values.<metric>` columns (each objective's) and
+/// `pareto_optimal` follow `error`.
 pub fn write_csv(
     out: &mut impl Write,
     trials: &[Trial],
     space: &Space,
-    metric: &str,
+    objectives: &[Goal],
 ) -> std::io::Result<()> {
+    let metric = objectives.first().map_or("", |o| o.metric.as_str());
+    let front = front_ids(trials, objectives);
     let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
     let mut header = vec![
         "id",
@@ -95,6 +123,10 @@ pub fn write_csv(
     .into_iter()
     .map(String::from)
     .collect::<Vec<_>>();
+    if front.is_some() {
+        header.extend(objectives.iter().map(|o| format!("values.{}", o.metric)));
+        header.push("pareto_optimal".into());
+    }
     header.extend(names.iter().map(|n| format!("params.{n}")));
     writeln!(
         out,
@@ -116,6 +148,14 @@ pub fn write_csv(
             t.finished_at.map(rfc3339).unwrap_or_default(),
             t.error.clone().unwrap_or_default(),
         ];
+        if let Some(front) = &front {
+            row.extend(objectives.iter().map(|o| {
+                t.value(&o.metric)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            }));
+            row.push(front.contains(&t.id).to_string());
+        }
         row.extend(
             names
                 .iter()

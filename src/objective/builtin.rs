@@ -67,6 +67,7 @@ fn train(
     {
         trainer.restore(dir)?;
     }
+    let n_params = trainer.parameter_count() as f64;
     while !trainer.finished() {
         let r = trainer.train_epoch()?;
         let heard = ctx.report(
@@ -76,6 +77,7 @@ fn train(
                 ("val_accuracy", r.val_accuracy),
                 ("train_loss", r.train_loss),
                 ("lr", r.lr),
+                ("n_params", n_params),
             ],
         );
         // The checkpoint follows the decision, as the command protocol's does: a paused

@@ -37,8 +37,9 @@ pub struct ObjectiveSpec {
 /// The keys `[objective]` itself defines (the rest belong to a built-in trainable).
 const OBJECTIVE_KEYS: [&str; 5] = ["command", "builtin", "timeout_s", "env", "workdir"];
 
-/// What a built-in trainable reports each epoch (candidates for `metric`).
-pub const BUILTIN_METRICS: [&str; 4] = ["val_loss", "val_accuracy", "train_loss", "lr"];
+/// What a built-in trainable reports each epoch (candidates for `metric`); `n_params` is the
+/// model's size (its trained weights), an objective to trade against accuracy.
+pub const BUILTIN_METRICS: [&str; 5] = ["val_loss", "val_accuracy", "train_loss", "lr", "n_params"];
 
 /// A problem with the objective, and the section of the spec it is in (`objective`, `space`
 /// or the top level, "").

@@ -11,8 +11,8 @@ use tune_schedulers::{
 };
 use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch, UnitSpace};
 use tune_search::{
-    Domain, FieldError, GridSearch, Mode, NoGridParams, Params, PointError, PriorTrial,
-    RandomSearch, Searcher, Space, Tpe, TpeOptions, WithInitialPoints, WithPriorTrials,
+    Domain, FieldError, GridSearch, Mode, NoGridParams, Nsga2, Nsga2Options, Params, PointError,
+    PriorTrial, RandomSearch, Searcher, Space, Tpe, TpeOptions, WithInitialPoints, WithPriorTrials,
 };
 
 /// Why a spec's search algorithm cannot search its space.
@@ -28,8 +28,10 @@ pub enum SearcherError {
 
 pub use crate::objective::spec::ObjectiveSpec;
 pub use located::SpecError;
+pub use objectives::Goal;
 
 mod located;
+mod objectives;
 #[cfg(test)]
 mod tests;
 
@@ -53,10 +55,15 @@ mod tests;
 pub struct ExperimentSpec {
     /// Names the experiment folder (`runs/<name>` unless `--dir` says otherwise).
     pub name: String,
-    /// The reported key that is optimised.
+    /// The reported key that is optimised; with several objectives, the first.
     pub metric: String,
     #[serde(default = "default_mode")]
     pub mode: Mode,
+    /// With several objectives (`metric = ["val_loss", "latency_ms"]`, `mode = ["min",
+    /// "min"]`), every one in order, `metric` and `mode` being the first's; empty with one.
+    /// [`ExperimentSpec::objectives`] gives them in either case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objectives: Vec<Goal>,
     /// Trials to create (grid search: repeats of the whole grid).
     pub samples: u64,
     #[serde(default)]
@@ -315,6 +322,8 @@ pub enum SearchSpec {
     /// Bayesian optimisation with a Gaussian process (Optuna's GPSampler's model and
     /// acquisition); spaces without conditions.
     Gp(GpOptions),
+    /// The genetic algorithm NSGA-II (Optuna's NSGAIISampler), for several objectives.
+    Nsga2(Nsga2Options),
 }
 
 impl Default for SearchSpec {
@@ -330,6 +339,7 @@ impl SearchSpec {
             SearchSpec::Grid {} => Algorithm::Grid,
             SearchSpec::Tpe(_) => Algorithm::Tpe,
             SearchSpec::Gp(_) => Algorithm::Gp,
+            SearchSpec::Nsga2(_) => Algorithm::Nsga2,
         }
     }
 
@@ -340,6 +350,7 @@ impl SearchSpec {
             Algorithm::Grid => SearchSpec::Grid {},
             Algorithm::Tpe => SearchSpec::Tpe(TpeOptions::default()),
             Algorithm::Gp => SearchSpec::Gp(GpOptions::default()),
+            Algorithm::Nsga2 => SearchSpec::Nsga2(Nsga2Options::default()),
         }
     }
 }
@@ -357,6 +368,8 @@ pub enum Algorithm {
     Tpe,
     /// Bayesian optimisation with a Gaussian process (Matérn 5/2, log expected improvement).
     Gp,
+    /// NSGA-II (Deb et al. 2002), a genetic algorithm for several objectives.
+    Nsga2,
 }
 
 impl Algorithm {
@@ -366,6 +379,7 @@ impl Algorithm {
             Algorithm::Grid => "grid",
             Algorithm::Tpe => "tpe",
             Algorithm::Gp => "gp",
+            Algorithm::Nsga2 => "nsga2",
         }
     }
 }
@@ -564,6 +578,7 @@ impl ExperimentSpec {
                 Box::new(Tpe::new(space, self.seed, options))
             }
             SearchSpec::Gp(options) => Box::new(GpSearch::new(space, self.seed, options.clone())?),
+            SearchSpec::Nsga2(options) => Box::new(Nsga2::new(space, self.seed, options.clone())),
         };
         let searcher: Box<dyn Searcher> = match &self.search.warm_start {
             Some(warm) => Box::new(WithPriorTrials::new(warm.trials.clone(), searcher)),
@@ -659,10 +674,35 @@ impl ExperimentSpec {
         Ok((spec, text))
     }
 
+    /// Every objective, in order: `metric` and `mode` alone for a sweep with one.
+    pub fn objectives(&self) -> Vec<Goal> {
+        if self.objectives.is_empty() {
+            vec![Goal {
+                metric: self.metric.clone(),
+                mode: self.mode,
+            }]
+        } else {
+            self.objectives.clone()
+        }
+    }
+
     /// Parses and validates spec text; `file` only names the source in errors.
     pub fn from_toml(text: &str, file: &Path) -> Result<ExperimentSpec, SpecError> {
-        let spec: ExperimentSpec =
+        let mut table: toml::Table =
             toml::from_str(text).map_err(|e| SpecError::parse(text, file, &e))?;
+        let lists = ["metric", "mode"]
+            .iter()
+            .any(|k| table.get(*k).is_some_and(toml::Value::is_array));
+        let spec: ExperimentSpec = if lists {
+            objectives::split_objective_lists(&mut table)
+                .map_err(|invalid| SpecError::invalid(text, file, &invalid))?;
+            // Read from the rewritten table: serde's errors lose their line here, and keep
+            // their message.
+            ExperimentSpec::deserialize(toml::Value::Table(table))
+                .map_err(|e| SpecError::parse(text, file, &e))?
+        } else {
+            toml::from_str(text).map_err(|e| SpecError::parse(text, file, &e))?
+        };
         spec.validate()
             .map_err(|invalid| SpecError::invalid(text, file, &invalid))?;
         Ok(spec)
@@ -850,9 +890,104 @@ impl ExperimentSpec {
         self.stop
             .validate()
             .map_err(|e| InvalidSetting::new("stop", e))?;
+        self.validate_objectives()?;
         if let Some(obj) = &self.objective {
-            obj.validate(&self.space, &self.metric)
-                .map_err(|(section, e)| InvalidSetting::new(section, e))?;
+            for o in self.objectives() {
+                obj.validate(&self.space, &o.metric)
+                    .map_err(|(section, e)| InvalidSetting::new(section, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With several objectives: what works with them (FIFO, random, grid, TPE, NSGA-II) and
+    /// what needs one value (the other schedulers, GP, `[stop]`'s target and no-improvement
+    /// limit, a warm start) is refused, saying so.
+    fn validate_objectives(&self) -> Result<(), InvalidSetting> {
+        if let SearchSpec::Nsga2(options) = &self.search.algorithm {
+            options
+                .validate()
+                .map_err(|e| InvalidSetting::new("search", e))?;
+        }
+        if self.objectives.is_empty() {
+            return Ok(());
+        }
+        let first_ok =
+            self.objectives[0].metric == self.metric && self.objectives[0].mode == self.mode;
+        for (i, o) in self.objectives.iter().enumerate() {
+            if o.metric.is_empty() || self.objectives[..i].iter().any(|p| p.metric == o.metric) {
+                return Err(InvalidSetting::new(
+                    "",
+                    FieldError::new(
+                        "objectives",
+                        format!("expected distinct metric names, found {:?}", o.metric),
+                    ),
+                ));
+            }
+        }
+        if !first_ok || self.objectives.len() < 2 {
+            return Err(InvalidSetting::new(
+                "",
+                FieldError::new(
+                    "objectives",
+                    "expected the list of every objective, the first being `metric` and `mode` \
+                     (write metric = [..] and mode = [..] instead)",
+                ),
+            ));
+        }
+        let names: Vec<&str> = self.objectives.iter().map(|o| o.metric.as_str()).collect();
+        let several = format!(
+            "this sweep has {} objectives ({})",
+            names.len(),
+            names.join(", ")
+        );
+        if !matches!(self.scheduler, SchedulerSpec::Fifo {}) {
+            return Err(InvalidSetting::new(
+                "scheduler",
+                FieldError::new(
+                    "kind",
+                    format!(
+                        "{} compares trials by one value, and {several}: use kind = \"fifo\" \
+                         (the default)",
+                        self.scheduler.name()
+                    ),
+                ),
+            ));
+        }
+        if matches!(self.search.algorithm, SearchSpec::Gp(_)) {
+            return Err(InvalidSetting::new(
+                "search",
+                FieldError::new(
+                    "algorithm",
+                    format!(
+                        "gp models one objective, and {several}: use algorithm = \"tpe\" or \
+                         \"nsga2\""
+                    ),
+                ),
+            ));
+        }
+        if self.search.warm_start.is_some() {
+            return Err(InvalidSetting::new(
+                "search",
+                FieldError::new(
+                    "warm_start",
+                    format!("a warm start carries one value per trial, and {several}"),
+                ),
+            ));
+        }
+        for (key, set) in [
+            ("target", self.stop.target.is_some()),
+            (
+                "no_improvement_trials",
+                self.stop.no_improvement_trials.is_some(),
+            ),
+        ] {
+            if set {
+                return Err(InvalidSetting::new(
+                    "stop",
+                    FieldError::new(key, format!("needs one value to compare, and {several}")),
+                ));
+            }
         }
         Ok(())
     }

@@ -161,6 +161,15 @@ impl Trainer {
         self.model.as_ref()
     }
 
+    /// How many weights the model trains (every element of every variable).
+    pub fn parameter_count(&self) -> usize {
+        self.model
+            .vars()
+            .iter()
+            .map(|(_, v)| v.as_tensor().elem_count())
+            .sum()
+    }
+
     fn steps_per_epoch(&self) -> u64 {
         self.train.2.div_ceil(self.cfg.batch_size) as u64
     }

@@ -8,6 +8,7 @@ pub(crate) mod coords;
 pub(crate) mod estimator;
 mod eval;
 mod index;
+mod multi;
 mod numerics;
 
 use std::cmp::Ordering;
@@ -314,6 +315,8 @@ struct Workspace {
     bad: Table,
     /// Per-component terms of a density evaluation.
     terms: Vec<f32>,
+    /// Several objectives: the good trials weigh the same, however many (Optuna's MOTPE).
+    equal_good_weights: bool,
 }
 
 /// Parameters sampled together: same activation condition.
@@ -441,8 +444,13 @@ impl Searcher for Tpe {
             return Some(self.space.sample(&mut rng));
         }
         // Like Optuna, gamma counts finished trials only; liars only join the bad side.
-        self.index
-            .below_into(self.opts.gamma(finished), &mut self.work.good);
+        if history.objectives().len() > 1 {
+            multi::below_into(history, self.opts.gamma_fraction, &mut self.work.good);
+        } else {
+            self.index
+                .below_into(self.opts.gamma(finished), &mut self.work.good);
+        }
+        self.work.equal_good_weights = history.objectives().len() > 1;
         let mut params = Params::default();
         self.work.kernel_of.clear();
         self.work.kernel_of.resize(self.index.len(), u32::MAX);
@@ -541,12 +549,12 @@ impl Tpe {
                 out
             })
             .collect();
-        let l = Parzen::new(
-            &group.specs,
-            &below_cols,
-            &self.opts.weights(work.below_ids.len()),
-            est_opts,
-        );
+        let good_weights = if work.equal_good_weights {
+            vec![1.0; work.below_ids.len()]
+        } else {
+            self.opts.weights(work.below_ids.len())
+        };
+        let l = Parzen::new(&group.specs, &below_cols, &good_weights, est_opts);
         let memo = Some((
             &mut self.norms,
             work.above_ids.as_slice(),

@@ -1,0 +1,138 @@
+//! Multi-objective benchmark functions, the same as `benches/peers/optuna_mo.py` (the bench
+//! checks the two agree on the peer's own trials): ZDT1 and ZDT2 (Zitzler, Deb and Thiele
+//! 2000; 30 variables), DTLZ2 (Deb et al. 2002; 3 objectives, 12 variables) and NetCost, a
+//! made-up network's validation loss against its latency over five mixed hyperparameters.
+//! Every objective is minimised.
+
+#![allow(dead_code)]
+
+use std::f64::consts::PI;
+
+use tune_search::{Params, Space};
+
+/// A function of several objectives, its space, budget and the reference point its
+/// hypervolume is measured against.
+pub struct MultiBenchmark {
+    pub name: &'static str,
+    pub space: Space,
+    pub f: fn(&Params) -> Vec<f64>,
+    pub reference: Vec<f64>,
+    pub budget: u64,
+}
+
+fn xs(p: &Params, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| p.f64(&format!("x{i}")).expect("benchmark parameter"))
+        .collect()
+}
+
+fn unit_cube(n: usize) -> Space {
+    (0..n)
+        .fold(Space::builder(), |b, i| {
+            b.uniform(format!("x{i}"), 0.0, 1.0)
+        })
+        .build()
+        .expect("a unit cube")
+}
+
+const ZDT_N: usize = 30;
+const DTLZ_N: usize = 12;
+
+/// g of ZDT1-3: 1 + 9 * mean of x1..x(n-1), summed left to right as the peer does.
+fn zdt_g(x: &[f64]) -> f64 {
+    let mut s = 0.0;
+    for v in &x[1..] {
+        s += v;
+    }
+    1.0 + 9.0 * s / (x.len() - 1) as f64
+}
+
+pub fn zdt1(p: &Params) -> Vec<f64> {
+    let x = xs(p, ZDT_N);
+    let g = zdt_g(&x);
+    vec![x[0], g * (1.0 - (x[0] / g).sqrt())]
+}
+
+pub fn zdt2(p: &Params) -> Vec<f64> {
+    let x = xs(p, ZDT_N);
+    let g = zdt_g(&x);
+    vec![x[0], g * (1.0 - (x[0] / g) * (x[0] / g))]
+}
+
+pub fn dtlz2(p: &Params) -> Vec<f64> {
+    let x = xs(p, DTLZ_N);
+    let mut g = 0.0;
+    for v in &x[2..] {
+        g += (v - 0.5) * (v - 0.5);
+    }
+    let (a, b) = (x[0] * PI / 2.0, x[1] * PI / 2.0);
+    vec![
+        (1.0 + g) * a.cos() * b.cos(),
+        (1.0 + g) * a.cos() * b.sin(),
+        (1.0 + g) * a.sin(),
+    ]
+}
+
+/// Validation loss and latency (ms) of a made-up network: the loss is a bowl in log10(lr)
+/// around an optimiser-dependent optimum, plus a capacity term falling with width and depth
+/// and a dropout bowl; the latency grows with width x depth. Wider and deeper is better and
+/// slower: the front is the trade-off between the two.
+pub fn net_cost(p: &Params) -> Vec<f64> {
+    let lr = p.f64("lr").expect("lr");
+    let width = p.i64("width").expect("width") as f64;
+    let depth = p.i64("depth").expect("depth") as f64;
+    let dropout = p.f64("dropout").expect("dropout");
+    let best_log_lr = match p.str("optimizer").expect("optimizer") {
+        "sgd" => -1.0,
+        "adam" => -3.0,
+        _ => -2.5,
+    };
+    let d = lr.log10() - best_log_lr;
+    let loss = 0.05
+        + 0.1 * d * d
+        + 0.5 / (1.0 + width.log2() * depth / 4.0)
+        + 0.3 * (dropout - 0.3) * (dropout - 0.3);
+    let latency = width * depth / 64.0 + 0.1 * depth;
+    vec![loss, latency]
+}
+
+pub fn all() -> Vec<MultiBenchmark> {
+    vec![
+        MultiBenchmark {
+            name: "ZDT1",
+            space: unit_cube(ZDT_N),
+            f: zdt1,
+            reference: vec![1.1, 11.0],
+            budget: 300,
+        },
+        MultiBenchmark {
+            name: "ZDT2",
+            space: unit_cube(ZDT_N),
+            f: zdt2,
+            reference: vec![1.1, 11.0],
+            budget: 300,
+        },
+        MultiBenchmark {
+            name: "DTLZ2",
+            space: unit_cube(DTLZ_N),
+            f: dtlz2,
+            reference: vec![3.85, 3.85, 3.85],
+            budget: 300,
+        },
+        MultiBenchmark {
+            name: "NetCost",
+            space: Space::builder()
+                .loguniform("lr", 1e-5, 1.0)
+                .int("width", 8, 1024)
+                .log()
+                .int("depth", 1, 8)
+                .uniform("dropout", 0.0, 0.8)
+                .choice("optimizer", ["sgd", "adam", "rmsprop"])
+                .build()
+                .expect("the NetCost space"),
+            f: net_cost,
+            reference: vec![2.5, 130.0],
+            budget: 200,
+        },
+    ]
+}
