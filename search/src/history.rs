@@ -111,8 +111,24 @@ pub struct Observation {
     /// Every objective's value at the last report, in the order of [`History::objectives`]
     /// (empty before the first report).
     pub values: Vec<f64>,
+    /// The constraints' values at the last report, each feasible at or below 0 (Optuna's
+    /// convention); empty in a sweep without constraints.
+    pub constraints: Vec<f64>,
     /// The step of the last report.
     pub last_step: Option<u64>,
+}
+
+impl Observation {
+    /// How far the trial is from meeting its constraints: the sum of the constraint values
+    /// above 0 (Optuna's violation score); 0 when feasible or unconstrained.
+    pub fn violation(&self) -> f64 {
+        self.constraints.iter().map(|c| c.max(0.0)).sum()
+    }
+
+    /// Meets every constraint (or has none).
+    pub fn feasible(&self) -> bool {
+        self.violation() == 0.0
+    }
 }
 
 /// Every trial of the sweep, running ones included, indexed by id.
@@ -198,6 +214,7 @@ impl History {
             status,
             value: None,
             values: Vec::new(),
+            constraints: Vec::new(),
             last_step: None,
         };
         match self.trials.get_mut(id as usize) {
@@ -221,6 +238,24 @@ impl History {
             t.values.clear();
             t.values.extend_from_slice(values);
             t.last_step = Some(step);
+        }
+    }
+
+    /// Notes the constraints' values at the trial's last report (each feasible at or below 0).
+    ///
+    /// ```
+    /// use tune_search::{History, Mode, Params, Status};
+    /// let mut h = History::new(Mode::Min);
+    /// h.record(0, Params::default(), Status::Running);
+    /// h.report(0, 1, 0.5);
+    /// h.report_constraints(0, &[-1.0, 0.25, 0.5]);
+    /// assert_eq!(h.get(0).unwrap().violation(), 0.75);
+    /// assert!(!h.get(0).unwrap().feasible());
+    /// ```
+    pub fn report_constraints(&mut self, id: TrialId, constraints: &[f64]) {
+        if let Some(t) = self.trials.get_mut(id as usize) {
+            t.constraints.clear();
+            t.constraints.extend_from_slice(constraints);
         }
     }
 
@@ -254,12 +289,13 @@ impl History {
         self.trials.iter()
     }
 
-    /// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id).
+    /// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id),
+    /// among those that meet their constraints.
     pub fn best(&self) -> Option<&Observation> {
         let completed = self
             .trials
             .iter()
-            .filter(|t| t.status == Status::Completed)
+            .filter(|t| t.status == Status::Completed && t.feasible())
             .filter_map(|t| Some((t.id, t.value?)));
         let (id, _) = self.mode.best_of(completed)?;
         self.get(id)

@@ -3,7 +3,9 @@
 //! and the previous generation's completed trials (non-dominated sorting, then crowding
 //! distance); a child takes each parameter from one of two parents picked by binary tournament
 //! (uniform crossover), and each parameter is redrawn at random with probability 1 / (number
-//! of parameters).
+//! of parameters). With constraints, domination is Deb's constrained domination (a feasible
+//! trial dominates an infeasible one, the less violating of two infeasible ones dominates),
+//! and the infeasible rank after every feasible front, by violation.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -104,6 +106,18 @@ struct ParentsCache {
 struct Member {
     id: TrialId,
     losses: Vec<f64>,
+    /// How far outside its constraints (0: feasible).
+    violation: f64,
+}
+
+/// Deb's constrained domination (Optuna's `_constrained_dominates`).
+fn constrained_dominates(a: &Member, b: &Member) -> bool {
+    match (a.violation == 0.0, b.violation == 0.0) {
+        (true, true) => dominates(&a.losses, &b.losses),
+        (true, false) => true,
+        (false, true) => false,
+        (false, false) => a.violation < b.violation,
+    }
 }
 
 impl Nsga2 {
@@ -147,6 +161,7 @@ impl Nsga2 {
                         Some(Member {
                             id: t.id,
                             losses: history.losses(t)?,
+                            violation: t.violation(),
                         })
                     }),
             );
@@ -161,7 +176,44 @@ impl Nsga2 {
     }
 }
 
-/// The best `size` of `candidates`: whole fronts while they fit, then the least crowded of
+/// The ranks of `candidates`, best first: the fronts of the feasible ones, then the
+/// infeasible ones grouped by equal violation, least first (Optuna's `_rank_population`).
+fn ranks(candidates: &[Member], at_least: usize) -> Vec<Vec<usize>> {
+    let feasible: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].violation == 0.0)
+        .collect();
+    let losses: Vec<&[f64]> = feasible
+        .iter()
+        .map(|&i| candidates[i].losses.as_slice())
+        .collect();
+    let mut out: Vec<Vec<usize>> = fronts(&losses, at_least)
+        .into_iter()
+        .map(|f| f.into_iter().map(|k| feasible[k]).collect())
+        .collect();
+    let mut infeasible: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].violation > 0.0)
+        .collect();
+    infeasible.sort_by(|&a, &b| {
+        candidates[a]
+            .violation
+            .total_cmp(&candidates[b].violation)
+            .then(a.cmp(&b))
+    });
+    for i in infeasible {
+        match out.last_mut() {
+            Some(last)
+                if candidates[last[0]].violation > 0.0
+                    && candidates[last[0]].violation == candidates[i].violation =>
+            {
+                last.push(i)
+            }
+            _ => out.push(vec![i]),
+        }
+    }
+    out
+}
+
+/// The best `size` of `candidates`: whole ranks while they fit, then the least crowded of
 /// the next (Optuna's `NSGAIIElitePopulationSelectionStrategy`).
 fn elite(candidates: Vec<Member>, size: usize) -> Vec<Member> {
     if candidates.len() <= size {
@@ -169,7 +221,7 @@ fn elite(candidates: Vec<Member>, size: usize) -> Vec<Member> {
     }
     let losses: Vec<&[f64]> = candidates.iter().map(|m| m.losses.as_slice()).collect();
     let mut chosen = Vec::with_capacity(size);
-    for front in fronts(&losses, size) {
+    for front in ranks(&candidates, size) {
         if chosen.len() + front.len() <= size {
             chosen.extend(front);
             continue;
@@ -192,9 +244,9 @@ fn elite(candidates: Vec<Member>, size: usize) -> Vec<Member> {
 fn tournament<'a>(pool: &[&'a Member], rng: &mut ChaCha8Rng) -> &'a Member {
     let a = pool[rng.random_range(0..pool.len())];
     let b = pool[rng.random_range(0..pool.len())];
-    if dominates(&a.losses, &b.losses) {
+    if constrained_dominates(a, b) {
         a
-    } else if dominates(&b.losses, &a.losses) {
+    } else if constrained_dominates(b, a) {
         b
     } else if rng.random::<f64>() < 0.5 {
         a
@@ -260,7 +312,34 @@ mod tests {
         Member {
             id,
             losses: losses.to_vec(),
+            violation: 0.0,
         }
+    }
+
+    #[test]
+    fn infeasible_trials_rank_after_every_feasible_one_by_violation() {
+        let infeasible = |id, losses: &[f64], violation| Member {
+            violation,
+            ..member(id, losses)
+        };
+        let candidates = vec![
+            infeasible(0, &[0.0, 0.0], 2.0),
+            member(1, &[5.0, 5.0]),
+            infeasible(2, &[9.0, 9.0], 0.5),
+            member(3, &[1.0, 6.0]),
+            infeasible(4, &[1.0, 1.0], 0.5),
+        ];
+        assert_eq!(
+            ranks(&candidates, usize::MAX),
+            vec![vec![1, 3], vec![2, 4], vec![0]]
+        );
+        let ids: Vec<TrialId> = elite(candidates.clone(), 3).iter().map(|m| m.id).collect();
+        assert_eq!(ids[..2], [1, 3]);
+        assert!(ids[2] == 2 || ids[2] == 4);
+        // The best-looking trial loses to every feasible one, and to a lesser violation.
+        assert!(constrained_dominates(&candidates[1], &candidates[0]));
+        assert!(constrained_dominates(&candidates[2], &candidates[0]));
+        assert!(!constrained_dominates(&candidates[2], &candidates[4]));
     }
 
     #[test]

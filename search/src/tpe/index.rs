@@ -16,6 +16,8 @@ enum Role {
     Complete(f64),
     /// Stopped at `step` with its sign-adjusted value there.
     Stopped(u64, f64),
+    /// Completed outside its constraints, by how far (ranked after every feasible trial).
+    Infeasible(f64),
     /// Running or pending under the constant liar: always on the bad side.
     Liar,
 }
@@ -48,6 +50,8 @@ pub(crate) struct TrialIndex {
     roles: Vec<Role>,
     complete: Vec<(f64, TrialId)>,
     stopped: Vec<(u64, f64, TrialId)>,
+    /// (violation, id) of the infeasible completed trials.
+    infeasible: Vec<(f64, TrialId)>,
     /// Per parameter: (internal value, id) of every modelled trial where it is active.
     by_param: Vec<Vec<(f64, TrialId)>>,
 }
@@ -97,8 +101,10 @@ impl TrialIndex {
         self.roles.resize(history.len(), Role::Out);
         for t in history.iter() {
             let role = match (t.status, t.value) {
+                (Status::Completed, Some(_)) if !t.feasible() => Role::Infeasible(t.violation()),
                 (Status::Completed, Some(v)) => Role::Complete(sign * v),
                 (Status::Stopped, Some(_)) if shallow(t.last_step.unwrap_or(0)) => Role::Out,
+                (Status::Stopped, Some(_)) if !t.feasible() => Role::Infeasible(t.violation()),
                 (Status::Stopped, Some(v)) => Role::Stopped(t.last_step.unwrap_or(0), sign * v),
                 (Status::Running | Status::Pending | Status::Paused, _) if liar => Role::Liar,
                 _ => Role::Out,
@@ -110,11 +116,13 @@ impl TrialIndex {
             match old {
                 Role::Complete(v) => remove(&mut self.complete, &(v, t.id), by_value),
                 Role::Stopped(s, v) => remove(&mut self.stopped, &(s, v, t.id), by_depth),
+                Role::Infeasible(v) => remove(&mut self.infeasible, &(v, t.id), by_value),
                 _ => {}
             }
             match role {
                 Role::Complete(v) => insert(&mut self.complete, (v, t.id), by_value),
                 Role::Stopped(s, v) => insert(&mut self.stopped, (s, v, t.id), by_depth),
+                Role::Infeasible(v) => insert(&mut self.infeasible, (v, t.id), by_value),
                 _ => {}
             }
             let (was, is) = (old != Role::Out, role != Role::Out);
@@ -135,11 +143,12 @@ impl TrialIndex {
 
     /// Completed plus stopped trials.
     pub(crate) fn finished(&self) -> usize {
-        self.complete.len() + self.stopped.len()
+        self.complete.len() + self.stopped.len() + self.infeasible.len()
     }
 
-    /// Optuna's split: completed trials by value, then stopped ones by deepest step and value;
-    /// the best `n_below` are good, every other modelled trial (the liars too) is bad.
+    /// Optuna's split: completed trials by value, then stopped ones by deepest step and value,
+    /// then the infeasible by how far they are from their constraints; the best `n_below` are
+    /// good, every other modelled trial (the liars too) is bad.
     /// Fills `good` with a flag per trial id: good?
     pub(crate) fn below_into(&self, n_below: usize, good: &mut Vec<bool>) {
         good.clear();
@@ -148,7 +157,8 @@ impl TrialIndex {
             .complete
             .iter()
             .map(|c| c.1)
-            .chain(self.stopped.iter().map(|s| s.2));
+            .chain(self.stopped.iter().map(|s| s.2))
+            .chain(self.infeasible.iter().map(|s| s.1));
         for id in ranked.take(n_below) {
             good[id as usize] = true;
         }
@@ -210,6 +220,28 @@ mod tests {
         assert_eq!(index.finished(), 5);
         // Completed first, then the deepest stopped: 27, then 9.
         assert_eq!(good(&index, 3), vec![0, 3, 4]);
+    }
+
+    #[test]
+    fn infeasible_trials_rank_after_every_feasible_one_by_violation() {
+        let mut h = history();
+        // Trial 5: the best value, outside its constraint by 2; trial 6 by 1.
+        for (id, violation) in [(5, 2.0), (6, 1.0)] {
+            h.record(id, Params::default(), Status::Running);
+            h.report(id, 81, 0.01);
+            h.report_constraints(id, &[violation, -3.0]);
+            h.set_status(id, Status::Completed);
+        }
+        let mut index = TrialIndex::default();
+        index.sync(&h, &TrialCoords::default(), 0, false, 0.0);
+        assert_eq!(index.finished(), 7);
+        assert_eq!(good(&index, 1), vec![0]);
+        assert_eq!(good(&index, 5), vec![0, 1, 2, 3, 4]);
+        assert_eq!(good(&index, 6), vec![0, 1, 2, 3, 4, 6]);
+        // Back within its constraints, trial 5 is the best.
+        h.report_constraints(5, &[0.0, -3.0]);
+        index.sync(&h, &TrialCoords::default(), 0, false, 0.0);
+        assert_eq!(good(&index, 1), vec![5]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! splits the trials: the good side is the `ceil(gamma_fraction * n)` completed trials of the
 //! lowest non-domination ranks, ties in the last rank it reaches broken by greedy hypervolume
 //! subset selection. Optuna 5 weights the good trials equally (no hypervolume-contribution
-//! weights any more), and so does tune.
+//! weights any more), and so does tune. Trials outside their constraints come after every
+//! feasible one, the least violating first, as in Optuna.
 
 use crate::pareto::{fronts, greedy_hypervolume_subset, reference_point};
 use crate::{History, Status, TrialId};
@@ -12,12 +13,26 @@ use crate::{History, Status, TrialId};
 pub(crate) fn below_into(history: &History, gamma_fraction: f64, good: &mut Vec<bool>) {
     good.clear();
     good.resize(history.len(), false);
-    let trials: Vec<(TrialId, Vec<f64>)> = history
+    let completed: Vec<&crate::Observation> = history
         .iter()
-        .filter(|t| t.status == Status::Completed)
+        .filter(|t| t.status == Status::Completed && history.losses(t).is_some())
+        .collect();
+    let n_below = (gamma_fraction * completed.len() as f64).ceil() as usize;
+    let mut infeasible: Vec<(f64, TrialId)> = completed
+        .iter()
+        .filter(|t| !t.feasible())
+        .map(|t| (t.violation(), t.id))
+        .collect();
+    infeasible.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let trials: Vec<(TrialId, Vec<f64>)> = completed
+        .iter()
+        .filter(|t| t.feasible())
         .filter_map(|t| Some((t.id, history.losses(t)?)))
         .collect();
-    let n_below = ((gamma_fraction * trials.len() as f64).ceil() as usize).min(trials.len());
+    for &(_, id) in infeasible.iter().take(n_below.saturating_sub(trials.len())) {
+        good[id as usize] = true;
+    }
+    let n_below = n_below.min(trials.len());
     let losses: Vec<&[f64]> = trials.iter().map(|(_, l)| l.as_slice()).collect();
     let mut taken = 0;
     for front in fronts(&losses, n_below) {
@@ -102,6 +117,16 @@ mod tests {
         assert_eq!(good_ids(&h, 0.6), vec![0, 1, 2, 4]);
         // Two of front 0.
         assert_eq!(good_ids(&h, 0.3).len(), 2);
+    }
+
+    #[test]
+    fn infeasible_trials_are_good_only_after_every_feasible_one() {
+        let mut h = history(&[[0.0, 9.0], [3.0, 1.0], [2.0, 2.0], [5.0, 0.0]]);
+        // Trial 0 dominates all, but breaks its constraint; trial 3 breaks it by less.
+        h.report_constraints(0, &[0.5]);
+        h.report_constraints(3, &[0.25]);
+        assert_eq!(good_ids(&h, 0.5), vec![1, 2]);
+        assert_eq!(good_ids(&h, 0.75), vec![1, 2, 3]);
     }
 
     #[test]
