@@ -530,7 +530,12 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             let written = match format {
                 Format::Json => serde_json::to_writer_pretty(
                     &mut out,
-                    &tune::export::to_json(&sweep.trials, &spec.objectives(), &workers),
+                    &tune::export::to_json(
+                        &sweep.trials,
+                        &spec.objectives(),
+                        &spec.constraints,
+                        &workers,
+                    ),
                 )
                 .map_err(std::io::Error::from)
                 .and_then(|_| writeln!(out)),
@@ -539,6 +544,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                     &sweep.trials,
                     &spec.space,
                     &spec.objectives(),
+                    &spec.constraints,
                 ),
                 Format::OptunaJournal => tune::export::write_optuna_journal(
                     &mut out,
@@ -659,6 +665,7 @@ fn plot(
         name: &sweep.spec.name,
         metric: &sweep.spec.metric,
         mode: sweep.spec.mode,
+        constraints: &sweep.spec.constraints,
         space: &sweep.spec.space,
         trials: &sweep.trials,
         scheduler: sweep.spec.scheduler.name(),
@@ -1073,7 +1080,7 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
     )?;
     let objectives = spec.objectives();
     let front: Option<Vec<u64>> = (objectives.len() > 1).then(|| {
-        tune::pareto_front(trials, &objectives)
+        tune::pareto_front(trials, &objectives, &spec.constraints)
             .iter()
             .map(|t| t.id)
             .collect()
@@ -1095,13 +1102,18 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
                 ids.join(", ")
             )
         }
-        None => match best_trial(trials, &spec.metric, spec.mode) {
+        None => match best_trial(trials, &spec.metric, spec.mode, &spec.constraints) {
             Some(b) => writeln!(
                 out,
                 "best: trial {} with {} = {}",
                 b.id,
                 spec.metric,
                 value_text(b.value(&spec.metric).unwrap_or(f64::NAN))
+            ),
+            None if !spec.constraints.is_empty() && count(Status::Completed) > 0 => writeln!(
+                out,
+                "best: none within [constraints] yet ({} completed outside them)",
+                count(Status::Completed)
             ),
             None => writeln!(out, "best: none yet"),
         },
@@ -1167,6 +1179,12 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
         );
         if let Some(e) = &t.error {
             line += &format!("  [{}]", e.lines().next().unwrap_or(""));
+        }
+        if !t.results.is_empty() && !spec.constraints.feasible(t) {
+            line += &format!(
+                "  [outside constraints by {}]",
+                value_short(spec.constraints.violation(t))
+            );
         }
         if let Some(at) = t.device.as_deref().filter(|_| !t.status.is_finished()) {
             line += &format!("  @{at}");

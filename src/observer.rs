@@ -41,14 +41,16 @@ pub struct Summary {
     pub completed: u64,
     pub stopped: u64,
     pub failed: u64,
-    /// The best completed trial and its value.
+    /// The best completed trial (within its constraints) and its value.
     pub best: Option<(TrialId, f64)>,
     pub started: Instant,
+    /// `[constraints]`: a trial outside them is never the best.
+    pub constraints: crate::spec::Constraints,
 }
 
 impl Summary {
     /// Nothing counted yet.
-    pub(crate) fn new(metric: &str, mode: Mode) -> Summary {
+    pub(crate) fn new(metric: &str, mode: Mode, constraints: crate::spec::Constraints) -> Summary {
         Summary {
             metric: metric.to_string(),
             mode,
@@ -61,6 +63,7 @@ impl Summary {
             failed: 0,
             best: None,
             started: Instant::now(),
+            constraints,
         }
     }
 
@@ -88,7 +91,7 @@ impl Summary {
     /// Counts trial `t` as the best if it completed and beats the best so far
     /// ([`Mode::beats`]).
     pub(crate) fn note_best(&mut self, t: &Trial) {
-        if t.status != Status::Completed {
+        if t.status != Status::Completed || !self.constraints.feasible(t) {
             return;
         }
         if let Some(v) = t.value(&self.metric) {

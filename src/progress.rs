@@ -110,6 +110,7 @@ mod tests {
             failed: 1,
             best: Some((5, 0.125)),
             started: Instant::now(),
+            constraints: Default::default(),
         };
         let line = format_line(&s);
         assert!(

@@ -138,6 +138,8 @@ pub(crate) struct StopWatch {
     conditions: StopConditions,
     metric: String,
     mode: Mode,
+    /// A trial outside `[constraints]` counts as one without a value.
+    constraints: crate::spec::Constraints,
     failed_in_a_row: u32,
     best: Option<(TrialId, f64)>,
     without_improvement: u64,
@@ -148,14 +150,15 @@ impl StopWatch {
     /// counted by this run only).
     pub(crate) fn new(
         conditions: StopConditions,
-        metric: &str,
-        mode: Mode,
+        (metric, mode): (&str, Mode),
+        constraints: crate::spec::Constraints,
         trials: &[Trial],
     ) -> StopWatch {
         let mut watch = StopWatch {
             conditions,
             metric: metric.to_string(),
             mode,
+            constraints,
             failed_in_a_row: 0,
             best: None,
             without_improvement: 0,
@@ -172,7 +175,9 @@ impl StopWatch {
     /// Counts `t`'s value (a failed trial's counts as none) toward the best and the trials
     /// without improvement.
     fn note_value(&mut self, t: &Trial) {
-        let value = t.value(&self.metric).filter(|_| t.status != Status::Failed);
+        let value = t
+            .value(&self.metric)
+            .filter(|_| t.status != Status::Failed && self.constraints.feasible(t));
         let Some(value) = value else {
             self.without_improvement += 1;
             return;
@@ -246,7 +251,7 @@ mod tests {
     }
 
     fn watch(conditions: StopConditions) -> StopWatch {
-        StopWatch::new(conditions, "loss", Mode::Min, &[])
+        StopWatch::new(conditions, ("loss", Mode::Min), Default::default(), &[])
     }
 
     #[test]
@@ -303,8 +308,8 @@ mod tests {
                 target: Some(0.9),
                 ..Default::default()
             },
-            "loss",
-            Mode::Max,
+            ("loss", Mode::Max),
+            Default::default(),
             &[],
         );
         assert_eq!(
@@ -338,14 +343,18 @@ mod tests {
             ended(1, Status::Completed, Some(1.0)),
             ended(2, Status::Completed, Some(2.0)),
         ];
-        assert!(
-            StopWatch::new(conditions.clone(), "loss", Mode::Min, &stored)
-                .already_met()
-                .is_some()
-        );
+        assert!(StopWatch::new(
+            conditions.clone(),
+            ("loss", Mode::Min),
+            Default::default(),
+            &stored
+        )
+        .already_met()
+        .is_some());
         stored[0].end_seq = Some(9);
         assert_eq!(
-            StopWatch::new(conditions, "loss", Mode::Min, &stored).already_met(),
+            StopWatch::new(conditions, ("loss", Mode::Min), Default::default(), &stored)
+                .already_met(),
             None
         );
     }

@@ -14,7 +14,8 @@ use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
 use crate::spec::{
-    Algorithm, ExperimentSpec, Goal, Resources, SchedulerSpec, Search, SearchSpec, WarmStart,
+    Algorithm, Bound, Constraints, ExperimentSpec, Goal, Resources, SchedulerSpec, Search,
+    SearchSpec, WarmStart,
 };
 use crate::stop::{StopConditions, StopReason};
 use crate::tracking::mlflow::{MlflowLogger, SweepRecord};
@@ -83,6 +84,7 @@ impl Tuner {
             metric: "loss".into(),
             mode: Mode::Min,
             objectives: Vec::new(),
+            constraints: Constraints::default(),
             samples: 10,
             seed: 0,
             max_failures: 0,
@@ -184,6 +186,34 @@ impl Tuner {
         self.spec.mode = mode;
         self.spec.objectives.clear();
         self.fixed("metric")
+    }
+
+    /// A constraint (`[constraints] key = { max = .. }` in a spec): trials whose last report
+    /// of `key` is outside `bound` rank below every trial within their bounds, and are never
+    /// the best or on the front. TPE and NSGA-II rank by it; GP refuses constraints for now.
+    ///
+    /// ```
+    /// use tune::{Algorithm, Bound, Space, Tuner};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+    /// let result = Tuner::new(space)
+    ///     .constraint("x_again", Bound { min: Some(0.5), max: None })
+    ///     .samples(8)
+    ///     .dir(dir.path().join("bounded"))
+    ///     .fit(|ctx| {
+    ///         let x = ctx.params().f64("x")?;
+    ///         ctx.report(1, [("loss", x), ("x_again", x)])?;
+    ///         Ok(())
+    ///     })
+    ///     .unwrap();
+    /// // The lowest loss with x >= 0.5, whatever lower losses the others reached.
+    /// if let Some(best) = result.best() {
+    ///     assert!(best.params.f64("x").unwrap() >= 0.5);
+    /// }
+    /// ```
+    pub fn constraint(mut self, key: impl Into<String>, bound: Bound) -> Self {
+        self.spec.constraints.0.insert(key.into(), bound);
+        self.fixed("constraints")
     }
 
     /// Several objectives at once (`metric = [..]`, `mode = [..]` in a spec): the sweep looks
@@ -516,6 +546,7 @@ impl Tuner {
             metric: spec.metric.clone(),
             mode: spec.mode,
             objectives: spec.objectives(),
+            constraints: spec.constraints.clone(),
             samples: exp.stored.meta.samples,
             pool,
             max_failures: spec.max_failures,
@@ -548,6 +579,7 @@ impl Tuner {
             name: spec.name.clone(),
             store: self.store.clone(),
             objectives: spec.objectives(),
+            constraints: spec.constraints.clone(),
             metric: spec.metric,
             best: ended.best,
             failed: ended.failed,
@@ -722,6 +754,7 @@ pub struct TuneResult {
     store: StoreLocation,
     metric: String,
     objectives: Vec<Goal>,
+    constraints: Constraints,
     best: Option<Trial>,
     failed: u64,
     first_failure: Option<Trial>,
@@ -756,7 +789,7 @@ impl TuneResult {
     /// read from the store; with one objective, the trials with the best value.
     pub fn pareto_front(&self) -> Result<Vec<Trial>, TuneError> {
         let trials = self.trials()?;
-        Ok(pareto_front(&trials, &self.objectives)
+        Ok(pareto_front(&trials, &self.objectives, &self.constraints)
             .into_iter()
             .cloned()
             .collect())
@@ -841,10 +874,11 @@ impl TuneResult {
     }
 }
 
-/// The completed trials no other completed trial dominates (no worse in every objective,
-/// better in one), in id order: the best trials of a sweep with several objectives
-/// (Optuna's `best_trials`). Trials missing an objective's value are left out; trials with
-/// equal values are all kept. With one objective: every trial with the best value.
+/// The completed feasible trials ([`Constraints::feasible`]) no other such trial dominates (no
+/// worse in every objective, better in one), in id order: the best trials of a sweep with
+/// several objectives (Optuna's `best_trials`). Trials missing an objective's value are left
+/// out; trials with equal values are all kept. With one objective: every trial with the best
+/// value.
 ///
 /// ```
 /// use tune::{Goal, Mode, Params, Status, Trial, TrialResult};
@@ -862,13 +896,20 @@ impl TuneResult {
 ///     Goal { metric: "loss".into(), mode: Mode::Min },
 ///     Goal { metric: "size".into(), mode: Mode::Min },
 /// ];
-/// let front: Vec<u64> = tune::pareto_front(&trials, &goals).iter().map(|t| t.id).collect();
+/// let front: Vec<u64> = tune::pareto_front(&trials, &goals, &Default::default())
+///     .iter()
+///     .map(|t| t.id)
+///     .collect();
 /// assert_eq!(front, [0, 1]); // trial 2 is worse than trial 1 in both
 /// ```
-pub fn pareto_front<'a>(trials: &'a [Trial], objectives: &[Goal]) -> Vec<&'a Trial> {
+pub fn pareto_front<'a>(
+    trials: &'a [Trial],
+    objectives: &[Goal],
+    constraints: &Constraints,
+) -> Vec<&'a Trial> {
     let scored: Vec<(&Trial, Vec<f64>)> = trials
         .iter()
-        .filter(|t| t.status == Status::Completed)
+        .filter(|t| t.status == Status::Completed && constraints.feasible(t))
         .filter_map(|t| {
             let losses = objectives
                 .iter()
@@ -890,11 +931,17 @@ pub fn pareto_front<'a>(trials: &'a [Trial], objectives: &[Goal]) -> Vec<&'a Tri
         .collect()
 }
 
-/// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id).
-pub fn best_trial<'a>(trials: &'a [Trial], metric: &str, mode: Mode) -> Option<&'a Trial> {
+/// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id) among
+/// those within their constraints ([`Constraints::feasible`]).
+pub fn best_trial<'a>(
+    trials: &'a [Trial],
+    metric: &str,
+    mode: Mode,
+    constraints: &Constraints,
+) -> Option<&'a Trial> {
     let completed = trials
         .iter()
-        .filter(|t| t.status == Status::Completed)
+        .filter(|t| t.status == Status::Completed && constraints.feasible(t))
         .filter_map(|t| Some((t.id, t.value(metric)?)));
     let (id, _) = mode.best_of(completed)?;
     trials.iter().find(|t| t.id == id)

@@ -63,6 +63,7 @@ impl WithPriorTrials {
             if let Some(step) = o.last_step {
                 merged.report_values(id, step, &o.values);
             }
+            merged.report_constraints(id, &o.constraints);
         }
         merged
     }

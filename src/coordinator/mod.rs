@@ -61,6 +61,8 @@ pub(crate) struct Plan {
     pub mode: Mode,
     /// Every objective (`metric` and `mode` are the first's): what the searcher is shown.
     pub objectives: Vec<crate::spec::Goal>,
+    /// `[constraints]`: shown to the searcher, and deciding which trials can be the best.
+    pub constraints: crate::spec::Constraints,
     pub samples: u64,
     /// Where trials run.
     pub pool: Pool,
@@ -138,7 +140,7 @@ impl Coordinator {
     ) -> Coordinator {
         let mut history =
             History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
-        let mut summary = Summary::new(&plan.metric, plan.mode);
+        let mut summary = Summary::new(&plan.metric, plan.mode, plan.constraints.clone());
         let mut queue = VecDeque::new();
         let mut next_seq = 0;
         let mut trials = trials;
@@ -160,6 +162,13 @@ impl Coordinator {
                 if let (Some(values), Some(step)) = (values, t.last_step()) {
                     history.report_values(t.id, step, &values);
                 }
+                if let Some(Ok(c)) = t
+                    .results
+                    .last()
+                    .map(|r| plan.constraints.values(&r.metrics))
+                {
+                    history.report_constraints(t.id, &c);
+                }
             }
             next_seq = t.results.iter().map(|r| r.seq + 1).fold(next_seq, u64::max);
             *summary.count(t.status) += 1;
@@ -179,7 +188,12 @@ impl Coordinator {
             .filter(|t| t.status == Status::Paused && t.restore_from.is_some())
             .map(|t| t.id)
             .collect();
-        let stop_watch = StopWatch::new(plan.stop_when.clone(), &plan.metric, plan.mode, &trials);
+        let stop_watch = StopWatch::new(
+            plan.stop_when.clone(),
+            (&plan.metric, plan.mode),
+            plan.constraints.clone(),
+            &trials,
+        );
         let mut scheduler = scheduler;
         let created = trials.len() as u64;
         let budget = searcher.total_trials(plan.samples).max(created);
@@ -659,7 +673,12 @@ impl Coordinator {
                 bad => Err((o.metric.as_str(), bad.copied())),
             })
             .collect();
-        let values = match values {
+        // A constrained key missing is as bad as an objective missing.
+        let values = values.and_then(|v| match self.plan.constraints.values(&metrics) {
+            Ok(c) => Ok((v, c)),
+            Err(key) => Err((key, metrics.get(key).copied())),
+        });
+        let (values, constraints) = match values {
             Ok(values) => values,
             Err((metric, bad)) => {
                 let reason = match bad {
@@ -691,6 +710,9 @@ impl Coordinator {
         self.next_seq += 1;
         self.store.add_result(id, &result)?;
         self.history.report_values(id, step, &values);
+        if !constraints.is_empty() {
+            self.history.report_constraints(id, &constraints);
+        }
         let decision = self.scheduler.on_result(id, step, values[0]);
         let t = self.live.get_mut(&id).expect("a trial in flight");
         t.results.push(result);

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tune_search::{Mode, Status, TrialId};
 
 use crate::remote::{split_remote_slot, WorkerInfo};
-use crate::spec::Goal;
+use crate::spec::{Constraints, Goal};
 use crate::trial::{Trial, TrialResult};
 
 /// How many log lines a board keeps.
@@ -27,6 +27,9 @@ pub struct Header {
     /// With several objectives, every one (`metric` and `mode` are the first's); else empty.
     #[serde(default)]
     pub objectives: Vec<Goal>,
+    /// `[constraints]`: a trial outside them is neither the best nor on the front.
+    #[serde(default)]
+    pub constraints: Constraints,
     /// Trials the sweep will create in all.
     pub total: u64,
     /// The worker slots (`cpu:0`, `cuda:1`), in order.
@@ -158,7 +161,7 @@ impl Board {
             })
             .collect();
         Some(
-            crate::pareto_front(&trials, &self.header.objectives)
+            crate::pareto_front(&trials, &self.header.objectives, &self.header.constraints)
                 .iter()
                 .map(|t| t.id)
                 .collect(),
@@ -282,7 +285,12 @@ impl Board {
         }
         self.trials[id].trial = trial;
         let view = &self.trials[id];
-        if view.trial.status == Status::Completed {
+        let feasible = self
+            .header
+            .constraints
+            .violation_of(view.results.last().map(|r| &r.metrics))
+            == 0.0;
+        if view.trial.status == Status::Completed && feasible {
             if let Some(v) = view.last(&self.header.metric) {
                 let candidate = (view.trial.id, v);
                 if self

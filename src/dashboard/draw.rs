@@ -646,6 +646,7 @@ mod tests {
             metric: "loss".into(),
             mode: Mode::Min,
             objectives: Vec::new(),
+            constraints: Default::default(),
             total,
             slots: vec!["cpu:0".into(), "cpu:1".into()],
             started_at: T0,

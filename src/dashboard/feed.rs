@@ -274,6 +274,7 @@ impl Observer for HubObserver {
             } else {
                 Vec::new()
             },
+            constraints: summary.constraints.clone(),
             total: summary.total,
             slots: info.slots.clone(),
             started_at: now_ms(),

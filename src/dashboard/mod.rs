@@ -48,6 +48,7 @@ pub fn board_of_stored(
         metric: spec.metric.clone(),
         mode: spec.mode,
         objectives: spec.objectives.clone(),
+        constraints: spec.constraints.clone(),
         total: stored.meta.samples,
         slots,
         started_at: trials.iter().map(|t| t.created_at).min().unwrap_or(0),

@@ -11,7 +11,7 @@ use std::io::Write;
 use serde_json::{json, Map, Value as Json};
 use tune_search::{Space, TrialId};
 
-use crate::spec::Goal;
+use crate::spec::{Constraints, Goal};
 use crate::trial::{rfc3339, Trial};
 
 /// The remote worker (`host:pid`) of each attempt a `tune worker` ran, by (trial, attempt)
@@ -23,18 +23,25 @@ pub type AttemptWorkers = BTreeMap<(TrialId, u32), String>;
 /// Where `workers` names the worker of an attempt, the trial gets `"worker"` (its last
 /// attempt's) and each result of that attempt its `"worker"`. `value` is the first
 /// objective's; with several, a trial also gets `"values"` (each objective's last value, by
-/// name) and `"pareto_optimal"` (on the front of [`crate::pareto_front`]).
+/// name) and `"pareto_optimal"` (on the front of [`crate::pareto_front`]). With
+/// `[constraints]`, a trial that reported gets `"violation"` and `"feasible"`
+/// ([`Constraints::violation`]).
 ///
 /// ```
 /// let t = tune::Trial::new(0, tune::Params::default());
 /// let loss = tune::Goal { metric: "loss".into(), mode: tune::Mode::Min };
-/// let json = tune::export::to_json(&[t], &[loss], &Default::default());
+/// let json = tune::export::to_json(&[t], &[loss], &Default::default(), &Default::default());
 /// assert_eq!(json[0]["status"], "pending");
 /// assert!(json[0]["value"].is_null());
 /// ```
-pub fn to_json(trials: &[Trial], objectives: &[Goal], workers: &AttemptWorkers) -> Json {
+pub fn to_json(
+    trials: &[Trial],
+    objectives: &[Goal],
+    constraints: &Constraints,
+    workers: &AttemptWorkers,
+) -> Json {
     let metric = objectives.first().map_or("", |o| o.metric.as_str());
-    let front = front_ids(trials, objectives);
+    let front = front_ids(trials, objectives, constraints);
     Json::Array(
         trials
             .iter()
@@ -81,6 +88,12 @@ pub fn to_json(trials: &[Trial], objectives: &[Goal], workers: &AttemptWorkers) 
                     trial["values"] = Json::Object(values);
                     trial["pareto_optimal"] = json!(front.contains(&t.id));
                 }
+                if !constraints.is_empty() && !t.results.is_empty() {
+                    let violation = constraints.violation(t);
+                    // JSON has no infinity: a report without a constrained key is null.
+                    trial["violation"] = json!(violation.is_finite().then_some(violation));
+                    trial["feasible"] = json!(violation == 0.0);
+                }
                 trial
             })
             .collect(),
@@ -88,9 +101,13 @@ pub fn to_json(trials: &[Trial], objectives: &[Goal], workers: &AttemptWorkers) 
 }
 
 /// The ids on the Pareto front, for a sweep with several objectives (`None` with one).
-fn front_ids(trials: &[Trial], objectives: &[Goal]) -> Option<Vec<TrialId>> {
+fn front_ids(
+    trials: &[Trial],
+    objectives: &[Goal],
+    constraints: &Constraints,
+) -> Option<Vec<TrialId>> {
     (objectives.len() > 1).then(|| {
-        crate::pareto_front(trials, objectives)
+        crate::pareto_front(trials, objectives, constraints)
             .iter()
             .map(|t| t.id)
             .collect()
@@ -106,9 +123,10 @@ pub fn write_csv(
     trials: &[Trial],
     space: &Space,
     objectives: &[Goal],
+    constraints: &Constraints,
 ) -> std::io::Result<()> {
     let metric = objectives.first().map_or("", |o| o.metric.as_str());
-    let front = front_ids(trials, objectives);
+    let front = front_ids(trials, objectives, constraints);
     let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
     let mut header = vec![
         "id",
@@ -126,6 +144,9 @@ pub fn write_csv(
     if front.is_some() {
         header.extend(objectives.iter().map(|o| format!("values.{}", o.metric)));
         header.push("pareto_optimal".into());
+    }
+    if !constraints.is_empty() {
+        header.push("violation".into());
     }
     header.extend(names.iter().map(|n| format!("params.{n}")));
     writeln!(
@@ -155,6 +176,14 @@ pub fn write_csv(
                     .unwrap_or_default()
             }));
             row.push(front.contains(&t.id).to_string());
+        }
+        if !constraints.is_empty() {
+            let v = constraints.violation(t);
+            row.push(if t.results.is_empty() || !v.is_finite() {
+                String::new()
+            } else {
+                v.to_string()
+            });
         }
         row.extend(
             names

@@ -389,7 +389,8 @@ where
             .label(format!("{} rungs: {}", input.scheduler, shown.join(", ")))
             .legend(legend_line(GREY));
     }
-    let best = crate::tuner::best_trial(input.trials, input.metric, input.mode).map(|t| t.id);
+    let best = crate::tuner::best_trial(input.trials, input.metric, input.mode, input.constraints)
+        .map(|t| t.id);
     // Stopped trials first and completed over them, so that what ran to the end shows.
     let mut order: Vec<&(&Trial, Vec<(f64, f64)>)> = reported.iter().collect();
     order.sort_by_key(|(t, _)| match t.status {

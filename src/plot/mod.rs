@@ -29,6 +29,7 @@ pub use importance::param_importances;
 ///     name: "demo",
 ///     metric: "loss",
 ///     mode: tune::Mode::Min,
+///     constraints: &Default::default(),
 ///     space: &space,
 ///     trials: &[],
 ///     scheduler: "fifo",
@@ -46,6 +47,8 @@ pub struct PlotInput<'a> {
     pub name: &'a str,
     pub metric: &'a str,
     pub mode: Mode,
+    /// `[constraints]`: the best trial is the best within them.
+    pub constraints: &'a crate::Constraints,
     pub space: &'a Space,
     pub trials: &'a [Trial],
     /// The scheduler's `kind` (`asha`, `pbt`, ...).
@@ -219,7 +222,7 @@ pub enum PlotError {
 /// t.status = Status::Completed;
 /// t.results.push(TrialResult { step: 1, seq: 0, attempt: 1, metrics: [("loss".into(), 0.5)].into() });
 /// let input = tune::plot::PlotInput {
-///     name: "demo", metric: "loss", mode: tune::Mode::Min, space: &space,
+///     name: "demo", metric: "loss", mode: tune::Mode::Min, constraints: &Default::default(), space: &space,
 ///     trials: &[t], scheduler: "fifo", rungs: vec![], running: false,
 /// };
 /// let svg = tune::plot::render(tune::plot::Chart::History, &input, tune::plot::ImageFormat::Svg)

@@ -27,9 +27,11 @@ pub enum SearcherError {
 }
 
 pub use crate::objective::spec::ObjectiveSpec;
+pub use constraints::{Bound, Constraints};
 pub use located::SpecError;
 pub use objectives::Goal;
 
+mod constraints;
 mod located;
 mod objectives;
 #[cfg(test)]
@@ -64,6 +66,9 @@ pub struct ExperimentSpec {
     /// [`ExperimentSpec::objectives`] gives them in either case.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objectives: Vec<Goal>,
+    /// `[constraints]`: reported keys a trial must keep within bounds to count as feasible.
+    #[serde(default, skip_serializing_if = "Constraints::is_empty")]
+    pub constraints: Constraints,
     /// Trials to create (grid search: repeats of the whole grid).
     pub samples: u64,
     #[serde(default)]
@@ -891,11 +896,61 @@ impl ExperimentSpec {
             .validate()
             .map_err(|e| InvalidSetting::new("stop", e))?;
         self.validate_objectives()?;
+        self.validate_constraints()?;
         if let Some(obj) = &self.objective {
             for o in self.objectives() {
                 obj.validate(&self.space, &o.metric)
                     .map_err(|(section, e)| InvalidSetting::new(section, e))?;
             }
+        }
+        Ok(())
+    }
+
+    /// `[constraints]`: bounds that make sense, keys a built-in trainable reports, and an
+    /// algorithm that ranks by them.
+    fn validate_constraints(&self) -> Result<(), InvalidSetting> {
+        let at = |key: &str, message: String| {
+            Err(InvalidSetting::new(
+                "constraints",
+                FieldError::new(key, message),
+            ))
+        };
+        self.constraints
+            .validate()
+            .map_err(|e| InvalidSetting::new("constraints", e))?;
+        let Some(first) = self.constraints.keys().next() else {
+            return Ok(());
+        };
+        if let Some(builtin) = self.objective.as_ref().and_then(|o| o.builtin.as_deref()) {
+            use crate::objective::spec::BUILTIN_METRICS;
+            if let Some(key) = self
+                .constraints
+                .keys()
+                .find(|k| !BUILTIN_METRICS.contains(k))
+            {
+                return at(
+                    key,
+                    format!(
+                        "the `{builtin}` trainable never reports \"{key}\" (it reports {}){}",
+                        BUILTIN_METRICS.join(", "),
+                        tune_search::did_you_mean_hint(key, BUILTIN_METRICS)
+                    ),
+                );
+            }
+        }
+        if matches!(self.search.algorithm, SearchSpec::Gp(_)) {
+            return at(
+                first,
+                "gp does not model constraints yet: use algorithm = \"tpe\" or \"nsga2\", \
+                 which rank trials outside their bounds below the others"
+                    .into(),
+            );
+        }
+        if self.search.warm_start.is_some() {
+            return at(
+                first,
+                "a warm start carries no constraint values: run without --warm-start".into(),
+            );
         }
         Ok(())
     }

@@ -48,6 +48,8 @@ pub struct SweepRecord {
     pub name: String,
     pub metric: String,
     pub mode: Mode,
+    /// `[constraints]`: the best trial is the best within them.
+    pub constraints: crate::Constraints,
     /// The scheduler's name, for "stopped by asha at step 9".
     pub scheduler: String,
     /// The spec's settings and space, logged as the parent run's params.

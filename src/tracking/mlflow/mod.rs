@@ -58,6 +58,7 @@ impl SweepRecord {
             name: spec.name.clone(),
             metric: spec.metric.clone(),
             mode: spec.mode,
+            constraints: spec.constraints.clone(),
             scheduler: spec.scheduler.name().into(),
             params,
             created_at,
@@ -80,7 +81,7 @@ pub fn sync_sweep(
     trials: &[Trial],
     complete: bool,
 ) -> Result<(), MlflowError> {
-    let best = crate::tuner::best_trial(trials, &sweep.metric, sweep.mode);
+    let best = crate::tuner::best_trial(trials, &sweep.metric, sweep.mode, &sweep.constraints);
     let mut mirror = SweepMirror::new(MlflowClient::new(url, Duration::from_secs(30)), sweep);
     let now = crate::trial::now_ms();
     for t in trials {
