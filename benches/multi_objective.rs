@@ -5,18 +5,22 @@
 //!     TUNE_PEER_PYTHON=venv/bin/python3 cargo bench --bench multi_objective
 //!
 //! (`benches/peers/optuna_mo.py`; its interpreter needs optuna 5.0.0. Without
-//! `TUNE_PEER_PYTHON` the table has tune's columns alone. `TUNE_BENCH_SEEDS` sets the seeds.)
+//! `TUNE_PEER_PYTHON` the table has tune's columns alone. `TUNE_BENCH_SEEDS` sets the seeds,
+//! `TUNE_BENCH_FUNCTIONS=ZDT2,DTLZ2` picks functions, `TUNE_TPE_OPTS` TPE's options.)
 //! Each run is sequential, one trial at a time. The hypervolumes of both sides are computed
 //! here, by `tune_search::pareto::hypervolume`, against each function's fixed reference point.
 
 #[path = "common/mo_functions.rs"]
 mod mo_functions;
-
-use std::process::Command;
+#[path = "common/runs.rs"]
+mod runs;
+#[path = "common/tpe_env.rs"]
+mod tpe_env;
 
 use mo_functions::MultiBenchmark;
+use runs::{in_parallel, median, peer_json};
 use tune_search::pareto::hypervolume;
-use tune_search::{History, Mode, Nsga2, Nsga2Options, Params, Searcher, Status, Tpe, TpeOptions};
+use tune_search::{History, Mode, Nsga2, Nsga2Options, Params, Searcher, Status, Tpe};
 
 /// Every trial's values of one sequential run.
 fn run(searcher: &mut dyn Searcher, b: &MultiBenchmark) -> Vec<Vec<f64>> {
@@ -31,49 +35,6 @@ fn run(searcher: &mut dyn Searcher, b: &MultiBenchmark) -> Vec<Vec<f64>> {
         out.push(v);
     }
     out
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        0.5 * (xs[n / 2 - 1] + xs[n / 2])
-    }
-}
-
-/// The same seeds of `run` on two threads (the bench machine's two cores), in seed order.
-fn in_parallel(seeds: u64, run: impl Fn(u64) -> f64 + Sync) -> Vec<f64> {
-    std::thread::scope(|scope| {
-        let odd = scope.spawn(|| (1..seeds).step_by(2).map(&run).collect::<Vec<_>>());
-        let even: Vec<f64> = (0..seeds).step_by(2).map(&run).collect();
-        let odd = odd.join().expect("a bench thread");
-        (0..seeds as usize)
-            .map(|i| if i % 2 == 0 { even[i / 2] } else { odd[i / 2] })
-            .collect()
-    })
-}
-
-fn optuna_mo(seeds: u64) -> Option<serde_json::Value> {
-    let python = std::env::var("TUNE_PEER_PYTHON").ok()?;
-    let out = Command::new(&python)
-        .arg("benches/peers/optuna_mo.py")
-        .arg(seeds.to_string())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .map_err(|e| eprintln!("{python}: {e}"))
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "optuna_mo.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    serde_json::from_slice(&out.stdout)
-        .map_err(|e| eprintln!("optuna_mo.py printed no JSON: {e}"))
-        .ok()
 }
 
 /// The peer's params as tune's (ints stay ints, strings strings).
@@ -119,7 +80,18 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(if full { 20 } else { 2 });
-    let peer = optuna_mo(seeds);
+    let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
+    let functions: Vec<_> = mo_functions::all()
+        .into_iter()
+        .filter(|b| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|n| n == b.name))
+        })
+        .collect();
+    let names: Vec<&str> = functions.iter().map(|b| b.name).collect();
+    let mut args = vec![seeds.to_string()];
+    args.extend(names.iter().map(|n| n.to_string()));
+    let peer = peer_json("optuna_mo.py", &args);
     println!();
     println!("Several objectives: median hypervolume of all trials over {seeds} seeds (larger is better), all measured in this run");
     if let Some(p) = &peer {
@@ -129,7 +101,7 @@ fn main() {
     println!("| function (budget, reference) | tune nsga2 | tune tpe | optuna NSGAII | optuna TPE | best tune / best optuna |");
     println!("|---|---|---|---|---|---|");
     let mut wins = 0;
-    for b in mo_functions::all() {
+    for b in functions {
         let volume = |values: &[Vec<f64>]| hypervolume(values, &b.reference);
         let nsga2 = median(in_parallel(seeds, |s| {
             volume(&run(
@@ -139,7 +111,7 @@ fn main() {
         }));
         let tpe = median(in_parallel(seeds, |s| {
             volume(&run(
-                &mut Tpe::new(b.space.clone(), s, TpeOptions::default()),
+                &mut Tpe::new(b.space.clone(), s, tpe_env::tpe_options()),
                 &b,
             ))
         }));
@@ -176,6 +148,9 @@ fn main() {
     }
     if peer.is_some() {
         println!();
-        println!("tune's best above Optuna's best on {wins} of 4 (goal: 3)");
+        println!(
+            "tune's best above Optuna's best on {wins} of {} (goal: 3 of 4)",
+            names.len()
+        );
     }
 }

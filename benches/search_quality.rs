@@ -25,12 +25,14 @@
 
 #[path = "common/functions.rs"]
 mod functions;
+#[path = "common/runs.rs"]
+mod runs;
 #[path = "common/tpe_env.rs"]
 mod tpe_env;
 
+use runs::{in_parallel, median, peer_json};
 use tpe_env::tpe_options;
 
-use std::process::Command;
 use std::time::Instant;
 
 use tune_search::gp::{GpOptions, GpSearch};
@@ -59,27 +61,6 @@ fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
         h.set_status(id, Status::Completed);
     }
     best - b.known_min
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    if std::env::var_os("TUNE_BENCH_QUANTILES").is_some() {
-        let q = |f: f64| xs[((xs.len() - 1) as f64 * f) as usize];
-        eprintln!(
-            "q10 {:.4} q25 {:.4} q50 {:.4} q75 {:.4} q90 {:.4}",
-            q(0.1),
-            q(0.25),
-            q(0.5),
-            q(0.75),
-            q(0.9)
-        );
-    }
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        0.5 * (xs[n / 2 - 1] + xs[n / 2])
-    }
 }
 
 fn main() {
@@ -184,40 +165,11 @@ fn tpe_tables(seeds: u64) {
     }
 }
 
-/// Runs `benches/peers/optuna_gp.py` with `TUNE_PEER_PYTHON` and parses its JSON; `None`
-/// (with the reason on stderr) where no interpreter is named or the script fails.
+/// `benches/peers/optuna_gp.py` with `args` after the shared bench folder it imports from.
 fn optuna_gp(args: &[String]) -> Option<serde_json::Value> {
-    let python = std::env::var("TUNE_PEER_PYTHON").ok()?;
-    let out = Command::new(&python)
-        .arg("benches/peers/optuna_gp.py")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/bench"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .map_err(|e| eprintln!("{python}: {e}"))
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "optuna_gp.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    serde_json::from_slice(&out.stdout)
-        .map_err(|e| eprintln!("optuna_gp.py printed no JSON: {e}"))
-        .ok()
-}
-
-/// The same seeds of `run` on two threads (the bench machine's two cores), in seed order.
-fn in_parallel(seeds: u64, run: impl Fn(u64) -> f64 + Sync) -> Vec<f64> {
-    std::thread::scope(|scope| {
-        let odd = scope.spawn(|| (1..seeds).step_by(2).map(&run).collect::<Vec<_>>());
-        let even: Vec<f64> = (0..seeds).step_by(2).map(&run).collect();
-        let odd = odd.join().expect("a bench thread");
-        (0..seeds as usize)
-            .map(|i| if i % 2 == 0 { even[i / 2] } else { odd[i / 2] })
-            .collect()
-    })
+    let mut all = vec![concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/bench").to_string()];
+    all.extend_from_slice(args);
+    peer_json("optuna_gp.py", &all)
 }
 
 /// tune's GP beside Optuna's GPSampler: median final regret over `seeds` on the six functions,

@@ -53,15 +53,7 @@ fn command_sweep_exports_values_equal_to_the_objective() {
     );
 
     // The best line and `status` agree with the export.
-    let best = trials
-        .iter()
-        .min_by(|a, b| {
-            a["value"]
-                .as_f64()
-                .unwrap()
-                .total_cmp(&b["value"].as_f64().unwrap())
-        })
-        .unwrap();
+    let best = lowest_value(&trials);
     assert!(
         stdout.contains(&format!("best trial {}:", best["id"])),
         "{stdout}"

@@ -65,16 +65,7 @@ fn a_constrained_tpe_sweep_ends_with_its_best_trial_within_its_bound() {
     }
     // The best: the lowest loss with x <= 0.5, never a lower one outside the bound.
     let best_line = status.lines().find(|l| l.starts_with("best:")).unwrap();
-    let best = bounded
-        .iter()
-        .filter(|t| t["feasible"] == true)
-        .min_by(|a, b| {
-            a["value"]
-                .as_f64()
-                .unwrap()
-                .total_cmp(&b["value"].as_f64().unwrap())
-        })
-        .unwrap();
+    let best = lowest_value(bounded.iter().filter(|t| t["feasible"] == true));
     assert!(x(best) <= 0.5 && best["value"].as_f64().unwrap() >= 0.25);
     assert!(
         best_line.starts_with(&format!("best: trial {} with loss", best["id"])),

@@ -72,15 +72,7 @@ fn initial_points_are_the_first_trials_and_the_model_learns_from_them() {
     let y = trials[1]["params"]["y"].as_f64().unwrap();
     assert!((-3.0..3.0).contains(&y), "{y}");
     // The first point is the minimum (1/3 after 3 steps): it stays the best.
-    let best = trials
-        .iter()
-        .min_by(|a, b| {
-            a["value"]
-                .as_f64()
-                .unwrap()
-                .total_cmp(&b["value"].as_f64().unwrap())
-        })
-        .unwrap();
+    let best = lowest_value(&trials);
     assert_eq!(best["id"], 0);
     // With 3 startup trials, trials 3.. are the model's, fitted on the points' results too:
     // a second sweep from the same seed and points decides the same.

@@ -297,6 +297,19 @@ pub fn wait_for_results(dir: &Path, n: usize) {
     }
 }
 
+/// The trial with the lowest `value` of `trials` (each must have one).
+pub fn lowest_value<'a>(trials: impl IntoIterator<Item = &'a Json>) -> &'a Json {
+    trials
+        .into_iter()
+        .min_by(|a, b| {
+            a["value"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["value"].as_f64().unwrap())
+        })
+        .expect("a trial")
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
