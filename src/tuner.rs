@@ -190,7 +190,8 @@ impl Tuner {
 
     /// A constraint (`[constraints] key = { max = .. }` in a spec): trials whose last report
     /// of `key` is outside `bound` rank below every trial within their bounds, and are never
-    /// the best or on the front. TPE and NSGA-II rank by it; GP refuses constraints for now.
+    /// the best or on the front. TPE and NSGA-II rank by it, GP models it (probability of
+    /// feasibility); random and grid search ignore it.
     ///
     /// ```
     /// use tune::{Algorithm, Bound, Space, Tuner};

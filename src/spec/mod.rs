@@ -906,8 +906,8 @@ impl ExperimentSpec {
         Ok(())
     }
 
-    /// `[constraints]`: bounds that make sense, keys a built-in trainable reports, and an
-    /// algorithm that ranks by them.
+    /// `[constraints]`: bounds that make sense, keys a built-in trainable reports, no warm
+    /// start (its trials carry no constraint values).
     fn validate_constraints(&self) -> Result<(), InvalidSetting> {
         let at = |key: &str, message: String| {
             Err(InvalidSetting::new(
@@ -937,14 +937,6 @@ impl ExperimentSpec {
                     ),
                 );
             }
-        }
-        if matches!(self.search.algorithm, SearchSpec::Gp(_)) {
-            return at(
-                first,
-                "gp does not model constraints yet: use algorithm = \"tpe\" or \"nsga2\", \
-                 which rank trials outside their bounds below the others"
-                    .into(),
-            );
         }
         if self.search.warm_start.is_some() {
             return at(

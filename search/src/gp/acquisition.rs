@@ -54,6 +54,41 @@ pub fn log_expected_improvement_with_gradient(
     (value, gradient)
 }
 
+/// log P(Y >= threshold) for Y ~ N(mean, var), and its gradient given the gradients of the
+/// mean and the variance: the log probability that a constraint (modelled with its sign
+/// flipped, as Optuna's `LogPI`) is met.
+///
+/// ```
+/// use tune_search::gp::log_probability_above;
+/// // At the threshold: one half.
+/// let (v, _) = log_probability_above(1.0, 4.0, &[0.0], &[0.0], 1.0);
+/// assert!((v - 0.5f64.ln()).abs() < 1e-12);
+/// // Far below it: tiny, but finite.
+/// assert!(log_probability_above(-60.0, 1.0, &[], &[], 0.0).0.is_finite());
+/// ```
+pub fn log_probability_above(
+    mean: f64,
+    var: f64,
+    dmean: &[f64],
+    dvar: &[f64],
+    threshold: f64,
+) -> (f64, Vec<f64>) {
+    let sigma = var.sqrt();
+    let z = (mean - threshold) / sigma;
+    let value = log_cdf(z);
+    // d/dz log Phi(z) = phi(z) / Phi(z), in logs.
+    let h = (-0.5 * z * z - LOG_SQRT_2PI - value).exp();
+    let gradient = dmean
+        .iter()
+        .zip(dvar)
+        .map(|(dm, dv)| {
+            let dsigma = dv / (2.0 * sigma);
+            h * (dm - z * dsigma) / sigma
+        })
+        .collect();
+    (value, gradient)
+}
+
 /// log Phi(z); below -25 through erfcx, where Phi underflows.
 fn log_cdf(z: f64) -> f64 {
     if z >= -25.0 {

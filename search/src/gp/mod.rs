@@ -12,7 +12,9 @@ mod model;
 mod searcher;
 mod space;
 
-pub use acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
+pub use acquisition::{
+    log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,
+};
 pub use model::{fit, GpError, GpRegressor, KernelParams};
 pub use searcher::{GpOptions, GpSearch};
 pub use space::{ConditionalSpace, UnitSpace};

@@ -5,7 +5,9 @@ use argmin::core::{CostFunction, Gradient};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::acquisition::{log_expected_improvement, log_expected_improvement_with_gradient};
+use super::acquisition::{
+    log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,
+};
 use super::model::{fit, GpRegressor};
 use super::space::{ConditionalSpace, UnitSpace};
 use super::{lbfgs_minimise, LastAnswer};
@@ -107,37 +109,83 @@ impl GpSearch {
         })
     }
 
-    /// The completed trials' points and values, oriented to maximise and standardised.
-    fn training_set(&self, history: &History) -> (Vec<Vec<f64>>, Vec<f64>) {
+    /// The completed trials' points, values (oriented to maximise and standardised) and
+    /// constraint values. A trial whose constraints are not all known is left out.
+    fn training_set(&self, history: &History) -> TrainingSet {
         let sign = match history.mode() {
             Mode::Min => -1.0,
             Mode::Max => 1.0,
         };
-        let mut x = Vec::new();
+        let completed = || history.iter().filter(|o| o.status == Status::Completed);
+        let k = completed().map(|o| o.constraints.len()).max().unwrap_or(0);
+        let mut set = TrainingSet {
+            constraints: vec![Vec::new(); k],
+            ..TrainingSet::default()
+        };
         let mut f = Vec::new();
-        for o in history.iter().filter(|o| o.status == Status::Completed) {
+        for o in completed() {
             let (Some(point), Some(v)) = (self.unit.to_point(&o.params), o.value) else {
                 continue;
             };
-            if v.is_finite() {
-                x.push(point);
-                f.push(sign * v);
+            if !v.is_finite()
+                || o.constraints.len() != k
+                || o.constraints.iter().any(|c| !c.is_finite())
+            {
+                continue;
+            }
+            set.x.push(point);
+            f.push(sign * v);
+            set.feasible.push(o.feasible());
+            for (column, &c) in set.constraints.iter_mut().zip(&o.constraints) {
+                column.push(c);
             }
         }
         let n = f.len() as f64;
         let mean = f.iter().sum::<f64>() / n;
         let std = (f.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
         let std = if std > 1e-12 { std } else { 1.0 };
-        let y = f.iter().map(|v| (v - mean) / std).collect();
-        (x, y)
+        set.y = f.iter().map(|v| (v - mean) / std).collect();
+        set
     }
 
-    /// The point with the highest log EI, as Optuna's `optimize_acqf_mixed` finds it: the
-    /// best of scrambled Sobol points, plus others drawn with probability proportional to
-    /// their EI and the best trial so far, each refined by a local search.
-    fn maximise(&self, gp: &GpRegressor, best: f64, id: TrialId, warm_start: &[f64]) -> Vec<f64> {
+    /// One process per constraint, fitted to its values with the sign flipped (so that "met"
+    /// is "at least the threshold") and standardised, with the threshold that 0 becomes
+    /// (Optuna's `_get_constraints_acqf_args`).
+    fn constraint_models(&self, set: &TrainingSet) -> Vec<(GpRegressor, f64)> {
+        let categorical = self.unit.categorical();
+        set.constraints
+            .iter()
+            .map(|column| {
+                let n = column.len() as f64;
+                let flipped: Vec<f64> = column.iter().map(|c| -c).collect();
+                let mean = flipped.iter().sum::<f64>() / n;
+                let std = (flipped.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
+                    .sqrt()
+                    .max(1e-12);
+                let y: Vec<f64> = flipped.iter().map(|v| (v - mean) / std).collect();
+                let model = fit(
+                    &set.x,
+                    &y,
+                    &categorical,
+                    MINIMUM_NOISE,
+                    self.options.deterministic_objective,
+                    None,
+                );
+                (model, -mean / std)
+            })
+            .collect()
+    }
+
+    /// The point with the highest acquisition, as Optuna's `optimize_acqf_mixed` finds it:
+    /// the best of scrambled Sobol points, plus others drawn with probability proportional to
+    /// their EI and the best (feasible) trial so far, each refined by a local search.
+    fn maximise(
+        &self,
+        acquisition: &Acquisition,
+        id: TrialId,
+        warm_start: Option<&[f64]>,
+    ) -> Vec<f64> {
         let mut rng = trial_rng(self.seed ^ ACQUISITION_STREAM, id);
-        let acquisition = Acquisition::new(gp, best);
         let samples = self
             .unit
             .sample(self.options.n_preliminary_samples, &mut rng);
@@ -170,12 +218,14 @@ impl GpSearch {
             weights[i] = 0.0;
             starts.push((samples[i].clone(), values[i]));
         }
-        starts.push((warm_start.to_vec(), acquisition.value(warm_start)));
+        if let Some(warm_start) = warm_start {
+            starts.push((warm_start.to_vec(), acquisition.value(warm_start)));
+        }
         let grids = self.unit.grids();
         let categorical = self.unit.categorical();
         let mut found = starts[0].clone();
         for (point, value) in starts {
-            let (point, value) = local_search(&acquisition, point, value, &grids, &categorical);
+            let (point, value) = local_search(acquisition, point, value, &grids, &categorical);
             if value > found.1 {
                 found = (point, value);
             }
@@ -193,22 +243,32 @@ impl Searcher for GpSearch {
         if completed < self.options.n_startup_trials.max(2) {
             return self.random.suggest(id, history);
         }
-        let (x, y) = self.training_set(history);
+        let set = self.training_set(history);
+        if set.y.len() < 2 {
+            return self.random.suggest(id, history);
+        }
         let categorical = self.unit.categorical();
         let fitted = fit(
-            &x,
-            &y,
+            &set.x,
+            &set.y,
             &categorical,
             MINIMUM_NOISE,
             self.options.deterministic_objective,
             None,
         );
-        let best_index = (0..y.len())
-            .max_by(|&a, &b| y[a].total_cmp(&y[b]))
-            .expect("completed trials");
-        let (best, warm_start) = (y[best_index], x[best_index].clone());
-        let gp = self.believing_running_trials(fitted, x, y, history);
-        let point = self.maximise(&gp, best, id, &warm_start);
+        let constraints = self.constraint_models(&set);
+        // The incumbent is the best feasible trial; with none, the acquisition is the
+        // probability of meeting the constraints alone (Optuna's LogCEI).
+        let best_index = (0..set.y.len())
+            .filter(|&i| set.feasible[i])
+            .max_by(|&a, &b| set.y[a].total_cmp(&set.y[b]));
+        let (best, warm_start) = match best_index {
+            Some(i) => (Some(set.y[i]), Some(set.x[i].clone())),
+            None => (None, None),
+        };
+        let gp = self.believing_running_trials(fitted, set.x, set.y, history);
+        let acquisition = Acquisition::new(&gp, best, &constraints);
+        let point = self.maximise(&acquisition, id, warm_start.as_deref());
         Some(self.unit.to_params(&point))
     }
 }
@@ -360,17 +420,36 @@ fn golden_section(mut f: impl FnMut(usize) -> f64, n: usize, current: usize, val
     mid as usize
 }
 
-/// Log EI at a point, from the fitted process and the best value so far.
+/// What [`GpSearch::training_set`] collects.
+#[derive(Debug, Default)]
+struct TrainingSet {
+    x: Vec<Vec<f64>>,
+    /// Standardised, to maximise.
+    y: Vec<f64>,
+    /// Per constraint, each trial's value (met at or below 0).
+    constraints: Vec<Vec<f64>>,
+    feasible: Vec<bool>,
+}
+
+/// Log EI at a point, from the fitted process and the best feasible value so far, plus the
+/// log probability of meeting each constraint (Optuna's LogCEI).
 struct Acquisition<'a> {
     gp: &'a GpRegressor,
-    best: f64,
+    /// `None` when no trial is feasible yet: the EI term is left out.
+    best: Option<f64>,
+    /// Each constraint's process and threshold.
+    constraints: &'a [(GpRegressor, f64)],
     /// 1/sqrt of the inverse squared length scales: the continuous search moves in units of
     /// them (Optuna's preconditioning), so that every coordinate is as steep as the others.
     lengthscales: Vec<f64>,
 }
 
 impl<'a> Acquisition<'a> {
-    fn new(gp: &'a GpRegressor, best: f64) -> Acquisition<'a> {
+    fn new(
+        gp: &'a GpRegressor,
+        best: Option<f64>,
+        constraints: &'a [(GpRegressor, f64)],
+    ) -> Acquisition<'a> {
         let lengthscales = gp
             .params()
             .inverse_squared_lengthscales
@@ -380,13 +459,52 @@ impl<'a> Acquisition<'a> {
         Acquisition {
             gp,
             best,
+            constraints,
             lengthscales,
         }
     }
 
     fn value(&self, point: &[f64]) -> f64 {
-        let (mean, var) = self.gp.posterior(point);
-        log_expected_improvement(mean, var + STABILIZING_NOISE, self.best)
+        let improvement = self.best.map_or(0.0, |best| {
+            let (mean, var) = self.gp.posterior(point);
+            log_expected_improvement(mean, var + STABILIZING_NOISE, best)
+        });
+        let feasibility: f64 = self
+            .constraints
+            .iter()
+            .map(|(gp, threshold)| {
+                let (mean, var) = gp.posterior(point);
+                log_probability_above(mean, var + STABILIZING_NOISE, &[], &[], *threshold).0
+            })
+            .sum();
+        improvement + feasibility
+    }
+
+    /// [`Acquisition::value`] and its gradient.
+    fn value_and_gradient(&self, point: &[f64]) -> (f64, Vec<f64>) {
+        let (mut value, mut gradient) = match self.best {
+            Some(best) => {
+                let (mean, var, dmean, dvar) = self.gp.posterior_with_gradient(point);
+                log_expected_improvement_with_gradient(
+                    mean,
+                    var + STABILIZING_NOISE,
+                    &dmean,
+                    &dvar,
+                    best,
+                )
+            }
+            None => (0.0, vec![0.0; point.len()]),
+        };
+        for (gp, threshold) in self.constraints {
+            let (mean, var, dmean, dvar) = gp.posterior_with_gradient(point);
+            let (v, g) =
+                log_probability_above(mean, var + STABILIZING_NOISE, &dmean, &dvar, *threshold);
+            value += v;
+            for (total, g) in gradient.iter_mut().zip(g) {
+                *total += g;
+            }
+        }
+        (value, gradient)
     }
 }
 
@@ -418,14 +536,7 @@ impl Continuous<'_> {
 
     fn compute(&self, scaled: &[f64]) -> (f64, Vec<f64>) {
         let p = self.point(scaled);
-        let (mean, var, dmean, dvar) = self.acquisition.gp.posterior_with_gradient(&p);
-        let (value, gradient) = log_expected_improvement_with_gradient(
-            mean,
-            var + STABILIZING_NOISE,
-            &dmean,
-            &dvar,
-            self.acquisition.best,
-        );
+        let (value, gradient) = self.acquisition.value_and_gradient(&p);
         let projected = self
             .free
             .iter()
@@ -551,6 +662,79 @@ mod tests {
     }
 
     #[test]
+    fn under_a_constraint_it_closes_in_on_the_bound_from_the_feasible_side() {
+        // Minimise x on [0, 1] with x >= 0.6 (constraint value 0.6 - x): the best feasible
+        // point is the bound, where random search at the same budget lands ~0.02 above it.
+        let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+        let options = GpOptions {
+            n_startup_trials: 5,
+            n_preliminary_samples: 256,
+            ..Default::default()
+        };
+        let mut gp = GpSearch::new(space, 3, options).unwrap();
+        let mut history = History::new(Mode::Min);
+        for id in 0..20 {
+            let p = gp.suggest(id, &history).unwrap();
+            let x = p.f64("x").unwrap();
+            history.record(id, p, Status::Running);
+            history.report(id, 1, x);
+            history.report_constraints(id, &[0.6 - x]);
+            history.set_status(id, Status::Completed);
+        }
+        let best = history.best().unwrap().value.unwrap();
+        assert!((0.6..0.61).contains(&best), "best feasible x {best}");
+        // The model's trials stay near the bound: few far inside the infeasible side.
+        let far_out = (5..20)
+            .filter(|&id| history.get(id).unwrap().params.f64("x").unwrap() < 0.5)
+            .count();
+        assert!(far_out <= 2, "{far_out} of 15 below 0.5");
+    }
+
+    #[test]
+    fn the_constraint_term_has_the_gradient_of_its_value() {
+        let space = Space::builder()
+            .uniform("x", 0.0, 1.0)
+            .uniform("y", 0.0, 1.0)
+            .build()
+            .unwrap();
+        let gp = GpSearch::new(space, 0, GpOptions::default()).unwrap();
+        let mut history = History::new(Mode::Min);
+        for id in 0..12u64 {
+            let (x, y) = ((id as f64 * 0.37).fract(), (id as f64 * 0.61).fract());
+            let mut p = Params::default();
+            p.insert("x", crate::Value::Float(x));
+            p.insert("y", crate::Value::Float(y));
+            history.record(id, p, Status::Running);
+            history.report(id, 1, (x - 0.3).powi(2) + y);
+            history.report_constraints(id, &[x + y - 1.0, 0.2 - y]);
+            history.set_status(id, Status::Completed);
+        }
+        let set = gp.training_set(&history);
+        assert!(set.feasible.iter().any(|f| *f) && set.feasible.iter().any(|f| !*f));
+        let model = fit(&set.x, &set.y, &[false; 2], MINIMUM_NOISE, false, None);
+        let constraints = gp.constraint_models(&set);
+        assert_eq!(constraints.len(), 2);
+        for best in [Some(0.5), None] {
+            let acquisition = Acquisition::new(&model, best, &constraints);
+            let at = [0.42, 0.33];
+            let (value, gradient) = acquisition.value_and_gradient(&at);
+            assert!((value - acquisition.value(&at)).abs() < 1e-12);
+            for d in 0..2 {
+                let h = 1e-6;
+                let (mut up, mut down) = (at, at);
+                up[d] += h;
+                down[d] -= h;
+                let numeric = (acquisition.value(&up) - acquisition.value(&down)) / (2.0 * h);
+                assert!(
+                    (numeric - gradient[d]).abs() < 1e-4 * numeric.abs().max(1.0),
+                    "best {best:?}, d {d}: {numeric} vs {}",
+                    gradient[d]
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_acquisition_search_reaches_what_optunas_reaches() {
         // testdata/optuna_acquisition.py: 30 Hartmann6 points each, and the log EI Optuna
         // 5.0.0's optimize_acqf_mixed ends at (the same from 5 random streams).
@@ -573,10 +757,10 @@ mod tests {
                 complete(&mut history, id as u64, params, *value);
             }
             let gp = GpSearch::new(space.clone(), 0, GpOptions::default()).unwrap();
-            let (x, y) = gp.training_set(&history);
-            let model = fit(&x, &y, &[false; 6], MINIMUM_NOISE, false, None);
-            let best = y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let acquisition = Acquisition::new(&model, best);
+            let set = gp.training_set(&history);
+            let model = fit(&set.x, &set.y, &[false; 6], MINIMUM_NOISE, false, None);
+            let best = set.y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let acquisition = Acquisition::new(&model, Some(best), &[]);
             let expected = case["log_ei"].as_f64().unwrap();
             for stream in 0..3 {
                 let mut gp = GpSearch::new(space.clone(), stream, GpOptions::default()).unwrap();
