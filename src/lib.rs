@@ -77,4 +77,4 @@ pub use tune_search::{
     Value,
 };
 pub use tuner::{best_trial, pareto_front, TuneResult, Tuner};
-pub use warm_start::{read_warm_start, WarmStartRead};
+pub use warm_start::{read_warm_start, read_warm_start_stored, WarmStartRead};

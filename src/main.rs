@@ -36,8 +36,9 @@ enum Command {
         /// Overrides the spec's seed.
         #[arg(long)]
         seed: Option<u64>,
-        /// An earlier sweep's folder: its completed trials are what the algorithm (tpe, gp)
-        /// learns from first, when its metric and parameters are this sweep's.
+        /// An earlier sweep's folder (with --store: its name in that database): its completed
+        /// trials are what the algorithm (tpe, gp, nsga2) learns from first, when its metric and
+        /// parameters are this sweep's.
         #[arg(long, value_name = "EXPERIMENT")]
         warm_start: Option<PathBuf>,
         /// Trials run at once on this machine (default: the spec's [resources]); with --store,
@@ -331,7 +332,12 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                 parsed.seed = seed;
             }
             if let Some(from) = warm_start {
-                let read = tune::read_warm_start(&from, &parsed)?;
+                let read = match &at {
+                    StoreLocation::Folder => tune::read_warm_start(&from, &parsed)?,
+                    StoreLocation::Postgres(url) => {
+                        tune::read_warm_start_stored(url, &from.to_string_lossy(), &parsed)?
+                    }
+                };
                 println!(
                     "tune: warm start from {}: {} completed trials{}",
                     from.display(),

@@ -7,6 +7,7 @@ use std::path::Path;
 use tune_search::{PriorTrial, Status};
 
 use crate::experiment::Experiment;
+use crate::store::StoredExperiment;
 use crate::{ExperimentSpec, TuneError, WarmStart};
 
 /// What `--warm-start` found in an earlier sweep.
@@ -34,8 +35,36 @@ pub struct WarmStartRead {
 /// ```
 pub fn read_warm_start(from: &Path, spec: &ExperimentSpec) -> Result<WarmStartRead, TuneError> {
     let exp = Experiment::open(from)?;
-    let earlier = &exp.stored.meta.spec;
-    let name = from.display().to_string();
+    prior_trials(&exp.stored, from.display().to_string(), spec)
+}
+
+/// [`read_warm_start`] for experiment `name` kept in the PostgreSQL database at `url`
+/// (`tune run --warm-start NAME --store URL`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), tune::TuneError> {
+/// let (spec, _) = tune::ExperimentSpec::read("space.toml".as_ref())?;
+/// let read = tune::read_warm_start_stored("postgres://tune@db/tune", "first", &spec)?;
+/// # drop(read);
+/// # Ok(())
+/// # }
+/// ```
+pub fn read_warm_start_stored(
+    url: &str,
+    name: &str,
+    spec: &ExperimentSpec,
+) -> Result<WarmStartRead, TuneError> {
+    let stored = Experiment::read_postgres(url, name)?;
+    prior_trials(&stored, name.to_string(), spec)
+}
+
+/// The completed trials of `stored` (called `name` in messages), checked against `spec`.
+fn prior_trials(
+    stored: &StoredExperiment,
+    name: String,
+    spec: &ExperimentSpec,
+) -> Result<WarmStartRead, TuneError> {
+    let earlier = &stored.meta.spec;
     let refuse = |why: String| Err(TuneError::Invalid(format!("--warm-start {name}: {why}")));
     let mode = |m: tune_search::Mode| match m {
         tune_search::Mode::Min => "min",
@@ -88,7 +117,7 @@ pub fn read_warm_start(from: &Path, spec: &ExperimentSpec) -> Result<WarmStartRe
     }
     let mut trials = Vec::new();
     let mut left_out = 0;
-    for trial in &exp.stored.trials {
+    for trial in &stored.trials {
         let Some(value) = trial.value(&spec.metric).filter(|v| v.is_finite()) else {
             continue;
         };

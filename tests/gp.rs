@@ -4,6 +4,8 @@
 //! earlier sweep, and the sweeps it refuses.
 
 mod common;
+#[path = "common/pg_server.rs"]
+mod pg_server;
 
 use common::*;
 
@@ -187,6 +189,50 @@ fn a_warm_started_sweep_learns_from_the_earlier_one_from_its_first_trial() {
         (x - 1.0).abs() < 0.5 && (y + 2.0).abs() < 0.5,
         "resumed trial 2 at ({x}, {y})"
     );
+}
+
+#[test]
+fn a_warm_start_names_an_earlier_sweep_in_the_same_database() {
+    let url = pg_server::fresh_database();
+    let tmp = tempfile::tempdir().unwrap();
+    let xy = "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }";
+    let store = |cmd: &mut std::process::Command| {
+        cmd.args(["--store", &url]);
+    };
+    let mut first = tune_run(
+        &quadratic_gp(tmp.path(), "samples = 12\nseed = 1", xy),
+        &tmp.path().join("first"),
+    );
+    store(&mut first);
+    run_ok(&mut first);
+    // The same space under another name: the sweep `t` is the earlier one.
+    let spec = quadratic_gp(tmp.path(), "samples = 1\nseed = 9", xy);
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(&spec, text.replace("name = \"t\"", "name = \"t2\"")).unwrap();
+    let mut warm = tune_run(&spec, &tmp.path().join("warm"));
+    store(&mut warm);
+    let out = run_ok(warm.args(["--warm-start", "t"]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("warm start from t: 12 completed trials"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run_ok(tune().args(["export", "t2", "--store", &url]));
+    let trials: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let (x, y) = (
+        trials[0]["params"]["x"].as_f64().unwrap(),
+        trials[0]["params"]["y"].as_f64().unwrap(),
+    );
+    assert!(
+        (x - 1.0).abs() < 0.5 && (y + 2.0).abs() < 0.5,
+        "warm trial 0 at ({x}, {y})"
+    );
+    // A name the database does not hold is refused before anything runs.
+    let mut missing = tune_run(&spec, &tmp.path().join("missing"));
+    store(&mut missing);
+    let out = missing.args(["--warm-start", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
 }
 
 #[test]
