@@ -15,65 +15,73 @@ fn dominates(a: &[f64], b: &[f64]) -> bool {
     a.iter().zip(b).all(|(x, y)| x <= y) && a.iter().zip(b).any(|(x, y)| x < y)
 }
 
-/// The completed trials' (id, values, on the front?) from an export.
-fn scored(trials: &[Json], metrics: &[&str]) -> Vec<(u64, Vec<f64>, bool)> {
+/// A completed trial as the export scores it.
+struct Scored {
+    id: u64,
+    values: Vec<f64>,
+    on_front: bool,
+    /// Within its `[constraints]` (true without any).
+    feasible: bool,
+}
+
+/// The completed trials from an export.
+fn scored(trials: &[Json], metrics: &[&str]) -> Vec<Scored> {
     trials
         .iter()
         .filter(|t| t["status"] == "completed")
-        .map(|t| {
-            let values = metrics
+        .map(|t| Scored {
+            id: t["id"].as_u64().unwrap(),
+            values: metrics
                 .iter()
                 .map(|m| t["values"][m].as_f64().expect("a value per objective"))
-                .collect();
-            let on_front = t["pareto_optimal"].as_bool().expect("pareto_optimal");
-            (t["id"].as_u64().unwrap(), values, on_front)
+                .collect(),
+            on_front: t["pareto_optimal"].as_bool().expect("pareto_optimal"),
+            feasible: t["feasible"].as_bool().unwrap_or(true),
         })
         .collect()
 }
 
-/// The front marked in the export is exactly the non-dominated completed trials.
-fn assert_front_is_the_non_dominated_set(scored: &[(u64, Vec<f64>, bool)]) {
-    for (id, values, on_front) in scored {
-        let dominated = scored.iter().any(|(_, other, _)| dominates(other, values));
+/// The front marked in the export is exactly the feasible completed trials no feasible one
+/// dominates.
+fn assert_front_is_the_non_dominated_set(scored: &[Scored]) {
+    for s in scored {
+        let dominated = scored
+            .iter()
+            .any(|o| o.feasible && dominates(&o.values, &s.values));
         assert_eq!(
-            *on_front, !dominated,
-            "trial {id} {values:?}: on the front {on_front}, dominated {dominated}"
+            s.on_front,
+            s.feasible && !dominated,
+            "trial {} {:?}: on the front {}, feasible {}, dominated {dominated}",
+            s.id,
+            s.values,
+            s.on_front,
+            s.feasible
         );
     }
 }
 
 #[test]
-fn an_mlp_sweep_of_loss_against_size_exports_a_non_dominated_front() {
+fn the_mlp_digits_front_example_exports_a_non_dominated_front() {
+    // examples/mlp-digits/front.toml, shortened: 12 trials of 2 epochs, generations of 4.
     let tmp = tempfile::tempdir().unwrap();
-    let spec = tmp.path().join("space.toml");
-    std::fs::write(
-        &spec,
-        r#"name = "digits-front"
-metric = ["val_loss", "n_params"]
-mode = ["min", "min"]
-samples = 12
-seed = 3
-
-[search]
-algorithm = "nsga2"
-population_size = 4
-
-[resources]
-cpu_slots = 2
-
-[objective]
-builtin = "mlp"
-dataset = "digits"
-epochs = 2
-batch_size = 64
-
-[space]
-lr = { loguniform = [1e-3, 3e-2] }
-width = { int = [4, 64], log = true }
-depth = { int = [1, 2] }
-"#,
-    )
-    .unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mlp-digits/front.toml");
+    let text = std::fs::read_to_string(example).unwrap();
+    let (mut shortened, mut replaced) = (String::new(), 0);
+    for line in text.lines() {
+        let key = line.split('=').next().unwrap_or("").trim();
+        let new = match key {
+            "samples" => "samples = 12",
+            "epochs" => "epochs = 2",
+            "population_size" => "population_size = 4",
+            _ => line,
+        };
+        replaced += usize::from(new != line);
+        shortened += new;
+        shortened.push('\n');
+    }
+    assert_eq!(replaced, 3, "{shortened}");
+    let spec = tmp.path().join("front.toml");
+    std::fs::write(&spec, shortened).unwrap();
     let dir = tmp.path().join("run");
     run_ok(&mut tune_run(&spec, &dir));
     let trials = export_json(&dir);
@@ -91,8 +99,15 @@ depth = { int = [1, 2] }
     let scored = scored(&trials, &["val_loss", "n_params"]);
     assert_eq!(scored.len(), 12);
     assert_front_is_the_non_dominated_set(&scored);
-    let front: Vec<u64> = scored.iter().filter(|s| s.2).map(|s| s.0).collect();
+    let front: Vec<u64> = scored.iter().filter(|s| s.on_front).map(|s| s.id).collect();
     assert!(!front.is_empty());
+    // The constraint (val_accuracy >= 0.9) is what export says it is.
+    for t in &trials {
+        let accuracy = t["results"].as_array().unwrap().last().unwrap()["val_accuracy"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(t["feasible"], accuracy >= 0.9, "{t}");
+    }
     let status = run_ok(tune().arg("status").arg(&dir));
     let text = String::from_utf8_lossy(&status.stdout);
     let ids: Vec<String> = front.iter().map(|id| id.to_string()).collect();
@@ -162,7 +177,10 @@ fn a_resumed_sweep_proposes_what_the_uninterrupted_one_does() {
         // Past the random start, the model's trials: their points differ from the first four
         // (a searcher that ignored the history would still draw at random, so only check
         // that the front has more than one point, as two conflicting objectives give).
-        let front = scored(&a, &["f1", "f2"]).iter().filter(|s| s.2).count();
+        let front = scored(&a, &["f1", "f2"])
+            .iter()
+            .filter(|s| s.on_front)
+            .count();
         assert!(front >= 2, "{search}: front of {front}");
     }
 }
@@ -196,7 +214,7 @@ fn the_csv_export_has_a_column_per_objective_and_the_front() {
     let trials = export_json(&dir);
     let expected = scored(&trials, &["f1", "f2"])
         .iter()
-        .filter(|s| s.2)
+        .filter(|s| s.on_front)
         .count();
     assert_eq!(on_front, expected);
 }
