@@ -71,7 +71,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if full { 20 } else { 3 });
     let only = std::env::var("TUNE_BENCH_ONLY").unwrap_or_default();
-    if only != "gp" {
+    if only.is_empty() || only == "tpe" {
         tpe_tables(seeds);
     }
     let timing_trials = if full { 310 } else { 30 };
