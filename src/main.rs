@@ -557,8 +557,8 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                     &spec.name,
                     &sweep.trials,
                     &spec.space,
-                    &spec.metric,
-                    spec.mode,
+                    &spec.objectives(),
+                    &spec.constraints,
                 ),
                 Format::Tensorboard => {
                     let folder = folder.expect("checked above");

@@ -256,8 +256,19 @@ fn parameter_importances_equal_optunas_ped_anova() {
     let trials = mixed_trials();
     for mode in [tune::Mode::Min, tune::Mode::Max] {
         let mut journal = Vec::new();
-        tune::export::write_optuna_journal(&mut journal, "t", &trials, &spec.space, "loss", mode)
-            .unwrap();
+        let loss = tune::Goal {
+            metric: "loss".into(),
+            mode,
+        };
+        tune::export::write_optuna_journal(
+            &mut journal,
+            "t",
+            &trials,
+            &spec.space,
+            &[loss],
+            &Default::default(),
+        )
+        .unwrap();
         let log = tmp.path().join(format!("{mode:?}.log"));
         std::fs::write(&log, journal).unwrap();
         let read = Command::new(optuna_python())
@@ -289,5 +300,88 @@ fn parameter_importances_equal_optunas_ped_anova() {
             let top = ours.iter().max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
             assert_eq!(top.0, "x", "{ours:?}");
         }
+    }
+}
+
+/// Optuna's best trials (its Pareto front, feasible trials only) of the journal at `log`, by
+/// tune id, and its directions.
+const BEST_TRIALS: &str = r#"
+import json, sys, optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+study = optuna.load_study(study_name="t", storage=JournalStorage(JournalFileBackend(sys.argv[1])))
+print(json.dumps({
+    "directions": [d.name for d in study.directions],
+    "best": sorted(t.user_attrs["tune_id"] for t in study.best_trials),
+    "values": {str(t.user_attrs["tune_id"]): t.values for t in study.trials},
+}))
+"#;
+
+#[test]
+fn optuna_finds_the_same_pareto_front_in_a_constrained_two_objective_export() {
+    let tmp = tempfile::tempdir().unwrap();
+    // f1 = x, f2 = (x - 1)^2 + y (maximised: -f2 minimised is the same front the other way
+    // round), constrained to y <= 0.5: trials above it are off the front, however good.
+    let script = tmp.path().join("pair.py");
+    std::fs::write(
+        &script,
+        "import json, sys\n\
+         x, y = float(sys.argv[1]), float(sys.argv[2])\n\
+         print(json.dumps({'step': 1, 'f1': x, 'f2': -((x - 1) ** 2) - y, 'y': y}))\n",
+    )
+    .unwrap();
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"t\"\nmetric = [\"f1\", \"f2\"]\nmode = [\"min\", \"max\"]\nsamples = 24\nseed = 5\n\
+             [constraints]\ny = {{ max = 0.5 }}\n[resources]\ncpu_slots = 1\n\
+             [objective]\ncommand = [\"python3\", {:?}, \"{{x}}\", \"{{y}}\"]\n\
+             [space]\nx = {{ uniform = [0.0, 1.0] }}\ny = {{ uniform = [0.0, 1.0] }}\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let dir = tmp.path().join("sweep");
+    run_ok(&mut tune_run(&spec, &dir));
+    let trials = export_json(&dir);
+    let ours: Vec<u64> = trials
+        .iter()
+        .filter(|t| t["pareto_optimal"] == true)
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert!(ours.len() >= 2, "{ours:?}");
+    assert!(trials.iter().any(|t| t["feasible"] == false));
+    let out = run_ok(
+        tune()
+            .arg("export")
+            .arg(&dir)
+            .args(["--format", "optuna-journal"]),
+    );
+    let log = tmp.path().join("sweep.log");
+    std::fs::write(&log, &out.stdout).unwrap();
+    let read = Command::new(optuna_python())
+        .args(["-c", BEST_TRIALS])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", stderr(&read));
+    let optuna: Json = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(
+        optuna["directions"],
+        serde_json::json!(["MINIMIZE", "MAXIMIZE"])
+    );
+    let theirs: Vec<u64> = optuna["best"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(ours, theirs);
+    for t in &trials {
+        assert_eq!(
+            optuna["values"][t["id"].to_string()],
+            serde_json::json!([t["values"]["f1"], t["values"]["f2"]])
+        );
     }
 }

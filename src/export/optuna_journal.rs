@@ -2,13 +2,17 @@
 //! (`JournalFileBackend`), so that `optuna-dashboard sweep.log` and `optuna.load_study` read
 //! it. One `CREATE_STUDY` record, then one `CREATE_TRIAL` record per trial carrying its state,
 //! params with their distributions, intermediate values and value (the op codes and fields of
-//! optuna/storages/journal/_storage.py, Optuna 5).
+//! optuna/storages/journal/_storage.py, Optuna 5). With several objectives, the study has a
+//! direction each and a trial its values; with `[constraints]`, a trial carries its constraint
+//! values where Optuna keeps them (system attribute `constraints`), so that `best_trials` and
+//! optuna-dashboard see which trials are feasible.
 
 use std::io::Write;
 
 use serde_json::{json, Map, Value as Json};
 use tune_search::{Domain, Mode, Space, Status, Value};
 
+use crate::spec::{Constraints, Goal};
 use crate::trial::{rfc3339, Trial};
 
 /// Optuna's `JournalOperation` codes used here.
@@ -35,7 +39,8 @@ fn state(status: Status) -> u8 {
 /// let mut t = tune::Trial::new(0, tune::Params::default());
 /// t.params.insert("x", tune::Value::Float(0.5));
 /// let mut out = Vec::new();
-/// tune::export::write_optuna_journal(&mut out, "demo", &[t], &space, "loss", tune::Mode::Min)
+/// let loss = tune::Goal { metric: "loss".into(), mode: tune::Mode::Min };
+/// tune::export::write_optuna_journal(&mut out, "demo", &[t], &space, &[loss], &Default::default())
 ///     .unwrap();
 /// let text = String::from_utf8(out).unwrap();
 /// assert!(text.lines().next().unwrap().contains("\"study_name\":\"demo\""));
@@ -46,18 +51,21 @@ pub fn write_optuna_journal(
     name: &str,
     trials: &[Trial],
     space: &Space,
-    metric: &str,
-    mode: Mode,
+    objectives: &[Goal],
+    constraints: &Constraints,
 ) -> std::io::Result<()> {
-    let direction = match mode {
-        Mode::Min => 1,
-        Mode::Max => 2,
-    };
+    let directions: Vec<u8> = objectives
+        .iter()
+        .map(|o| match o.mode {
+            Mode::Min => 1,
+            Mode::Max => 2,
+        })
+        .collect();
     let study = json!({
         "op_code": CREATE_STUDY,
         "worker_id": "tune",
         "study_name": name,
-        "directions": [direction],
+        "directions": directions,
     });
     writeln!(out, "{study}")?;
     let distributions: Map<String, Json> = space
@@ -72,12 +80,20 @@ pub fn write_optuna_journal(
         })
         .collect();
     for t in trials {
-        writeln!(out, "{}", trial_record(t, &distributions, space, metric))?;
+        let record = trial_record(t, &distributions, space, objectives, constraints);
+        writeln!(out, "{record}")?;
     }
     Ok(())
 }
 
-fn trial_record(t: &Trial, distributions: &Map<String, Json>, space: &Space, metric: &str) -> Json {
+fn trial_record(
+    t: &Trial,
+    distributions: &Map<String, Json>,
+    space: &Space,
+    objectives: &[Goal],
+    constraints: &Constraints,
+) -> Json {
+    let metric = objectives.first().map_or("", |o| o.metric.as_str());
     let mut params = Map::new();
     let mut used = Map::new();
     for p in space.params() {
@@ -88,17 +104,31 @@ fn trial_record(t: &Trial, distributions: &Map<String, Json>, space: &Space, met
         used.insert(p.name.clone(), distributions[&p.name].clone());
     }
     // Optuna keeps one value per step: a step redone after a restart keeps its last report.
+    // (Optuna reports intermediate values for one objective only.)
     let mut intermediate = Map::new();
-    for r in &t.results {
+    for r in t.results.iter().filter(|_| objectives.len() == 1) {
         if let Some(v) = r.metrics.get(metric) {
             intermediate.insert(r.step.to_string(), json!(v));
         }
     }
     let values = match t.status {
         // A pruned trial's value is its last intermediate value, as Optuna's `tell` sets it.
-        Status::Completed | Status::Stopped => t.value(metric).map(|v| json!([v])),
+        Status::Completed | Status::Stopped => objectives
+            .iter()
+            .map(|o| t.value(&o.metric))
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| json!(v)),
         _ => None,
     };
+    let mut system = Map::new();
+    if let Some(Ok(c)) = t
+        .results
+        .last()
+        .filter(|_| !constraints.is_empty())
+        .map(|r| constraints.values(&r.metrics))
+    {
+        system.insert("constraints".into(), json!(c));
+    }
     let mut attrs = Map::new();
     attrs.insert("tune_id".into(), json!(t.id));
     attrs.insert("tune_status".into(), json!(t.status.as_str()));
@@ -116,7 +146,7 @@ fn trial_record(t: &Trial, distributions: &Map<String, Json>, space: &Space, met
         "distributions": used,
         "intermediate_values": intermediate,
         "user_attrs": attrs,
-        "system_attrs": {},
+        "system_attrs": system,
         "value": null,
         "values": values,
     });
