@@ -269,7 +269,7 @@ fn bad_builtin_specs_exit_2_with_the_key_and_leave_nothing() {
     std::fs::write(&path, "name = \"m\"\nmetric = \"accuracy\"\nmode = \"max\"\nsamples = 2\n[objective]\nbuiltin = \"mlp\"\ndataset = \"wine\"\n[space]\nlr = { loguniform = [1e-3, 1e-1] }\n").unwrap();
     let out = tune_run(&path, &tmp.path().join("run")).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("`metric`: the `mlp` trainable reports val_loss, val_accuracy, train_loss, lr, not \"accuracy\""), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`metric`: the `mlp` trainable reports val_loss, val_accuracy, train_loss, lr, n_params, not \"accuracy\""), "{}", stderr(&out));
 }
 
 /// The shipped example loads and validates (its result, 0.983 in 1.6 s in release, is in the
