@@ -23,6 +23,26 @@ print(json.dumps({
 }))
 "#;
 
+/// The sweep in `dir` exported as a journal (into `tmp`) and read by Optuna's `script`, which
+/// prints JSON.
+fn optuna_reads_export(dir: &std::path::Path, tmp: &std::path::Path, script: &str) -> Json {
+    let out = run_ok(
+        tune()
+            .arg("export")
+            .arg(dir)
+            .args(["--format", "optuna-journal"]),
+    );
+    let log = tmp.join("sweep.log");
+    std::fs::write(&log, &out.stdout).unwrap();
+    let read = Command::new(optuna_python())
+        .args(["-c", script])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", stderr(&read));
+    serde_json::from_slice(&read.stdout).unwrap()
+}
+
 #[test]
 fn optuna_reads_the_exported_journal_as_the_sweep_was() {
     let tmp = tempfile::tempdir().unwrap();
@@ -36,21 +56,7 @@ fn optuna_reads_the_exported_journal_as_the_sweep_was() {
     let dir = tmp.path().join("sweep");
     tune_run(&spec, &dir).output().unwrap();
     let trials = export_json(&dir);
-    let out = run_ok(
-        tune()
-            .arg("export")
-            .arg(&dir)
-            .args(["--format", "optuna-journal"]),
-    );
-    let log = tmp.path().join("sweep.log");
-    std::fs::write(&log, &out.stdout).unwrap();
-    let read = Command::new(optuna_python())
-        .args(["-c", READ_BACK])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(read.status.success(), "{}", stderr(&read));
-    let optuna: Json = serde_json::from_slice(&read.stdout).unwrap();
+    let optuna = optuna_reads_export(&dir, tmp.path(), READ_BACK);
     assert_eq!(optuna["direction"], "MINIMIZE");
     let seen = optuna["trials"].as_array().unwrap();
     assert_eq!(seen.len(), trials.len());
@@ -352,21 +358,7 @@ fn optuna_finds_the_same_pareto_front_in_a_constrained_two_objective_export() {
         .collect();
     assert!(ours.len() >= 2, "{ours:?}");
     assert!(trials.iter().any(|t| t["feasible"] == false));
-    let out = run_ok(
-        tune()
-            .arg("export")
-            .arg(&dir)
-            .args(["--format", "optuna-journal"]),
-    );
-    let log = tmp.path().join("sweep.log");
-    std::fs::write(&log, &out.stdout).unwrap();
-    let read = Command::new(optuna_python())
-        .args(["-c", BEST_TRIALS])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(read.status.success(), "{}", stderr(&read));
-    let optuna: Json = serde_json::from_slice(&read.stdout).unwrap();
+    let optuna = optuna_reads_export(&dir, tmp.path(), BEST_TRIALS);
     assert_eq!(
         optuna["directions"],
         serde_json::json!(["MINIMIZE", "MAXIMIZE"])
