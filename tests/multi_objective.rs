@@ -268,6 +268,14 @@ fn specs_that_cannot_take_several_objectives_are_refused_before_anything_runs() 
         &["`metric`: `loss` is listed twice"],
     );
     refused(
+        "sampels = 3",
+        two,
+        &[
+            "space.toml:5:1: unknown field `sampels`",
+            "(did you mean `samples`?)",
+        ],
+    );
+    refused(
         "[scheduler]\nkind = \"asha\"\nmax_t = 9",
         two,
         &[

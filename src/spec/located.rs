@@ -38,10 +38,15 @@ impl SpecError {
     /// tagged table where its message says.
     pub(super) fn parse(text: &str, file: &Path, e: &toml::de::Error) -> SpecError {
         let message = e.message().trim();
-        let location = e
-            .span()
-            .map(|s| line_col(text, s.start))
-            .map(|at| within_table(text, at, message));
+        let location = match e.span() {
+            Some(s) => Some(within_table(text, line_col(text, s.start), message)),
+            // Read from a rewritten table (a spec with several objectives): no span, but an
+            // unknown key is still found by its name.
+            None => message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split('`').next())
+                .and_then(|key| locate_key_anywhere(text, key)),
+        };
         SpecError::at(text, file, location, with_suggestion(message))
     }
 
@@ -174,6 +179,17 @@ fn locate_key(text: &str, section: &str, key: &str) -> Option<(usize, usize)> {
         }
     }
     None
+}
+
+/// The first line, in any table, that sets `key`.
+fn locate_key_anywhere(text: &str, key: &str) -> Option<(usize, usize)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let trimmed = line.trim_start();
+        let rest = trimmed.strip_prefix(key)?;
+        rest.trim_start()
+            .starts_with('=')
+            .then(|| (i + 1, line.len() - trimmed.len() + 1))
+    })
 }
 
 /// Adds "did you mean" to serde's unknown field / variant messages.
