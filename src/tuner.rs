@@ -544,8 +544,6 @@ impl Tuner {
             stop: self.stop.clone(),
             dir: exp.dir.clone(),
             trials: spec.trials_folder(&exp.dir),
-            metric: spec.metric.clone(),
-            mode: spec.mode,
             objectives: spec.objectives(),
             constraints: spec.constraints.clone(),
             samples: exp.stored.meta.samples,

@@ -57,9 +57,8 @@ pub(crate) struct Plan {
     /// Where trial folders go (`trials/<id>` under it): the experiment folder, or the spec's
     /// `[store] checkpoints`.
     pub trials: PathBuf,
-    pub metric: String,
-    pub mode: Mode,
-    /// Every objective (`metric` and `mode` are the first's): what the searcher is shown.
+    /// Every objective, at least one: what the searcher is shown. The first is what one
+    /// value is compared by (the summary's best, the scheduler, `[stop]`).
     pub objectives: Vec<crate::spec::Goal>,
     /// `[constraints]`: shown to the searcher, and deciding which trials can be the best.
     pub constraints: crate::spec::Constraints,
@@ -72,6 +71,18 @@ pub(crate) struct Plan {
     pub timeout: Option<Duration>,
     /// The PostgreSQL database holding the experiment: remote workers may run its trials.
     pub remote: Option<String>,
+}
+
+impl Plan {
+    /// The first objective's key.
+    pub fn metric(&self) -> &str {
+        &self.objectives[0].metric
+    }
+
+    /// The first objective's direction.
+    pub fn mode(&self) -> Mode {
+        self.objectives[0].mode
+    }
 }
 
 pub(crate) struct Coordinator {
@@ -140,7 +151,7 @@ impl Coordinator {
     ) -> Coordinator {
         let mut history =
             History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
-        let mut summary = Summary::new(&plan.metric, plan.mode, plan.constraints.clone());
+        let mut summary = Summary::new(plan.metric(), plan.mode(), plan.constraints.clone());
         let mut queue = VecDeque::new();
         let mut next_seq = 0;
         let mut trials = trials;
@@ -190,7 +201,7 @@ impl Coordinator {
             .collect();
         let stop_watch = StopWatch::new(
             plan.stop_when.clone(),
-            (&plan.metric, plan.mode),
+            (plan.metric(), plan.mode()),
             plan.constraints.clone(),
             &trials,
         );
@@ -198,7 +209,7 @@ impl Coordinator {
         let created = trials.len() as u64;
         let budget = searcher.total_trials(plan.samples).max(created);
         let all_added = created >= budget;
-        let undelivered = replay(scheduler.as_mut(), &trials, &plan.metric, all_added);
+        let undelivered = replay(scheduler.as_mut(), &trials, plan.metric(), all_added);
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
         let shutdown = plan.stop.0.clone();
@@ -857,7 +868,7 @@ impl Coordinator {
         t.finished_at = Some(now_ms());
         t.end_seq = Some(self.next_seq);
         self.store.put_trial(&t)?;
-        let last = t.last_step().zip(t.value(&self.plan.metric));
+        let last = t.last_step().zip(t.value(self.plan.metric()));
         self.scheduler.on_complete(id, last);
         self.summary.note_best(&t);
         let met = self.stop_watch.on_finished(&t);
@@ -909,7 +920,7 @@ impl Coordinator {
                 Status::Failed,
                 Some(format!(
                     "the objective ended without reporting `{}`",
-                    self.plan.metric
+                    self.plan.metric()
                 )),
             ),
             Outcome::Failed(reason) if t.attempts <= self.plan.max_failures => {

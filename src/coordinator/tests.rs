@@ -203,8 +203,6 @@ impl Sweep {
             stop: self.stop.clone(),
             dir: self.dir.path().to_path_buf(),
             trials: self.dir.path().to_path_buf(),
-            metric: "loss".into(),
-            mode: self.mode,
             objectives: vec![crate::spec::Goal {
                 metric: "loss".into(),
                 mode: self.mode,
