@@ -26,6 +26,16 @@ print(json.dumps({
 /// The sweep in `dir` exported as a journal (into `tmp`) and read by Optuna's `script`, which
 /// prints JSON.
 fn optuna_reads_export(dir: &std::path::Path, tmp: &std::path::Path, script: &str) -> Json {
+    read_export_with(optuna_python(), dir, tmp, script)
+}
+
+/// The sweep in `dir` exported as a journal (into `tmp`) and read by `script` under `python`.
+fn read_export_with(
+    python: std::path::PathBuf,
+    dir: &std::path::Path,
+    tmp: &std::path::Path,
+    script: &str,
+) -> Json {
     let out = run_ok(
         tune()
             .arg("export")
@@ -34,7 +44,7 @@ fn optuna_reads_export(dir: &std::path::Path, tmp: &std::path::Path, script: &st
     );
     let log = tmp.join("sweep.log");
     std::fs::write(&log, &out.stdout).unwrap();
-    let read = Command::new(optuna_python())
+    let read = Command::new(python)
         .args(["-c", script])
         .arg(&log)
         .output()
@@ -139,21 +149,7 @@ fn optuna_dashboard_serves_the_exported_journal() {
     let dir = tmp.path().join("sweep");
     tune_run(&spec, &dir).output().unwrap();
     let trials = export_json(&dir);
-    let out = run_ok(
-        tune()
-            .arg("export")
-            .arg(&dir)
-            .args(["--format", "optuna-journal"]),
-    );
-    let log = tmp.path().join("sweep.log");
-    std::fs::write(&log, &out.stdout).unwrap();
-    let asked = Command::new(optuna_dashboard_python())
-        .args(["-c", ASK_DASHBOARD])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(asked.status.success(), "{}", stderr(&asked));
-    let served: Json = serde_json::from_slice(&asked.stdout).unwrap();
+    let served = read_export_with(optuna_dashboard_python(), &dir, tmp.path(), ASK_DASHBOARD);
     assert_eq!(served["studies"], serde_json::json!(["t"]));
     let seen = served["trials"].as_array().unwrap();
     assert_eq!(seen.len(), trials.len());

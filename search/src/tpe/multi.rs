@@ -13,21 +13,23 @@ use crate::{History, Status, TrialId};
 pub(crate) fn below_into(history: &History, gamma_fraction: f64, good: &mut Vec<bool>) {
     good.clear();
     good.resize(history.len(), false);
-    let completed: Vec<&crate::Observation> = history
+    // (trial, losses), each losses computed once.
+    let completed: Vec<(&crate::Observation, Vec<f64>)> = history
         .iter()
-        .filter(|t| t.status == Status::Completed && history.losses(t).is_some())
+        .filter(|t| t.status == Status::Completed)
+        .filter_map(|t| Some((t, history.losses(t)?)))
         .collect();
     let n_below = (gamma_fraction * completed.len() as f64).ceil() as usize;
     let mut infeasible: Vec<(f64, TrialId)> = completed
         .iter()
-        .filter(|t| !t.feasible())
-        .map(|t| (t.violation(), t.id))
+        .filter(|(t, _)| !t.feasible())
+        .map(|(t, _)| (t.violation(), t.id))
         .collect();
     infeasible.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let trials: Vec<(TrialId, Vec<f64>)> = completed
-        .iter()
-        .filter(|t| t.feasible())
-        .filter_map(|t| Some((t.id, history.losses(t)?)))
+        .into_iter()
+        .filter(|(t, _)| t.feasible())
+        .map(|(t, losses)| (t.id, losses))
         .collect();
     for &(_, id) in infeasible.iter().take(n_below.saturating_sub(trials.len())) {
         good[id as usize] = true;
