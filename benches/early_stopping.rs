@@ -4,11 +4,22 @@
 //!     cargo bench --bench early_stopping
 //!
 //! Trials run one at a time, as in `run_asha.py`; then the same with 8 simulated workers.
+//! Then LCBench (YAHPO Gym's surrogate, `../shared/bench/lcbench/`), scored as
+//! `run_lcbench.py` scores it, on a clock that runs each epoch for the seconds the surrogate
+//! predicts. `TUNE_BENCH_PARTS=curves` or `=lcbench` runs one part; `TUNE_LCBENCH_TASKS=all`
+//! scores the 28 held-out tasks too (or a comma-separated list); `TUNE_LCBENCH_METHODS`
+//! (`|`-separated parts of names) and `TUNE_LCBENCH_WORKERS` (`1,8`) narrow the run.
 
 #[path = "common/curves.rs"]
 mod curves;
 #[path = "common/held_out_curves.rs"]
 mod held_out_curves;
+#[path = "common/lcbench.rs"]
+mod lcbench;
+#[path = "common/onnx.rs"]
+mod onnx;
+#[path = "common/runs.rs"]
+mod runs;
 #[path = "common/simulator.rs"]
 mod simulator;
 #[path = "common/tpe_env.rs"]
@@ -19,7 +30,7 @@ use tune_schedulers::{
     Asha, AshaConfig, AshaPromotion, Fifo, HyperBand, HyperBandConfig, MedianConfig,
     MedianStopping, Mode, Scheduler,
 };
-use tune_search::{RandomSearch, Searcher, Tpe, TpeOptions};
+use tune_search::{Params, RandomSearch, Searcher, Space, Tpe, TpeOptions};
 
 const CHECKPOINTS: [u64; 5] = [243, 405, 810, 1620, 2430];
 
@@ -183,6 +194,16 @@ fn main() {
         } else {
             2
         });
+    let part = std::env::var("TUNE_BENCH_PARTS").unwrap_or_default();
+    if part.is_empty() || part.contains("curves") {
+        curves_tables(seeds);
+    }
+    if part.is_empty() || part.contains("lcbench") {
+        lcbench_tables(seeds);
+    }
+}
+
+fn curves_tables(seeds: u64) {
     let methods: [(&str, MakeSearcher, MakeScheduler); 10] = [
         (
             "tune random, full budget",
@@ -316,4 +337,311 @@ fn held_out(seeds: u64) {
         "geometric mean of the 2430-epoch ratio (tune / Optuna's treatment): {:.3}",
         (log_ratio.0 / f64::from(log_ratio.1.max(1))).exp()
     );
+}
+
+/// `run_lcbench.py`'s checkpoints: 10, 20 and 40 full trainings' worth of epochs.
+const LCBENCH_EPOCHS: [u64; 3] = [520, 1040, 2080];
+
+/// `../shared/bench/README.md`, section 4: mean over the six development tasks of the median
+/// normalised regret over 10 seeds, trials one at a time (Optuna 5.0.0).
+const LCBENCH_PEERS: [(&str, [f64; 3]); 7] = [
+    ("random, full budget", [0.380, 0.259, 0.181]),
+    ("TPE, full budget", [0.380, 0.160, 0.095]),
+    (
+        "optuna random + SuccessiveHalving (min 1, eta 3)",
+        [0.299, 0.257, 0.224],
+    ),
+    ("optuna TPE + SuccessiveHalving", [0.409, 0.380, 0.357]),
+    (
+        "optuna TPE + Hyperband (min 1, max 52, eta 3)",
+        [0.263, 0.169, 0.143],
+    ),
+    ("optuna random + Median", [0.310, 0.274, 0.258]),
+    ("optuna TPE + Median", [0.309, 0.265, 0.226]),
+];
+
+/// One LCBench task on the simulated clock: val_accuracy (maximised) and the surrogate's
+/// cumulative training time; the regret is `run_lcbench.py`'s normalised regret.
+struct LcTask<'a> {
+    surrogate: &'a lcbench::Surrogate,
+    task: &'a str,
+    reference: lcbench::Reference,
+}
+
+impl simulator::Timed for LcTask<'_> {
+    fn max_t(&self) -> u64 {
+        lcbench::MAX_EPOCH
+    }
+
+    fn observe(&self, params: &Params, epoch: u64) -> (f64, f64) {
+        let mut row = [epoch as f32; 8];
+        for (slot, v) in row[1..].iter_mut().zip(lcbench::config(params)) {
+            *slot = v as f32;
+        }
+        let out = self
+            .surrogate
+            .evaluate(self.task, &[row])
+            .expect("the surrogate")[0];
+        (
+            f64::from(out[lcbench::VAL_ACCURACY]),
+            f64::from(out[lcbench::TIME]),
+        )
+    }
+
+    fn regret(&self, _params: &Params, value: f64) -> f64 {
+        self.reference.normalised_regret(value)
+    }
+}
+
+impl LcTask<'_> {
+    /// The median seconds of a full 52-epoch training over 64 random configurations: the
+    /// unit of the wall-clock checkpoints.
+    fn full_training_seconds(&self) -> f64 {
+        use simulator::Timed;
+        let mut random = RandomSearch::new(lcbench::space(), 12345);
+        let history = tune_search::History::new(Mode::Max);
+        let times = (0..64)
+            .map(|id| {
+                let params = random.suggest(id, &history).expect("a configuration");
+                self.observe(&params, lcbench::MAX_EPOCH).1
+            })
+            .collect();
+        runs::median(times)
+    }
+}
+
+type LcSearcher = fn(Space, u64) -> Box<dyn Searcher>;
+type LcScheduler = fn(u64) -> Box<dyn Scheduler>;
+
+fn lc_random(space: Space, seed: u64) -> Box<dyn Searcher> {
+    Box::new(RandomSearch::new(space, seed))
+}
+
+fn lc_tpe(space: Space, seed: u64) -> Box<dyn Searcher> {
+    Box::new(Tpe::new(space, seed, tpe_options()))
+}
+
+fn lc_tpe_median(space: Space, seed: u64) -> Box<dyn Searcher> {
+    Box::new(Tpe::new(space, seed, scheduler_tpe_options()))
+}
+
+fn lc_tpe_rungs(space: Space, seed: u64) -> Box<dyn Searcher> {
+    Box::new(Tpe::new(space, seed, rung_tpe_options()))
+}
+
+/// TPE fitted at the highest rung with enough results (BOHB's model).
+fn lc_tpe_rung(space: Space, seed: u64) -> Box<dyn Searcher> {
+    let opts = TpeOptions {
+        fidelity: Some(tune_search::Fidelity::Rung),
+        ..rung_tpe_options()
+    };
+    Box::new(Tpe::new(space, seed, opts))
+}
+
+/// ASHA as Optuna's SuccessiveHalvingPruner in `run_lcbench.py`: min resource 1, eta 3;
+/// `TUNE_LC_ASHA=grace,eta` for experiments.
+fn lc_asha_config() -> AshaConfig {
+    let (grace_period, reduction_factor) = std::env::var("TUNE_LC_ASHA")
+        .ok()
+        .and_then(|v| {
+            let (g, r) = v.split_once(',')?;
+            Some((g.parse().ok()?, r.parse().ok()?))
+        })
+        .unwrap_or((1, 3));
+    AshaConfig {
+        max_t: lcbench::MAX_EPOCH,
+        grace_period,
+        reduction_factor,
+        ..AshaConfig::default()
+    }
+}
+
+fn lc_asha(seed: u64) -> Box<dyn Scheduler> {
+    Box::new(Asha::new(lc_asha_config(), Mode::Max, seed))
+}
+
+fn lc_asha_promotion(seed: u64) -> Box<dyn Scheduler> {
+    Box::new(AshaPromotion::new(lc_asha_config(), Mode::Max, seed))
+}
+
+/// Asynchronous HyperBand: the promotion variant over the 4 brackets that 52 epochs allow
+/// with rungs at 1, 3, 9 and 27.
+fn lc_async_hyperband(seed: u64) -> Box<dyn Scheduler> {
+    let config = AshaConfig {
+        brackets: 4,
+        ..lc_asha_config()
+    };
+    Box::new(AshaPromotion::new(config, Mode::Max, seed))
+}
+
+fn lc_hyperband(_seed: u64) -> Box<dyn Scheduler> {
+    Box::new(HyperBand::new(
+        HyperBandConfig {
+            max_t: lcbench::MAX_EPOCH,
+            reduction_factor: 3,
+        },
+        Mode::Max,
+    ))
+}
+
+fn lc_median(_seed: u64) -> Box<dyn Scheduler> {
+    Box::new(MedianStopping::new(MedianConfig::default(), Mode::Max))
+}
+
+fn lc_fifo(_seed: u64) -> Box<dyn Scheduler> {
+    Box::new(Fifo)
+}
+
+const LC_METHODS: [(&str, LcSearcher, LcScheduler); 15] = [
+    ("tune random, full budget", lc_random, lc_fifo),
+    ("tune TPE, full budget", lc_tpe, lc_fifo),
+    ("tune random + median", lc_random, lc_median),
+    ("tune TPE + median", lc_tpe_median, lc_median),
+    ("tune random + ASHA", lc_random, lc_asha),
+    ("tune TPE + ASHA", lc_tpe_rungs, lc_asha),
+    (
+        "tune random + ASHA (promotion)",
+        lc_random,
+        lc_asha_promotion,
+    ),
+    (
+        "tune TPE + ASHA (promotion)",
+        lc_tpe_rungs,
+        lc_asha_promotion,
+    ),
+    (
+        "tune TPE + async HyperBand (promotion, 4 brackets)",
+        lc_tpe_rungs,
+        lc_async_hyperband,
+    ),
+    ("tune random + HyperBand", lc_random, lc_hyperband),
+    ("tune TPE + HyperBand", lc_tpe_rungs, lc_hyperband),
+    ("tune TPE (rung model) + ASHA", lc_tpe_rung, lc_asha),
+    (
+        "tune TPE (rung model) + ASHA (promotion)",
+        lc_tpe_rung,
+        lc_asha_promotion,
+    ),
+    (
+        "tune TPE (rung model) + async HyperBand",
+        lc_tpe_rung,
+        lc_async_hyperband,
+    ),
+    (
+        "tune TPE (rung model) + HyperBand",
+        lc_tpe_rung,
+        lc_hyperband,
+    ),
+];
+
+/// Mean over tasks of the median over seeds; `None` (no incumbent) counts as +inf.
+fn mean_of_medians(per_task: &[Vec<Vec<Option<f64>>>], point: usize) -> Option<f64> {
+    let medians: Vec<Option<f64>> = per_task
+        .iter()
+        .map(|seeds| median(seeds.iter().map(|r| r[point]).collect()))
+        .collect();
+    medians
+        .iter()
+        .copied()
+        .sum::<Option<f64>>()
+        .map(|s| s / medians.len() as f64)
+}
+
+fn lcbench_tables(seeds: u64) {
+    let surrogate = match lcbench::Surrogate::load() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("LCBench skipped: {e}");
+            return;
+        }
+    };
+    let references = lcbench::references();
+    let chosen = std::env::var("TUNE_LCBENCH_TASKS").unwrap_or_default();
+    let tasks: Vec<&str> = match chosen.as_str() {
+        "all" => surrogate.tasks().iter().map(String::as_str).collect(),
+        "" => lcbench::DEV_TASKS.to_vec(),
+        list => list.split(',').collect(),
+    };
+    let lc_tasks: Vec<LcTask> = tasks
+        .iter()
+        .map(|&task| LcTask {
+            surrogate: &surrogate,
+            task,
+            reference: references[task],
+        })
+        .collect();
+    let full_seconds: Vec<f64> = lc_tasks.iter().map(LcTask::full_training_seconds).collect();
+    let methods: Vec<_> = match std::env::var("TUNE_LCBENCH_METHODS") {
+        Ok(filter) => LC_METHODS
+            .into_iter()
+            .filter(|(name, ..)| filter.split('|').any(|f| name.contains(f)))
+            .collect(),
+        Err(_) => LC_METHODS.to_vec(),
+    };
+    let workers_list: Vec<usize> = std::env::var("TUNE_LCBENCH_WORKERS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|w| w.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 8]);
+    for workers in workers_list {
+        println!(
+            "LCBench, tasks {}: mean over tasks of the median normalised regret over {seeds} seeds, {workers} worker(s); \
+             wall clock in full trainings (the task's median 52-epoch time) / workers; peers from shared/bench/README.md (1 worker)",
+            tasks.join(", ")
+        );
+        println!();
+        println!("| method | 520 ep | 1040 ep | 2080 ep | 10 trainings | 20 | 40 |");
+        println!("|---|---|---|---|---|---|---|");
+        for (name, searcher, scheduler) in &methods {
+            let jobs: Vec<(usize, u64)> = (0..lc_tasks.len())
+                .flat_map(|t| (0..seeds).map(move |s| (t, s)))
+                .collect();
+            let run = |&(t, seed): &(usize, u64)| {
+                let seconds: Vec<f64> = [10.0, 20.0, 40.0]
+                    .iter()
+                    .map(|c| c * full_seconds[t] / workers as f64)
+                    .collect();
+                let timeline = simulator::simulate_timed(
+                    &lc_tasks[t],
+                    Mode::Max,
+                    searcher(lcbench::space(), seed).as_mut(),
+                    scheduler(seed).as_mut(),
+                    workers,
+                    LCBENCH_EPOCHS[2],
+                    &LCBENCH_EPOCHS,
+                    &seconds,
+                );
+                [timeline.at_epochs, timeline.at_seconds].concat()
+            };
+            let results: Vec<Vec<Option<f64>>> = std::thread::scope(|scope| {
+                let odd =
+                    scope.spawn(|| jobs.iter().skip(1).step_by(2).map(run).collect::<Vec<_>>());
+                let even: Vec<_> = jobs.iter().step_by(2).map(run).collect();
+                let odd = odd.join().expect("a bench thread");
+                (0..jobs.len())
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            even[i / 2].clone()
+                        } else {
+                            odd[i / 2].clone()
+                        }
+                    })
+                    .collect()
+            });
+            let per_task: Vec<Vec<Vec<Option<f64>>>> =
+                results.chunks(seeds as usize).map(<[_]>::to_vec).collect();
+            let cells: Vec<String> = (0..6)
+                .map(|i| mean_of_medians(&per_task, i).map_or("-".into(), |v| format!("{v:.3}")))
+                .collect();
+            println!("| {name} | {} |", cells.join(" | "));
+        }
+        if workers == 1 && tasks == lcbench::DEV_TASKS {
+            for (name, row) in LCBENCH_PEERS {
+                println!(
+                    "| {name} | {:.3} | {:.3} | {:.3} | | | |",
+                    row[0], row[1], row[2]
+                );
+            }
+        }
+        println!();
+    }
 }

@@ -130,3 +130,167 @@ pub fn simulate(
         }
     }
 }
+
+/// A benchmark seen one epoch at a time on a simulated clock, like Syne Tune's simulator
+/// backend: an epoch ends when the benchmark says training has reached it.
+pub trait Timed: Sync {
+    /// The last epoch a trial can train.
+    fn max_t(&self) -> u64;
+    /// The metric after `epoch`, and the seconds of training from the start to its end.
+    fn observe(&self, params: &Params, epoch: u64) -> (f64, f64);
+    /// The score of choosing a configuration that reached `value` at `max_t` (lower is
+    /// better).
+    fn regret(&self, params: &Params, value: f64) -> f64;
+}
+
+/// The incumbent's regret at each epoch checkpoint and at each second checkpoint.
+pub struct Timeline {
+    pub at_epochs: Vec<Option<f64>>,
+    pub at_seconds: Vec<Option<f64>>,
+}
+
+struct Running {
+    id: TrialId,
+    params: Params,
+    epoch: u64,
+    /// Seconds of training reached before this epoch (the benchmark's clock for the trial).
+    trained: f64,
+    /// This epoch's result and when it lands on the simulated clock.
+    value: f64,
+    done_at: f64,
+}
+
+/// `workers` virtual workers on one clock: each runs its trial's next epoch, which takes the
+/// seconds `bench` says it takes; the earliest to finish reports next (ties by worker). Runs
+/// until `budget` epochs are spent and the last second checkpoint is passed. The incumbent
+/// is the best value at `max_t` so far, as in `run_lcbench.py`.
+#[allow(clippy::too_many_arguments)]
+pub fn simulate_timed(
+    bench: &dyn Timed,
+    mode: Mode,
+    searcher: &mut dyn Searcher,
+    scheduler: &mut dyn Scheduler,
+    workers: usize,
+    budget: u64,
+    epoch_checkpoints: &[u64],
+    second_checkpoints: &[f64],
+) -> Timeline {
+    let max_t = bench.max_t();
+    let better = |a: f64, b: f64| match mode {
+        Mode::Min => a < b,
+        Mode::Max => a > b,
+    };
+    let mut history = History::new(mode);
+    let mut slots: Vec<Option<Running>> = (0..workers).map(|_| None).collect();
+    let mut paused: std::collections::BTreeMap<TrialId, Running> = Default::default();
+    let mut next_id: TrialId = 0;
+    let (mut used, mut now) = (0u64, 0.0f64);
+    let mut incumbent: Option<(f64, f64)> = None;
+    let mut timeline = Timeline {
+        at_epochs: vec![None; epoch_checkpoints.len()],
+        at_seconds: vec![None; second_checkpoints.len()],
+    };
+    let (mut next_epoch_mark, mut next_second_mark) = (0, 0);
+    let start = |run: &mut Running, now: f64| {
+        let (value, trained) = bench.observe(&run.params, run.epoch);
+        // The surrogate's cumulative times are not always increasing: an epoch takes at
+        // least a millisecond.
+        run.done_at = now + (trained - run.trained).max(1e-3);
+        run.trained = trained;
+        run.value = value;
+    };
+    loop {
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            let mut run = match scheduler.choose_paused().and_then(|id| paused.remove(&id)) {
+                Some(run) => {
+                    history.set_status(run.id, Status::Running);
+                    run
+                }
+                None => {
+                    let params = searcher.suggest(next_id, &history).expect("a suggestion");
+                    history.record(next_id, params.clone(), Status::Running);
+                    scheduler.on_trial_add(next_id, &params);
+                    next_id += 1;
+                    Running {
+                        id: next_id - 1,
+                        params,
+                        epoch: 1,
+                        trained: 0.0,
+                        value: 0.0,
+                        done_at: 0.0,
+                    }
+                }
+            };
+            start(&mut run, now);
+            *slot = Some(run);
+        }
+        let w = (0..workers)
+            .min_by(|&a, &b| {
+                let at = |i: usize| slots[i].as_ref().map_or(f64::INFINITY, |r| r.done_at);
+                at(a).total_cmp(&at(b))
+            })
+            .expect("a worker");
+        let mut run = slots[w].take().expect("every worker is busy");
+        now = run.done_at;
+        while next_second_mark < second_checkpoints.len()
+            && second_checkpoints[next_second_mark] < now
+        {
+            timeline.at_seconds[next_second_mark] = incumbent.map(|(_, regret)| regret);
+            next_second_mark += 1;
+        }
+        let value = run.value;
+        used += 1;
+        history.report(run.id, run.epoch, value);
+        let decision = scheduler.on_result(run.id, run.epoch, value);
+        if run.epoch == max_t && incumbent.is_none_or(|(best, _)| better(value, best)) {
+            incumbent = Some((value, bench.regret(&run.params, value)));
+        }
+        let end = match &decision {
+            Decision::Exploit { params, .. } => {
+                history.set_params(run.id, params.clone());
+                run.params = params.clone();
+                None
+            }
+            Decision::Stop => Some(Status::Stopped),
+            Decision::Complete => Some(Status::Completed),
+            Decision::Continue if run.epoch >= max_t => Some(Status::Completed),
+            Decision::Continue => None,
+            Decision::Pause => Some(Status::Paused),
+        };
+        match end {
+            Some(Status::Paused) => {
+                history.set_status(run.id, Status::Paused);
+                run.epoch += 1;
+                paused.insert(run.id, run);
+            }
+            Some(status) => {
+                history.set_status(run.id, status);
+                scheduler.on_complete(run.id, Some((run.epoch, value)));
+            }
+            None => {
+                run.epoch += 1;
+                start(&mut run, now);
+                slots[w] = Some(run);
+            }
+        }
+        for (id, decision) in scheduler.drain_ended() {
+            if paused.remove(&id).is_some() {
+                let status = if decision == Decision::Complete {
+                    Status::Completed
+                } else {
+                    Status::Stopped
+                };
+                history.set_status(id, status);
+            }
+        }
+        while next_epoch_mark < epoch_checkpoints.len()
+            && used >= epoch_checkpoints[next_epoch_mark]
+        {
+            timeline.at_epochs[next_epoch_mark] = incumbent.map(|(_, regret)| regret);
+            next_epoch_mark += 1;
+        }
+        if used >= budget && next_second_mark >= second_checkpoints.len() {
+            return timeline;
+        }
+    }
+}

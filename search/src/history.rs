@@ -116,6 +116,9 @@ pub struct Observation {
     pub constraints: Vec<f64>,
     /// The step of the last report.
     pub last_step: Option<u64>,
+    /// The (first) objective at every step reported, by step (Optuna's
+    /// `intermediate_values`): what a model fitted at a rung reads.
+    pub intermediate: Vec<(u64, f64)>,
 }
 
 impl Observation {
@@ -128,6 +131,25 @@ impl Observation {
     /// Meets every constraint (or has none).
     pub fn feasible(&self) -> bool {
         self.violation() == 0.0
+    }
+
+    /// The (first) objective reported at `step`, if the trial reported there.
+    ///
+    /// ```
+    /// use tune_search::{History, Mode, Params, Status};
+    /// let mut h = History::new(Mode::Min);
+    /// h.record(0, Params::default(), Status::Running);
+    /// for (step, v) in [(1, 0.9), (3, 0.5), (9, 0.2)] {
+    ///     h.report(0, step, v);
+    /// }
+    /// let t = h.get(0).unwrap();
+    /// assert_eq!((t.value_at(3), t.value_at(4), t.value), (Some(0.5), None, Some(0.2)));
+    /// ```
+    pub fn value_at(&self, step: u64) -> Option<f64> {
+        self.intermediate
+            .binary_search_by_key(&step, |&(s, _)| s)
+            .ok()
+            .map(|i| self.intermediate[i].1)
     }
 }
 
@@ -216,6 +238,7 @@ impl History {
             values: Vec::new(),
             constraints: Vec::new(),
             last_step: None,
+            intermediate: Vec::new(),
         };
         match self.trials.get_mut(id as usize) {
             Some(slot) => *slot = obs,
@@ -238,6 +261,13 @@ impl History {
             t.values.clear();
             t.values.extend_from_slice(values);
             t.last_step = Some(step);
+            if let Some(&v) = values.first() {
+                // Reports come in step order; a repeated step keeps its latest value.
+                match t.intermediate.binary_search_by_key(&step, |&(s, _)| s) {
+                    Ok(i) => t.intermediate[i].1 = v,
+                    Err(i) => t.intermediate.insert(i, (step, v)),
+                }
+            }
         }
     }
 

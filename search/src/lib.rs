@@ -44,7 +44,7 @@ pub use prior::{PriorTrial, WithPriorTrials};
 pub use random::RandomSearch;
 pub use searcher::{trial_rng, Searcher};
 pub use space::{Condition, Param, Space, SpaceBuilder, SpaceError};
-pub use tpe::{Tpe, TpeOptions};
+pub use tpe::{Fidelity, Tpe, TpeOptions};
 
 /// The candidate closest to `found` by edit distance, if it is close enough to be a likely
 /// typo, or a candidate that `found` abbreviates (`n_startup` for `n_startup_trials`).

@@ -168,10 +168,17 @@ impl Coordinator {
             }
             if searcher.reads_history() {
                 history.record(t.id, t.params.clone(), t.status);
-                let values: Option<Vec<f64>> =
-                    plan.objectives.iter().map(|o| t.value(&o.metric)).collect();
-                if let (Some(values), Some(step)) = (values, t.last_step()) {
-                    history.report_values(t.id, step, &values);
+                // Every report, as the run heard them: a model fitted at a rung reads the
+                // values at earlier steps too.
+                for r in &t.results {
+                    let values: Option<Vec<f64>> = plan
+                        .objectives
+                        .iter()
+                        .map(|o| r.metrics.get(&o.metric).copied())
+                        .collect();
+                    if let Some(values) = values {
+                        history.report_values(t.id, r.step, &values);
+                    }
                 }
                 if let Some(Ok(c)) = t
                     .results

@@ -60,6 +60,8 @@ impl TrialIndex {
     /// Brings the index up to date with `history`; `coords[id]` are the trials' internal
     /// coordinates (NaN where inactive). Stopped trials that did not reach `min_depth` times
     /// the deepest step of any finished trial are left out (see `TpeOptions::stopped_min_depth`).
+    /// With `at_step`, only the values reported at that step are modelled, whatever the
+    /// trial's state (`Fidelity::Rung`), and the trials that never reached it are left out.
     pub(crate) fn sync(
         &mut self,
         history: &History,
@@ -67,6 +69,7 @@ impl TrialIndex {
         params: usize,
         liar: bool,
         min_depth: f64,
+        at_step: Option<u64>,
     ) {
         if self.mode != Some(history.mode())
             || self.liar != liar
@@ -85,7 +88,7 @@ impl TrialIndex {
             1.0
         };
         // Only needed (a pass over the history) when shallow stopped trials are left out.
-        let deepest = if min_depth > 0.0 {
+        let deepest = if min_depth > 0.0 && at_step.is_none() {
             history
                 .iter()
                 .filter(|t| {
@@ -100,14 +103,24 @@ impl TrialIndex {
         let shallow = |step: u64| (step as f64) < min_depth * deepest as f64;
         self.roles.resize(history.len(), Role::Out);
         for t in history.iter() {
-            let role = match (t.status, t.value) {
-                (Status::Completed, Some(_)) if !t.feasible() => Role::Infeasible(t.violation()),
-                (Status::Completed, Some(v)) => Role::Complete(sign * v),
-                (Status::Stopped, Some(_)) if shallow(t.last_step.unwrap_or(0)) => Role::Out,
-                (Status::Stopped, Some(_)) if !t.feasible() => Role::Infeasible(t.violation()),
-                (Status::Stopped, Some(v)) => Role::Stopped(t.last_step.unwrap_or(0), sign * v),
-                (Status::Running | Status::Pending | Status::Paused, _) if liar => Role::Liar,
-                _ => Role::Out,
+            let at_rung = at_step.filter(|_| t.status != Status::Failed);
+            let role = match (at_rung.and_then(|s| t.value_at(s)), t.status, t.value) {
+                (Some(_), Status::Completed | Status::Stopped, _) if !t.feasible() => {
+                    Role::Infeasible(t.violation())
+                }
+                (Some(v), ..) => Role::Complete(sign * v),
+                (None, Status::Running | Status::Pending | Status::Paused, _) if liar => Role::Liar,
+                (None, ..) if at_rung.is_some() => Role::Out,
+                (None, status, value) => match (status, value) {
+                    (Status::Completed, Some(_)) if !t.feasible() => {
+                        Role::Infeasible(t.violation())
+                    }
+                    (Status::Completed, Some(v)) => Role::Complete(sign * v),
+                    (Status::Stopped, Some(_)) if shallow(t.last_step.unwrap_or(0)) => Role::Out,
+                    (Status::Stopped, Some(_)) if !t.feasible() => Role::Infeasible(t.violation()),
+                    (Status::Stopped, Some(v)) => Role::Stopped(t.last_step.unwrap_or(0), sign * v),
+                    _ => Role::Out,
+                },
             };
             let old = self.roles[t.id as usize];
             if old == role {
@@ -216,7 +229,7 @@ mod tests {
     #[test]
     fn stopped_trials_rank_by_depth_then_value() {
         let mut index = TrialIndex::default();
-        index.sync(&history(), &TrialCoords::default(), 0, false, 0.0);
+        index.sync(&history(), &TrialCoords::default(), 0, false, 0.0, None);
         assert_eq!(index.finished(), 5);
         // Completed first, then the deepest stopped: 27, then 9.
         assert_eq!(good(&index, 3), vec![0, 3, 4]);
@@ -233,14 +246,14 @@ mod tests {
             h.set_status(id, Status::Completed);
         }
         let mut index = TrialIndex::default();
-        index.sync(&h, &TrialCoords::default(), 0, false, 0.0);
+        index.sync(&h, &TrialCoords::default(), 0, false, 0.0, None);
         assert_eq!(index.finished(), 7);
         assert_eq!(good(&index, 1), vec![0]);
         assert_eq!(good(&index, 5), vec![0, 1, 2, 3, 4]);
         assert_eq!(good(&index, 6), vec![0, 1, 2, 3, 4, 6]);
         // Back within its constraints, trial 5 is the best.
         h.report_constraints(5, &[0.0, -3.0]);
-        index.sync(&h, &TrialCoords::default(), 0, false, 0.0);
+        index.sync(&h, &TrialCoords::default(), 0, false, 0.0, None);
         assert_eq!(good(&index, 1), vec![5]);
     }
 
@@ -248,13 +261,50 @@ mod tests {
     fn shallow_stopped_trials_are_left_out() {
         let mut index = TrialIndex::default();
         // 0.1 x 81 = 8.1: the trials stopped at steps 1 and 3 are not modelled.
-        index.sync(&history(), &TrialCoords::default(), 0, false, 0.1);
+        index.sync(&history(), &TrialCoords::default(), 0, false, 0.1, None);
         assert_eq!(index.finished(), 3);
         assert!(!index.modelled(1) && !index.modelled(2) && index.modelled(3));
         assert_eq!(good(&index, 5), vec![0, 3, 4]);
         // Back to keeping them all: the same index brings them back in.
-        index.sync(&history(), &TrialCoords::default(), 0, false, 0.0);
+        index.sync(&history(), &TrialCoords::default(), 0, false, 0.0, None);
         assert_eq!(index.finished(), 5);
         assert!(index.modelled(1));
+    }
+
+    #[test]
+    fn at_a_rung_only_the_values_there_are_modelled_whatever_the_state() {
+        // Full curves this time: trial i reports 1.0 - 0.1 * i at every step up to where it
+        // ended; trial 5 is paused at 9 and trial 6 running at 2 (under the liar); trial 7
+        // failed at 9.
+        let mut h = History::new(Mode::Min);
+        let ends = [
+            (Status::Completed, 81),
+            (Status::Stopped, 1),
+            (Status::Stopped, 3),
+            (Status::Stopped, 9),
+            (Status::Stopped, 27),
+            (Status::Paused, 9),
+            (Status::Running, 2),
+            (Status::Failed, 9),
+        ];
+        for (id, (status, last)) in ends.into_iter().enumerate() {
+            let id = id as TrialId;
+            h.record(id, Params::default(), Status::Running);
+            for step in 1..=last {
+                h.report(id, step, 1.0 - 0.1 * id as f64 - 0.001 * step as f64);
+            }
+            h.set_status(id, status);
+        }
+        let mut index = TrialIndex::default();
+        index.sync(&h, &TrialCoords::default(), 0, true, 0.0, Some(9));
+        // Reached 9: 0, 3, 4 and the paused 5, ranked by their values at 9 (5 best); the
+        // running 6 is a liar, the shallow 1 and 2 and the failed 7 are out.
+        assert_eq!(index.finished(), 4);
+        assert_eq!(good(&index, 2), vec![4, 5]);
+        assert!(index.modelled(6) && !index.modelled(1) && !index.modelled(7));
+        // Back to the last reports: the same index ranks by depth again.
+        index.sync(&h, &TrialCoords::default(), 0, true, 0.0, None);
+        assert_eq!(index.finished(), 5);
+        assert_eq!(good(&index, 2), vec![0, 4]);
     }
 }

@@ -16,7 +16,7 @@ use std::cmp::Ordering;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::{trial_rng, Condition, FieldError, History, Params, Searcher, Space, TrialId};
+use crate::{trial_rng, Condition, FieldError, History, Params, Searcher, Space, Status, TrialId};
 use coords::{dim_spec, from_internal, to_internal, TrialCoords};
 use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen};
 use eval::Table;
@@ -72,6 +72,9 @@ pub struct TpeOptions {
     /// first rungs (ASHA, HyperBand), and `tune` uses it with them unless told otherwise.
     /// `None`: not set, which is 0 ([`TpeOptions::stopped_min_depth`]).
     pub stopped_min_depth: Option<f64>,
+    /// Which results of trials cut short by a scheduler the model reads. `None`: not set,
+    /// which is [`Fidelity::Last`] ([`TpeOptions::fidelity`]).
+    pub fidelity: Option<Fidelity>,
     /// The magic clip's floor on a kernel's width, as a fraction of the dimension's range:
     /// `max(min_bandwidth_factor, (kernels + 1)^-magic_clip_exponent)`. `None` takes the
     /// mode's default ([`TpeOptions::kernel_floors`]).
@@ -81,6 +84,26 @@ pub struct TpeOptions {
     /// On int and stepped (`quniform`) dimensions, kernels are at least this many steps wide,
     /// so that the neighbouring values keep a real chance. `None` takes the mode's default.
     pub discrete_min_bandwidth: Option<f64>,
+}
+
+/// Which results a TPE model reads when a scheduler (ASHA, HyperBand, median stopping) ends
+/// or pauses trials at different steps.
+///
+/// ```
+/// let o: tune_search::TpeOptions = serde_json::from_str(r#"{"fidelity": "rung"}"#).unwrap();
+/// assert_eq!(o.fidelity(), tune_search::Fidelity::Rung);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fidelity {
+    /// Every trial at its last report, the deepest first, then by value (Optuna's TPE under a
+    /// pruner); see also [`TpeOptions::stopped_min_depth`].
+    Last,
+    /// BOHB's (Falkner et al. 2018): only the values reported at one step, the highest that
+    /// at least `dimensions + 2` trials reached (running and paused ones included), so that
+    /// every modelled trial is compared at the same budget. Below that at every step, as
+    /// [`Fidelity::Last`].
+    Rung,
 }
 
 /// Optuna's magic clip, as `TpeOptions::kernel_floors` returns it: the floor is
@@ -103,6 +126,7 @@ impl Default for TpeOptions {
             group: true,
             constant_liar: true,
             stopped_min_depth: None,
+            fidelity: None,
             min_bandwidth_factor: None,
             magic_clip_exponent: None,
             discrete_min_bandwidth: None,
@@ -124,6 +148,11 @@ impl TpeOptions {
     /// assert_eq!(o.stopped_min_depth(), 0.1);
     /// ```
     pub const RUNG_STOPPED_MIN_DEPTH: f64 = 0.1;
+
+    /// The [`Fidelity`] in effect: as set, else [`Fidelity::Last`].
+    pub fn fidelity(&self) -> Fidelity {
+        self.fidelity.unwrap_or(Fidelity::Last)
+    }
 
     /// The `stopped_min_depth` in effect: as set, else 0 (every stopped trial is modelled).
     pub fn stopped_min_depth(&self) -> f64 {
@@ -441,18 +470,47 @@ fn make_groups(space: &Space, opts: &TpeOptions) -> Vec<Group> {
     groups
 }
 
+/// The highest step at which a trial stopped, completed or paused and at least `n_min`
+/// trials (not failed) reported: the budget a [`Fidelity::Rung`] model is fitted at.
+fn rung_step(history: &History, n_min: usize) -> Option<u64> {
+    let mut steps: Vec<u64> = history
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.status,
+                Status::Completed | Status::Stopped | Status::Paused
+            )
+        })
+        .filter_map(|t| t.last_step)
+        .collect();
+    steps.sort_unstable();
+    steps.dedup();
+    steps.into_iter().rev().find(|&s| {
+        history
+            .iter()
+            .filter(|t| t.status != Status::Failed && t.value_at(s).is_some())
+            .count()
+            >= n_min
+    })
+}
+
 impl Searcher for Tpe {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
         let mut rng = trial_rng(self.seed, id);
         for t in history.iter() {
             self.record_coords(t.id, &t.params);
         }
+        let at_step = match self.opts.fidelity() {
+            Fidelity::Rung => rung_step(history, self.space.len() + 2),
+            Fidelity::Last => None,
+        };
         self.index.sync(
             history,
             &self.coords,
             self.space.len(),
             self.opts.constant_liar,
             self.opts.stopped_min_depth(),
+            at_step,
         );
         let finished = self.index.finished();
         if finished < self.opts.n_startup_trials {
@@ -642,6 +700,42 @@ mod tests {
             h.set_status(id, Status::Completed);
         }
         h
+    }
+
+    #[test]
+    fn the_rung_is_the_highest_step_enough_trials_reached() {
+        let mut h = History::new(crate::Mode::Min);
+        // Ten trials to step 1, four of them to 3, two to 9 (one paused there).
+        for id in 0..10u64 {
+            h.record(id, Params::default(), Status::Running);
+            let last = match id {
+                0 => 9,
+                1 => 9,
+                2 | 3 => 3,
+                _ => 1,
+            };
+            for step in 1..=last {
+                h.report(id, step, 0.5);
+            }
+            h.set_status(
+                id,
+                if id == 1 {
+                    Status::Paused
+                } else {
+                    Status::Stopped
+                },
+            );
+        }
+        assert_eq!(rung_step(&h, 2), Some(9));
+        assert_eq!(rung_step(&h, 3), Some(3));
+        assert_eq!(rung_step(&h, 5), Some(1));
+        assert_eq!(rung_step(&h, 11), None);
+        // A running trial's steps are not rungs, but it counts where it reported.
+        h.record(10, Params::default(), Status::Running);
+        h.report(10, 1, 0.5);
+        h.report(10, 2, 0.5);
+        assert_eq!(rung_step(&h, 11), Some(1));
+        assert_eq!(rung_step(&h, 2), Some(9));
     }
 
     #[test]
