@@ -6,9 +6,10 @@
 //! Trials run one at a time, as in `run_asha.py`; then the same with 8 simulated workers.
 //! Then LCBench (YAHPO Gym's surrogate, `../shared/bench/lcbench/`), scored as
 //! `run_lcbench.py` scores it, on a clock that runs each epoch for the seconds the surrogate
-//! predicts. `TUNE_BENCH_PARTS=curves` or `=lcbench` runs one part; `TUNE_LCBENCH_TASKS=all`
-//! scores the 28 held-out tasks too (or a comma-separated list); `TUNE_LCBENCH_METHODS`
-//! (`|`-separated parts of names) and `TUNE_LCBENCH_WORKERS` (`1,8`) narrow the run.
+//! predicts. `TUNE_BENCH_PARTS=curves` or `=lcbench` runs one part. `TUNE_LCBENCH_TASKS`
+//! picks the tasks: `heldout` (the 28 not developed on), `all`, or a comma-separated list;
+//! `TUNE_LCBENCH_METHODS` (`|`-separated parts of names) and `TUNE_LCBENCH_WORKERS` (`1,8`)
+//! narrow the run.
 
 #[path = "common/curves.rs"]
 mod curves;
@@ -147,9 +148,14 @@ fn scheduler_tpe_options() -> TpeOptions {
     tpe_options().under_scheduler()
 }
 
-/// What `tune` gives TPE under ASHA and HyperBand (`ExperimentSpec::tpe_options`).
+/// What `tune` gives TPE under ASHA (`ExperimentSpec::tpe_options`).
 fn rung_tpe_options() -> TpeOptions {
     tpe_options().under_rungs()
+}
+
+/// What `tune` gives TPE under HyperBand (`ExperimentSpec::tpe_options`).
+fn hyperband_tpe_options() -> TpeOptions {
+    tpe_options().under_hyperband()
 }
 
 /// Median over seeds; `None` (no incumbent yet) counts as +inf, as in the peers' table.
@@ -252,7 +258,7 @@ fn curves_tables(seeds: u64) {
         ),
         (
             "tune TPE + HyperBand",
-            |s| Box::new(Tpe::new(curves::space(), s, rung_tpe_options())),
+            |s| Box::new(Tpe::new(curves::space(), s, hyperband_tpe_options())),
             hyperband,
         ),
     ];
@@ -429,6 +435,19 @@ fn lc_tpe_rungs(space: Space, seed: u64) -> Box<dyn Searcher> {
     Box::new(Tpe::new(space, seed, rung_tpe_options()))
 }
 
+fn lc_tpe_hyperband(space: Space, seed: u64) -> Box<dyn Searcher> {
+    Box::new(Tpe::new(space, seed, hyperband_tpe_options()))
+}
+
+/// TPE under HyperBand ranking every trial by its last report (Optuna's model).
+fn lc_tpe_last(space: Space, seed: u64) -> Box<dyn Searcher> {
+    let opts = TpeOptions {
+        fidelity: Some(tune_search::Fidelity::Last),
+        ..hyperband_tpe_options()
+    };
+    Box::new(Tpe::new(space, seed, opts))
+}
+
 /// TPE fitted at the highest rung with enough results (BOHB's model).
 fn lc_tpe_rung(space: Space, seed: u64) -> Box<dyn Searcher> {
     let opts = TpeOptions {
@@ -464,6 +483,23 @@ fn lc_asha_promotion(seed: u64) -> Box<dyn Scheduler> {
     Box::new(AshaPromotion::new(lc_asha_config(), Mode::Max, seed))
 }
 
+/// The grace period that did best on the development tasks (1, 3 and 9 tried, with
+/// reduction factors 2 and 3): 3 epochs, where one misleads.
+fn lc_asha_grace_3() -> AshaConfig {
+    AshaConfig {
+        grace_period: 3,
+        ..lc_asha_config()
+    }
+}
+
+fn lc_asha_3(seed: u64) -> Box<dyn Scheduler> {
+    Box::new(Asha::new(lc_asha_grace_3(), Mode::Max, seed))
+}
+
+fn lc_asha_promotion_3(seed: u64) -> Box<dyn Scheduler> {
+    Box::new(AshaPromotion::new(lc_asha_grace_3(), Mode::Max, seed))
+}
+
 /// Asynchronous HyperBand: the promotion variant over the 4 brackets that 52 epochs allow
 /// with rungs at 1, 3, 9 and 27.
 fn lc_async_hyperband(seed: u64) -> Box<dyn Scheduler> {
@@ -492,7 +528,7 @@ fn lc_fifo(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(Fifo)
 }
 
-const LC_METHODS: [(&str, LcSearcher, LcScheduler); 15] = [
+const LC_METHODS: [(&str, LcSearcher, LcScheduler); 18] = [
     ("tune random, full budget", lc_random, lc_fifo),
     ("tune TPE, full budget", lc_tpe, lc_fifo),
     ("tune random + median", lc_random, lc_median),
@@ -515,7 +551,16 @@ const LC_METHODS: [(&str, LcSearcher, LcScheduler); 15] = [
         lc_async_hyperband,
     ),
     ("tune random + HyperBand", lc_random, lc_hyperband),
-    ("tune TPE + HyperBand", lc_tpe_rungs, lc_hyperband),
+    (
+        "tune TPE + HyperBand (BOHB: rung model)",
+        lc_tpe_hyperband,
+        lc_hyperband,
+    ),
+    (
+        "tune TPE (last-report model) + HyperBand",
+        lc_tpe_last,
+        lc_hyperband,
+    ),
     ("tune TPE (rung model) + ASHA", lc_tpe_rung, lc_asha),
     (
         "tune TPE (rung model) + ASHA (promotion)",
@@ -527,10 +572,16 @@ const LC_METHODS: [(&str, LcSearcher, LcScheduler); 15] = [
         lc_tpe_rung,
         lc_async_hyperband,
     ),
+    ("tune TPE + ASHA (grace 3)", lc_tpe_rungs, lc_asha_3),
     (
-        "tune TPE (rung model) + HyperBand",
+        "tune TPE (rung model) + ASHA (grace 3)",
         lc_tpe_rung,
-        lc_hyperband,
+        lc_asha_3,
+    ),
+    (
+        "tune TPE (rung model) + ASHA (promotion, grace 3)",
+        lc_tpe_rung,
+        lc_asha_promotion_3,
     ),
 ];
 
@@ -559,6 +610,12 @@ fn lcbench_tables(seeds: u64) {
     let chosen = std::env::var("TUNE_LCBENCH_TASKS").unwrap_or_default();
     let tasks: Vec<&str> = match chosen.as_str() {
         "all" => surrogate.tasks().iter().map(String::as_str).collect(),
+        "heldout" => surrogate
+            .tasks()
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !lcbench::DEV_TASKS.contains(t))
+            .collect(),
         "" => lcbench::DEV_TASKS.to_vec(),
         list => list.split(',').collect(),
     };

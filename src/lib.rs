@@ -68,7 +68,7 @@ pub use spec::{
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;
-pub use trial::{now_ms, Lineage, Trial, TrialResult};
+pub use trial::{budget_by_seq, now_ms, steps_trained, Lineage, Trial, TrialResult};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::gp::GpOptions;
 pub use tune_search::{

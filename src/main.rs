@@ -1084,6 +1084,11 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
         count(Status::Failed),
         trials.iter().filter(|t| !t.status.is_finished()).count(),
     )?;
+    writeln!(
+        out,
+        "steps trained: {} (each report's advance over its trial's previous one, summed)",
+        tune::steps_trained(trials)
+    )?;
     let objectives = spec.objectives();
     let front: Option<Vec<u64>> = (objectives.len() > 1).then(|| {
         tune::pareto_front(trials, &objectives, &spec.constraints)

@@ -126,3 +126,50 @@ pub fn now_ms() -> u64 {
 pub fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
+
+/// The steps a sweep had trained when each of its reports arrived, by report (`seq`): each
+/// report adds how far its trial advanced since its previous report, or its whole step when
+/// the trial started lower again (a retry without a checkpoint). With one report per epoch
+/// this is the epochs spent, the budget an early-stopping scheduler saves and the x axis of
+/// `benches/early_stopping`'s tables.
+///
+/// ```
+/// use tune::{Trial, TrialResult};
+/// let result = |step, seq| TrialResult { step, seq, attempt: 1, metrics: Default::default() };
+/// let mut a = Trial::new(0, Default::default());
+/// let mut b = Trial::new(1, Default::default());
+/// a.results = vec![result(1, 0), result(2, 2), result(3, 3)];
+/// b.results = vec![result(1, 1)];
+/// let budget = tune::budget_by_seq(&[a.clone(), b.clone()]);
+/// assert_eq!(budget.values().copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
+/// assert_eq!(tune::steps_trained(&[a, b]), 4);
+/// ```
+pub fn budget_by_seq(trials: &[Trial]) -> BTreeMap<u64, u64> {
+    budget_of_reports(trials.iter().map(|t| t.results.as_slice()))
+}
+
+/// [`budget_by_seq`] over each trial's results, wherever they are kept.
+pub(crate) fn budget_of_reports<'a>(
+    trials: impl Iterator<Item = &'a [TrialResult]>,
+) -> BTreeMap<u64, u64> {
+    let mut reports: Vec<(u64, usize, u64)> = trials
+        .enumerate()
+        .flat_map(|(i, results)| results.iter().map(move |r| (r.seq, i, r.step)))
+        .collect();
+    reports.sort_unstable();
+    let mut last: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut spent = 0;
+    reports
+        .into_iter()
+        .map(|(seq, i, step)| {
+            let before = last.insert(i, step).unwrap_or(0);
+            spent += if step > before { step - before } else { step };
+            (seq, spent)
+        })
+        .collect()
+}
+
+/// The steps the sweep has trained in all: [`budget_by_seq`]'s last.
+pub fn steps_trained(trials: &[Trial]) -> u64 {
+    budget_by_seq(trials).values().last().copied().unwrap_or(0)
+}

@@ -168,6 +168,15 @@ impl Board {
         )
     }
 
+    /// The steps the sweep has trained ([`crate::steps_trained`]).
+    pub fn steps_trained(&self) -> u64 {
+        crate::trial::budget_of_reports(self.trials.iter().map(|t| t.results.as_slice()))
+            .values()
+            .last()
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub fn count(&self, status: Status) -> usize {
         self.trials
             .iter()

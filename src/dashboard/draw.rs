@@ -171,8 +171,9 @@ pub(crate) fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: Theme
     }
     let not_created = h.total.saturating_sub(b.trials.len() as u64);
     if not_created > 0 {
-        counts.push(Span::raw(format!("{not_created} to create")));
+        counts.push(Span::raw(format!("{not_created} to create ")));
     }
+    counts.push(Span::raw(format!("· {} steps trained", b.steps_trained())));
     let front = b.pareto_front();
     let best = match (&front, b.best().and_then(|(id, v)| Some((b.trial(id)?, v)))) {
         (Some(ids), _) => {

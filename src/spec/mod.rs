@@ -548,7 +548,8 @@ impl fmt::Display for InvalidSetting {
 
 impl ExperimentSpec {
     /// TPE's options for this experiment (`None` for another algorithm): `[search]`'s, as
-    /// [`TpeOptions::under_rungs`] makes them under ASHA or HyperBand and
+    /// [`TpeOptions::under_rungs`] makes them under ASHA, [`TpeOptions::under_hyperband`]
+    /// under HyperBand and
     /// [`TpeOptions::under_scheduler`] under median stopping or PBT.
     ///
     /// ```
@@ -567,7 +568,8 @@ impl ExperimentSpec {
         let tpe = tpe.clone();
         Some(match self.scheduler {
             SchedulerSpec::Fifo {} => tpe,
-            SchedulerSpec::Asha(_) | SchedulerSpec::Hyperband(_) => tpe.under_rungs(),
+            SchedulerSpec::Asha(_) => tpe.under_rungs(),
+            SchedulerSpec::Hyperband(_) => tpe.under_hyperband(),
             SchedulerSpec::Median(_) | SchedulerSpec::Pbt(_) => tpe.under_scheduler(),
         })
     }
