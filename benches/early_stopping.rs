@@ -19,8 +19,6 @@ mod held_out_curves;
 mod lcbench;
 #[path = "common/onnx.rs"]
 mod onnx;
-#[path = "common/runs.rs"]
-mod runs;
 #[path = "common/simulator.rs"]
 mod simulator;
 #[path = "common/tpe_env.rs"]
@@ -31,7 +29,7 @@ use tune_schedulers::{
     Asha, AshaConfig, AshaPromotion, Fifo, HyperBand, HyperBandConfig, MedianConfig,
     MedianStopping, Mode, Scheduler,
 };
-use tune_search::{Params, RandomSearch, Searcher, Space, Tpe, TpeOptions};
+use tune_search::{RandomSearch, Searcher, Space, Tpe, TpeOptions};
 
 const CHECKPOINTS: [u64; 5] = [243, 405, 810, 1620, 2430];
 
@@ -366,56 +364,6 @@ const LCBENCH_PEERS: [(&str, [f64; 3]); 7] = [
     ("optuna TPE + Median", [0.309, 0.265, 0.226]),
 ];
 
-/// One LCBench task on the simulated clock: val_accuracy (maximised) and the surrogate's
-/// cumulative training time; the regret is `run_lcbench.py`'s normalised regret.
-struct LcTask<'a> {
-    surrogate: &'a lcbench::Surrogate,
-    task: &'a str,
-    reference: lcbench::Reference,
-}
-
-impl simulator::Timed for LcTask<'_> {
-    fn max_t(&self) -> u64 {
-        lcbench::MAX_EPOCH
-    }
-
-    fn observe(&self, params: &Params, epoch: u64) -> (f64, f64) {
-        let mut row = [epoch as f32; 8];
-        for (slot, v) in row[1..].iter_mut().zip(lcbench::config(params)) {
-            *slot = v as f32;
-        }
-        let out = self
-            .surrogate
-            .evaluate(self.task, &[row])
-            .expect("the surrogate")[0];
-        (
-            f64::from(out[lcbench::VAL_ACCURACY]),
-            f64::from(out[lcbench::TIME]),
-        )
-    }
-
-    fn regret(&self, _params: &Params, value: f64) -> f64 {
-        self.reference.normalised_regret(value)
-    }
-}
-
-impl LcTask<'_> {
-    /// The median seconds of a full 52-epoch training over 64 random configurations: the
-    /// unit of the wall-clock checkpoints.
-    fn full_training_seconds(&self) -> f64 {
-        use simulator::Timed;
-        let mut random = RandomSearch::new(lcbench::space(), 12345);
-        let history = tune_search::History::new(Mode::Max);
-        let times = (0..64)
-            .map(|id| {
-                let params = random.suggest(id, &history).expect("a configuration");
-                self.observe(&params, lcbench::MAX_EPOCH).1
-            })
-            .collect();
-        runs::median(times)
-    }
-}
-
 type LcSearcher = fn(Space, u64) -> Box<dyn Searcher>;
 type LcScheduler = fn(u64) -> Box<dyn Scheduler>;
 
@@ -619,15 +567,18 @@ fn lcbench_tables(seeds: u64) {
         "" => lcbench::DEV_TASKS.to_vec(),
         list => list.split(',').collect(),
     };
-    let lc_tasks: Vec<LcTask> = tasks
+    let lc_tasks: Vec<lcbench::Task> = tasks
         .iter()
-        .map(|&task| LcTask {
+        .map(|&task| lcbench::Task {
             surrogate: &surrogate,
             task,
             reference: references[task],
         })
         .collect();
-    let full_seconds: Vec<f64> = lc_tasks.iter().map(LcTask::full_training_seconds).collect();
+    let full_seconds: Vec<f64> = lc_tasks
+        .iter()
+        .map(lcbench::Task::full_training_seconds)
+        .collect();
     let methods: Vec<_> = match std::env::var("TUNE_LCBENCH_METHODS") {
         Ok(filter) => LC_METHODS
             .into_iter()

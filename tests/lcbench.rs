@@ -1,10 +1,15 @@
 //! benches/common/lcbench.rs evaluates YAHPO Gym's LCBench surrogate (../shared/bench/lcbench)
 //! as onnxruntime does: 400 calls written by benches/peers/lcbench_fixture.py, over every task.
 
+mod common;
+#[path = "../benches/common/curves.rs"]
+mod curves;
 #[path = "../benches/common/lcbench.rs"]
 mod lcbench;
 #[path = "../benches/common/onnx.rs"]
 mod onnx;
+#[path = "../benches/common/simulator.rs"]
+mod simulator;
 
 fn fixture() -> serde_json::Value {
     let path = concat!(
@@ -100,4 +105,88 @@ fn a_curve_is_the_same_calls_one_epoch_at_a_time() {
         .evaluate("9999", &[[1.0; 8]])
         .unwrap_err()
         .contains("unknown LCBench task"));
+}
+
+/// The binary, running `lcbench.py objective 3945` as a command objective (onnxruntime in
+/// Python, a process per trial), makes the decisions the bench's simulator makes with the Rust
+/// surrogate: the same 30 configurations, each stopped at the same epoch. TPE fitted at the
+/// rung (`fidelity = "rung"`) under ASHA with grace period 3, one worker.
+#[test]
+fn the_binary_driving_lcbench_py_decides_as_the_simulator() {
+    let python = common::lcbench_python();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = lcbench::folder().join("lcbench.py");
+    let spec_text = format!(
+        "name = \"lcbench\"\nmetric = \"val_accuracy\"\nmode = \"max\"\nsamples = 30\nseed = 4\n\
+         [search]\nalgorithm = \"tpe\"\nfidelity = \"rung\"\n\
+         [scheduler]\nkind = \"asha\"\nmax_t = 52\ngrace_period = 3\nreduction_factor = 3\n\
+         [resources]\ncpu_slots = 1\n\
+         [objective]\ncommand = [{:?}, {:?}, \"objective\", \"3945\"]\n\
+         [space]\n{}\n",
+        python.display().to_string(),
+        script.display().to_string(),
+        lcbench::SPACE_TOML
+    );
+    let spec_path = tmp.path().join("lcbench.toml");
+    std::fs::write(&spec_path, &spec_text).unwrap();
+    let dir = tmp.path().join("run");
+    common::run_ok(&mut common::tune_run(&spec_path, &dir));
+    let trials = common::export_json(&dir);
+    assert_eq!(trials.len(), 30);
+    let budget = trials
+        .iter()
+        .flat_map(|t| t["results"].as_array().unwrap())
+        .map(|r| r["budget"].as_u64().unwrap())
+        .max()
+        .unwrap();
+
+    let spec = tune::ExperimentSpec::from_toml(&spec_text, &spec_path).unwrap();
+    let surrogate = lcbench::Surrogate::load().unwrap();
+    let task = lcbench::Task {
+        surrogate: &surrogate,
+        task: "3945",
+        reference: lcbench::references()["3945"],
+    };
+    let simulated = simulator::simulate_timed(
+        &task,
+        tune::Mode::Max,
+        spec.make_searcher().unwrap().as_mut(),
+        spec.make_scheduler().as_mut(),
+        1,
+        budget,
+        &[],
+        &[],
+    );
+    let history = simulated.history;
+    assert_eq!(
+        history.len(),
+        30,
+        "the simulator started another number of trials"
+    );
+    let mut stopped = 0;
+    for (t, sim) in trials.iter().zip(history.iter()) {
+        let id = t["id"].as_u64().unwrap();
+        for (name, value) in sim.params.iter() {
+            let ran = t["params"][name].as_f64().unwrap();
+            let want = value.as_f64().unwrap();
+            assert!(
+                (ran - want).abs() <= 1e-12 * want.abs(),
+                "trial {id} {name}: the binary ran {ran}, the simulator {want}"
+            );
+        }
+        let last = common::steps(t).last().copied();
+        assert_eq!(last, sim.last_step, "trial {id} ended at another epoch");
+        assert_eq!(t["status"], sim.status.as_str(), "trial {id}");
+        stopped += usize::from(last < Some(52));
+        // The values the binary heard (onnxruntime) are the simulator's (the Rust surrogate).
+        let heard = t["results"].as_array().unwrap().last().unwrap()["val_accuracy"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            (heard - sim.value.unwrap()).abs() < 1e-3,
+            "trial {id}: {heard}"
+        );
+    }
+    // ASHA did stop trials early, at its rungs.
+    assert!(stopped >= 15, "only {stopped} of 30 stopped early");
 }

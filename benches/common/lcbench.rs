@@ -8,9 +8,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use tune_search::{Params, Space};
+use tune_search::{History, Mode, Params, RandomSearch, Searcher, Space};
 
 use super::onnx::{Model, Tensor};
+use super::simulator::Timed;
 
 pub const MAX_EPOCH: u64 = 52;
 /// The surrogate's outputs, in order.
@@ -40,18 +41,18 @@ pub const DEV_TASKS: [&str; 6] = ["3945", "7593", "34539", "126025", "146212", "
 /// One epoch's outputs (`METRICS`).
 pub type Outputs = [f32; 6];
 
+/// `lcbench.py`'s `SPACE` as a spec's `[space]` lines.
+pub const SPACE_TOML: &str = "batch_size = { int = [16, 512], log = true }
+learning_rate = { loguniform = [1e-4, 1e-1] }
+momentum = { uniform = [0.1, 0.99] }
+weight_decay = { uniform = [1e-5, 0.1] }
+num_layers = { int = [1, 5] }
+max_units = { int = [64, 1024], log = true }
+max_dropout = { uniform = [0.0, 1.0] }";
+
 /// `lcbench.py`'s `SPACE` in tune's format.
 pub fn space() -> Space {
-    toml::from_str(
-        "batch_size = { int = [16, 512], log = true }\n\
-         learning_rate = { loguniform = [1e-4, 1e-1] }\n\
-         momentum = { uniform = [0.1, 0.99] }\n\
-         weight_decay = { uniform = [1e-5, 0.1] }\n\
-         num_layers = { int = [1, 5] }\n\
-         max_units = { int = [64, 1024], log = true }\n\
-         max_dropout = { uniform = [0.0, 1.0] }",
-    )
-    .expect("the LCBench space")
+    toml::from_str(SPACE_TOML).expect("the LCBench space")
 }
 
 /// The surrogate's 7 hyperparameter inputs from a suggestion, in `ORDER`.
@@ -183,4 +184,51 @@ pub fn references() -> HashMap<String, Reference> {
             )
         })
         .collect()
+}
+
+/// One LCBench task on the simulated clock: val_accuracy (maximised) and the surrogate's
+/// cumulative training time; the regret is `run_lcbench.py`'s normalised regret.
+pub struct Task<'a> {
+    pub surrogate: &'a Surrogate,
+    pub task: &'a str,
+    pub reference: Reference,
+}
+
+impl Timed for Task<'_> {
+    fn max_t(&self) -> u64 {
+        MAX_EPOCH
+    }
+
+    fn observe(&self, params: &Params, epoch: u64) -> (f64, f64) {
+        let mut row = [epoch as f32; 8];
+        for (slot, v) in row[1..].iter_mut().zip(config(params)) {
+            *slot = v as f32;
+        }
+        let out = self
+            .surrogate
+            .evaluate(self.task, &[row])
+            .expect("the surrogate")[0];
+        (f64::from(out[VAL_ACCURACY]), f64::from(out[TIME]))
+    }
+
+    fn regret(&self, _params: &Params, value: f64) -> f64 {
+        self.reference.normalised_regret(value)
+    }
+}
+
+impl Task<'_> {
+    /// The median seconds of a full 52-epoch training over 64 random configurations (the
+    /// unit of the bench's wall-clock checkpoints).
+    pub fn full_training_seconds(&self) -> f64 {
+        let mut random = RandomSearch::new(space(), 12345);
+        let history = History::new(Mode::Max);
+        let mut times: Vec<f64> = (0..64)
+            .map(|id| {
+                let params = random.suggest(id, &history).expect("a configuration");
+                self.observe(&params, MAX_EPOCH).1
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        0.5 * (times[31] + times[32])
+    }
 }

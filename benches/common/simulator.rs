@@ -143,10 +143,12 @@ pub trait Timed: Sync {
     fn regret(&self, params: &Params, value: f64) -> f64;
 }
 
-/// The incumbent's regret at each epoch checkpoint and at each second checkpoint.
+/// The incumbent's regret at each epoch checkpoint and at each second checkpoint, and the
+/// history the searcher saw.
 pub struct Timeline {
     pub at_epochs: Vec<Option<f64>>,
     pub at_seconds: Vec<Option<f64>>,
+    pub history: History,
 }
 
 struct Running {
@@ -186,10 +188,8 @@ pub fn simulate_timed(
     let mut next_id: TrialId = 0;
     let (mut used, mut now) = (0u64, 0.0f64);
     let mut incumbent: Option<(f64, f64)> = None;
-    let mut timeline = Timeline {
-        at_epochs: vec![None; epoch_checkpoints.len()],
-        at_seconds: vec![None; second_checkpoints.len()],
-    };
+    let mut at_epochs = vec![None; epoch_checkpoints.len()];
+    let mut at_seconds = vec![None; second_checkpoints.len()];
     let (mut next_epoch_mark, mut next_second_mark) = (0, 0);
     let start = |run: &mut Running, now: f64| {
         let (value, trained) = bench.observe(&run.params, run.epoch);
@@ -235,7 +235,7 @@ pub fn simulate_timed(
         while next_second_mark < second_checkpoints.len()
             && second_checkpoints[next_second_mark] < now
         {
-            timeline.at_seconds[next_second_mark] = incumbent.map(|(_, regret)| regret);
+            at_seconds[next_second_mark] = incumbent.map(|(_, regret)| regret);
             next_second_mark += 1;
         }
         let value = run.value;
@@ -286,11 +286,15 @@ pub fn simulate_timed(
         while next_epoch_mark < epoch_checkpoints.len()
             && used >= epoch_checkpoints[next_epoch_mark]
         {
-            timeline.at_epochs[next_epoch_mark] = incumbent.map(|(_, regret)| regret);
+            at_epochs[next_epoch_mark] = incumbent.map(|(_, regret)| regret);
             next_epoch_mark += 1;
         }
         if used >= budget && next_second_mark >= second_checkpoints.len() {
-            return timeline;
+            return Timeline {
+                at_epochs,
+                at_seconds,
+                history,
+            };
         }
     }
 }

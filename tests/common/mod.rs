@@ -367,6 +367,17 @@ pub fn optuna_python() -> PathBuf {
     )
 }
 
+/// A Python with numpy 2.4.6 and onnxruntime 1.32.0 for `../shared/bench/lcbench/lcbench.py`:
+/// `TUNE_TEST_LCBENCH_PYTHON`, else a virtual environment made once under the target folder.
+pub fn lcbench_python() -> PathBuf {
+    venv_python(
+        "TUNE_TEST_LCBENCH_PYTHON",
+        "lcbench-onnxruntime-1.32.0",
+        &["numpy==2.4.6", "onnxruntime==1.32.0"],
+        "import numpy, onnxruntime; assert onnxruntime.__version__ == '1.32.0'",
+    )
+}
+
 /// A Python with TensorBoard 2.21.0 (and the protobuf and numpy it was tested with):
 /// `TUNE_TEST_TENSORBOARD_PYTHON`, else a virtual environment made once under the target folder.
 pub fn tensorboard_python() -> PathBuf {
