@@ -8,8 +8,8 @@
 //! `run_lcbench.py` scores it, on a clock that runs each epoch for the seconds the surrogate
 //! predicts. `TUNE_BENCH_PARTS=curves` or `=lcbench` runs one part. `TUNE_LCBENCH_TASKS`
 //! picks the tasks: `heldout` (the 28 not developed on), `all`, or a comma-separated list;
-//! `TUNE_LCBENCH_METHODS` (`|`-separated parts of names) and `TUNE_LCBENCH_WORKERS` (`1,8`)
-//! narrow the run.
+//! `TUNE_LCBENCH_METHODS` (`|`-separated parts of names) and `TUNE_BENCH_WORKERS` (`1,8`)
+//! narrow the run; `TUNE_BENCH_ASHA=grace,eta` changes the ASHA rows' settings.
 
 #[path = "common/curves.rs"]
 mod curves;
@@ -99,24 +99,42 @@ const PEERS: [(&str, [Option<f64>; 5]); 6] = [
 type MakeSearcher = fn(u64) -> Box<dyn Searcher>;
 type MakeScheduler = fn(u64) -> Box<dyn Scheduler>;
 
-fn asha(seed: u64) -> Box<dyn Scheduler> {
-    let config = AshaConfig {
+/// `TUNE_BENCH_WORKERS` (`1,8` by default): the simulated worker counts of both parts.
+fn bench_workers() -> Vec<usize> {
+    std::env::var("TUNE_BENCH_WORKERS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|w| w.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 8])
+}
+
+/// `TUNE_BENCH_ASHA=grace,eta` for experiments; else `default`.
+fn asha_grace_and_eta(default: (u64, u64)) -> (u64, u64) {
+    std::env::var("TUNE_BENCH_ASHA")
+        .ok()
+        .and_then(|v| {
+            let (g, r) = v.split_once(',')?;
+            Some((g.parse().ok()?, r.parse().ok()?))
+        })
+        .unwrap_or(default)
+}
+
+/// ASHA as `run_asha.py` runs Ray's: max_t 81, grace period 1, reduction factor 3.
+fn asha_config() -> AshaConfig {
+    let (grace_period, reduction_factor) = asha_grace_and_eta((1, 3));
+    AshaConfig {
         max_t: 81,
-        grace_period: 1,
-        reduction_factor: 3,
+        grace_period,
+        reduction_factor,
         ..AshaConfig::default()
-    };
-    Box::new(Asha::new(config, Mode::Min, seed))
+    }
+}
+
+fn asha(seed: u64) -> Box<dyn Scheduler> {
+    Box::new(Asha::new(asha_config(), Mode::Min, seed))
 }
 
 fn asha_promotion(seed: u64) -> Box<dyn Scheduler> {
-    let config = AshaConfig {
-        max_t: 81,
-        grace_period: 1,
-        reduction_factor: 3,
-        ..AshaConfig::default()
-    };
-    Box::new(AshaPromotion::new(config, Mode::Min, seed))
+    Box::new(AshaPromotion::new(asha_config(), Mode::Min, seed))
 }
 
 /// Asynchronous HyperBand (Li et al. 2018): the promotion variant over HyperBand's 5 brackets.
@@ -261,7 +279,7 @@ fn curves_tables(seeds: u64) {
         ),
     ];
     let shared = simulator::shared_curves();
-    for workers in [1, 8] {
+    for workers in bench_workers() {
         println!("median regret over {seeds} seeds, {workers} worker(s); peers from shared/bench/README.md (1 worker)");
         println!();
         println!("| method | 243 ep | 405 ep | 810 ep | 1620 ep | 2430 ep |");
@@ -405,16 +423,9 @@ fn lc_tpe_rung(space: Space, seed: u64) -> Box<dyn Searcher> {
     Box::new(Tpe::new(space, seed, opts))
 }
 
-/// ASHA as Optuna's SuccessiveHalvingPruner in `run_lcbench.py`: min resource 1, eta 3;
-/// `TUNE_LC_ASHA=grace,eta` for experiments.
+/// ASHA as Optuna's SuccessiveHalvingPruner in `run_lcbench.py`: min resource 1, eta 3.
 fn lc_asha_config() -> AshaConfig {
-    let (grace_period, reduction_factor) = std::env::var("TUNE_LC_ASHA")
-        .ok()
-        .and_then(|v| {
-            let (g, r) = v.split_once(',')?;
-            Some((g.parse().ok()?, r.parse().ok()?))
-        })
-        .unwrap_or((1, 3));
+    let (grace_period, reduction_factor) = asha_grace_and_eta((1, 3));
     AshaConfig {
         max_t: lcbench::MAX_EPOCH,
         grace_period,
@@ -586,11 +597,7 @@ fn lcbench_tables(seeds: u64) {
             .collect(),
         Err(_) => LC_METHODS.to_vec(),
     };
-    let workers_list: Vec<usize> = std::env::var("TUNE_LCBENCH_WORKERS")
-        .ok()
-        .map(|v| v.split(',').filter_map(|w| w.parse().ok()).collect())
-        .unwrap_or_else(|| vec![1, 8]);
-    for workers in workers_list {
+    for workers in bench_workers() {
         println!(
             "LCBench, tasks {}: mean over tasks of the median normalised regret over {seeds} seeds, {workers} worker(s); \
              wall clock in full trainings (the task's median 52-epoch time) / workers; peers from shared/bench/README.md (1 worker)",
