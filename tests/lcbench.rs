@@ -136,7 +136,7 @@ fn the_binary_driving_lcbench_py_decides_as_the_simulator() {
     let budget = trials
         .iter()
         .flat_map(|t| t["results"].as_array().unwrap())
-        .map(|r| r["budget"].as_u64().unwrap())
+        .map(|r| r["sweep_steps"].as_u64().unwrap())
         .max()
         .unwrap();
 

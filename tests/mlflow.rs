@@ -90,7 +90,7 @@ fn assert_runs_hold(runs: &[Json], trials: &[Json], scheduler: &str) {
         let mut expected: BTreeMap<String, Vec<Json>> = BTreeMap::new();
         for r in t["results"].as_array().unwrap() {
             for (k, v) in r.as_object().unwrap() {
-                if !["step", "seq", "attempt", "worker"].contains(&k.as_str()) {
+                if !["step", "seq", "attempt", "worker", "sweep_steps"].contains(&k.as_str()) {
                     expected
                         .entry(k.clone())
                         .or_default()

@@ -98,7 +98,7 @@ fn expected_runs(trials: &[Json]) -> Json {
         let mut scalars: BTreeMap<String, Vec<Json>> = BTreeMap::new();
         for r in t["results"].as_array().unwrap() {
             for (k, v) in r.as_object().unwrap() {
-                if ["step", "seq", "attempt", "worker"].contains(&k.as_str()) {
+                if ["step", "seq", "attempt", "worker", "sweep_steps"].contains(&k.as_str()) {
                     continue;
                 }
                 let f32_value = v.as_f64().unwrap() as f32 as f64;

@@ -19,9 +19,9 @@ use crate::trial::{rfc3339, Trial};
 pub type AttemptWorkers = BTreeMap<(TrialId, u32), String>;
 
 /// One JSON object per trial: `{"id", "status", "params", "value", "results": [{"step", "seq",
-/// "attempt", "budget", <metric>: ..}, ..], "attempts", "device", "started_at", "finished_at",
-/// "error"}`; a result's `budget` is the steps the sweep had trained when it arrived
-/// ([`crate::budget_by_seq`]).
+/// "attempt", "sweep_steps", <metric>: ..}, ..], "attempts", "device", "started_at",
+/// "finished_at", "error"}`; a result's `sweep_steps` is the steps the whole sweep had trained
+/// when it arrived ([`crate::budget_by_seq`]).
 /// Where `workers` names the worker of an attempt, the trial gets `"worker"` (its last
 /// attempt's) and each result of that attempt its `"worker"`. `value` is the first
 /// objective's; with several, a trial also gets `"values"` (each objective's last value, by
@@ -57,7 +57,7 @@ pub fn to_json(
                         o.insert("step".into(), json!(r.step));
                         o.insert("seq".into(), json!(r.seq));
                         o.insert("attempt".into(), json!(r.attempt));
-                        o.insert("budget".into(), json!(budget.get(&r.seq)));
+                        o.insert("sweep_steps".into(), json!(budget.get(&r.seq)));
                         if let Some(w) = workers.get(&(t.id, r.attempt)) {
                             o.insert("worker".into(), json!(w));
                         }
