@@ -40,6 +40,7 @@ const JITTER_FIRST: f64 = 1e-10;
 const JITTER_LAST: f64 = 1e-4;
 
 /// Matérn 5/2 of a squared (scaled) distance `d2`, and its derivative in `d2`.
+#[inline(always)]
 fn matern52(d2: f64) -> (f64, f64) {
     let s = (5.0 * d2).sqrt();
     let e = (-s).exp();
@@ -119,21 +120,38 @@ impl GpRegressor {
         params: KernelParams,
         diffs: &PairDiffs,
     ) -> Result<GpRegressor, GpError> {
+        Ok(GpRegressor::with_kernel_derivatives(x, y, categorical, params, diffs)?.0)
+    }
+
+    /// [`GpRegressor::conditioned`], also giving the Matérn value and derivative of each
+    /// pair a > b (in [`PairDiffs`]' order), which the likelihood's gradient needs: each exp
+    /// once.
+    #[inline(always)]
+    fn with_kernel_derivatives(
+        x: Vec<Vec<f64>>,
+        y: Vec<f64>,
+        categorical: Vec<bool>,
+        params: KernelParams,
+        diffs: &PairDiffs,
+    ) -> Result<(GpRegressor, Vec<(f64, f64)>), GpError> {
         let n = x.len();
         let mut cov = vec![0.0; n * n];
+        let mut derivatives = Vec::with_capacity(n * n.saturating_sub(1) / 2);
         for a in 0..n {
             for b in 0..a {
-                let k = params.kernel_scale * matern52(diffs.scaled(a, b, &params)).0;
+                let (m, dm) = matern52(diffs.scaled(a, b, &params));
+                let k = params.kernel_scale * m;
                 cov[a * n + b] = k;
                 cov[b * n + a] = k;
+                derivatives.push((m, dm));
             }
             cov[a * n + a] = params.kernel_scale + params.noise_var;
         }
-        let chol = cholesky_with_jitter(&cov, n)?;
-        let chol_inverse = lower_inverse(&chol, n);
-        let half_log_det = (0..n).map(|i| chol[i * n + i].ln()).sum();
+        let upper = cholesky_with_jitter(&cov, n)?;
+        let half_log_det = (0..n).map(|i| upper[i * n + i].ln()).sum();
+        let chol_inverse = transpose(&upper_inverse(&upper, n), n);
         let alpha = lower_t_times(&chol_inverse, n, &lower_times(&chol_inverse, n, &y));
-        Ok(GpRegressor {
+        let gp = GpRegressor {
             x,
             y,
             categorical,
@@ -141,7 +159,8 @@ impl GpRegressor {
             chol_inverse,
             half_log_det,
             alpha,
-        })
+        };
+        Ok((gp, derivatives))
     }
 
     pub fn params(&self) -> &KernelParams {
@@ -207,8 +226,11 @@ impl GpRegressor {
     }
 
     /// The gradient of [`GpRegressor::marginal_log_likelihood`] in the log of each
-    /// inverse squared length scale, the log kernel scale and the noise variance (plain).
-    fn mll_gradient(&self, diffs: &PairDiffs) -> (Vec<f64>, f64, f64) {
+    /// inverse squared length scale, the log kernel scale and the noise variance (plain);
+    /// `derivatives` are the Matérn values and derivatives of the pairs, from
+    /// [`GpRegressor::with_kernel_derivatives`].
+    #[inline(always)]
+    fn mll_gradient(&self, diffs: &PairDiffs, derivatives: &[(f64, f64)]) -> (Vec<f64>, f64, f64) {
         let n = self.x.len();
         let dims = self.categorical.len();
         // W = (alpha alpha^T - C^-1) / 2: the derivative of the likelihood in C.
@@ -219,16 +241,19 @@ impl GpRegressor {
         let mut by_dim = vec![0.0; dims];
         let mut scale = 0.0;
         let mut noise = 0.0;
+        let mut pair = 0;
         for a in 0..n {
             noise += w(a, a);
             scale += w(a, a);
             for b in 0..a {
-                let (m, dm) = matern52(diffs.scaled(a, b, &self.params));
+                let (m, dm) = derivatives[pair];
                 let wab = 2.0 * w(a, b);
                 scale += wab * m;
-                for (g, d) in by_dim.iter_mut().zip(diffs.pair(a, b)) {
-                    *g += wab * dm * d;
+                let wdm = wab * dm;
+                for (g, d) in by_dim.iter_mut().zip(diffs.pair_at(pair)) {
+                    *g += wdm * d;
                 }
+                pair += 1;
             }
         }
         let s = self.params.kernel_scale;
@@ -264,11 +289,18 @@ impl PairDiffs {
     }
 
     fn pair(&self, a: usize, b: usize) -> &[f64] {
-        let at = (a * (a - 1) / 2 + b) * self.dims;
+        self.pair_at(a * (a - 1) / 2 + b)
+    }
+
+    /// The `index`th pair, in the order (1, 0), (2, 0), (2, 1), (3, 0), ...
+    #[inline(always)]
+    fn pair_at(&self, index: usize) -> &[f64] {
+        let at = index * self.dims;
         &self.data[at..at + self.dims]
     }
 
     /// The squared distance of pair (a, b) in the kernel's length scales.
+    #[inline(always)]
     fn scaled(&self, a: usize, b: usize, params: &KernelParams) -> f64 {
         dot(self.pair(a, b), &params.inverse_squared_lengthscales)
     }
@@ -276,6 +308,7 @@ impl PairDiffs {
 
 /// The dot product of two slices, in four running sums (which the compiler vectorises; one
 /// sum in order it cannot).
+#[inline(always)]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     let mut sums = [0.0; 4];
     let (a4, b4) = (a.chunks_exact(4), b.chunks_exact(4));
@@ -302,27 +335,39 @@ fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> 
     params.kernel_scale * matern52(d2).0
 }
 
-/// The lower Cholesky factor of the symmetric `n` x `n` matrix `a`.
+/// The upper Cholesky factor U (row-major, U^T U = `a`) of the symmetric `n` x `n` matrix
+/// `a`, right-looking: every update is a contiguous row minus a multiple of another, which
+/// the compiler vectorises (a dot product per entry it cannot, for the order of its sum).
+#[inline(always)]
 fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
-    let mut l = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..=i {
-            let s = dot(&l[i * n..i * n + j], &l[j * n..j * n + j]);
-            if i == j {
-                let d = a[i * n + i] - s;
-                if d <= 0.0 || !d.is_finite() {
-                    return None;
-                }
-                l[i * n + i] = d.sqrt();
-            } else {
-                l[i * n + j] = (a[i * n + j] - s) / l[j * n + j];
+    let mut u = a.to_vec();
+    for k in 0..n {
+        let d = u[k * n + k];
+        if d <= 0.0 || !d.is_finite() {
+            return None;
+        }
+        let d = d.sqrt();
+        let (done, rest) = u.split_at_mut((k + 1) * n);
+        let row = &mut done[k * n..];
+        row[k] = d;
+        row[k + 1..].iter_mut().for_each(|x| *x /= d);
+        for j in k + 1..n {
+            let c = row[j];
+            let target = &mut rest[(j - k - 1) * n + j..(j - k) * n];
+            for (t, r) in target.iter_mut().zip(&row[j..]) {
+                *t -= c * r;
             }
         }
     }
-    Some(l)
+    // The strict lower part held the input; the factor is upper triangular.
+    for i in 0..n {
+        u[i * n..i * n + i].iter_mut().for_each(|x| *x = 0.0);
+    }
+    Some(u)
 }
 
 /// [`cholesky`], retried with growing jitter on the diagonal when it fails.
+#[inline(always)]
 fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
     if let Some(l) = cholesky(a, n) {
         return Ok(l);
@@ -344,27 +389,42 @@ fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
     }
 }
 
-/// L^-1 of a lower triangular `l` (row-major), row by row: row i of L^-1 is
-/// (e_i - sum_{k<i} L_ik row k) / L_ii, so every step is on contiguous rows.
-fn lower_inverse(l: &[f64], n: usize) -> Vec<f64> {
+/// U^-1 of an upper triangular `u` (row-major), from the last row up: row i of U^-1 is
+/// (e_i - sum_{k>i} U_ik row k) / U_ii, so every step is on contiguous rows.
+#[inline(always)]
+fn upper_inverse(u: &[f64], n: usize) -> Vec<f64> {
     let mut inv = vec![0.0; n * n];
-    for i in 0..n {
-        let (done, rest) = inv.split_at_mut(i * n);
-        let row = &mut rest[..=i];
-        for k in 0..i {
-            let c = l[i * n + k];
-            for (r, prev) in row.iter_mut().zip(&done[k * n..=k * n + k]) {
-                *r -= c * prev;
+    for i in (0..n).rev() {
+        let (head, done) = inv.split_at_mut((i + 1) * n);
+        let row = &mut head[i * n + i..];
+        row[0] = 1.0;
+        for k in i + 1..n {
+            let c = u[i * n + k];
+            let below = &done[(k - i - 1) * n + k..(k - i) * n];
+            for (r, b) in row[k - i..].iter_mut().zip(below) {
+                *r -= c * b;
             }
         }
-        row[i] = 1.0;
-        let d = l[i * n + i];
+        let d = u[i * n + i];
         row.iter_mut().for_each(|r| *r /= d);
     }
     inv
 }
 
+/// The transpose of the `n` x `n` matrix `a` (row-major).
+#[inline(always)]
+fn transpose(a: &[f64], n: usize) -> Vec<f64> {
+    let mut t = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            t[j * n + i] = a[i * n + j];
+        }
+    }
+    t
+}
+
 /// L^-1 b, for `inv` = L^-1 (lower triangular, row-major).
+#[inline(always)]
 fn lower_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
     (0..n)
         .map(|i| dot(&inv[i * n..=i * n + i], &b[..=i]))
@@ -372,6 +432,7 @@ fn lower_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
 }
 
 /// L^-T b, for `inv` = L^-1: the rows of L^-1 scaled by b and summed.
+#[inline(always)]
 fn lower_t_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
     let mut x = vec![0.0; n];
     for (i, &bi) in b.iter().enumerate().take(n) {
@@ -383,6 +444,7 @@ fn lower_t_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
 }
 
 /// (L L^T)^-1 = L^-T L^-1 from `inv` = L^-1: a sum over its rows of their outer products.
+#[inline(always)]
 fn inverse_from_lower_inverse(inv: &[f64], n: usize) -> Vec<f64> {
     let mut out = vec![0.0; n * n];
     for i in 0..n {
@@ -480,12 +542,37 @@ impl Fitting<'_> {
         self.last.at(raw, || self.compute(raw))
     }
 
-    /// -(log likelihood + log prior), and its gradient in the raw parameters.
+    /// -(log likelihood + log prior), and its gradient in the raw parameters: nearly all
+    /// of a fit's time, so compiled twice, for AVX2 where the CPU has it (the same
+    /// arithmetic in wider registers: the results are the same to the bit, see the test
+    /// `the_avx2_build_of_the_loss_is_the_portable_one_to_the_bit`).
     fn compute(&self, raw: &[f64]) -> LossAndGradient {
-        let gp = self.model(raw)?;
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { self.compute_avx2(raw) };
+        }
+        self.compute_portable(raw)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn compute_avx2(&self, raw: &[f64]) -> LossAndGradient {
+        self.compute_portable(raw)
+    }
+
+    #[inline(always)]
+    fn compute_portable(&self, raw: &[f64]) -> LossAndGradient {
+        let (gp, derivatives) = GpRegressor::with_kernel_derivatives(
+            self.x.to_vec(),
+            self.y.to_vec(),
+            self.categorical.to_vec(),
+            self.params(raw),
+            self.diffs,
+        )?;
         let p = gp.params();
         let dims = self.categorical.len();
-        let (lengthscales, scale, noise) = gp.mll_gradient(self.diffs);
+        let (lengthscales, scale, noise) = gp.mll_gradient(self.diffs, &derivatives);
         let mut gradient: Vec<f64> = lengthscales
             .iter()
             .zip(&p.inverse_squared_lengthscales)
@@ -682,6 +769,47 @@ mod tests {
         assert_eq!(near, far); // any two different choices are one apart
         assert_eq!(near, matern52(1.0).0);
         assert_eq!(kernel(&p, &[0.3, 2.0], &[0.3, 2.0], &[false, true]), 1.0);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx2_build_of_the_loss_is_the_portable_one_to_the_bit() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // Enough points for every vector loop to run whole registers and a remainder.
+        let x: Vec<Vec<f64>> = (0..37)
+            .map(|i| {
+                vec![
+                    (i as f64 * 0.618) % 1.0,
+                    (i as f64 * 0.414) % 1.0,
+                    (i % 3) as f64,
+                ]
+            })
+            .collect();
+        let y: Vec<f64> = x
+            .iter()
+            .map(|p| (4.0 * p[0]).sin() - p[1] + 0.2 * p[2])
+            .collect();
+        let categorical = [false, false, true];
+        let diffs = PairDiffs::new(&x, &categorical);
+        let last = LastAnswer::default();
+        let problem = Fitting {
+            x: &x,
+            y: &y,
+            categorical: &categorical,
+            diffs: &diffs,
+            minimum_noise: 1e-6,
+            deterministic: false,
+            last: &last,
+        };
+        let raw = vec![0.7, -0.2, 0.1, 0.4, -3.0];
+        let portable = problem.compute_portable(&raw).unwrap();
+        // SAFETY: the CPU has AVX2, checked at the top.
+        let avx2 = unsafe { problem.compute_avx2(&raw) }.unwrap();
+        assert_eq!(portable.0.to_bits(), avx2.0.to_bits());
+        let bits = |g: &[f64]| g.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&portable.1), bits(&avx2.1));
     }
 
     #[test]
