@@ -110,16 +110,7 @@ pub fn simulate(
                 }
                 None => s.epoch += 1,
             }
-            for (id, decision) in scheduler.drain_ended() {
-                if paused.remove(&id).is_some() {
-                    let status = if decision == Decision::Complete {
-                        Status::Completed
-                    } else {
-                        Status::Stopped
-                    };
-                    history.set_status(id, status);
-                }
-            }
+            end_paused(scheduler, &mut paused, &mut history);
             while next_checkpoint < checkpoints.len() && used >= checkpoints[next_checkpoint] {
                 out[next_checkpoint] = incumbent.map(|(_, regret)| regret);
                 next_checkpoint += 1;
@@ -273,16 +264,7 @@ pub fn simulate_timed(
                 slots[w] = Some(run);
             }
         }
-        for (id, decision) in scheduler.drain_ended() {
-            if paused.remove(&id).is_some() {
-                let status = if decision == Decision::Complete {
-                    Status::Completed
-                } else {
-                    Status::Stopped
-                };
-                history.set_status(id, status);
-            }
-        }
+        end_paused(scheduler, &mut paused, &mut history);
         while next_epoch_mark < epoch_checkpoints.len()
             && used >= epoch_checkpoints[next_epoch_mark]
         {
@@ -295,6 +277,25 @@ pub fn simulate_timed(
                 at_seconds,
                 history,
             };
+        }
+    }
+}
+
+/// Trials the scheduler ended while they were paused (a rung's losers, or the sweep's end)
+/// leave `paused` with the status its decision gives them.
+fn end_paused<T>(
+    scheduler: &mut dyn Scheduler,
+    paused: &mut std::collections::BTreeMap<TrialId, T>,
+    history: &mut History,
+) {
+    for (id, decision) in scheduler.drain_ended() {
+        if paused.remove(&id).is_some() {
+            let status = if decision == Decision::Complete {
+                Status::Completed
+            } else {
+                Status::Stopped
+            };
+            history.set_status(id, status);
         }
     }
 }
