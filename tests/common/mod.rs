@@ -22,7 +22,8 @@ pub fn tune_run(spec: &Path, dir: &Path) -> Command {
 
 /// Arms the fixture's kill switch in `spec` (written by [`write_spec`]): trials log each
 /// acknowledged result to `tmp/acks.log`, and the one whose acknowledgement makes the log as
-/// long as the number in `tmp/kill-at` kills tune with SIGKILL (see tests/fixtures/objective.py).
+/// long as the number in `tmp/kill-at` (or, where it holds `step N`, the first acknowledged at
+/// step N or later) kills tune with SIGKILL (see tests/fixtures/objective.py).
 pub fn arm_kill_switch(spec: &Path, tmp: &Path) {
     let text = std::fs::read_to_string(spec).unwrap().replace(
         "\n[space]",
@@ -82,30 +83,48 @@ pub fn truncate(file: &Path, len: u64) {
 /// Runs the sweep of `spec` (its kill switch armed in `tmp`) once per entry of `gaps`, each
 /// run killed with SIGKILL by the trial acknowledged `gap` results after the run starts; fails
 /// unless every run was killed. The sweep is left unfinished, for a last `tune resume`.
+///
+/// Only for sweeps whose work does not depend on timing (one slot, or decisions replayed in
+/// order): elsewhere a run may end before it acknowledges `gap` more results.
 pub fn run_with_kills_at(spec: &Path, dir: &Path, tmp: &Path, gaps: &[usize]) {
     for (round, &gap) in gaps.iter().enumerate() {
         let due = acked_so_far(tmp) + gap;
-        std::fs::write(tmp.join("kill-at"), due.to_string()).unwrap();
-        let out = run_or_resume(spec, dir)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        // How it ended otherwise, and how far the acknowledgements got, for a failure to say.
-        assert!(
-            killed(&out),
-            "round {round}: tune was not killed at acknowledgement {due} ({}, {} acknowledged, \
-             kill switch {}): {}",
-            out.status,
-            acked_so_far(tmp),
-            if tmp.join("kill-at").exists() {
-                "still armed"
-            } else {
-                "claimed"
-            },
-            stderr(&out)
-        );
+        run_until_killed(spec, dir, tmp, round, &due.to_string());
     }
     std::fs::remove_file(tmp.join("kill-at")).ok();
+}
+
+/// As [`run_with_kills_at`], each run killed by the first trial acknowledged at a step of at
+/// least `steps[round]`. For sweeps whose total work depends on timing (asynchronous PBT: an
+/// exploit jumps a trial ahead, so how many results a sweep acknowledges varies) but that must
+/// report each step up to their last to finish.
+pub fn run_with_kills_at_steps(spec: &Path, dir: &Path, tmp: &Path, steps: &[u64]) {
+    for (round, &step) in steps.iter().enumerate() {
+        run_until_killed(spec, dir, tmp, round, &format!("step {step}"));
+    }
+    std::fs::remove_file(tmp.join("kill-at")).ok();
+}
+
+/// One run of the sweep with the kill switch set to `due` (see tests/fixtures/objective.py);
+/// fails unless the run was killed.
+fn run_until_killed(spec: &Path, dir: &Path, tmp: &Path, round: usize, due: &str) {
+    std::fs::write(tmp.join("kill-at"), due).unwrap();
+    let out = run_or_resume(spec, dir).output().unwrap();
+    // How it ended otherwise, and how far the acknowledgements got, for a failure to say.
+    assert!(
+        killed(&out),
+        "round {round}: tune was not killed at acknowledgement {due} ({}, {} acknowledged, \
+         kill switch {}):\n{}\n{}",
+        out.status,
+        acked_so_far(tmp),
+        if tmp.join("kill-at").exists() {
+            "still armed"
+        } else {
+            "claimed"
+        },
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
 }
 
 /// Every result a trial saw acknowledged (fixture's ACK_LOG) is in the store, as reported;
