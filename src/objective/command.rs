@@ -155,10 +155,10 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
         // Its own process group, so signals reach the whole trial (a shell's children too).
         .process_group(0)
         .kill_on_drop(true);
+    let coordinator = std::process::id();
     // SAFETY: prctl and getppid are async-signal-safe; prctl only asks the kernel to kill the
     // child when the coordinator dies, so a `kill -9` of tune leaves no orphaned trials behind.
     // A coordinator killed between the fork and the prctl is caught by the parent check.
-    let coordinator = std::process::id();
     unsafe {
         cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
