@@ -9,6 +9,7 @@
 
 mod acquisition;
 mod model;
+mod refit;
 mod searcher;
 mod space;
 

@@ -52,12 +52,17 @@ fn squared_diffs(a: &[f64], b: &[f64], categorical: &[bool]) -> Vec<f64> {
     a.iter()
         .zip(b)
         .zip(categorical)
-        .map(|((x, y), &cat)| match cat {
-            true if x != y => 1.0,
-            true => 0.0,
-            false => (x - y) * (x - y),
-        })
+        .map(|((&x, &y), &cat)| squared_diff(x, y, cat))
         .collect()
+}
+
+#[inline(always)]
+fn squared_diff(x: f64, y: f64, categorical: bool) -> f64 {
+    match categorical {
+        true if x != y => 1.0,
+        true => 0.0,
+        false => (x - y) * (x - y),
+    }
 }
 
 /// A Gaussian process conditioned on its training points.
@@ -181,6 +186,40 @@ impl GpRegressor {
         (mean, var.max(0.0))
     }
 
+    /// [`GpRegressor::posterior`] at each of `points`, the same to the bit, faster: the
+    /// variance's `L^-1 k` is worked for [`POSTERIOR_BLOCK`] points at once, so each row of
+    /// `L^-1` is read from memory once per block rather than once per point (at 300 trials
+    /// the factor is 360 KB, more than a core's nearer caches hold).
+    pub fn posteriors(&self, points: &[Vec<f64>]) -> Vec<(f64, f64)> {
+        let n = self.x.len();
+        let mut out = Vec::with_capacity(points.len());
+        for block in points.chunks(POSTERIOR_BLOCK) {
+            let ks: Vec<Vec<f64>> = block
+                .iter()
+                .map(|point| {
+                    self.x
+                        .iter()
+                        .map(|xi| kernel(&self.params, point, xi, &self.categorical))
+                        .collect()
+                })
+                .collect();
+            let mut squares = [0.0; POSTERIOR_BLOCK];
+            for i in 0..n {
+                let row = &self.chol_inverse[i * n..=i * n + i];
+                for (square, k) in squares.iter_mut().zip(&ks) {
+                    let v = dot(row, &k[..=i]);
+                    *square += v * v;
+                }
+            }
+            for (k, square) in ks.iter().zip(squares) {
+                let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+                let var = self.params.kernel_scale - square;
+                out.push((mean, var.max(0.0)));
+            }
+        }
+        out
+    }
+
     /// [`GpRegressor::posterior`] with the gradients of the mean and the variance in the
     /// point's coordinates (0 on categorical ones, which are not continuous).
     pub fn posterior_with_gradient(&self, point: &[f64]) -> (f64, f64, Vec<f64>, Vec<f64>) {
@@ -191,9 +230,12 @@ impl GpRegressor {
         // dk_j / dx_i, row-major n x dims.
         let mut dk = vec![0.0; n * dims];
         for (j, xj) in self.x.iter().enumerate() {
-            let diffs = squared_diffs(point, xj, &self.categorical);
-            let d2: f64 = diffs.iter().zip(isl).map(|(d, l)| d * l).sum();
-            let (m, dm) = matern52(d2);
+            let (m, dm) = matern52(scaled_squared_distance(
+                &self.params,
+                point,
+                xj,
+                &self.categorical,
+            ));
             k.push(self.params.kernel_scale * m);
             for i in (0..dims).filter(|&i| !self.categorical[i]) {
                 dk[j * dims + i] =
@@ -306,6 +348,10 @@ impl PairDiffs {
     }
 }
 
+/// Points per block in [`GpRegressor::posteriors`]: their kernel rows (8 x 300 values at 300
+/// trials) and a row of the factor stay in the nearest cache together.
+const POSTERIOR_BLOCK: usize = 8;
+
 /// The dot product of two slices, in four running sums (which the compiler vectorises; one
 /// sum in order it cannot).
 #[inline(always)]
@@ -326,12 +372,26 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     (sums[0] + sums[1]) + (sums[2] + sums[3]) + tail
 }
 
-fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> f64 {
-    let d2: f64 = squared_diffs(a, b, categorical)
-        .iter()
+/// The squared distance of `a` and `b` in length-scale units (Hamming on categorical
+/// dimensions), without allocating: it is worked for every trial at every point the
+/// acquisition asks about.
+#[inline(always)]
+fn scaled_squared_distance(
+    params: &KernelParams,
+    a: &[f64],
+    b: &[f64],
+    categorical: &[bool],
+) -> f64 {
+    a.iter()
+        .zip(b)
+        .zip(categorical)
         .zip(&params.inverse_squared_lengthscales)
-        .map(|(d, l)| d * l)
-        .sum();
+        .map(|(((&x, &y), &cat), l)| squared_diff(x, y, cat) * l)
+        .sum()
+}
+
+fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> f64 {
+    let d2 = scaled_squared_distance(params, a, b, categorical);
     params.kernel_scale * matern52(d2).0
 }
 
@@ -714,6 +774,27 @@ mod tests {
         assert!((mean - 0.578_258_170_644_483_6).abs() < 1e-12, "{mean}");
         // At a training point the variance is about the noise.
         assert!(gp.posterior(&[0.0]).1 < 2e-4);
+    }
+
+    #[test]
+    fn posteriors_in_blocks_are_each_points_posterior_to_the_bit() {
+        // 37 trials (no multiple of the block) in 3 dimensions, one categorical; 21 points
+        // (two whole blocks and a part).
+        let unit = |i: usize, d: usize| ((i * 7 + d * 13) % 31) as f64 / 30.0;
+        let x: Vec<Vec<f64>> = (0..37)
+            .map(|i| vec![unit(i, 0), unit(i, 1), (i % 3) as f64])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| (4.0 * p[0]).sin() - p[1] + p[2]).collect();
+        let gp = fit(&x, &y, &[false, false, true], 1e-6, false, None);
+        let points: Vec<Vec<f64>> = (0..21)
+            .map(|i| vec![unit(i + 50, 0), unit(i + 50, 1), (i % 3) as f64])
+            .collect();
+        let batch = gp.posteriors(&points);
+        assert_eq!(batch.len(), points.len());
+        for (point, (mean, var)) in points.iter().zip(batch) {
+            let (m, v) = gp.posterior(point);
+            assert_eq!((mean.to_bits(), var.to_bits()), (m.to_bits(), v.to_bits()));
+        }
     }
 
     #[test]

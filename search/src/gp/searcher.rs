@@ -9,6 +9,7 @@ use super::acquisition::{
     log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,
 };
 use super::model::{fit, GpRegressor};
+use super::refit::{Fitted, KernelMemo};
 use super::space::{ConditionalSpace, UnitSpace};
 use super::{lbfgs_minimise, LastAnswer};
 use crate::{trial_rng, History, Mode, Params, RandomSearch, Searcher, Space, Status, TrialId};
@@ -25,6 +26,11 @@ pub struct GpOptions {
     pub n_local_search: usize,
     /// The objective gives the same value for the same params: the noise stays at its floor.
     pub deterministic_objective: bool,
+    /// The kernel's parameters are fitted again once the completed trials have grown by this
+    /// fraction since the last fit (with 0.1: at every trial up to 20, then at 22, 24, .., 94,
+    /// 103, 113, .., 284, 312, ..); in between, the last fit's parameters serve every trial.
+    /// 0 fits at every suggestion, as Optuna does.
+    pub refit_growth: f64,
 }
 
 impl GpOptions {
@@ -39,7 +45,8 @@ impl GpOptions {
             "n_preliminary_samples",
             self.n_preliminary_samples as u64,
             1,
-        )
+        )?;
+        crate::FieldError::check_within("refit_growth", self.refit_growth, 0.0, 10.0)
     }
 }
 
@@ -50,6 +57,7 @@ impl Default for GpOptions {
             n_preliminary_samples: 2048,
             n_local_search: 10,
             deterministic_objective: false,
+            refit_growth: 0.1,
         }
     }
 }
@@ -71,7 +79,9 @@ const EXHAUSTIVE_SEARCH_VALUES: usize = 16;
 const ACQUISITION_STREAM: u64 = 0x6770_5f61_6371;
 
 /// Bayesian optimisation with a Gaussian process. A suggestion is a pure function of the
-/// seed, the trial id and the history: the model is fitted afresh each time.
+/// seed, the trial id and the history: the kernel is fitted on a prefix of the completed trials
+/// that the history names (see [`GpOptions::refit_growth`]), kept between suggestions only to
+/// save fitting the same prefix again.
 ///
 /// ```
 /// use tune_search::gp::{GpOptions, GpSearch};
@@ -95,6 +105,8 @@ pub struct GpSearch {
     random: RandomSearch,
     seed: u64,
     options: GpOptions,
+    objective_fit: KernelMemo,
+    constraint_fits: Vec<KernelMemo>,
 }
 
 impl GpSearch {
@@ -106,6 +118,8 @@ impl GpSearch {
             random: RandomSearch::new(space, seed),
             seed,
             options,
+            objective_fit: KernelMemo::default(),
+            constraint_fits: Vec::new(),
         })
     }
 
@@ -122,7 +136,6 @@ impl GpSearch {
             constraints: vec![Vec::new(); k],
             ..TrainingSet::default()
         };
-        let mut f = Vec::new();
         for o in completed() {
             let (Some(point), Some(v)) = (self.unit.to_point(&o.params), o.value) else {
                 continue;
@@ -134,44 +147,57 @@ impl GpSearch {
                 continue;
             }
             set.x.push(point);
-            f.push(sign * v);
+            set.values.push(sign * v);
             set.feasible.push(o.feasible());
             for (column, &c) in set.constraints.iter_mut().zip(&o.constraints) {
                 column.push(c);
             }
         }
-        let n = f.len() as f64;
-        let mean = f.iter().sum::<f64>() / n;
-        let std = (f.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
-        let std = if std > 1e-12 { std } else { 1.0 };
-        set.y = f.iter().map(|v| (v - mean) / std).collect();
+        set.y = standardised(&set.values);
         set
+    }
+
+    /// The process for the objective: the kernel fitted on the scheduled prefix
+    /// ([`KernelMemo`]), conditioned on every completed trial.
+    fn objective_model(&mut self, set: &TrainingSet) -> GpRegressor {
+        let (categorical, deterministic) = (
+            self.unit.categorical(),
+            self.options.deterministic_objective,
+        );
+        let fit_on =
+            |x: &[Vec<f64>], y: &[f64]| fit(x, y, &categorical, MINIMUM_NOISE, deterministic, None);
+        let fitted = self.objective_fit.fitted(
+            &set.x,
+            &set.values,
+            self.options.refit_growth,
+            |x, values| fit_on(x, &standardised(values)),
+        );
+        conditioned(fitted, &set.x, &set.y, &categorical, fit_on)
     }
 
     /// One process per constraint, fitted to its values with the sign flipped (so that "met"
     /// is "at least the threshold") and standardised, with the threshold that 0 becomes
     /// (Optuna's `_get_constraints_acqf_args`).
-    fn constraint_models(&self, set: &TrainingSet) -> Vec<(GpRegressor, f64)> {
+    fn constraint_models(&mut self, set: &TrainingSet) -> Vec<(GpRegressor, f64)> {
         let categorical = self.unit.categorical();
+        let deterministic = self.options.deterministic_objective;
+        let fit_on =
+            |x: &[Vec<f64>], y: &[f64]| fit(x, y, &categorical, MINIMUM_NOISE, deterministic, None);
+        self.constraint_fits
+            .resize_with(set.constraints.len(), KernelMemo::default);
         set.constraints
             .iter()
-            .map(|column| {
-                let n = column.len() as f64;
+            .zip(&mut self.constraint_fits)
+            .map(|(column, memo)| {
                 let flipped: Vec<f64> = column.iter().map(|c| -c).collect();
-                let mean = flipped.iter().sum::<f64>() / n;
-                let std = (flipped.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
-                    .sqrt()
-                    .max(1e-12);
-                let y: Vec<f64> = flipped.iter().map(|v| (v - mean) / std).collect();
-                let model = fit(
-                    &set.x,
-                    &y,
-                    &categorical,
-                    MINIMUM_NOISE,
-                    self.options.deterministic_objective,
-                    None,
-                );
-                (model, -mean / std)
+                let (y, threshold) = standardised_constraint(&flipped);
+                let fitted = memo.fitted(&set.x, &flipped, self.options.refit_growth, |x, f| {
+                    fit_on(x, &standardised_constraint(f).0)
+                });
+                (
+                    conditioned(fitted, &set.x, &y, &categorical, fit_on),
+                    threshold,
+                )
             })
             .collect()
     }
@@ -189,7 +215,7 @@ impl GpSearch {
         let samples = self
             .unit
             .sample(self.options.n_preliminary_samples, &mut rng);
-        let values: Vec<f64> = samples.iter().map(|p| acquisition.value(p)).collect();
+        let values = acquisition.values(&samples);
         let first = (0..values.len())
             .max_by(|&a, &b| values[a].total_cmp(&values[b]))
             .expect("at least one preliminary sample");
@@ -247,15 +273,7 @@ impl Searcher for GpSearch {
         if set.y.len() < 2 {
             return self.random.suggest(id, history);
         }
-        let categorical = self.unit.categorical();
-        let fitted = fit(
-            &set.x,
-            &set.y,
-            &categorical,
-            MINIMUM_NOISE,
-            self.options.deterministic_objective,
-            None,
-        );
+        let fitted = self.objective_model(&set);
         let constraints = self.constraint_models(&set);
         // The incumbent is the best feasible trial; with none, the acquisition is the
         // probability of meeting the constraints alone (Optuna's LogCEI).
@@ -424,11 +442,55 @@ fn golden_section(mut f: impl FnMut(usize) -> f64, n: usize, current: usize, val
 #[derive(Debug, Default)]
 struct TrainingSet {
     x: Vec<Vec<f64>>,
-    /// Standardised, to maximise.
+    /// The objective's values, oriented to maximise.
+    values: Vec<f64>,
+    /// `values` standardised.
     y: Vec<f64>,
     /// Per constraint, each trial's value (met at or below 0).
     constraints: Vec<Vec<f64>>,
     feasible: Vec<bool>,
+}
+
+/// `values` less their mean, over their standard deviation (1 where they are all equal).
+fn standardised(values: &[f64]) -> Vec<f64> {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let std = if std > 1e-12 { std } else { 1.0 };
+    values.iter().map(|v| (v - mean) / std).collect()
+}
+
+/// A constraint's (flipped) values standardised, and the threshold that 0 becomes (the
+/// deviation floored at 1e-12, as Optuna does).
+fn standardised_constraint(flipped: &[f64]) -> (Vec<f64>, f64) {
+    let n = flipped.len() as f64;
+    let mean = flipped.iter().sum::<f64>() / n;
+    let std = (flipped.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
+        .sqrt()
+        .max(1e-12);
+    (
+        flipped.iter().map(|v| (v - mean) / std).collect(),
+        -mean / std,
+    )
+}
+
+/// The process on every point `x` (values `y`, standardised) from what [`KernelMemo`] gave:
+/// parameters fitted on a prefix condition it, or, where they do not keep the matrix positive
+/// definite, it is fitted on every point by `fit_on`.
+fn conditioned(
+    fitted: Fitted,
+    x: &[Vec<f64>],
+    y: &[f64],
+    categorical: &[bool],
+    fit_on: impl Fn(&[Vec<f64>], &[f64]) -> GpRegressor,
+) -> GpRegressor {
+    match fitted {
+        Fitted::Whole(gp) => gp,
+        Fitted::Prefix(params) => {
+            GpRegressor::new(x.to_vec(), y.to_vec(), categorical.to_vec(), params)
+                .unwrap_or_else(|_| fit_on(x, y))
+        }
+    }
 }
 
 /// Log EI at a point, from the fitted process and the best feasible value so far, plus the
@@ -462,6 +524,33 @@ impl<'a> Acquisition<'a> {
             constraints,
             lengthscales,
         }
+    }
+
+    /// [`Acquisition::value`] at each of `points` (the same values, with the posteriors
+    /// worked in blocks).
+    fn values(&self, points: &[Vec<f64>]) -> Vec<f64> {
+        let improvements: Vec<f64> = match self.best {
+            Some(best) => self
+                .gp
+                .posteriors(points)
+                .into_iter()
+                .map(|(mean, var)| log_expected_improvement(mean, var + STABILIZING_NOISE, best))
+                .collect(),
+            None => vec![0.0; points.len()],
+        };
+        // Summed as `value` sums them (from -0.0, as f64's `Sum` starts).
+        let mut feasibilities = vec![-0.0; points.len()];
+        for (gp, threshold) in self.constraints {
+            for (sum, (mean, var)) in feasibilities.iter_mut().zip(gp.posteriors(points)) {
+                *sum +=
+                    log_probability_above(mean, var + STABILIZING_NOISE, &[], &[], *threshold).0;
+            }
+        }
+        improvements
+            .into_iter()
+            .zip(feasibilities)
+            .map(|(improvement, feasibility)| improvement + feasibility)
+            .collect()
     }
 
     fn value(&self, point: &[f64]) -> f64 {
@@ -697,7 +786,7 @@ mod tests {
             .uniform("y", 0.0, 1.0)
             .build()
             .unwrap();
-        let gp = GpSearch::new(space, 0, GpOptions::default()).unwrap();
+        let mut gp = GpSearch::new(space, 0, GpOptions::default()).unwrap();
         let mut history = History::new(Mode::Min);
         for id in 0..12u64 {
             let (x, y) = ((id as f64 * 0.37).fract(), (id as f64 * 0.61).fract());
@@ -719,6 +808,13 @@ mod tests {
             let at = [0.42, 0.33];
             let (value, gradient) = acquisition.value_and_gradient(&at);
             assert!((value - acquisition.value(&at)).abs() < 1e-12);
+            // The preliminary samples' values, worked in blocks, are each point's to the bit.
+            let points: Vec<Vec<f64>> = (0..11)
+                .map(|i| vec![(i as f64 * 0.29).fract(), (i as f64 * 0.83).fract()])
+                .collect();
+            for (point, batched) in points.iter().zip(acquisition.values(&points)) {
+                assert_eq!(batched.to_bits(), acquisition.value(point).to_bits());
+            }
             for d in 0..2 {
                 let h = 1e-6;
                 let (mut up, mut down) = (at, at);
