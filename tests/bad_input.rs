@@ -164,6 +164,15 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "`gamma_fraction`",
     ),
     (
+        "gp refit_growth negative",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"gp\"\nrefit_growth = -0.5",
+            X,
+        ),
+        2,
+        "[search] `refit_growth`: expected a number in [0, 10], found -0.5",
+    ),
+    (
         "unknown scheduler",
         Spec("samples = 2\n[scheduler]\nkind = \"bohb\"", X),
         2,
