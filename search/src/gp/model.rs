@@ -187,11 +187,21 @@ impl GpRegressor {
     }
 
     /// [`GpRegressor::posterior`] at each of `points`, the same to the bit, faster: the
-    /// variance's `L^-1 k` is worked for [`POSTERIOR_BLOCK`] points at once, so each row of
-    /// `L^-1` is read from memory once per block rather than once per point (at 300 trials
-    /// the factor is 360 KB, more than a core's nearer caches hold).
-    /// Compiled for AVX2 too, where the CPU has it (the same arithmetic, without fused
-    /// multiply-adds: the results are the same to the bit).
+    /// variance's `L^-1 k` is worked for 8 points at once, so each row of `L^-1` is read from
+    /// memory once per block rather than once per point (at 300 trials the factor is 360 KB,
+    /// more than a core's nearer caches hold). Compiled for AVX2 too, where the CPU has it
+    /// (the same arithmetic, without fused multiply-adds: the results are the same to the bit).
+    ///
+    /// ```
+    /// use tune_search::gp::fit;
+    /// let x: Vec<Vec<f64>> = (0..12).map(|i| vec![i as f64 / 11.0]).collect();
+    /// let y: Vec<f64> = x.iter().map(|p| (6.0 * p[0]).sin()).collect();
+    /// let gp = fit(&x, &y, &[false], 1e-6, false, None);
+    /// let points = vec![vec![0.25], vec![0.5], vec![0.75]];
+    /// for (point, batched) in points.iter().zip(gp.posteriors(&points)) {
+    ///     assert_eq!(batched, gp.posterior(point));
+    /// }
+    /// ```
     pub fn posteriors(&self, points: &[Vec<f64>]) -> Vec<(f64, f64)> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
