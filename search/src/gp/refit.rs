@@ -10,7 +10,7 @@
 //! suggestion stays a pure function of seed, id and history (a resumed sweep refits the same
 //! prefix and gets the same parameters).
 
-use super::model::{GpRegressor, KernelParams};
+use super::model::{fit, GpRegressor, KernelParams};
 
 /// How many of `n` training points the kernel is fitted on under `growth`: the largest size of
 /// the schedule at or below `n` (`n` itself where `growth` is 0: every suggestion fits).
@@ -36,43 +36,62 @@ pub(super) struct KernelMemo {
     params: Option<KernelParams>,
 }
 
-/// What [`KernelMemo::fitted`] gives.
-pub(super) enum Fitted {
-    /// Fitted on every point: the process itself.
-    Whole(GpRegressor),
-    /// Fitted on a prefix: the parameters, for the process on every point.
-    Prefix(KernelParams),
+/// How a kernel is fitted: the settings every fit of one searcher shares.
+pub(super) struct Fitter<'a> {
+    pub categorical: &'a [bool],
+    pub minimum_noise: f64,
+    pub deterministic: bool,
+}
+
+impl Fitter<'_> {
+    fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> GpRegressor {
+        fit(
+            x,
+            y,
+            self.categorical,
+            self.minimum_noise,
+            self.deterministic,
+            None,
+        )
+    }
 }
 
 impl KernelMemo {
-    /// The kernel for points `x` with (unstandardised) `values`: fitted by `fit_on` on the
-    /// prefix [`fitted_prefix`] names, or this memo's parameters where they were fitted on
-    /// that same prefix.
-    pub(super) fn fitted(
+    /// The process on points `x` with (unstandardised) `values`, `y` being them standardised
+    /// by `standardise`: its kernel fitted on the prefix [`fitted_prefix`] names (or this
+    /// memo's parameters where they were fitted on that same prefix), conditioned on every
+    /// point. Where prefix parameters do not keep the matrix positive definite, it is fitted
+    /// on every point.
+    pub(super) fn model(
         &mut self,
-        x: &[Vec<f64>],
-        values: &[f64],
+        fitter: &Fitter,
+        (x, values, y): (&[Vec<f64>], &[f64], &[f64]),
         growth: f64,
-        fit_on: impl Fn(&[Vec<f64>], &[f64]) -> GpRegressor,
-    ) -> Fitted {
+        standardise: fn(&[f64]) -> Vec<f64>,
+    ) -> GpRegressor {
         let size = fitted_prefix(x.len(), growth);
         let (x_prefix, values_prefix) = (&x[..size], &values[..size]);
-        if let Some(params) = &self.params {
-            if size < x.len() && self.x == x_prefix && self.values == values_prefix {
-                return Fitted::Prefix(params.clone());
+        let remembered = self
+            .params
+            .as_ref()
+            .filter(|_| size < x.len() && self.x == x_prefix && self.values == values_prefix);
+        let params = match remembered {
+            Some(params) => params.clone(),
+            None => {
+                let gp = fitter.fit(x_prefix, &standardise(values_prefix));
+                *self = KernelMemo {
+                    x: x_prefix.to_vec(),
+                    values: values_prefix.to_vec(),
+                    params: Some(gp.params().clone()),
+                };
+                if size == x.len() {
+                    return gp;
+                }
+                gp.params().clone()
             }
-        }
-        let gp = fit_on(x_prefix, values_prefix);
-        *self = KernelMemo {
-            x: x_prefix.to_vec(),
-            values: values_prefix.to_vec(),
-            params: Some(gp.params().clone()),
         };
-        if size == x.len() {
-            Fitted::Whole(gp)
-        } else {
-            Fitted::Prefix(gp.params().clone())
-        }
+        GpRegressor::new(x.to_vec(), y.to_vec(), fitter.categorical.to_vec(), params)
+            .unwrap_or_else(|_| fitter.fit(x, y))
     }
 }
 
@@ -102,44 +121,43 @@ mod tests {
         (x, v)
     }
 
-    fn fit_counting<'a>(
-        fits: &'a std::cell::Cell<usize>,
-    ) -> impl Fn(&[Vec<f64>], &[f64]) -> GpRegressor + 'a {
-        move |x, v| {
-            fits.set(fits.get() + 1);
-            super::super::model::fit(x, v, &[false], 1e-6, false, None)
-        }
-    }
-
     #[test]
     fn a_prefix_is_fitted_once_and_fitted_again_when_it_changes() {
-        let fits = std::cell::Cell::new(0);
+        let fitter = Fitter {
+            categorical: &[false],
+            minimum_noise: 1e-6,
+            deterministic: false,
+        };
         let mut memo = KernelMemo::default();
         let (x, v) = points(23);
-        // 22 is a fitting size: the whole set is fitted.
-        assert!(matches!(
-            memo.fitted(&x[..22], &v[..22], 0.1, fit_counting(&fits)),
-            Fitted::Whole(_)
-        ));
-        assert_eq!(fits.get(), 1);
-        // 23: the same 22 points' parameters, no fit.
-        let Fitted::Prefix(params) = memo.fitted(&x, &v, 0.1, fit_counting(&fits)) else {
-            panic!("fitted on the whole set");
-        };
-        assert_eq!(fits.get(), 1);
-        let whole = super::super::model::fit(&x[..22], &v[..22], &[false], 1e-6, false, None);
-        assert_eq!(&params, whole.params());
+        let y = |v: &[f64]| v.to_vec();
+        let fitted_on = |memo: &KernelMemo| memo.x.len();
+        // 22 is a fitting size: the whole set is fitted, and that is the process.
+        let whole = memo.model(&fitter, (&x[..22], &v[..22], &y(&v[..22])), 0.1, y);
+        assert_eq!(fitted_on(&memo), 22);
+        assert_eq!(whole.params(), fitter.fit(&x[..22], &v[..22]).params());
+        // 23: the 22 points' parameters are the memo's, not fitted again: a marked copy in the
+        // memo is what the process on all 23 points gets.
+        let mut marked = whole.params().clone();
+        marked.kernel_scale *= 2.0;
+        memo.params = Some(marked.clone());
+        let at_23 = memo.model(&fitter, (&x, &v, &y(&v)), 0.1, y);
+        assert_eq!(fitted_on(&memo), 22);
+        assert_eq!(at_23.params(), &marked);
+        let direct = GpRegressor::new(x.clone(), v.clone(), vec![false], marked).unwrap();
+        assert_eq!(at_23.posterior(&[0.5]), direct.posterior(&[0.5]));
         // A history that differs in the prefix (another value at point 3) is fitted afresh.
         let mut changed = v.clone();
         changed[3] += 0.5;
-        let Fitted::Prefix(other) = memo.fitted(&x, &changed, 0.1, fit_counting(&fits)) else {
-            panic!("fitted on the whole set");
-        };
-        assert_eq!(fits.get(), 2);
-        assert_ne!(other, params);
-        // Growth 0: every call fits.
-        memo.fitted(&x, &changed, 0.0, fit_counting(&fits));
-        memo.fitted(&x, &changed, 0.0, fit_counting(&fits));
-        assert_eq!(fits.get(), 4);
+        let other = memo.model(&fitter, (&x, &changed, &y(&changed)), 0.1, y);
+        assert_eq!(
+            other.params(),
+            fitter.fit(&x[..22], &changed[..22]).params()
+        );
+        assert_ne!(other.params(), whole.params());
+        // Growth 0: the whole set, every time.
+        let every = memo.model(&fitter, (&x, &changed, &y(&changed)), 0.0, y);
+        assert_eq!(fitted_on(&memo), 23);
+        assert_eq!(every.params(), fitter.fit(&x, &changed).params());
     }
 }

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::acquisition::{
     log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,
 };
-use super::model::{fit, GpRegressor};
-use super::refit::{Fitted, KernelMemo};
+use super::model::GpRegressor;
+use super::refit::{Fitter, KernelMemo};
 use super::space::{ConditionalSpace, UnitSpace};
 use super::{lbfgs_minimise, LastAnswer};
 use crate::{trial_rng, History, Mode, Params, RandomSearch, Searcher, Space, Status, TrialId};
@@ -160,19 +160,22 @@ impl GpSearch {
     /// The process for the objective: the kernel fitted on the scheduled prefix
     /// ([`KernelMemo`]), conditioned on every completed trial.
     fn objective_model(&mut self, set: &TrainingSet) -> GpRegressor {
-        let (categorical, deterministic) = (
-            self.unit.categorical(),
-            self.options.deterministic_objective,
-        );
-        let fit_on =
-            |x: &[Vec<f64>], y: &[f64]| fit(x, y, &categorical, MINIMUM_NOISE, deterministic, None);
-        let fitted = self.objective_fit.fitted(
-            &set.x,
-            &set.values,
+        let categorical = self.unit.categorical();
+        self.objective_fit.model(
+            &self.fitter(&categorical),
+            (&set.x, &set.values, &set.y),
             self.options.refit_growth,
-            |x, values| fit_on(x, &standardised(values)),
-        );
-        conditioned(fitted, &set.x, &set.y, &categorical, fit_on)
+            standardised,
+        )
+    }
+
+    /// How this searcher's kernels are fitted.
+    fn fitter<'a>(&self, categorical: &'a [bool]) -> Fitter<'a> {
+        Fitter {
+            categorical,
+            minimum_noise: MINIMUM_NOISE,
+            deterministic: self.options.deterministic_objective,
+        }
     }
 
     /// One process per constraint, fitted to its values with the sign flipped (so that "met"
@@ -180,9 +183,7 @@ impl GpSearch {
     /// (Optuna's `_get_constraints_acqf_args`).
     fn constraint_models(&mut self, set: &TrainingSet) -> Vec<(GpRegressor, f64)> {
         let categorical = self.unit.categorical();
-        let deterministic = self.options.deterministic_objective;
-        let fit_on =
-            |x: &[Vec<f64>], y: &[f64]| fit(x, y, &categorical, MINIMUM_NOISE, deterministic, None);
+        let fitter = self.fitter(&categorical);
         self.constraint_fits
             .resize_with(set.constraints.len(), KernelMemo::default);
         set.constraints
@@ -191,13 +192,13 @@ impl GpSearch {
             .map(|(column, memo)| {
                 let flipped: Vec<f64> = column.iter().map(|c| -c).collect();
                 let (y, threshold) = standardised_constraint(&flipped);
-                let fitted = memo.fitted(&set.x, &flipped, self.options.refit_growth, |x, f| {
-                    fit_on(x, &standardised_constraint(f).0)
-                });
-                (
-                    conditioned(fitted, &set.x, &y, &categorical, fit_on),
-                    threshold,
-                )
+                let model = memo.model(
+                    &fitter,
+                    (&set.x, &flipped, &y),
+                    self.options.refit_growth,
+                    |f| standardised_constraint(f).0,
+                );
+                (model, threshold)
             })
             .collect()
     }
@@ -451,11 +452,17 @@ struct TrainingSet {
     feasible: Vec<bool>,
 }
 
-/// `values` less their mean, over their standard deviation (1 where they are all equal).
-fn standardised(values: &[f64]) -> Vec<f64> {
+/// The mean and the (population) standard deviation of `values`.
+fn mean_and_deviation(values: &[f64]) -> (f64, f64) {
     let n = values.len() as f64;
     let mean = values.iter().sum::<f64>() / n;
     let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    (mean, std)
+}
+
+/// `values` less their mean, over their standard deviation (1 where they are all equal).
+fn standardised(values: &[f64]) -> Vec<f64> {
+    let (mean, std) = mean_and_deviation(values);
     let std = if std > 1e-12 { std } else { 1.0 };
     values.iter().map(|v| (v - mean) / std).collect()
 }
@@ -463,34 +470,12 @@ fn standardised(values: &[f64]) -> Vec<f64> {
 /// A constraint's (flipped) values standardised, and the threshold that 0 becomes (the
 /// deviation floored at 1e-12, as Optuna does).
 fn standardised_constraint(flipped: &[f64]) -> (Vec<f64>, f64) {
-    let n = flipped.len() as f64;
-    let mean = flipped.iter().sum::<f64>() / n;
-    let std = (flipped.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
-        .sqrt()
-        .max(1e-12);
+    let (mean, std) = mean_and_deviation(flipped);
+    let std = std.max(1e-12);
     (
         flipped.iter().map(|v| (v - mean) / std).collect(),
         -mean / std,
     )
-}
-
-/// The process on every point `x` (values `y`, standardised) from what [`KernelMemo`] gave:
-/// parameters fitted on a prefix condition it, or, where they do not keep the matrix positive
-/// definite, it is fitted on every point by `fit_on`.
-fn conditioned(
-    fitted: Fitted,
-    x: &[Vec<f64>],
-    y: &[f64],
-    categorical: &[bool],
-    fit_on: impl Fn(&[Vec<f64>], &[f64]) -> GpRegressor,
-) -> GpRegressor {
-    match fitted {
-        Fitted::Whole(gp) => gp,
-        Fitted::Prefix(params) => {
-            GpRegressor::new(x.to_vec(), y.to_vec(), categorical.to_vec(), params)
-                .unwrap_or_else(|_| fit_on(x, y))
-        }
-    }
 }
 
 /// Log EI at a point, from the fitted process and the best feasible value so far, plus the
@@ -691,6 +676,7 @@ fn gradient_ascent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gp::fit;
 
     /// Trial `id` ran with `params` and ended with `value`.
     fn complete(history: &mut History, id: TrialId, params: Params, value: f64) {
