@@ -108,7 +108,7 @@ pub const TRAIN_KEYS: [&str; 20] = [
 /// Keys that shape the model: a checkpoint restores only into the same values.
 pub const ARCHITECTURE_KEYS: [&str; 4] = ["depth", "width", "channels", "activation"];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Activation {
     Relu,
@@ -117,7 +117,7 @@ pub enum Activation {
     Silu,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// SGD with (optionally Nesterov) momentum.

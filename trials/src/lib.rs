@@ -1,6 +1,6 @@
 //! What runs inside a trial: the built-in Candle trainables (an MLP and a small CNN), their
-//! datasets, optimizers with checkpointable state, early stopping, safetensors checkpoints
-//! and device selection.
+//! datasets, optimizers with checkpointable state, early stopping, safetensors checkpoints,
+//! device selection, and fused packs of same-shaped MLP trials trained as one model.
 //!
 //! ```
 //! use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
@@ -18,6 +18,7 @@ mod config;
 mod data;
 mod device;
 mod early_stopping;
+mod fused;
 pub mod gpu;
 mod model;
 mod optim;
@@ -28,6 +29,7 @@ pub use config::{Activation, LrDecay, OptimizerKind, TrainConfig, ARCHITECTURE_K
 pub use data::{blobs, read_csv, spirals, DataSpec, Dataset, Split, DATASETS, DATA_KEYS};
 pub use device::open_device;
 pub use early_stopping::EarlyStopping;
+pub use fused::{FuseKey, FusedTrainer};
 pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
 pub use optim::{lr_at, Optimizer};
 pub use trainer::{Builtin, EpochReport, Trainer};

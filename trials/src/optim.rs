@@ -22,10 +22,10 @@ use crate::TrialsError;
 /// assert_eq!(w.to_vec1::<f32>().unwrap(), vec![0.5, -1.0]);
 /// ```
 pub struct Optimizer {
-    kind: OptimizerKind,
+    pub(crate) kind: OptimizerKind,
     /// Per variable: `[momentum]` for SGD, `[m, v]` for AdamW.
-    state: Vec<Vec<Tensor>>,
-    steps: u64,
+    pub(crate) state: Vec<Vec<Tensor>>,
+    pub(crate) steps: u64,
 }
 
 impl Optimizer {

@@ -81,17 +81,17 @@ pub struct EpochReport {
 /// assert!(last.unwrap().val_accuracy > 0.9);
 /// ```
 pub struct Trainer {
-    builtin: Builtin,
-    cfg: TrainConfig,
-    seed: u64,
-    model: Box<dyn Model>,
-    optimizer: Optimizer,
-    early: Option<EarlyStopping>,
-    epoch: u64,
-    stopped_early: bool,
-    train: (Tensor, Tensor, usize),
-    val: (Tensor, Tensor, usize),
-    device: Device,
+    pub(crate) builtin: Builtin,
+    pub(crate) cfg: TrainConfig,
+    pub(crate) seed: u64,
+    pub(crate) model: Box<dyn Model>,
+    pub(crate) optimizer: Optimizer,
+    pub(crate) early: Option<EarlyStopping>,
+    pub(crate) epoch: u64,
+    pub(crate) stopped_early: bool,
+    pub(crate) train: (Tensor, Tensor, usize),
+    pub(crate) val: (Tensor, Tensor, usize),
+    pub(crate) device: Device,
 }
 
 impl Trainer {
@@ -170,20 +170,15 @@ impl Trainer {
             .sum()
     }
 
-    fn steps_per_epoch(&self) -> u64 {
+    pub(crate) fn steps_per_epoch(&self) -> u64 {
         self.train.2.div_ceil(self.cfg.batch_size) as u64
     }
 
     /// Trains one epoch over a seeded shuffle of the training rows, then validates.
     pub fn train_epoch(&mut self) -> Result<EpochReport, TrialsError> {
         let (x, y, n) = &self.train;
-        let mut order: Vec<u32> = (0..*n as u32).collect();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        rng.set_stream(self.epoch);
-        order.shuffle(&mut rng);
+        let order = epoch_order(self.seed, self.epoch, *n);
         let mut dropout = Dropout::new(self.cfg.dropout, self.seed, self.epoch);
-        let total = self.cfg.epochs * self.steps_per_epoch();
-        let warmup = (self.cfg.warmup_epochs * self.steps_per_epoch() as f64).round() as u64;
         let mut loss_sum = Tensor::zeros((), DType::F32, &self.device)?;
         let mut lr = self.cfg.lr;
         let first_update = self.epoch * self.steps_per_epoch();
@@ -193,19 +188,32 @@ impl Trainer {
             let logits = self.model.forward(&bx, Some(&mut dropout))?;
             let loss = candle_nn::loss::cross_entropy(&logits, &by)?;
             let grads = loss.backward()?;
-            lr = lr_at(
-                self.cfg.lr,
-                first_update + i as u64,
-                warmup,
-                total,
-                self.cfg.lr_decay,
-            );
+            lr = self.lr_at_update(first_update + i as u64);
             self.optimizer
                 .step(self.model.vars(), &grads, lr, &self.cfg)?;
             loss_sum = (loss_sum + loss.detach().affine(batch.len() as f64, 0.0)?)?;
         }
         let train_loss = loss_sum.to_scalar::<f32>()? as f64 / *n as f64;
         let (val_loss, val_accuracy) = self.evaluate()?;
+        self.end_epoch(train_loss, val_loss, val_accuracy, lr)
+    }
+
+    /// The learning rate of update `update` (0-based, counted over the whole trial).
+    pub(crate) fn lr_at_update(&self, update: u64) -> f64 {
+        let per_epoch = self.steps_per_epoch();
+        let warmup = (self.cfg.warmup_epochs * per_epoch as f64).round() as u64;
+        let total = self.cfg.epochs * per_epoch;
+        lr_at(self.cfg.lr, update, warmup, total, self.cfg.lr_decay)
+    }
+
+    /// Counts the epoch just trained, asks early stopping, and refuses a diverged loss.
+    pub(crate) fn end_epoch(
+        &mut self,
+        train_loss: f64,
+        val_loss: f64,
+        val_accuracy: f64,
+        lr: f64,
+    ) -> Result<EpochReport, TrialsError> {
         self.epoch += 1;
         let stop_early = match &mut self.early {
             Some(es) => es.observe(val_loss),
@@ -323,6 +331,15 @@ impl Trainer {
         }
         Ok(())
     }
+}
+
+/// The order in which a trial seeded with `seed` visits the `n` training rows in `epoch`.
+pub(crate) fn epoch_order(seed: u64, epoch: u64, n: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(epoch);
+    order.shuffle(&mut rng);
+    order
 }
 
 fn tensors(d: &Dataset, device: &Device) -> Result<(Tensor, Tensor, usize), TrialsError> {

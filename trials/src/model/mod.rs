@@ -104,17 +104,27 @@ impl Dropout {
         if self.p == 0.0 {
             return Ok(x.clone());
         }
-        let scale = (1.0 / (1.0 - self.p)) as f32;
-        let mask: Vec<f32> = (0..x.elem_count())
-            .map(|_| {
-                if self.rng.random::<f64>() < self.p {
-                    0.0
-                } else {
-                    scale
-                }
-            })
-            .collect();
+        let mut mask = Vec::with_capacity(x.elem_count());
+        self.extend_mask(&mut mask, x.elem_count());
         x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
+    }
+
+    /// Appends the factors for the next `n` elements: 0 or `1 / (1 - p)`, or 1 without
+    /// drawing when `p` is 0. A fused pack builds its members' masks with it, so each draws
+    /// exactly what it would alone.
+    pub(crate) fn extend_mask(&mut self, mask: &mut Vec<f32>, n: usize) {
+        if self.p == 0.0 {
+            mask.resize(mask.len() + n, 1.0);
+            return;
+        }
+        let scale = (1.0 / (1.0 - self.p)) as f32;
+        mask.extend((0..n).map(|_| {
+            if self.rng.random::<f64>() < self.p {
+                0.0
+            } else {
+                scale
+            }
+        }));
     }
 }
 

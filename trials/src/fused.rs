@@ -1,0 +1,438 @@
+//! Horizontal fusion (HFTA: Wang et al., "Horizontally Fused Training Array", MLSys 2021):
+//! K trials of the same MLP shape trained as one model whose weights carry a leading trial
+//! dimension, so each layer is one batched matmul for all of them instead of K small ones.
+//!
+//! Each member keeps everything that makes it its own trial: learning rate and schedule,
+//! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
+//! count and early stopping. The losses of the members are summed before the backward pass;
+//! since no weight is shared, each member's gradient is exactly what it would be alone, and
+//! the fused optimizer applies PyTorch's update with each member's own coefficients. On CPU
+//! a member trains bit for bit as it would unfused (a test holds it).
+//!
+//! A pack is formed from [`Trainer`]s and gives them back with [`FusedTrainer::into_trainers`]:
+//! that is how a trial leaves (stopped, paused, checkpointed) and how a new one joins, at an
+//! epoch boundary.
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor, Var, D};
+
+use crate::config::{Activation, OptimizerKind};
+use crate::model::{activate, linear, Dropout};
+use crate::trainer::{epoch_order, Builtin, EpochReport, Trainer};
+use crate::TrialsError;
+
+/// What must be equal for trials to train in one pack: the weights' shapes (so the data's
+/// features and classes, depth and width), activation, batch size, optimizer and Nesterov,
+/// and the number of training and validation rows.
+///
+/// ```
+/// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+///     .load(".".as_ref())
+///     .unwrap();
+/// let cpu = candle_core::Device::Cpu;
+/// let trainer = |cfg: TrainConfig| Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap();
+/// let a = trainer(TrainConfig { lr: 0.1, width: 16, ..TrainConfig::default() });
+/// let b = trainer(TrainConfig { lr: 0.01, width: 16, ..TrainConfig::default() });
+/// let c = trainer(TrainConfig { lr: 0.01, width: 32, ..TrainConfig::default() });
+/// assert_eq!(a.fuse_key(), b.fuse_key()); // only the learning rate differs
+/// assert_ne!(a.fuse_key(), c.fuse_key()); // a different width is a different shape
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FuseKey {
+    /// Each weight's shape, in the model's order.
+    pub shapes: Vec<Vec<usize>>,
+    pub activation: Activation,
+    pub batch_size: usize,
+    pub optimizer: OptimizerKind,
+    pub nesterov: bool,
+    /// Training and validation rows.
+    pub rows: (usize, usize),
+}
+
+impl Trainer {
+    /// The key of the packs this trial can join; `None` for a trainable that does not fuse
+    /// (the CNN, so far).
+    pub fn fuse_key(&self) -> Option<FuseKey> {
+        (self.builtin == Builtin::Mlp).then(|| FuseKey {
+            shapes: self
+                .model
+                .vars()
+                .iter()
+                .map(|(_, v)| v.dims().to_vec())
+                .collect(),
+            activation: self.cfg.activation,
+            batch_size: self.cfg.batch_size,
+            optimizer: self.optimizer.kind,
+            nesterov: self.cfg.nesterov,
+            rows: (self.train.2, self.val.2),
+        })
+    }
+}
+
+/// K MLP trials of one [`FuseKey`] trained as one model.
+///
+/// ```
+/// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
+/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+///     .load(".".as_ref())
+///     .unwrap();
+/// let cpu = candle_core::Device::Cpu;
+/// let trainers = [0.003, 0.01, 0.03]
+///     .iter()
+///     .map(|&lr| {
+///         let cfg = TrainConfig { lr, width: 16, epochs: 5, ..TrainConfig::default() };
+///         Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 7).unwrap()
+///     })
+///     .collect();
+/// let mut pack = FusedTrainer::new(trainers).unwrap();
+/// let reports = pack.train_epoch().unwrap(); // one report per member, in order
+/// assert_eq!(reports.len(), 3);
+/// assert!(reports.iter().all(|r| r.as_ref().unwrap().epoch == 1));
+/// let trainers = pack.into_trainers().unwrap(); // each goes on alone, or into a new pack
+/// assert_eq!(trainers[2].epoch(), 1);
+/// ```
+pub struct FusedTrainer {
+    key: FuseKey,
+    /// The members' bookkeeping (config, seed, epoch, step count, early stopping). Their own
+    /// weights and optimizer state are stale while packed; `into_trainers` writes them back.
+    members: Vec<Trainer>,
+    /// Per weight, in the model's order: the members' tensors stacked on a new leading
+    /// dimension. A bias `(out)` becomes `(K, 1, out)`, so it broadcasts over the batch.
+    vars: Vec<Var>,
+    /// Per weight: the optimizer's slots (`[momentum]` or `[m, v]`), stacked the same way.
+    state: Vec<Vec<Tensor>>,
+    device: Device,
+}
+
+impl FusedTrainer {
+    /// Packs `trainers`, which must share a [`FuseKey`] and have been made from the same
+    /// split. A member that has finished cannot be packed.
+    pub fn new(trainers: Vec<Trainer>) -> Result<FusedTrainer, TrialsError> {
+        let first = trainers
+            .first()
+            .ok_or_else(|| TrialsError::Train("a fused pack needs at least one trial".into()))?;
+        let key = first.fuse_key().ok_or_else(|| {
+            TrialsError::Train(format!(
+                "the `{}` trainable does not fuse; only the mlp does",
+                first.builtin.name()
+            ))
+        })?;
+        for (k, t) in trainers.iter().enumerate() {
+            if t.fuse_key().as_ref() != Some(&key) {
+                return Err(TrialsError::Train(format!(
+                    "member {k} has {:?}, the pack {key:?}: only trials of one shape fuse",
+                    t.fuse_key()
+                )));
+            }
+            if t.finished() {
+                return Err(TrialsError::Train(format!(
+                    "member {k} has finished (epoch {}); a pack trains only unfinished trials",
+                    t.epoch
+                )));
+            }
+            let same = |a: &(Tensor, Tensor, usize),
+                        b: &(Tensor, Tensor, usize)|
+             -> Result<bool, TrialsError> {
+                Ok(same_values(&a.0, &b.0)? && same_values(&a.1, &b.1)?)
+            };
+            if k > 0 && !(same(&t.train, &first.train)? && same(&t.val, &first.val)?) {
+                return Err(TrialsError::Train(format!(
+                    "member {k} was made from different data than member 0; a pack trains on one split"
+                )));
+            }
+        }
+        let slots = trainers[0].optimizer.state[0].len();
+        let weights = key.shapes.len();
+        let stacked = |get: &dyn Fn(&Trainer) -> Tensor| -> candle_core::Result<Tensor> {
+            let parts = trainers
+                .iter()
+                .map(|t| {
+                    let w = get(t);
+                    if w.rank() == 1 {
+                        w.unsqueeze(0)
+                    } else {
+                        Ok(w)
+                    }
+                })
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Tensor::stack(&parts, 0)
+        };
+        let mut vars = Vec::with_capacity(weights);
+        let mut state = Vec::with_capacity(weights);
+        for j in 0..weights {
+            vars.push(Var::from_tensor(&stacked(&|t| {
+                t.model.vars()[j].1.as_tensor().clone()
+            })?)?);
+            state.push(
+                (0..slots)
+                    .map(|s| stacked(&|t| t.optimizer.state[j][s].clone()))
+                    .collect::<candle_core::Result<Vec<_>>>()?,
+            );
+        }
+        Ok(FusedTrainer {
+            device: trainers[0].device.clone(),
+            key,
+            members: trainers,
+            vars,
+            state,
+        })
+    }
+
+    /// Trials in the pack.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn key(&self) -> &FuseKey {
+        &self.key
+    }
+
+    /// Each member's epochs trained so far.
+    pub fn epochs(&self) -> Vec<u64> {
+        self.members.iter().map(Trainer::epoch).collect()
+    }
+
+    /// Trains one epoch of every member, each over its own shuffle of the rows, then
+    /// validates. One result per member, in order: a member whose loss diverged gets its
+    /// error without disturbing the others. Members that finish (their last epoch, or early
+    /// stopping) must leave through [`FusedTrainer::into_trainers`] before the next epoch.
+    pub fn train_epoch(&mut self) -> Result<Vec<Result<EpochReport, TrialsError>>, TrialsError> {
+        if let Some(k) = self.members.iter().position(Trainer::finished) {
+            return Err(TrialsError::Train(format!(
+                "member {k} has finished; re-form the pack without it before the next epoch"
+            )));
+        }
+        let members = self.members.len();
+        let (x, y, n) = self.members[0].train.clone();
+        let features = x.dim(1)?;
+        let classes = self.classes();
+        let orders: Vec<Vec<u32>> = self
+            .members
+            .iter()
+            .map(|m| epoch_order(m.seed, m.epoch, n))
+            .collect();
+        let mut dropouts: Vec<Dropout> = self
+            .members
+            .iter()
+            .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
+            .collect();
+        let dropout = self.members.iter().any(|m| m.cfg.dropout > 0.0);
+        let first_updates: Vec<u64> = self
+            .members
+            .iter()
+            .map(|m| m.epoch * m.steps_per_epoch())
+            .collect();
+        let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
+        let mut lrs: Vec<f64> = self.members.iter().map(|m| m.cfg.lr).collect();
+        let batch_size = self.key.batch_size;
+        let mut rows = Vec::with_capacity(members * batch_size);
+        for (i, start) in (0..n).step_by(batch_size).enumerate() {
+            let len = batch_size.min(n - start);
+            rows.clear();
+            for order in &orders {
+                rows.extend_from_slice(&order[start..start + len]);
+            }
+            let idx = Tensor::new(rows.as_slice(), &self.device)?;
+            let bx = x.index_select(&idx, 0)?.reshape((members, len, features))?;
+            let by = y.index_select(&idx, 0)?;
+            let logits = self.forward(&bx, dropout.then_some(dropouts.as_mut_slice()))?;
+            let log_probs =
+                candle_nn::ops::log_softmax(&logits.reshape((members * len, classes))?, 1)?;
+            let picked = log_probs.gather(&by.unsqueeze(1)?, 1)?;
+            // The sum of the members' mean losses, scaled as candle's `nll` scales one
+            // member's: each weight's gradient is then the unfused one, to the bit.
+            let loss = picked.sum_all()?.affine(-1.0 / len as f64, 0.0)?;
+            let grads = loss.backward()?;
+            for (k, m) in self.members.iter().enumerate() {
+                lrs[k] = m.lr_at_update(first_updates[k] + i as u64);
+            }
+            self.step(&grads, &lrs)?;
+            let member_losses = picked
+                .detach()
+                .reshape((members, len))?
+                .sum(1)?
+                .affine(-1.0 / len as f64, 0.0)?;
+            loss_sums = (loss_sums + member_losses.affine(len as f64, 0.0)?)?;
+        }
+        let train_losses = loss_sums.to_vec1::<f32>()?;
+        let validation = self.evaluate()?;
+        Ok(self
+            .members
+            .iter_mut()
+            .enumerate()
+            .map(|(k, m)| {
+                let (val_loss, val_accuracy) = validation[k];
+                m.end_epoch(
+                    train_losses[k] as f64 / n as f64,
+                    val_loss,
+                    val_accuracy,
+                    lrs[k],
+                )
+            })
+            .collect())
+    }
+
+    /// Each member's mean cross-entropy and accuracy on the validation rows.
+    pub fn evaluate(&self) -> Result<Vec<(f64, f64)>, TrialsError> {
+        let members = self.members.len();
+        let (x, y, n) = &self.members[0].val;
+        let features = x.dim(1)?;
+        let xs = x
+            .unsqueeze(0)?
+            .broadcast_as((members, *n, features))?
+            .contiguous()?;
+        let logits = self.forward(&xs, None)?;
+        let ys = y.unsqueeze(0)?.broadcast_as((members, *n))?.contiguous()?;
+        let log_probs =
+            candle_nn::ops::log_softmax(&logits.reshape((members * n, self.classes()))?, 1)?;
+        let losses = log_probs
+            .gather(&ys.flatten_all()?.unsqueeze(1)?, 1)?
+            .reshape((members, *n))?
+            .sum(1)?
+            .affine(-1.0 / *n as f64, 0.0)?
+            .to_vec1::<f32>()?;
+        let hits = logits
+            .argmax(D::Minus1)?
+            .eq(&ys)?
+            .to_dtype(DType::F32)?
+            .sum(1)?
+            .to_vec1::<f32>()?;
+        Ok(losses
+            .iter()
+            .zip(&hits)
+            .map(|(&l, &h)| (l as f64, h as f64 / *n as f64))
+            .collect())
+    }
+
+    /// Unpacks: each member gets its weights and optimizer state back and goes on alone (or
+    /// into another pack) exactly where it was.
+    pub fn into_trainers(self) -> Result<Vec<Trainer>, TrialsError> {
+        let mut members = self.members;
+        for (k, m) in members.iter_mut().enumerate() {
+            for (j, (_, var)) in m.model.vars().iter().enumerate() {
+                var.set(&self.vars[j].narrow(0, k, 1)?.reshape(var.shape())?)?;
+                for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
+                    *slot = self.state[j][s]
+                        .narrow(0, k, 1)?
+                        .reshape(var.shape())?
+                        .copy()?;
+                }
+            }
+        }
+        Ok(members)
+    }
+
+    fn classes(&self) -> usize {
+        self.key.shapes.last().expect("an output bias")[0]
+    }
+
+    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; `dropouts` (one per
+    /// member) while training.
+    fn forward(&self, x: &Tensor, dropouts: Option<&mut [Dropout]>) -> candle_core::Result<Tensor> {
+        let layers: Vec<&[Var]> = self.vars.chunks(2).collect();
+        let (last, hidden) = layers.split_last().expect("an output layer");
+        let mut h = x.clone();
+        let mut dropouts = dropouts;
+        for layer in hidden {
+            h = activate(&linear(&h, &layer[0], &layer[1])?, self.key.activation)?;
+            if let Some(ds) = dropouts.as_deref_mut() {
+                let per_member = h.elem_count() / ds.len();
+                let mut mask = Vec::with_capacity(h.elem_count());
+                for d in ds.iter_mut() {
+                    d.extend_mask(&mut mask, per_member);
+                }
+                h = h.mul(&Tensor::from_vec(mask, h.shape(), h.device())?.to_dtype(h.dtype())?)?;
+            }
+        }
+        // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
+        linear(&h, &last[0], &last[1])
+    }
+
+    /// One optimizer update of every member, with each member's coefficients broadcast over
+    /// its slice: the same operations, in the same order, as [`crate::Optimizer::step`].
+    fn step(&mut self, grads: &GradStore, lrs: &[f64]) -> Result<(), TrialsError> {
+        for m in &mut self.members {
+            m.optimizer.steps += 1;
+        }
+        let members = &self.members;
+        let device = &self.device;
+        let per_member = |f: &dyn Fn(usize, &Trainer) -> f64| -> candle_core::Result<Tensor> {
+            let values: Vec<f32> = members
+                .iter()
+                .enumerate()
+                .map(|(k, m)| f(k, m) as f32)
+                .collect();
+            Tensor::from_vec(values, (members.len(), 1, 1), device)
+        };
+        match self.key.optimizer {
+            OptimizerKind::Sgd => {
+                let decay = members.iter().any(|m| m.cfg.weight_decay > 0.0);
+                let weight_decay = per_member(&|_, m| m.cfg.weight_decay)?;
+                let momentum = per_member(&|_, m| m.cfg.momentum)?;
+                let lr = per_member(&|k, _| lrs[k])?;
+                for (j, var) in self.vars.iter().enumerate() {
+                    let g = gradient(grads, var, j)?;
+                    let p = var.as_tensor();
+                    let g = if decay {
+                        (g + p.broadcast_mul(&weight_decay)?)?
+                    } else {
+                        g.clone()
+                    };
+                    let buf = (self.state[j][0].broadcast_mul(&momentum)? + &g)?;
+                    let update = if self.key.nesterov {
+                        (g + buf.broadcast_mul(&momentum)?)?
+                    } else {
+                        buf.clone()
+                    };
+                    var.set(&(p - update.broadcast_mul(&lr)?)?)?;
+                    self.state[j][0] = buf;
+                }
+            }
+            OptimizerKind::Adamw => {
+                let t = |m: &Trainer| m.optimizer.steps as i32;
+                let decayed = per_member(&|k, m| 1.0 - lrs[k] * m.cfg.weight_decay)?;
+                let beta1 = per_member(&|_, m| m.cfg.beta1)?;
+                let rest1 = per_member(&|_, m| 1.0 - m.cfg.beta1)?;
+                let beta2 = per_member(&|_, m| m.cfg.beta2)?;
+                let rest2 = per_member(&|_, m| 1.0 - m.cfg.beta2)?;
+                let unbias2 = per_member(&|_, m| 1.0 / (1.0 - m.cfg.beta2.powi(t(m))).sqrt())?;
+                let eps = per_member(&|_, m| m.cfg.eps)?;
+                let step = per_member(&|k, m| lrs[k] / (1.0 - m.cfg.beta1.powi(t(m))))?;
+                for (j, var) in self.vars.iter().enumerate() {
+                    let g = gradient(grads, var, j)?;
+                    let p = var.as_tensor();
+                    let kept = p.broadcast_mul(&decayed)?;
+                    let m = (self.state[j][0].broadcast_mul(&beta1)? + g.broadcast_mul(&rest1)?)?;
+                    let v = (self.state[j][1].broadcast_mul(&beta2)?
+                        + g.sqr()?.broadcast_mul(&rest2)?)?;
+                    let denom = v.sqrt()?.broadcast_mul(&unbias2)?.broadcast_add(&eps)?;
+                    let update = m.div(&denom)?.broadcast_mul(&step)?;
+                    var.set(&(kept - update)?)?;
+                    self.state[j][0] = m;
+                    self.state[j][1] = v;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn gradient<'a>(grads: &'a GradStore, var: &Var, j: usize) -> Result<&'a Tensor, TrialsError> {
+    grads
+        .get(var)
+        .ok_or_else(|| TrialsError::Train(format!("no gradient reached fused weight {j}")))
+}
+
+fn same_values(a: &Tensor, b: &Tensor) -> Result<bool, TrialsError> {
+    Ok(a.shape() == b.shape()
+        && a.ne(b)?
+            .to_dtype(DType::F32)?
+            .sum_all()?
+            .to_scalar::<f32>()?
+            == 0.0)
+}

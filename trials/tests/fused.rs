@@ -1,0 +1,313 @@
+//! A fused pack trains each member as it would train alone: the same weights, bit for bit,
+//! the same validation metrics, and the same training loss within 1e-5 (it is summed per
+//! member in another order). Members leave and join at epoch boundaries, through checkpoints
+//! too, and a diverging member does not disturb the others.
+
+use candle_core::Device;
+use tune_trials::{
+    Builtin, DataSpec, EpochReport, FusedTrainer, LrDecay, OptimizerKind, Split, TrainConfig,
+    Trainer,
+};
+
+fn digits() -> Split {
+    DataSpec {
+        dataset: Some("digits".into()),
+        ..DataSpec::default()
+    }
+    .load(".".as_ref())
+    .unwrap()
+}
+
+fn trainer(split: &Split, cfg: &TrainConfig, seed: u64) -> Trainer {
+    Trainer::new(Builtin::Mlp, cfg.clone(), split, &Device::Cpu, seed).unwrap()
+}
+
+/// Every weight of the trainer, flattened in order.
+fn weights(t: &Trainer) -> Vec<Vec<f32>> {
+    t.model()
+        .vars()
+        .iter()
+        .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+        .collect()
+}
+
+fn assert_same_epoch(fused: &EpochReport, alone: &EpochReport, who: &str) {
+    assert_eq!(fused.epoch, alone.epoch, "{who}");
+    assert_eq!(fused.val_loss, alone.val_loss, "{who}: val_loss");
+    assert_eq!(
+        fused.val_accuracy, alone.val_accuracy,
+        "{who}: val_accuracy"
+    );
+    assert_eq!(fused.lr, alone.lr, "{who}: lr");
+    assert_eq!(fused.stop_early, alone.stop_early, "{who}: stop_early");
+    let gap = (fused.train_loss - alone.train_loss).abs();
+    assert!(
+        gap <= 1e-5 * alone.train_loss.abs().max(1.0),
+        "{who}: train_loss {} fused, {} alone",
+        fused.train_loss,
+        alone.train_loss
+    );
+}
+
+/// Four AdamW members that differ in everything a member may: learning rate and schedule,
+/// weight decay, betas, eps, dropout, seed and length.
+fn adamw_members() -> Vec<(TrainConfig, u64)> {
+    let base = TrainConfig {
+        depth: 2,
+        width: 24,
+        epochs: 3,
+        ..TrainConfig::default()
+    };
+    vec![
+        (base.clone(), 1),
+        (
+            TrainConfig {
+                lr: 3e-3,
+                weight_decay: 0.05,
+                dropout: 0.2,
+                warmup_epochs: 0.5,
+                lr_decay: LrDecay::Cosine,
+                ..base.clone()
+            },
+            2,
+        ),
+        (
+            TrainConfig {
+                lr: 1e-2,
+                beta1: 0.8,
+                beta2: 0.99,
+                eps: 1e-6,
+                lr_decay: LrDecay::Linear,
+                epochs: 4,
+                ..base.clone()
+            },
+            3,
+        ),
+        (
+            TrainConfig {
+                lr: 5e-4,
+                dropout: 0.5,
+                ..base
+            },
+            2,
+        ),
+    ]
+}
+
+/// Trains `members` for `epochs` epochs in one pack and each alone, and compares.
+fn fused_equals_alone(split: &Split, members: &[(TrainConfig, u64)], epochs: u64) {
+    let mut alone: Vec<Trainer> = members.iter().map(|(c, s)| trainer(split, c, *s)).collect();
+    let mut pack =
+        FusedTrainer::new(members.iter().map(|(c, s)| trainer(split, c, *s)).collect()).unwrap();
+    for epoch in 1..=epochs {
+        let fused = pack.train_epoch().unwrap();
+        for (k, (t, report)) in alone.iter_mut().zip(&fused).enumerate() {
+            let own = t.train_epoch().unwrap();
+            assert_same_epoch(
+                report.as_ref().unwrap(),
+                &own,
+                &format!("member {k}, epoch {epoch}"),
+            );
+        }
+    }
+    let unpacked = pack.into_trainers().unwrap();
+    for (k, (f, a)) in unpacked.iter().zip(&alone).enumerate() {
+        assert_eq!(f.epoch(), a.epoch());
+        assert!(
+            weights(f) == weights(a),
+            "member {k}: weights differ after unpacking"
+        );
+    }
+}
+
+#[test]
+fn adamw_members_train_bit_for_bit_as_alone() {
+    fused_equals_alone(&digits(), &adamw_members(), 3);
+}
+
+#[test]
+fn sgd_members_with_momentum_nesterov_and_decay_train_bit_for_bit_as_alone() {
+    let split = digits();
+    for nesterov in [false, true] {
+        let base = TrainConfig {
+            optimizer: OptimizerKind::Sgd,
+            nesterov,
+            width: 16,
+            depth: 1,
+            lr: 0.05,
+            ..TrainConfig::default()
+        };
+        let members = vec![
+            (base.clone(), 5),
+            (
+                TrainConfig {
+                    momentum: 0.5,
+                    weight_decay: 1e-3,
+                    lr: 0.1,
+                    ..base.clone()
+                },
+                6,
+            ),
+            (
+                TrainConfig {
+                    momentum: 0.0,
+                    dropout: 0.3,
+                    ..base
+                },
+                7,
+            ),
+        ];
+        fused_equals_alone(&split, &members, 2);
+    }
+}
+
+/// A pack re-formed at epoch boundaries: one member leaves through a checkpoint, goes on
+/// alone and comes back restored from it; a fresh trial joins members two epochs ahead. Every
+/// member ends where it would have ended trained alone from start to finish.
+#[test]
+fn members_leave_and_join_through_checkpoints_and_end_as_alone() {
+    let split = digits();
+    let members = adamw_members();
+    let dir = tempfile::tempdir().unwrap();
+    let alone_run = |(cfg, seed): &(TrainConfig, u64)| {
+        let mut t = trainer(&split, cfg, *seed);
+        let reports: Vec<EpochReport> = (0..cfg.epochs).map(|_| t.train_epoch().unwrap()).collect();
+        (weights(&t), reports)
+    };
+    let expected: Vec<_> = members.iter().map(alone_run).collect();
+    let mut reports: Vec<Vec<EpochReport>> = vec![Vec::new(); members.len()];
+    let mut record = |pack: &mut FusedTrainer, ids: &[usize]| {
+        for (r, &id) in pack.train_epoch().unwrap().into_iter().zip(ids) {
+            reports[id].push(r.unwrap());
+        }
+    };
+
+    // Epochs 1 and 2: members 0, 1 and 2 together; member 3 has not started.
+    let mut pack = FusedTrainer::new(
+        members[..3]
+            .iter()
+            .map(|(c, s)| trainer(&split, c, *s))
+            .collect(),
+    )
+    .unwrap();
+    record(&mut pack, &[0, 1, 2]);
+    record(&mut pack, &[0, 1, 2]);
+    // Member 1 leaves through a checkpoint; member 3 joins at its epoch 0.
+    let mut out = pack.into_trainers().unwrap();
+    out[1].save(dir.path()).unwrap();
+    let joined = vec![
+        out.remove(0),
+        out.remove(1),
+        trainer(&split, &members[3].0, members[3].1),
+    ];
+    let mut pack = FusedTrainer::new(joined).unwrap();
+    assert_eq!(pack.epochs(), vec![2, 2, 0]);
+    record(&mut pack, &[0, 2, 3]);
+    // Member 0 has its 3 epochs and must leave before the pack trains again.
+    let err = pack.train_epoch().unwrap_err().to_string();
+    assert!(err.contains("member 0 has finished"), "{err}");
+    let mut out = pack.into_trainers().unwrap();
+    let finished = out.remove(0);
+    assert!(finished.finished());
+    assert!(
+        weights(&finished) == expected[0].0,
+        "member 0's final weights"
+    );
+    // Member 1 comes back from its checkpoint, into a fresh trainer.
+    let mut restored = trainer(&split, &members[1].0, members[1].1);
+    restored.restore(dir.path()).unwrap();
+    out.push(restored);
+    let mut pack = FusedTrainer::new(out).unwrap();
+    assert_eq!(pack.epochs(), vec![3, 1, 2]);
+    record(&mut pack, &[2, 3, 1]);
+    // Members 2 and 1 have all their epochs; member 3 finishes alone.
+    for (mut t, id) in pack.into_trainers().unwrap().into_iter().zip([2, 3, 1]) {
+        assert_eq!(t.finished(), id != 3, "member {id}");
+        while !t.finished() {
+            reports[id].push(t.train_epoch().unwrap());
+        }
+        assert!(weights(&t) == expected[id].0, "member {id}'s final weights");
+    }
+    for (id, (_, want)) in expected.iter().enumerate() {
+        assert_eq!(reports[id].len(), want.len(), "member {id}");
+        for (got, want) in reports[id].iter().zip(want) {
+            assert_same_epoch(got, want, &format!("member {id}, epoch {}", want.epoch));
+        }
+    }
+}
+
+#[test]
+fn a_diverging_member_fails_alone() {
+    let split = digits();
+    let base = TrainConfig {
+        optimizer: OptimizerKind::Sgd,
+        width: 16,
+        lr: 0.05,
+        ..TrainConfig::default()
+    };
+    let wild = TrainConfig {
+        lr: 1e6,
+        ..base.clone()
+    };
+    let mut calm = trainer(&split, &base, 1);
+    let mut pack =
+        FusedTrainer::new(vec![trainer(&split, &base, 1), trainer(&split, &wild, 1)]).unwrap();
+    let reports = pack.train_epoch().unwrap();
+    let err = reports[1].as_ref().unwrap_err().to_string();
+    assert!(err.contains("diverged"), "{err}");
+    assert_same_epoch(
+        reports[0].as_ref().unwrap(),
+        &calm.train_epoch().unwrap(),
+        "the calm member",
+    );
+}
+
+#[test]
+fn packs_refuse_other_shapes_finished_trials_and_the_cnn() {
+    let split = digits();
+    let cfg = TrainConfig {
+        width: 16,
+        epochs: 1,
+        ..TrainConfig::default()
+    };
+    let wider = TrainConfig {
+        width: 32,
+        ..cfg.clone()
+    };
+    let err = FusedTrainer::new(vec![trainer(&split, &cfg, 1), trainer(&split, &wider, 1)])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("member 1 has") && err.contains("only trials of one shape fuse"),
+        "{err}"
+    );
+    let sgd = TrainConfig {
+        optimizer: OptimizerKind::Sgd,
+        ..cfg.clone()
+    };
+    assert!(FusedTrainer::new(vec![trainer(&split, &cfg, 1), trainer(&split, &sgd, 1)]).is_err());
+
+    let mut done = trainer(&split, &cfg, 1);
+    done.train_epoch().unwrap();
+    let err = FusedTrainer::new(vec![done]).err().unwrap().to_string();
+    assert!(err.contains("member 0 has finished (epoch 1)"), "{err}");
+
+    let other = DataSpec {
+        dataset: Some("digits".into()),
+        split_seed: 9,
+        ..DataSpec::default()
+    }
+    .load(".".as_ref())
+    .unwrap();
+    let err = FusedTrainer::new(vec![trainer(&split, &cfg, 1), trainer(&other, &cfg, 1)])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("different data"), "{err}");
+
+    let cnn = Trainer::new(Builtin::Cnn, cfg, &split, &Device::Cpu, 1).unwrap();
+    let err = FusedTrainer::new(vec![cnn]).err().unwrap().to_string();
+    assert!(err.contains("the `cnn` trainable does not fuse"), "{err}");
+    assert!(FusedTrainer::new(Vec::new()).is_err());
+}
