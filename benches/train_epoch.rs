@@ -9,12 +9,19 @@
 //! The number is the median over `TUNE_BENCH_EPOCHS` (default 10) epochs after one warm-up
 //! epoch, in milliseconds. The `cuda` build (scripts/build-cuda) on a machine with a GPU adds
 //! GPU columns.
+//!
+//! The fused rows train K MLP trials of that shape as one model (`FusedTrainer`, HFTA), each
+//! with its own learning rate, weight decay, betas and seed, and report the time per
+//! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another.
 
 use std::process::Command;
 use std::time::Instant;
 
 use candle_core::Device;
-use tune_trials::{Builtin, DataSpec, Split, TrainConfig, Trainer};
+use tune_trials::{Builtin, DataSpec, FusedTrainer, Split, TrainConfig, Trainer};
+
+/// Pack sizes of the fused rows.
+const PACKS: [usize; 3] = [1, 4, 16];
 
 fn epochs() -> usize {
     std::env::var("TUNE_BENCH_EPOCHS")
@@ -47,6 +54,63 @@ fn epoch_ms(builtin: Builtin, split: &Split, device: &Device) -> f64 {
         })
         .collect();
     median(times)
+}
+
+/// The i-th of K MLP trials of the bench's shape: the hyperparameters a sweep varies differ.
+fn member(i: usize) -> (TrainConfig, u64) {
+    let cfg = TrainConfig {
+        depth: 2,
+        width: 128,
+        batch_size: 64,
+        epochs: 1000,
+        lr: 1e-3 * (1.0 + i as f64 * 0.37),
+        weight_decay: 1e-4 * (i % 5) as f64,
+        beta1: 0.85 + 0.01 * (i % 10) as f64,
+        ..TrainConfig::default()
+    };
+    (cfg, i as u64)
+}
+
+/// Milliseconds per trial-epoch of `k` members trained as one pack, and of the same members
+/// trained one after another.
+fn fused_ms(k: usize, split: &Split, device: &Device) -> (f64, f64) {
+    let trainers = || -> Vec<Trainer> {
+        (0..k)
+            .map(|i| {
+                let (cfg, seed) = member(i);
+                Trainer::new(Builtin::Mlp, cfg, split, device, seed).expect("trainer")
+            })
+            .collect()
+    };
+    let mut pack = FusedTrainer::new(trainers()).expect("pack");
+    pack.train_epoch().expect("warm-up epoch");
+    let fused = median(
+        (0..epochs())
+            .map(|_| {
+                let start = Instant::now();
+                for report in pack.train_epoch().expect("epoch") {
+                    report.expect("member epoch");
+                }
+                start.elapsed().as_secs_f64() * 1e3 / k as f64
+            })
+            .collect(),
+    );
+    let mut alone = trainers();
+    for t in &mut alone {
+        t.train_epoch().expect("warm-up epoch");
+    }
+    let unfused = median(
+        (0..epochs())
+            .map(|_| {
+                let start = Instant::now();
+                for t in &mut alone {
+                    t.train_epoch().expect("epoch");
+                }
+                start.elapsed().as_secs_f64() * 1e3 / k as f64
+            })
+            .collect(),
+    );
+    (fused, unfused)
 }
 
 fn main() {
@@ -113,6 +177,26 @@ fn main() {
             ms(tune_gpu),
             ms(torch_gpu),
             ratio(torch_gpu, tune_gpu),
+        );
+    }
+    let gpu_device = gpu
+        .as_ref()
+        .and_then(|_| tune_trials::open_device("cuda:0").ok());
+    println!();
+    println!(
+        "fused MLP trials (HFTA): ms per trial-epoch, K trials as one pack beside the same K one after another"
+    );
+    println!("| K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for k in PACKS {
+        let (cpu_fused, cpu_alone) = fused_ms(k, &split, &Device::Cpu);
+        let on_gpu = gpu_device.as_ref().map(|d| fused_ms(k, &split, d));
+        println!(
+            "| {k} | {cpu_fused:.2} | {cpu_alone:.2} | {:.2} | {} | {} | {} |",
+            cpu_alone / cpu_fused,
+            ms(on_gpu.map(|g| g.0)),
+            ms(on_gpu.map(|g| g.1)),
+            ratio(on_gpu.map(|g| g.1), on_gpu.map(|g| g.0)),
         );
     }
     if let Some(p) = &peer_cpu {

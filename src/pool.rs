@@ -142,6 +142,23 @@ impl Pool {
         Ok((pool, Some(note)))
     }
 
+    /// Whether trials run on GPUs.
+    pub(crate) fn on_gpu(&self) -> bool {
+        !self.gpus.is_empty()
+    }
+
+    /// Lets each local slot (a CPU slot, a GPU share) hold `trials` trials, trained as fused
+    /// packs by the objective.
+    pub(crate) fn pack_trials(&mut self, trials: usize) {
+        let trials = trials.max(1);
+        self.per_gpu *= trials;
+        let slots: Vec<usize> = std::mem::take(&mut self.cpu_free);
+        self.cpu_free = slots
+            .into_iter()
+            .flat_map(|n| std::iter::repeat_n(n, trials))
+            .collect();
+    }
+
     /// Adds the slots of remote workers: `capacity` says how many they have now.
     pub(crate) fn take_remote(&mut self, capacity: Arc<AtomicUsize>) {
         self.remote = Some((capacity, 0));
@@ -261,6 +278,7 @@ mod tests {
             cpu_slots: cpu,
             gpus,
             trials_per_gpu: per_gpu,
+            ..Resources::default()
         }
     }
 
@@ -294,6 +312,37 @@ mod tests {
         let (_, note) =
             Pool::new(&resources(1, Gpus::Auto, 1), Ok(vec![]), Box::new(|_| None)).unwrap();
         assert!(note.unwrap().contains("none found"));
+    }
+
+    #[test]
+    fn packs_let_each_slot_hold_several_trials() {
+        let (mut pool, _) = Pool::new(
+            &resources(2, Gpus::Auto, 1),
+            Err("x".into()),
+            Box::new(|_| None),
+        )
+        .unwrap();
+        pool.pack_trials(3);
+        assert_eq!(pool.capacity(), 6);
+        let placed: Vec<String> = std::iter::from_fn(|| pool.claim())
+            .map(|s| s.to_string())
+            .collect();
+        // The lowest slot fills first, so a pack forms on it.
+        assert_eq!(
+            placed,
+            ["cpu:0", "cpu:0", "cpu:0", "cpu:1", "cpu:1", "cpu:1"]
+        );
+        pool.release(Slot::Cpu(1));
+        assert_eq!(pool.claim(), Some(Slot::Cpu(1)));
+        let (mut pool, _) = Pool::new(
+            &resources(4, Gpus::Auto, 2),
+            Ok(gpus(1)),
+            Box::new(|_| Some(1)),
+        )
+        .unwrap();
+        pool.pack_trials(16);
+        assert!(pool.on_gpu());
+        assert_eq!(pool.capacity(), 32);
     }
 
     #[test]

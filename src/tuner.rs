@@ -466,18 +466,20 @@ impl Tuner {
         F: Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync + 'static,
     {
         let f: Arc<crate::objective::ObjectiveFn> = Arc::new(objective);
-        self.run(|_, _| Ok(Objective::Closure(f)))
+        self.run(|_, _, _| Ok(Objective::Closure(f)))
     }
 
     /// Runs the sweep with the spec's `[objective]`: its `command`, or its `builtin` trainable.
     pub fn fit_spec(self) -> Result<TuneResult, TuneError> {
         let grace = self.grace;
-        self.run(move |spec, dir| spec_objective(spec, dir, grace, spec.resources.cpu_slots))
+        self.run(move |spec, dir, pack| {
+            spec_objective(spec, dir, grace, spec.resources.cpu_slots, pack)
+        })
     }
 
     fn run(
         mut self,
-        objective: impl FnOnce(&ExperimentSpec, &Path) -> Result<Objective, TuneError>,
+        objective: impl FnOnce(&ExperimentSpec, &Path, usize) -> Result<Objective, TuneError>,
     ) -> Result<TuneResult, TuneError> {
         // Objective, searcher and scheduler are built before a new experiment folder is
         // created, so bad input leaves nothing behind.
@@ -497,11 +499,21 @@ impl Tuner {
                     resources.gpus = crate::spec::Gpus::List(Vec::new());
                 }
             }
-            let (pool, note) = Pool::new(
+            let (mut pool, mut note) = Pool::new(
                 &resources,
                 tune_trials::gpu::discover(),
                 Box::new(tune_trials::gpu::free_bytes),
             )?;
+            let pack = spec.trials_per_pack(pool.on_gpu());
+            if pack > 1 {
+                pool.pack_trials(pack);
+                let packs =
+                    format!("up to {pack} trials of one shape per slot train as one fused model");
+                note = Some(match note {
+                    Some(n) => format!("{n}; {packs}"),
+                    None => packs,
+                });
+            }
             let mlflow = match spec.tracking.mlflow_url().map_err(|e| {
                 TuneError::Invalid(crate::spec::InvalidSetting::new("tracking", e).to_string())
             })? {
@@ -518,7 +530,7 @@ impl Tuner {
                 None => None,
             };
             Ok((
-                objective(spec, dir)?,
+                objective(spec, dir, pack)?,
                 spec.make_searcher()
                     .map_err(|e| TuneError::Invalid(e.to_string()))?,
                 spec.make_scheduler(),
@@ -646,12 +658,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, TuneError> {
 }
 
 /// The spec's `[objective]` (its `command`, or its `builtin` trainable sharing the cores among
-/// `slots` trials), for the experiment in `dir`.
+/// `slots` slots, each training packs of up to `trials_per_pack`), for the experiment in `dir`.
 pub(crate) fn spec_objective(
     spec: &ExperimentSpec,
     dir: &Path,
     grace: Duration,
     slots: usize,
+    trials_per_pack: usize,
 ) -> Result<Objective, TuneError> {
     let Some(obj) = &spec.objective else {
         return Err(TuneError::Invalid(
@@ -660,7 +673,12 @@ pub(crate) fn spec_objective(
     };
     let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
     if obj.builtin.is_some() {
-        return Ok(Objective::Closure(builtin_objective(obj, &workdir, slots)?));
+        return Ok(Objective::Closure(builtin_objective(
+            obj,
+            &workdir,
+            slots,
+            trials_per_pack,
+        )?));
     }
     check_program(&obj.command[0], &workdir)?;
     Ok(Objective::Command(Arc::new(CommandObjective {

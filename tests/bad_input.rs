@@ -71,6 +71,18 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "[resources] `cpu_slots`: expected at least 1 slot, found 0",
     ),
     (
+        "no trials per pack",
+        Spec("samples = 2\n[resources]\nfuse = 0", X),
+        2,
+        "invalid value: integer `0`, expected \"auto\" or a number of trials per pack, at least 1",
+    ),
+    (
+        "packs of a command",
+        Spec("samples = 2\n[resources]\nfuse = 4", X),
+        2,
+        "[resources] `fuse`: packs of 4 trials train as one model only with builtin = \"mlp\", found a command objective: use fuse = 1 or \"auto\"",
+    ),
+    (
         "reversed bounds",
         Spec("samples = 2", "x = { uniform = [1.0, -1.0] }"),
         2,

@@ -320,3 +320,97 @@ fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
     assert!(exploited >= 1, "no exploits");
     assert!(continued >= 1, "no run continued from a checkpoint");
 }
+
+/// Fused packs (`[resources] fuse`): the trials of one slot and shape train as one model, and
+/// each must still be exactly the trial trained alone, through ASHA's stops (members leave,
+/// new trials join), HyperBand's pauses (checkpoints written from the pack, restored alone or
+/// into another pack) and a kill -9 with resume. The optimizer is searched, so a slot holds
+/// packs of two shapes at once.
+#[test]
+fn fused_trials_under_asha_train_as_if_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
+        "samples = 12\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1\nfuse = 4",
+        "epochs = 8",
+    );
+    let dir = tmp.path().join("run");
+    let out = run_ok(&mut tune_run(&spec, &dir));
+    assert!(
+        stderr(&out).contains("up to 4 trials of one shape per slot train as one fused model"),
+        "{}",
+        stderr(&out)
+    );
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 12);
+    let stopped = trials.iter().filter(|t| t["status"] == "stopped").count();
+    for t in &trials {
+        assert!(
+            ["completed", "stopped"].contains(&t["status"].as_str().unwrap()),
+            "trial {}: {}",
+            t["id"],
+            t["error"]
+        );
+        dense_steps(t);
+        assert_matches_uninterrupted(t, 8);
+        // How many trials each epoch's pack trained depends on when they arrived; it is
+        // reported, and never more than a pack holds.
+        for r in t["results"].as_array().unwrap() {
+            let k = r["trials_in_pack"].as_f64().unwrap();
+            assert!((1.0..=4.0).contains(&k), "trial {}: {k}", t["id"]);
+        }
+    }
+    assert!(stopped >= 4, "{stopped} stopped");
+}
+
+#[test]
+fn fused_trials_paused_by_hyperband_and_killed_train_as_if_alone() {
+    let trials = sweep(
+        "samples = 17\nseed = 2\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 1\nfuse = 3",
+        "epochs = 9",
+    );
+    let resumed = trials
+        .iter()
+        .filter(|t| t["attempts"].as_u64().unwrap() > 1)
+        .count();
+    assert!(
+        resumed >= 2,
+        "only {resumed} trials were paused and resumed"
+    );
+    for t in &trials {
+        dense_steps(t);
+        assert_matches_uninterrupted(t, 9);
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
+        "samples = 6\nseed = 9\n[resources]\ncpu_slots = 1\nfuse = 3",
+        "epochs = 12",
+    );
+    let dir = tmp.path().join("killed");
+    for n in [7, 15, 3] {
+        let out = run_or_resume(&spec, &dir)
+            .env("TUNE_FAILPOINTS", format!("ack.after=kill@{n}"))
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            killed(&out),
+            "not killed at acknowledgement {n}: {}",
+            stderr(&out)
+        );
+    }
+    run_ok(tune().arg("resume").arg(&dir));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 6);
+    for t in &trials {
+        assert_eq!(
+            t["status"], "completed",
+            "trial {}: {}",
+            t["id"], t["error"]
+        );
+        assert_eq!(dense_steps(t).len(), 12, "trial {}", t["id"]);
+        assert_matches_uninterrupted(t, 12);
+    }
+}

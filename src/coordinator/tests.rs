@@ -192,6 +192,7 @@ impl Sweep {
             cpu_slots: 1,
             gpus: Gpus::List(Vec::new()),
             trials_per_gpu: 1,
+            ..Resources::default()
         };
         let (pool, _) = Pool::new(&resources, Err("none".into()), Box::new(|_| None)).unwrap();
         let plan = Plan {

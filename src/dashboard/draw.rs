@@ -421,9 +421,44 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
             None => format!("{indent}{slot:<7} idle"),
         })
     };
-    let mut lines: Vec<Line> = slots()
-        .filter(|(slot, _)| split_remote_slot(slot).is_none())
-        .map(|(slot, &trial)| slot_line(slot, trial, ""))
+    // A local slot named more than once holds several trials: a GPU's shares, or a pack of
+    // fused trials (`fuse`). One line each, with every trial running there.
+    let mut local: Vec<(&str, Vec<TrialId>, usize)> = Vec::new();
+    for (slot, &trial) in slots().filter(|(slot, _)| split_remote_slot(slot).is_none()) {
+        let at = match local.iter().position(|(s, _, _)| *s == slot.as_str()) {
+            Some(at) => at,
+            None => {
+                local.push((slot, Vec::new(), 0));
+                local.len() - 1
+            }
+        };
+        local[at].1.extend(trial);
+        local[at].2 += 1;
+    }
+    let mut lines: Vec<Line> = local
+        .iter()
+        .map(|(slot, trials, places)| match (trials.as_slice(), places) {
+            (&[], _) => slot_line(slot, None, ""),
+            (&[one], 1) => slot_line(slot, Some(one), ""),
+            (trials, places) => {
+                let each: Vec<String> = trials
+                    .iter()
+                    .filter_map(|&id| b.trial(id))
+                    .map(|t| {
+                        format!(
+                            "trial {} step {}",
+                            t.trial.id,
+                            t.results.last().map_or(0, |r| r.step)
+                        )
+                    })
+                    .collect();
+                Line::from(format!(
+                    "{slot:<7} {}/{places}: {}",
+                    trials.len(),
+                    each.join(" · ")
+                ))
+            }
+        })
         .collect();
     // Remote workers: those serving now, then any only a trial's device names (it exited).
     let mut names: Vec<&str> = b.remote.iter().map(|w| w.id.as_str()).collect();
@@ -837,6 +872,25 @@ mod tests {
         back.log_back = 2;
         let older = panel(70, 5, |f, a| draw_log(f, a, &back, PLAIN));
         assert!(older.contains("2 newer below") && !older.contains("trial 4 started"));
+    }
+
+    #[test]
+    fn a_slot_holding_a_pack_lists_its_trials_on_one_line() {
+        let mut h = header(8);
+        h.slots = ["cpu:0", "cpu:0", "cpu:0", "cpu:1", "cpu:1", "cpu:1"]
+            .map(String::from)
+            .to_vec();
+        let mut b = Board::new(h);
+        trial(&mut b, 0, Status::Running, &[0.9, 0.8]);
+        trial(&mut b, 2, Status::Running, &[0.5]);
+        trial(&mut b, 1, Status::Completed, &[0.7]);
+        let app = App::new(b, true);
+        let workers = panel(70, 4, |f, a| draw_workers(f, a, &app, T0));
+        assert!(
+            workers.contains("cpu:0   2/3: trial 0 step 2 · trial 2 step 1"),
+            "{workers}"
+        );
+        assert!(workers.contains("cpu:1   idle"), "{workers}");
     }
 
     #[test]

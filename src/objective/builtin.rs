@@ -1,21 +1,27 @@
 //! Built-in Candle trainables as objectives: the data is loaded once per sweep, and each trial
-//! trains in-process on its slot's device, checkpointing after every decided epoch.
+//! trains in-process on its slot's device, checkpointing after every decided epoch; with
+//! packs of more than one trial, same-shaped mlp trials on a slot train as one fused model
+//! (`super::pack`).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use tune_trials::{open_device, Builtin, DataSpec, TrainConfig, Trainer, CHECKPOINT_FILE};
+use tune_trials::{
+    open_device, Builtin, DataSpec, EpochReport, TrainConfig, Trainer, CHECKPOINT_FILE,
+};
 
+use super::pack::{Decision, Member, Packs};
 use super::spec::ObjectiveSpec;
 use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
 
 /// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
-/// taken from `workdir`.
+/// taken from `workdir`. `trials_per_pack` above 1 fuses same-shaped trials of a slot.
 pub(crate) fn builtin_objective(
     obj: &ObjectiveSpec,
     workdir: &Path,
     cpu_slots: usize,
+    trials_per_pack: usize,
 ) -> Result<Arc<ObjectiveFn>, TuneError> {
     let name = obj.builtin.as_deref().unwrap_or_default();
     let builtin: Builtin = name
@@ -38,12 +44,13 @@ pub(crate) fn builtin_objective(
         )));
     }
     let threads = threads_per_trial(cpu_slots);
+    let packs = (trials_per_pack > 1).then(|| Packs::new(trials_per_pack, threads));
     Ok(Arc::new(move |ctx: &mut TrialContext| match threads {
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build()?
-            .install(|| train(builtin, &fixed, &split, ctx)),
-        None => train(builtin, &fixed, &split, ctx),
+            .install(|| train(builtin, &fixed, &split, packs.as_ref(), ctx)),
+        None => train(builtin, &fixed, &split, packs.as_ref(), ctx),
     }))
 }
 
@@ -52,10 +59,16 @@ fn train(
     builtin: Builtin,
     fixed: &serde_json::Map<String, serde_json::Value>,
     split: &tune_trials::Split,
+    packs: Option<&Arc<Packs>>,
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
-    let device = open_device(ctx.device())?;
+    // Packs on this slot wait for the trial until it joins one or trains alone.
+    let arrival = packs.map(|p| p.arrive(ctx.device()));
+    let device = match packs {
+        Some(p) => p.device(ctx.device())?,
+        None => open_device(ctx.device())?,
+    };
     let seed = cfg.seed.unwrap_or(ctx.id());
     let mut trainer = Trainer::new(builtin, cfg, split, &device, seed)?;
     // A run killed before its first checkpoint landed (or an exploit that snapshotted a
@@ -68,18 +81,14 @@ fn train(
         trainer.restore(dir)?;
     }
     let n_params = trainer.parameter_count() as f64;
+    if let (Some(arrival), Some(key)) = (arrival, trainer.fuse_key()) {
+        if !trainer.finished() {
+            return train_in_pack(arrival.join(trainer, key), n_params, ctx);
+        }
+    }
     while !trainer.finished() {
         let r = trainer.train_epoch()?;
-        let heard = ctx.report(
-            r.epoch,
-            [
-                ("val_loss", r.val_loss),
-                ("val_accuracy", r.val_accuracy),
-                ("train_loss", r.train_loss),
-                ("lr", r.lr),
-                ("n_params", n_params),
-            ],
-        );
+        let heard = report(ctx, &r, n_params, None);
         // The checkpoint follows the decision, as the command protocol's does: a paused
         // trial resumes after the epoch it reported, a stopped one needs none.
         match heard {
@@ -89,6 +98,51 @@ fn train(
         heard?;
     }
     Ok(())
+}
+
+/// Reports an epoch of a built-in trainable; a trial trained in a pack adds how many trials
+/// the pack trained that epoch (`trials_in_pack`).
+fn report(
+    ctx: &mut TrialContext,
+    r: &EpochReport,
+    n_params: f64,
+    trials_in_pack: Option<usize>,
+) -> Result<(), Stop> {
+    let mut metrics = vec![
+        ("val_loss".to_string(), r.val_loss),
+        ("val_accuracy".to_string(), r.val_accuracy),
+        ("train_loss".to_string(), r.train_loss),
+        ("lr".to_string(), r.lr),
+        ("n_params".to_string(), n_params),
+    ];
+    if let Some(k) = trials_in_pack {
+        metrics.push(("trials_in_pack".to_string(), k as f64));
+    }
+    ctx.report(r.epoch, metrics)
+}
+
+/// One trial trained in a pack: the loop of `train`, with the pack training each epoch and
+/// writing the checkpoints.
+fn train_in_pack(
+    mut member: Member,
+    n_params: f64,
+    ctx: &mut TrialContext,
+) -> Result<(), super::BoxError> {
+    loop {
+        let (r, trials) = member.next_epoch()?;
+        let heard = report(ctx, &r, n_params, Some(trials));
+        let out = match heard {
+            Ok(()) => member.decide(Decision::Continue(ctx.checkpoint_dir()?.to_path_buf()))?,
+            Err(Stop::Paused) => {
+                member.decide(Decision::Pause(ctx.checkpoint_dir()?.to_path_buf()))?
+            }
+            Err(_) => member.decide(Decision::Leave)?,
+        };
+        heard?;
+        if out {
+            return Ok(());
+        }
+    }
 }
 
 /// Each concurrent trial's share of the cores for Candle's CPU kernels, or `None` where the

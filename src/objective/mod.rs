@@ -4,6 +4,7 @@
 mod builtin;
 mod closure;
 pub(crate) mod command;
+mod pack;
 pub(crate) mod spec;
 
 use std::collections::{BTreeMap, HashMap};

@@ -147,7 +147,9 @@ impl Worker {
     pub fn run_spec(self) -> Result<WorkerSummary, TuneError> {
         let (grace, slots) = (self.grace, self.resources.cpu_slots);
         self.serve(Box::new(move |spec, dir| {
-            crate::tuner::spec_objective(spec, dir, grace, slots)
+            // Remote workers train each trial alone so far: their pool is the worker's, and
+            // packs would need its slots sized per sweep.
+            crate::tuner::spec_objective(spec, dir, grace, slots, 1)
         }))
     }
 

@@ -453,6 +453,10 @@ pub struct Resources {
     pub gpus: Gpus,
     #[serde(default = "one")]
     pub trials_per_gpu: u32,
+    /// Trials of the built-in mlp per slot, trained as one fused model when they share a
+    /// shape: `"auto"` (the default) or a number.
+    #[serde(default, skip_serializing_if = "Fuse::is_auto")]
+    pub fuse: Fuse,
 }
 
 impl Default for Resources {
@@ -461,7 +465,82 @@ impl Default for Resources {
             cpu_slots: default_cpu_slots(),
             gpus: Gpus::default(),
             trials_per_gpu: 1,
+            fuse: Fuse::Auto,
         }
+    }
+}
+
+/// `fuse = "auto"` or `fuse = K`: how many trials of the built-in mlp one slot (a CPU slot, or
+/// a GPU share) trains at a time as one fused model (HFTA).
+///
+/// ```
+/// use tune::Fuse;
+/// // "auto" packs 16 on a GPU and none on CPU, where the bench shows no gain.
+/// assert_eq!(Fuse::Auto.trials_per_pack(true, true), 16);
+/// assert_eq!(Fuse::Auto.trials_per_pack(true, false), 1);
+/// assert_eq!(Fuse::Auto.trials_per_pack(false, true), 1); // a command objective
+/// assert_eq!(Fuse::Trials(4).trials_per_pack(true, false), 4);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Fuse {
+    #[default]
+    Auto,
+    Trials(u32),
+}
+
+impl Fuse {
+    /// Trials per pack that `"auto"` chooses on a GPU.
+    pub const AUTO_GPU: usize = 16;
+
+    fn is_auto(&self) -> bool {
+        *self == Fuse::Auto
+    }
+
+    /// Trials per pack for an objective that can fuse (`fusable`: the built-in mlp) or not,
+    /// on a GPU or on CPU.
+    pub fn trials_per_pack(self, fusable: bool, on_gpu: bool) -> usize {
+        match self {
+            Fuse::Trials(k) => k.max(1) as usize,
+            Fuse::Auto if fusable && on_gpu => Self::AUTO_GPU,
+            Fuse::Auto => 1,
+        }
+    }
+}
+
+impl Serialize for Fuse {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Fuse::Auto => s.serialize_str("auto"),
+            Fuse::Trials(k) => s.serialize_u32(*k),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Fuse {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Fuse, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Fuse;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\" or a number of trials per pack, at least 1")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Fuse, E> {
+                match s {
+                    "auto" => Ok(Fuse::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Fuse, E> {
+                match u32::try_from(n) {
+                    Ok(k) if k >= 1 => Ok(Fuse::Trials(k)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(n), &self)),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Fuse, E> {
+                self.visit_i64(i64::try_from(n).unwrap_or(i64::MAX))
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 
@@ -547,6 +626,18 @@ impl fmt::Display for InvalidSetting {
 }
 
 impl ExperimentSpec {
+    /// Whether the objective's trials can train fused ([`Fuse`]): the built-in mlp's can.
+    pub fn fusable(&self) -> bool {
+        self.objective
+            .as_ref()
+            .is_some_and(|o| o.builtin.as_deref() == Some("mlp"))
+    }
+
+    /// Trials per pack on a slot of this sweep ([`Fuse::trials_per_pack`]).
+    pub fn trials_per_pack(&self, on_gpu: bool) -> usize {
+        self.resources.fuse.trials_per_pack(self.fusable(), on_gpu)
+    }
+
     /// TPE's options for this experiment (`None` for another algorithm): `[search]`'s, as
     /// [`TpeOptions::under_rungs`] makes them under ASHA, [`TpeOptions::under_hyperband`]
     /// under HyperBand and
@@ -788,6 +879,25 @@ impl ExperimentSpec {
             return Err(InvalidSetting::new(
                 "resources",
                 FieldError::new("cpu_slots", "expected at least 1 slot, found 0"),
+            ));
+        }
+        if let (Fuse::Trials(k @ 2..), false) = (self.resources.fuse, self.fusable()) {
+            let found = match &self.objective {
+                Some(o) if o.builtin.is_some() => {
+                    format!("builtin = {:?}", o.builtin.as_deref().unwrap_or_default())
+                }
+                Some(_) => "a command objective".into(),
+                None => "an objective of code (Tuner::fit)".into(),
+            };
+            return Err(InvalidSetting::new(
+                "resources",
+                FieldError::new(
+                    "fuse",
+                    format!(
+                        "packs of {k} trials train as one model only with builtin = \"mlp\", \
+                         found {found}: use fuse = 1 or \"auto\""
+                    ),
+                ),
             ));
         }
         if !matches!(self.search.algorithm, SearchSpec::Grid {}) {

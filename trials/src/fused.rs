@@ -311,20 +311,40 @@ impl FusedTrainer {
 
     /// Unpacks: each member gets its weights and optimizer state back and goes on alone (or
     /// into another pack) exactly where it was.
-    pub fn into_trainers(self) -> Result<Vec<Trainer>, TrialsError> {
-        let mut members = self.members;
-        for (k, m) in members.iter_mut().enumerate() {
-            for (j, (_, var)) in m.model.vars().iter().enumerate() {
-                var.set(&self.vars[j].narrow(0, k, 1)?.reshape(var.shape())?)?;
-                for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
-                    *slot = self.state[j][s]
-                        .narrow(0, k, 1)?
-                        .reshape(var.shape())?
-                        .copy()?;
-                }
+    pub fn into_trainers(mut self) -> Result<Vec<Trainer>, TrialsError> {
+        for k in 0..self.members.len() {
+            self.write_back(k)?;
+        }
+        Ok(self.members)
+    }
+
+    /// Member `k` as it stands now, its weights and optimizer state written back: what it
+    /// would be unpacked, to checkpoint (with [`Trainer::save`]) or inspect, while it stays
+    /// in the pack.
+    pub fn member(&mut self, k: usize) -> Result<&Trainer, TrialsError> {
+        if k >= self.members.len() {
+            return Err(TrialsError::Train(format!(
+                "member {k} of a pack of {}",
+                self.members.len()
+            )));
+        }
+        self.write_back(k)?;
+        Ok(&self.members[k])
+    }
+
+    /// Copies member `k`'s slices of the packed weights and optimizer state into its own.
+    fn write_back(&mut self, k: usize) -> Result<(), TrialsError> {
+        let m = &mut self.members[k];
+        for (j, (_, var)) in m.model.vars().iter().enumerate() {
+            var.set(&self.vars[j].narrow(0, k, 1)?.reshape(var.shape())?)?;
+            for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
+                *slot = self.state[j][s]
+                    .narrow(0, k, 1)?
+                    .reshape(var.shape())?
+                    .copy()?;
             }
         }
-        Ok(members)
+        Ok(())
     }
 
     fn classes(&self) -> usize {

@@ -1,0 +1,559 @@
+//! Packs: trials of the built-in mlp that run on one slot and share a shape train as one
+//! fused model ([`tune_trials::FusedTrainer`], HFTA) on a thread of the pack's own, while
+//! each trial's thread reports its epochs and hears its decisions exactly as if it trained
+//! alone. Members leave (stopped, paused, finished, failed) and join at epoch boundaries.
+//!
+//! Packing changes nothing a trial computes on CPU (each member's weights equal the unfused
+//! trial's bit for bit, a test in `tune-trials`), so which trials happen to share a pack never
+//! changes a decision.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+
+use candle_core::Device;
+use tune_trials::{open_device, EpochReport, FuseKey, FusedTrainer, Trainer, TrialsError};
+
+use super::BoxError;
+
+/// The packs of one sweep's built-in objective, on every slot.
+pub(crate) struct Packs {
+    /// Most trials in one pack.
+    size: usize,
+    /// Threads of a pack's computation (`None`: as `RAYON_NUM_THREADS` says).
+    threads: Option<usize>,
+    state: Mutex<Hub>,
+    /// Signalled when a trial arrives at a pack, joins one or gives up.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Hub {
+    /// Per slot: trials that have started and are still making their trainer, so a pack at
+    /// an epoch boundary waits for them rather than training one epoch without them.
+    arriving: HashMap<String, usize>,
+    packs: Vec<PackEntry>,
+    next_id: u64,
+    /// One device per slot: members of a pack must have their tensors on the same one.
+    devices: HashMap<String, Device>,
+}
+
+/// An open pack, as trials looking for one see it.
+struct PackEntry {
+    id: u64,
+    slot: String,
+    key: FuseKey,
+    /// Members and joiners.
+    size: usize,
+    joiners: Vec<Joiner>,
+    decisions: mpsc::Sender<(u64, Decision)>,
+}
+
+struct Joiner {
+    token: u64,
+    trainer: Trainer,
+    tell: mpsc::Sender<FromPack>,
+}
+
+/// What a pack tells a member.
+enum FromPack {
+    /// The member's epoch, or the error that ends it, and how many trials the pack trained.
+    Epoch(Result<EpochReport, String>, usize),
+    /// The checkpoint asked for is written (or why not), and whether the member has finished.
+    Saved(Result<bool, String>),
+}
+
+/// What a member tells its pack after each epoch, once its report is decided on.
+pub(crate) enum Decision {
+    /// Checkpoint into the folder and train on.
+    Continue(PathBuf),
+    /// Checkpoint into the folder and leave.
+    Pause(PathBuf),
+    /// Leave without a checkpoint (stopped, interrupted, timed out).
+    Leave,
+}
+
+impl Packs {
+    pub(crate) fn new(size: usize, threads: Option<usize>) -> Arc<Packs> {
+        Arc::new(Packs {
+            size,
+            threads,
+            state: Mutex::new(Hub::default()),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn hub(&self) -> MutexGuard<'_, Hub> {
+        // A panic while holding the lock leaves counts that are still consistent (each change
+        // is one statement), so a poisoned lock is taken over.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Says a trial has started on `slot`: packs there wait for it to join or give up.
+    pub(crate) fn arrive(self: &Arc<Self>, slot: &str) -> Arrival {
+        *self.hub().arriving.entry(slot.to_string()).or_default() += 1;
+        Arrival {
+            packs: self.clone(),
+            slot: slot.to_string(),
+            counted: true,
+        }
+    }
+
+    /// The device of `slot`, shared by the trials of its packs.
+    pub(crate) fn device(&self, slot: &str) -> Result<Device, TrialsError> {
+        if let Some(d) = self.hub().devices.get(slot) {
+            return Ok(d.clone());
+        }
+        let device = open_device(slot)?;
+        Ok(self
+            .hub()
+            .devices
+            .entry(slot.to_string())
+            .or_insert(device)
+            .clone())
+    }
+}
+
+/// A trial that has started on a slot and not yet joined a pack; dropping it gives up.
+pub(crate) struct Arrival {
+    packs: Arc<Packs>,
+    slot: String,
+    counted: bool,
+}
+
+impl Arrival {
+    /// Puts `trainer` (of shape `key`, unfinished) into an open pack of its slot and shape
+    /// with room, or a new one; it trains from the pack's next epoch on.
+    pub(crate) fn join(mut self, trainer: Trainer, key: FuseKey) -> Member {
+        let packs = self.packs.clone();
+        let (tell, hear) = mpsc::channel();
+        let mut hub = packs.hub();
+        self.leave_arrivals(&mut hub);
+        let token = hub.next_id;
+        hub.next_id += 1;
+        let joiner = Joiner {
+            token,
+            trainer,
+            tell,
+        };
+        let open = hub
+            .packs
+            .iter_mut()
+            .find(|p| p.slot == self.slot && p.key == key && p.size < packs.size);
+        let decide = match open {
+            Some(pack) => {
+                pack.size += 1;
+                pack.joiners.push(joiner);
+                pack.decisions.clone()
+            }
+            None => {
+                let (decide, decisions) = mpsc::channel();
+                let id = hub.next_id;
+                hub.next_id += 1;
+                hub.packs.push(PackEntry {
+                    id,
+                    slot: self.slot.clone(),
+                    key,
+                    size: 1,
+                    joiners: vec![joiner],
+                    decisions: decide.clone(),
+                });
+                let (packs, slot) = (packs.clone(), self.slot.clone());
+                std::thread::Builder::new()
+                    .name(format!("tune-pack-{id}"))
+                    .spawn(move || packs.clone().run_pack(id, slot, decisions))
+                    .expect("spawning a pack's thread");
+                decide
+            }
+        };
+        drop(hub);
+        packs.changed.notify_all();
+        Member {
+            token,
+            hear,
+            decide,
+            owes_decision: false,
+        }
+    }
+
+    fn leave_arrivals(&mut self, hub: &mut Hub) {
+        if std::mem::take(&mut self.counted) {
+            if let Some(n) = hub.arriving.get_mut(&self.slot) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        if self.counted {
+            let packs = self.packs.clone();
+            self.leave_arrivals(&mut packs.hub());
+            packs.changed.notify_all();
+        }
+    }
+}
+
+/// A trial's end of its pack.
+pub(crate) struct Member {
+    token: u64,
+    hear: mpsc::Receiver<FromPack>,
+    decide: mpsc::Sender<(u64, Decision)>,
+    /// An epoch was heard and not yet decided on: the pack waits for this member.
+    owes_decision: bool,
+}
+
+impl Member {
+    /// The member's next epoch, trained in the pack, and how many trials the pack trained.
+    pub(crate) fn next_epoch(&mut self) -> Result<(EpochReport, usize), BoxError> {
+        match self.hear.recv() {
+            Ok(FromPack::Epoch(Ok(report), trials)) => {
+                self.owes_decision = true;
+                Ok((report, trials))
+            }
+            Ok(FromPack::Epoch(Err(e), _)) => Err(e.into()),
+            Ok(FromPack::Saved(_)) => Err("a pack answered a checkpoint nobody asked for".into()),
+            Err(_) => Err("the pack this trial trained in has ended".into()),
+        }
+    }
+
+    /// Tells the pack what became of the last epoch; `Ok(true)` when the member is out of the
+    /// pack (left, paused or finished), with its checkpoint written where one was asked for.
+    pub(crate) fn decide(&mut self, decision: Decision) -> Result<bool, BoxError> {
+        self.owes_decision = false;
+        let leaves = matches!(decision, Decision::Leave);
+        if self.decide.send((self.token, decision)).is_err() {
+            return Err("the pack this trial trained in has ended".into());
+        }
+        if leaves {
+            return Ok(true);
+        }
+        match self.hear.recv() {
+            Ok(FromPack::Saved(saved)) => saved.map_err(Into::into),
+            Ok(FromPack::Epoch(..)) => Err("a pack trained on before a checkpoint".into()),
+            Err(_) => Err("the pack this trial trained in has ended".into()),
+        }
+    }
+}
+
+impl Drop for Member {
+    /// A member that ends without deciding (an error, a panic) leaves, so the pack goes on.
+    fn drop(&mut self) {
+        if self.owes_decision {
+            let _ = self.decide.send((self.token, Decision::Leave));
+        }
+    }
+}
+
+/// A member as its pack sees it.
+struct Link {
+    token: u64,
+    tell: mpsc::Sender<FromPack>,
+}
+
+impl Packs {
+    /// A pack's thread: at each epoch boundary take in the trials that joined, train one
+    /// epoch of every member, tell each its report and act on its decision. It ends when the
+    /// last member has left and nobody is joining.
+    fn run_pack(
+        self: Arc<Self>,
+        id: u64,
+        slot: String,
+        decisions: mpsc::Receiver<(u64, Decision)>,
+    ) {
+        let threads = self.threads;
+        let run = move || {
+            let mut fused: Option<FusedTrainer> = None;
+            let mut links: Vec<Link> = Vec::new();
+            while let Some(joiners) = self.boundary(id, &slot, links.is_empty()) {
+                let formed = if joiners.is_empty() {
+                    Ok(())
+                } else {
+                    let mut trainers = Vec::new();
+                    if let Some(f) = fused.take() {
+                        trainers = f.into_trainers().unwrap_or_default();
+                    }
+                    for j in joiners {
+                        trainers.push(j.trainer);
+                        links.push(Link {
+                            token: j.token,
+                            tell: j.tell,
+                        });
+                    }
+                    (trainers.len() == links.len())
+                        .then_some(())
+                        .ok_or_else(|| TrialsError::Train("a pack lost its members".into()))
+                        .and_then(|()| FusedTrainer::new(trainers))
+                        .map(|f| fused = Some(f))
+                };
+                let reports = formed.and_then(|()| match fused.as_mut() {
+                    Some(f) => f.train_epoch(),
+                    None => Err(TrialsError::Train("a pack lost its model".into())),
+                });
+                let leaving = match reports {
+                    Ok(reports) => self.decide_epoch(&mut fused, &links, reports, &decisions),
+                    Err(e) => {
+                        // The pack itself failed (the device, most likely): so do its members.
+                        for link in &links {
+                            let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0));
+                        }
+                        vec![true; links.len()]
+                    }
+                };
+                self.drop_members(id, &mut fused, &mut links, &leaving);
+            }
+        };
+        match threads {
+            Some(n) => match rayon::ThreadPoolBuilder::new().num_threads(n).build() {
+                Ok(pool) => pool.install(run),
+                Err(_) => run(),
+            },
+            None => run(),
+        }
+    }
+
+    /// The epoch boundary: waits for trials still arriving on the slot, then takes the
+    /// pack's joiners. `None` (and the pack closes) when it has no member and none joins.
+    fn boundary(&self, id: u64, slot: &str, empty: bool) -> Option<Vec<Joiner>> {
+        let mut hub = self.hub();
+        while hub.arriving.get(slot).is_some_and(|&n| n > 0) {
+            hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
+        }
+        let at = hub.packs.iter().position(|p| p.id == id)?;
+        let joiners = std::mem::take(&mut hub.packs[at].joiners);
+        if empty && joiners.is_empty() {
+            hub.packs.swap_remove(at);
+            return None;
+        }
+        Some(joiners)
+    }
+
+    /// Tells each member its report and waits for every decision, checkpointing where asked.
+    /// Returns which members leave the pack.
+    fn decide_epoch(
+        &self,
+        fused: &mut Option<FusedTrainer>,
+        links: &[Link],
+        reports: Vec<Result<EpochReport, TrialsError>>,
+        decisions: &mpsc::Receiver<(u64, Decision)>,
+    ) -> Vec<bool> {
+        let mut leaving = vec![false; links.len()];
+        let mut owed = 0;
+        let trained = links.len();
+        for ((link, report), leaves) in links.iter().zip(reports).zip(&mut leaving) {
+            let failed = report.is_err();
+            let heard = link
+                .tell
+                .send(FromPack::Epoch(report.map_err(|e| e.to_string()), trained))
+                .is_ok();
+            *leaves = failed || !heard;
+            owed += usize::from(!*leaves);
+        }
+        while owed > 0 {
+            // The hub's entry holds a sender, so this waits for a member rather than failing.
+            let Ok((token, decision)) = decisions.recv() else {
+                break;
+            };
+            let Some(k) = links.iter().position(|l| l.token == token) else {
+                continue;
+            };
+            owed -= 1;
+            let mut save = |dir: &PathBuf| -> Result<bool, String> {
+                let f = fused.as_mut().ok_or("the pack has no model")?;
+                let member = f.member(k).map_err(|e| e.to_string())?;
+                member.save(dir).map_err(|e| e.to_string())?;
+                Ok(member.finished())
+            };
+            leaving[k] = match &decision {
+                Decision::Continue(dir) => {
+                    let saved = save(dir);
+                    let out = !matches!(saved, Ok(false));
+                    let _ = links[k].tell.send(FromPack::Saved(saved));
+                    out
+                }
+                Decision::Pause(dir) => {
+                    let saved = save(dir).map(|_| true);
+                    let _ = links[k].tell.send(FromPack::Saved(saved));
+                    true
+                }
+                Decision::Leave => true,
+            };
+        }
+        leaving
+    }
+
+    /// Takes the members that leave out of the pack (and out of its count in the hub). Should
+    /// the pack fail to re-form, the others are told and leave too.
+    fn drop_members(
+        &self,
+        id: u64,
+        fused: &mut Option<FusedTrainer>,
+        links: &mut Vec<Link>,
+        leaving: &[bool],
+    ) {
+        let before = links.len();
+        if leaving.iter().any(|&l| l) {
+            let stays = |k: usize| !leaving[k];
+            let mut k = 0;
+            links.retain(|_| {
+                k += 1;
+                stays(k - 1)
+            });
+            let reformed = match fused.take() {
+                Some(f) if !links.is_empty() => f.into_trainers().and_then(|trainers| {
+                    let kept = trainers
+                        .into_iter()
+                        .enumerate()
+                        .filter(|&(k, _)| stays(k))
+                        .map(|(_, t)| t)
+                        .collect();
+                    FusedTrainer::new(kept).map(Some)
+                }),
+                _ => Ok(None),
+            };
+            match reformed {
+                Ok(f) => *fused = f,
+                Err(e) => {
+                    for link in links.drain(..) {
+                        let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0));
+                    }
+                }
+            }
+        }
+        let gone = before - links.len();
+        if gone > 0 {
+            if let Some(p) = self.hub().packs.iter_mut().find(|p| p.id == id) {
+                p.size = p.size.saturating_sub(gone);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tune_trials::{Builtin, DataSpec, Split, TrainConfig};
+
+    fn wine() -> Split {
+        DataSpec {
+            dataset: Some("wine".into()),
+            ..DataSpec::default()
+        }
+        .load(".".as_ref())
+        .unwrap()
+    }
+
+    fn trainer(split: &Split, i: usize) -> Trainer {
+        let cfg = TrainConfig {
+            width: 12,
+            batch_size: 16,
+            epochs: 3,
+            lr: 0.01 * (i + 1) as f64,
+            ..TrainConfig::default()
+        };
+        Trainer::new(Builtin::Mlp, cfg, split, &Device::Cpu, i as u64).unwrap()
+    }
+
+    #[test]
+    fn trials_arriving_together_share_a_pack_and_leave_it_at_boundaries() {
+        let split = Arc::new(wine());
+        let tmp = tempfile::tempdir().unwrap();
+        let packs = Packs::new(4, Some(1));
+        // All three have arrived before any joins: the pack's first epoch waits for them.
+        let arrivals: Vec<Arrival> = (0..3).map(|_| packs.arrive("cpu:0")).collect();
+        let members: Vec<_> = arrivals
+            .into_iter()
+            .enumerate()
+            .map(|(i, arrival)| {
+                let (split, dir) = (split.clone(), tmp.path().join(i.to_string()));
+                std::thread::spawn(move || {
+                    let t = trainer(&split, i);
+                    let key = t.fuse_key().unwrap();
+                    let mut member = arrival.join(t, key);
+                    let mut heard = Vec::new();
+                    loop {
+                        let (report, trials) = member.next_epoch().unwrap();
+                        heard.push((report, trials));
+                        if i == 0 {
+                            // Ends without deciding, as a failing trial would: it leaves.
+                            return heard;
+                        }
+                        std::fs::create_dir_all(&dir).unwrap();
+                        if member.decide(Decision::Continue(dir.clone())).unwrap() {
+                            return heard;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for (i, handle) in members.into_iter().enumerate() {
+            let heard = handle.join().unwrap();
+            let mut alone = trainer(&split, i);
+            let sizes: Vec<usize> = heard.iter().map(|h| h.1).collect();
+            // Member 0 left after the first epoch; the others went on as a pack of two.
+            assert_eq!(
+                sizes,
+                if i == 0 { vec![3] } else { vec![3, 2, 2] },
+                "member {i}"
+            );
+            for (fused, _) in &heard {
+                let want = alone.train_epoch().unwrap();
+                assert_eq!(fused.epoch, want.epoch);
+                assert_eq!(fused.val_loss, want.val_loss, "member {i}");
+                assert_eq!(fused.val_accuracy, want.val_accuracy, "member {i}");
+                assert_eq!(fused.lr, want.lr, "member {i}");
+                assert!(
+                    (fused.train_loss - want.train_loss).abs() < 1e-5,
+                    "member {i}"
+                );
+            }
+            if i > 0 {
+                // The pack wrote the last checkpoint: it restores to the trial trained alone.
+                let mut restored = trainer(&split, i);
+                restored.restore(&tmp.path().join(i.to_string())).unwrap();
+                assert_eq!(restored.epoch(), 3);
+                assert_eq!(restored.evaluate().unwrap(), alone.evaluate().unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn trials_of_other_shapes_or_slots_get_packs_of_their_own() {
+        let split = wine();
+        let packs = Packs::new(2, Some(1));
+        let other = {
+            let cfg = TrainConfig {
+                width: 20,
+                epochs: 3,
+                ..TrainConfig::default()
+            };
+            Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, 9).unwrap()
+        };
+        // Every trial arrives before any joins, so no pack starts an epoch short.
+        let slots = ["cpu:0", "cpu:0", "cpu:0", "cpu:0", "cpu:1"];
+        let arrivals: Vec<Arrival> = slots.iter().map(|s| packs.arrive(s)).collect();
+        let trainers = [
+            trainer(&split, 0),
+            trainer(&split, 1),
+            // The pack of two is full: a third of that shape starts another.
+            trainer(&split, 2),
+            other,
+            // Same shape, other slot.
+            trainer(&split, 3),
+        ];
+        let mut hold: Vec<Member> = arrivals
+            .into_iter()
+            .zip(trainers)
+            .map(|(a, t)| {
+                let key = t.fuse_key().unwrap();
+                a.join(t, key)
+            })
+            .collect();
+        let sizes: Vec<usize> = hold.iter_mut().map(|m| m.next_epoch().unwrap().1).collect();
+        assert_eq!(sizes, [2, 2, 1, 1, 1]);
+        for m in &mut hold {
+            assert!(m.decide(Decision::Leave).unwrap());
+        }
+    }
+}
