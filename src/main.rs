@@ -484,7 +484,8 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
         } => plot(&Named::new(experiment, &store)?, &out, format, chart),
         Command::Status { experiment, store } => {
             let sweep = SweepState::load(&Named::new(experiment, &store)?)?;
-            quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &sweep))?;
+            let gpus = tune_trials::gpu_use().unwrap_or_default();
+            quiet_on_broken_pipe(print_status(&mut std::io::stdout().lock(), &sweep, &gpus))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Export {
@@ -1063,7 +1064,12 @@ fn mode_text(mode: tune::Mode) -> &'static str {
     }
 }
 
-fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()> {
+/// The sweep's state; `gpus`: this machine's, shown when it has any (NVML).
+fn print_status(
+    out: &mut impl Write,
+    sweep: &SweepState,
+    gpus: &[tune_trials::GpuUse],
+) -> std::io::Result<()> {
     let spec = &sweep.spec;
     let trials = &sweep.trials;
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
@@ -1131,6 +1137,12 @@ fn print_status(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<()>
     }?;
     if let Some(coordinator) = &sweep.serving.coordinator {
         writeln!(out, "coordinator: {coordinator}")?;
+    }
+    if !gpus.is_empty() {
+        writeln!(out, "gpus of this machine:")?;
+    }
+    for g in gpus {
+        writeln!(out, "  {}", g.line())?;
     }
     if !sweep.serving.workers.is_empty() {
         writeln!(out, "workers:")?;

@@ -101,6 +101,8 @@ pub enum Update {
     Ended { at: u64, interrupted: bool },
     /// The remote workers serving the sweep (`tune worker`), all of them.
     Workers(Vec<WorkerInfo>),
+    /// This machine's GPUs, sampled through NVML (none without an NVIDIA driver).
+    Gpus(Vec<tune_trials::GpuUse>),
 }
 
 /// Everything a dashboard shows.
@@ -129,6 +131,9 @@ pub struct Board {
     pub log: VecDeque<(u64, String)>,
     /// When the sweep ended and whether it was interrupted.
     pub ended: Option<(u64, bool)>,
+    /// The GPUs of the machine the sweep runs on, as last sampled.
+    #[serde(default)]
+    pub gpus: Vec<tune_trials::GpuUse>,
 }
 
 impl Board {
@@ -199,6 +204,7 @@ impl Board {
             }
             Update::Scheduler(lines) => self.scheduler = lines,
             Update::Workers(workers) => self.remote = workers,
+            Update::Gpus(gpus) => self.gpus = gpus,
             Update::Log { at, text } => self.log_line(at, text),
             Update::Ended { at, interrupted } => {
                 self.ended = Some((at, interrupted));

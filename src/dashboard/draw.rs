@@ -460,6 +460,7 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
             }
         })
         .collect();
+    lines.extend(b.gpus.iter().map(|g| Line::from(g.line())));
     // Remote workers: those serving now, then any only a trial's device names (it exited).
     let mut names: Vec<&str> = b.remote.iter().map(|w| w.id.as_str()).collect();
     for (slot, _) in slots() {
@@ -891,6 +892,23 @@ mod tests {
             "{workers}"
         );
         assert!(workers.contains("cpu:1   idle"), "{workers}");
+    }
+
+    #[test]
+    fn the_workers_panel_shows_each_gpus_use() {
+        let mut app = mixed();
+        app.board.apply(Update::Gpus(vec![tune_trials::GpuUse {
+            index: 0,
+            name: "NVIDIA H100".into(),
+            busy_percent: 91,
+            memory_used_bytes: 10 << 30,
+            memory_total_bytes: 80 << 30,
+        }]));
+        let workers = panel(60, 5, |f, a| draw_workers(f, a, &app, T0));
+        assert!(
+            workers.contains("gpu 0 NVIDIA H100 · 91% busy · 10.0 / 80.0 GiB"),
+            "{workers}"
+        );
     }
 
     #[test]

@@ -144,8 +144,14 @@ fn event_loop(
                 }
             }
         }
-        // The clock in the header moves even when nothing else does.
+        // The clock in the header moves even when nothing else does; GPUs are sampled as
+        // often, where the sweep runs in this process (a watcher's machine is not its).
         if dirty || drawn_at.elapsed() >= Duration::from_secs(1) {
+            if stop.is_some() {
+                if let Some(gpus) = tune_trials::gpu_use() {
+                    app.board.apply(Update::Gpus(gpus));
+                }
+            }
             terminal.draw(|frame| draw(frame, &mut app, theme, now_ms()))?;
             dirty = false;
             drawn_at = Instant::now();

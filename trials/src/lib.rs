@@ -21,6 +21,7 @@ mod early_stopping;
 mod fused;
 pub mod gpu;
 mod model;
+mod nvml;
 mod optim;
 mod trainer;
 
@@ -31,6 +32,7 @@ pub use device::open_device;
 pub use early_stopping::EarlyStopping;
 pub use fused::{FuseKey, FusedTrainer};
 pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
+pub use nvml::{gpu_use, GpuUse};
 pub use optim::{lr_at, Optimizer};
 pub use trainer::{Builtin, EpochReport, Trainer};
 
