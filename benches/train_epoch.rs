@@ -12,7 +12,8 @@
 //!
 //! The fused rows train K MLP trials of that shape as one model (`FusedTrainer`, HFTA), each
 //! with its own learning rate, weight decay, betas and seed, and report the time per
-//! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another.
+//! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another;
+//! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench).
 
 use std::process::Command;
 use std::time::Instant;
@@ -56,28 +57,35 @@ fn epoch_ms(builtin: Builtin, split: &Split, device: &Device) -> f64 {
     median(times)
 }
 
-/// The i-th of K MLP trials of the bench's shape: the hyperparameters a sweep varies differ.
-fn member(i: usize) -> (TrainConfig, u64) {
+/// The i-th of K MLP trials of `shape`: the hyperparameters a sweep varies differ.
+fn member(shape: &TrainConfig, i: usize) -> (TrainConfig, u64) {
     let cfg = TrainConfig {
-        depth: 2,
-        width: 128,
-        batch_size: 64,
         epochs: 1000,
         lr: 1e-3 * (1.0 + i as f64 * 0.37),
         weight_decay: 1e-4 * (i % 5) as f64,
         beta1: 0.85 + 0.01 * (i % 10) as f64,
-        ..TrainConfig::default()
+        ..shape.clone()
     };
     (cfg, i as u64)
 }
 
-/// Milliseconds per trial-epoch of `k` members trained as one pack, and of the same members
-/// trained one after another.
-fn fused_ms(k: usize, split: &Split, device: &Device) -> (f64, f64) {
+/// The digits MLP of the fused rows.
+fn digits_mlp() -> TrainConfig {
+    TrainConfig {
+        depth: 2,
+        width: 128,
+        batch_size: 64,
+        ..TrainConfig::default()
+    }
+}
+
+/// Milliseconds per trial-epoch of `k` members of `shape` trained as one pack, and of the
+/// same members trained one after another.
+fn fused_ms(k: usize, shape: &TrainConfig, split: &Split, device: &Device) -> (f64, f64) {
     let trainers = || -> Vec<Trainer> {
         (0..k)
             .map(|i| {
-                let (cfg, seed) = member(i);
+                let (cfg, seed) = member(shape, i);
                 Trainer::new(Builtin::Mlp, cfg, split, device, seed).expect("trainer")
             })
             .collect()
@@ -189,8 +197,10 @@ fn main() {
     println!("| K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for k in PACKS {
-        let (cpu_fused, cpu_alone) = fused_ms(k, &split, &Device::Cpu);
-        let on_gpu = gpu_device.as_ref().map(|d| fused_ms(k, &split, d));
+        let (cpu_fused, cpu_alone) = fused_ms(k, &digits_mlp(), &split, &Device::Cpu);
+        let on_gpu = gpu_device
+            .as_ref()
+            .map(|d| fused_ms(k, &digits_mlp(), &split, d));
         println!(
             "| {k} | {cpu_fused:.2} | {cpu_alone:.2} | {:.2} | {} | {} | {} |",
             cpu_alone / cpu_fused,
@@ -198,6 +208,32 @@ fn main() {
             ms(on_gpu.map(|g| g.1)),
             ratio(on_gpu.map(|g| g.1), on_gpu.map(|g| g.0)),
         );
+    }
+    // The GPU-sized workload (examples/glyphs): seconds per epoch on CPU, so GPU only.
+    if let Some(device) = &gpu_device {
+        let glyphs = DataSpec {
+            dataset: Some("glyphs".into()),
+            samples: 20_000,
+            classes: 10,
+            noise: 0.3,
+            ..DataSpec::default()
+        }
+        .load(".".as_ref())
+        .expect("glyphs");
+        let wide = TrainConfig {
+            depth: 3,
+            width: 1024,
+            batch_size: 256,
+            ..TrainConfig::default()
+        };
+        println!();
+        println!("fused 3x1024 MLPs on glyphs (16,000 rows, batch 256), GPU: ms per trial-epoch");
+        println!("| K | fused | unfused | unfused / fused |");
+        println!("| ---: | ---: | ---: | ---: |");
+        for k in PACKS {
+            let (fused, alone) = fused_ms(k, &wide, &glyphs, device);
+            println!("| {k} | {fused:.2} | {alone:.2} | {:.2} |", alone / fused);
+        }
     }
     if let Some(p) = &peer_cpu {
         println!(

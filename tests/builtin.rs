@@ -283,6 +283,31 @@ fn the_mlp_digits_example_is_a_valid_spec() {
     assert_eq!(spec.objective.unwrap().builtin.as_deref(), Some("mlp"));
 }
 
+#[test]
+fn the_glyphs_example_fixes_the_shape_so_its_trials_fuse() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/glyphs/space.toml");
+    let (spec, _) = tune::ExperimentSpec::read(&path).unwrap();
+    assert_eq!((spec.samples, spec.space.len()), (64, 5));
+    // No searched key changes a trial's shape (see `FuseKey`): every trial can join a pack.
+    for p in spec.space.params() {
+        assert!(
+            ![
+                "depth",
+                "width",
+                "batch_size",
+                "optimizer",
+                "activation",
+                "nesterov"
+            ]
+            .contains(&p.name.as_str()),
+            "{} changes the shape",
+            p.name
+        );
+    }
+    assert_eq!(spec.trials_per_pack(true), tune::Fuse::AUTO_GPU);
+    assert_eq!(spec.trials_per_pack(false), 1);
+}
+
 /// PBT on a built-in trainable: an exploited trial continues from its source's checkpoint
 /// (its next epoch follows the source's), under perturbed params.
 #[test]

@@ -27,7 +27,10 @@ mod trainer;
 
 pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
 pub use config::{Activation, LrDecay, OptimizerKind, TrainConfig, ARCHITECTURE_KEYS, TRAIN_KEYS};
-pub use data::{blobs, read_csv, spirals, DataSpec, Dataset, Split, DATASETS, DATA_KEYS};
+pub use data::{
+    blobs, glyphs, read_csv, spirals, DataSpec, Dataset, Split, DATASETS, DATA_KEYS, GLYPH_SHAPES,
+    GLYPH_SIDE,
+};
 pub use device::open_device;
 pub use early_stopping::EarlyStopping;
 pub use fused::{FuseKey, FusedTrainer};

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::TrialsError;
 
 pub use csv::read_csv;
-pub use synthetic::{blobs, spirals};
+pub use synthetic::{blobs, glyphs, spirals, GLYPH_SHAPES, GLYPH_SIDE};
 
 /// A labelled classification dataset, features row-major.
 ///
@@ -47,7 +47,7 @@ pub struct Dataset {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSpec {
-    /// `digits`, `wine`, `breast_cancer`, `spirals` or `blobs`.
+    /// `digits`, `wine`, `breast_cancer`, `spirals`, `blobs` or `glyphs`.
     pub dataset: Option<String>,
     /// A CSV file of the user's own (header line, numeric features, one label column).
     pub csv: Option<PathBuf>,
@@ -81,7 +81,14 @@ impl Default for DataSpec {
 }
 
 /// The names `dataset =` accepts.
-pub const DATASETS: [&str; 5] = ["digits", "wine", "breast_cancer", "spirals", "blobs"];
+pub const DATASETS: [&str; 6] = [
+    "digits",
+    "wine",
+    "breast_cancer",
+    "spirals",
+    "blobs",
+    "glyphs",
+];
 
 /// The keys of [`DataSpec`], as written in TOML.
 pub const DATA_KEYS: [&str; 8] = [
@@ -121,6 +128,7 @@ impl DataSpec {
             (Some(name), None) => match name.as_str() {
                 "spirals" => spirals(self.samples, self.classes, self.noise, self.split_seed)?,
                 "blobs" => blobs(self.samples, self.classes, self.noise, self.split_seed)?,
+                "glyphs" => glyphs(self.samples, self.classes, self.noise, self.split_seed)?,
                 _ => Dataset::builtin(name)?,
             },
         };
