@@ -227,17 +227,26 @@ impl FusedTrainer {
             .iter()
             .map(|m| m.epoch * m.steps_per_epoch())
             .collect();
-        let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
-        let mut lrs: Vec<f64> = self.members.iter().map(|m| m.cfg.lr).collect();
         let batch_size = self.key.batch_size;
-        let mut rows = Vec::with_capacity(members * batch_size);
+        let batches = n.div_ceil(batch_size);
+        // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
+        // upload from pageable memory waits for the queue to drain.
+        let order = Tensor::from_vec(orders.concat(), (members, n), &self.device)?;
+        let lrs: Vec<Vec<f64>> = (0..batches)
+            .map(|i| {
+                self.members
+                    .iter()
+                    .zip(&first_updates)
+                    .map(|(m, &first)| m.lr_at_update(first + i as u64))
+                    .collect()
+            })
+            .collect();
+        let coefficients =
+            Coefficients::new(&self.members, self.key.optimizer, &lrs, &self.device)?;
+        let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
         for (i, start) in (0..n).step_by(batch_size).enumerate() {
             let len = batch_size.min(n - start);
-            rows.clear();
-            for order in &orders {
-                rows.extend_from_slice(&order[start..start + len]);
-            }
-            let idx = Tensor::new(rows.as_slice(), &self.device)?;
+            let idx = order.narrow(1, start, len)?.flatten_all()?;
             let bx = x.index_select(&idx, 0)?.reshape((members, len, features))?;
             let by = y.index_select(&idx, 0)?;
             let logits = self.forward(&bx, dropout.then_some(dropouts.as_mut_slice()))?;
@@ -248,10 +257,7 @@ impl FusedTrainer {
             // member's: each weight's gradient is then the unfused one, to the bit.
             let loss = picked.sum_all()?.affine(-1.0 / len as f64, 0.0)?;
             let grads = loss.backward()?;
-            for (k, m) in self.members.iter().enumerate() {
-                lrs[k] = m.lr_at_update(first_updates[k] + i as u64);
-            }
-            self.step(&grads, &lrs)?;
+            self.step(&grads, &coefficients, i)?;
             let member_losses = picked
                 .detach()
                 .reshape((members, len))?
@@ -259,6 +265,7 @@ impl FusedTrainer {
                 .affine(-1.0 / len as f64, 0.0)?;
             loss_sums = (loss_sums + member_losses.affine(len as f64, 0.0)?)?;
         }
+        let lrs = lrs.last().cloned().unwrap_or_default();
         let train_losses = loss_sums.to_vec1::<f32>()?;
         let validation = self.evaluate()?;
         Ok(self
@@ -373,39 +380,28 @@ impl FusedTrainer {
         linear(&h, &last[0], &last[1])
     }
 
-    /// One optimizer update of every member, with each member's coefficients broadcast over
-    /// its slice: the same operations, in the same order, as [`crate::Optimizer::step`].
-    fn step(&mut self, grads: &GradStore, lrs: &[f64]) -> Result<(), TrialsError> {
+    /// Optimizer update `i` of the epoch for every member, with each member's coefficients
+    /// broadcast over its slice: the same operations, in the same order, as
+    /// [`crate::Optimizer::step`].
+    fn step(&mut self, grads: &GradStore, c: &Coefficients, i: usize) -> Result<(), TrialsError> {
         for m in &mut self.members {
             m.optimizer.steps += 1;
         }
-        let members = &self.members;
-        let device = &self.device;
-        let per_member = |f: &dyn Fn(usize, &Trainer) -> f64| -> candle_core::Result<Tensor> {
-            let values: Vec<f32> = members
-                .iter()
-                .enumerate()
-                .map(|(k, m)| f(k, m) as f32)
-                .collect();
-            Tensor::from_vec(values, (members.len(), 1, 1), device)
-        };
+        let at = |t: &Tensor| t.get(i);
         match self.key.optimizer {
             OptimizerKind::Sgd => {
-                let decay = members.iter().any(|m| m.cfg.weight_decay > 0.0);
-                let weight_decay = per_member(&|_, m| m.cfg.weight_decay)?;
-                let momentum = per_member(&|_, m| m.cfg.momentum)?;
-                let lr = per_member(&|k, _| lrs[k])?;
+                let lr = at(&c.step)?;
                 for (j, var) in self.vars.iter().enumerate() {
                     let g = gradient(grads, var, j)?;
                     let p = var.as_tensor();
-                    let g = if decay {
-                        (g + p.broadcast_mul(&weight_decay)?)?
+                    let g = if c.decay {
+                        (g + p.broadcast_mul(&c.weight_decay)?)?
                     } else {
                         g.clone()
                     };
-                    let buf = (self.state[j][0].broadcast_mul(&momentum)? + &g)?;
+                    let buf = (self.state[j][0].broadcast_mul(&c.beta1)? + &g)?;
                     let update = if self.key.nesterov {
-                        (g + buf.broadcast_mul(&momentum)?)?
+                        (g + buf.broadcast_mul(&c.beta1)?)?
                     } else {
                         buf.clone()
                     };
@@ -414,23 +410,16 @@ impl FusedTrainer {
                 }
             }
             OptimizerKind::Adamw => {
-                let t = |m: &Trainer| m.optimizer.steps as i32;
-                let decayed = per_member(&|k, m| 1.0 - lrs[k] * m.cfg.weight_decay)?;
-                let beta1 = per_member(&|_, m| m.cfg.beta1)?;
-                let rest1 = per_member(&|_, m| 1.0 - m.cfg.beta1)?;
-                let beta2 = per_member(&|_, m| m.cfg.beta2)?;
-                let rest2 = per_member(&|_, m| 1.0 - m.cfg.beta2)?;
-                let unbias2 = per_member(&|_, m| 1.0 / (1.0 - m.cfg.beta2.powi(t(m))).sqrt())?;
-                let eps = per_member(&|_, m| m.cfg.eps)?;
-                let step = per_member(&|k, m| lrs[k] / (1.0 - m.cfg.beta1.powi(t(m))))?;
+                let (decayed, unbias2, step) = (at(&c.decayed)?, at(&c.unbias2)?, at(&c.step)?);
                 for (j, var) in self.vars.iter().enumerate() {
                     let g = gradient(grads, var, j)?;
                     let p = var.as_tensor();
                     let kept = p.broadcast_mul(&decayed)?;
-                    let m = (self.state[j][0].broadcast_mul(&beta1)? + g.broadcast_mul(&rest1)?)?;
-                    let v = (self.state[j][1].broadcast_mul(&beta2)?
-                        + g.sqr()?.broadcast_mul(&rest2)?)?;
-                    let denom = v.sqrt()?.broadcast_mul(&unbias2)?.broadcast_add(&eps)?;
+                    let m =
+                        (self.state[j][0].broadcast_mul(&c.beta1)? + g.broadcast_mul(&c.rest1)?)?;
+                    let v = (self.state[j][1].broadcast_mul(&c.beta2)?
+                        + g.sqr()?.broadcast_mul(&c.rest2)?)?;
+                    let denom = v.sqrt()?.broadcast_mul(&unbias2)?.broadcast_add(&c.eps)?;
                     let update = m.div(&denom)?.broadcast_mul(&step)?;
                     var.set(&(kept - update)?)?;
                     self.state[j][0] = m;
@@ -439,6 +428,71 @@ impl FusedTrainer {
             }
         }
         Ok(())
+    }
+}
+
+/// The members' optimizer coefficients for one epoch, on the pack's device: `(K, 1, 1)`
+/// tensors for those fixed through the epoch, `(updates, K, 1, 1)` for those that change with
+/// each update (the learning rate's schedule, Adam's bias corrections).
+struct Coefficients {
+    /// SGD: whether any member decays; its weight decay, and its momentum in `beta1`.
+    decay: bool,
+    weight_decay: Tensor,
+    beta1: Tensor,
+    rest1: Tensor,
+    beta2: Tensor,
+    rest2: Tensor,
+    eps: Tensor,
+    /// Per update: AdamW's `1 - lr * weight_decay`, its `1 / sqrt(1 - beta2^t)`, and the step
+    /// size (`lr / (1 - beta1^t)`; SGD's `lr`).
+    decayed: Tensor,
+    unbias2: Tensor,
+    step: Tensor,
+}
+
+impl Coefficients {
+    /// For an epoch whose update `i` has learning rates `lrs[i]`, one per member, starting
+    /// after each member's `optimizer.steps` updates.
+    fn new(
+        members: &[Trainer],
+        kind: OptimizerKind,
+        lrs: &[Vec<f64>],
+        device: &Device,
+    ) -> candle_core::Result<Coefficients> {
+        let k = members.len();
+        let fixed = |f: &dyn Fn(&Trainer) -> f64| {
+            let values: Vec<f32> = members.iter().map(|m| f(m) as f32).collect();
+            Tensor::from_vec(values, (k, 1, 1), device)
+        };
+        let per_update = |f: &dyn Fn(f64, &Trainer, i32) -> f64| {
+            let mut values = Vec::with_capacity(lrs.len() * k);
+            for (i, update) in lrs.iter().enumerate() {
+                for (m, &lr) in members.iter().zip(update) {
+                    let t = (m.optimizer.steps + 1 + i as u64) as i32;
+                    values.push(f(lr, m, t) as f32);
+                }
+            }
+            Tensor::from_vec(values, (lrs.len(), k, 1, 1), device)
+        };
+        let sgd = kind == OptimizerKind::Sgd;
+        Ok(Coefficients {
+            decay: members.iter().any(|m| m.cfg.weight_decay > 0.0),
+            weight_decay: fixed(&|m| m.cfg.weight_decay)?,
+            beta1: fixed(&|m| if sgd { m.cfg.momentum } else { m.cfg.beta1 })?,
+            rest1: fixed(&|m| 1.0 - m.cfg.beta1)?,
+            beta2: fixed(&|m| m.cfg.beta2)?,
+            rest2: fixed(&|m| 1.0 - m.cfg.beta2)?,
+            eps: fixed(&|m| m.cfg.eps)?,
+            decayed: per_update(&|lr, m, _| 1.0 - lr * m.cfg.weight_decay)?,
+            unbias2: per_update(&|_, m, t| 1.0 / (1.0 - m.cfg.beta2.powi(t)).sqrt())?,
+            step: per_update(&|lr, m, t| {
+                if sgd {
+                    lr
+                } else {
+                    lr / (1.0 - m.cfg.beta1.powi(t))
+                }
+            })?,
+        })
     }
 }
 

@@ -182,8 +182,11 @@ impl Trainer {
         let mut loss_sum = Tensor::zeros((), DType::F32, &self.device)?;
         let mut lr = self.cfg.lr;
         let first_update = self.epoch * self.steps_per_epoch();
+        // One upload per epoch: on a GPU each upload from pageable memory waits for the queue.
+        let rows = Tensor::new(order.as_slice(), &self.device)?;
         for (i, batch) in order.chunks(self.cfg.batch_size).enumerate() {
-            let idx = Tensor::new(batch, &self.device)?;
+            let start = i * self.cfg.batch_size;
+            let idx = rows.narrow(0, start, batch.len())?;
             let (bx, by) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?);
             let logits = self.model.forward(&bx, Some(&mut dropout))?;
             let loss = candle_nn::loss::cross_entropy(&logits, &by)?;
