@@ -677,7 +677,7 @@ pub(crate) fn spec_objective(
             obj,
             &workdir,
             slots,
-            trials_per_pack,
+            (trials_per_pack, spec.resources.trials_per_gpu as usize),
         )?));
     }
     check_program(&obj.command[0], &workdir)?;

@@ -16,12 +16,13 @@ use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
 
 /// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
-/// taken from `workdir`. `trials_per_pack` above 1 fuses same-shaped trials of a slot.
+/// taken from `workdir`. `trials_per_pack` above 1 fuses same-shaped trials of a slot; a
+/// GPU trains up to `trials_per_gpu` packs at once.
 pub(crate) fn builtin_objective(
     obj: &ObjectiveSpec,
     workdir: &Path,
     cpu_slots: usize,
-    trials_per_pack: usize,
+    (trials_per_pack, trials_per_gpu): (usize, usize),
 ) -> Result<Arc<ObjectiveFn>, TuneError> {
     let name = obj.builtin.as_deref().unwrap_or_default();
     let builtin: Builtin = name
@@ -44,7 +45,7 @@ pub(crate) fn builtin_objective(
         )));
     }
     let threads = threads_per_trial(cpu_slots);
-    let packs = (trials_per_pack > 1).then(|| Packs::new(trials_per_pack, threads));
+    let packs = (trials_per_pack > 1).then(|| Packs::new(trials_per_pack, trials_per_gpu, threads));
     Ok(Arc::new(move |ctx: &mut TrialContext| match threads {
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n)

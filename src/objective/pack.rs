@@ -20,6 +20,8 @@ use super::BoxError;
 pub(crate) struct Packs {
     /// Most trials in one pack.
     size: usize,
+    /// Most packs of one GPU training at once (its shares); a CPU slot trains one at a time.
+    per_gpu: usize,
     /// Threads of a pack's computation (`None`: as `RAYON_NUM_THREADS` says).
     threads: Option<usize>,
     state: Mutex<Hub>,
@@ -36,6 +38,10 @@ struct Hub {
     next_id: u64,
     /// One device per slot: members of a pack must have their tensors on the same one.
     devices: HashMap<String, Device>,
+    /// Per slot: packs training an epoch now. Packs of different shapes on one slot take
+    /// turns, so that a slot (its share of the cores, a GPU share) trains one model at a time
+    /// as it does unfused, rather than several whose kernels only queue behind each other.
+    training: HashMap<String, usize>,
 }
 
 /// An open pack, as trials looking for one see it.
@@ -74,9 +80,10 @@ pub(crate) enum Decision {
 }
 
 impl Packs {
-    pub(crate) fn new(size: usize, threads: Option<usize>) -> Arc<Packs> {
+    pub(crate) fn new(size: usize, per_gpu: usize, threads: Option<usize>) -> Arc<Packs> {
         Arc::new(Packs {
             size,
+            per_gpu: per_gpu.max(1),
             threads,
             state: Mutex::new(Hub::default()),
             changed: Condvar::new(),
@@ -246,6 +253,21 @@ impl Drop for Member {
     }
 }
 
+/// A pack's turn to train on its slot.
+struct Turn {
+    packs: Arc<Packs>,
+    slot: String,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(n) = self.packs.hub().training.get_mut(&self.slot) {
+            *n = n.saturating_sub(1);
+        }
+        self.packs.changed.notify_all();
+    }
+}
+
 /// A member as its pack sees it.
 struct Link {
     token: u64,
@@ -287,10 +309,12 @@ impl Packs {
                         .and_then(|()| FusedTrainer::new(trainers))
                         .map(|f| fused = Some(f))
                 };
+                let turn = self.take_turn(&slot);
                 let reports = formed.and_then(|()| match fused.as_mut() {
                     Some(f) => f.train_epoch(),
                     None => Err(TrialsError::Train("a pack lost its model".into())),
                 });
+                drop(turn);
                 let leaving = match reports {
                     Ok(reports) => self.decide_epoch(&mut fused, &links, reports, &decisions),
                     Err(e) => {
@@ -310,6 +334,24 @@ impl Packs {
                 Err(_) => run(),
             },
             None => run(),
+        }
+    }
+
+    /// Waits until the slot may train one more pack; the turn ends when the guard drops.
+    fn take_turn(self: &Arc<Self>, slot: &str) -> Turn {
+        let at_once = if slot.starts_with("cuda:") {
+            self.per_gpu
+        } else {
+            1
+        };
+        let mut hub = self.hub();
+        while hub.training.get(slot).is_some_and(|&n| n >= at_once) {
+            hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
+        }
+        *hub.training.entry(slot.to_string()).or_default() += 1;
+        Turn {
+            packs: self.clone(),
+            slot: slot.to_string(),
         }
     }
 
@@ -459,7 +501,7 @@ mod tests {
     fn trials_arriving_together_share_a_pack_and_leave_it_at_boundaries() {
         let split = Arc::new(wine());
         let tmp = tempfile::tempdir().unwrap();
-        let packs = Packs::new(4, Some(1));
+        let packs = Packs::new(4, 1, Some(1));
         // All three have arrived before any joins: the pack's first epoch waits for them.
         let arrivals: Vec<Arrival> = (0..3).map(|_| packs.arrive("cpu:0")).collect();
         let members: Vec<_> = arrivals
@@ -519,9 +561,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cpu_slot_trains_one_pack_at_a_time_and_a_gpu_as_many_as_its_shares() {
+        let packs = Packs::new(4, 2, Some(1));
+        let training = |slot: &str| packs.hub().training.get(slot).copied().unwrap_or(0);
+        let gpu = (packs.take_turn("cuda:0"), packs.take_turn("cuda:0"));
+        assert_eq!(training("cuda:0"), 2);
+        let cpu = packs.take_turn("cpu:0");
+        let (tx, rx) = mpsc::channel();
+        let waiting = {
+            let packs = packs.clone();
+            std::thread::spawn(move || {
+                let _turn = packs.take_turn("cpu:0");
+                tx.send(packs.hub().training["cpu:0"]).unwrap();
+            })
+        };
+        // The second pack of cpu:0 gets its turn only once the first has given it back.
+        assert_eq!(training("cpu:0"), 1);
+        drop(cpu);
+        assert_eq!(rx.recv().unwrap(), 1);
+        waiting.join().unwrap();
+        drop(gpu);
+        assert_eq!((training("cpu:0"), training("cuda:0")), (0, 0));
+    }
+
+    #[test]
     fn trials_of_other_shapes_or_slots_get_packs_of_their_own() {
         let split = wine();
-        let packs = Packs::new(2, Some(1));
+        let packs = Packs::new(2, 1, Some(1));
         let other = {
             let cfg = TrainConfig {
                 width: 20,
