@@ -496,8 +496,8 @@ impl Fuse {
         *self == Fuse::Auto
     }
 
-    /// Trials per pack for an objective that can fuse (`fusable`: the built-in mlp) or not,
-    /// on a GPU or on CPU.
+    /// Trials per pack for an objective whose trials can fuse (`fusable`: the built-in mlp,
+    /// its shape fixed) or not, on a GPU or on CPU.
     pub fn trials_per_pack(self, fusable: bool, on_gpu: bool) -> usize {
         match self {
             Fuse::Trials(k) => k.max(1) as usize,
@@ -633,9 +633,19 @@ impl ExperimentSpec {
             .is_some_and(|o| o.builtin.as_deref() == Some("mlp"))
     }
 
-    /// Trials per pack on a slot of this sweep ([`Fuse::trials_per_pack`]).
+    /// Trials per pack on a slot of this sweep ([`Fuse::trials_per_pack`]). `"auto"` packs
+    /// only where every trial can join one pack: no searched key changes the model's shape
+    /// ([`tune_trials::SHAPE_KEYS`]); otherwise packs would hold one trial each and only raise
+    /// the number of trials running at once.
     pub fn trials_per_pack(&self, on_gpu: bool) -> usize {
-        self.resources.fuse.trials_per_pack(self.fusable(), on_gpu)
+        let one_shape = !self
+            .space
+            .params()
+            .iter()
+            .any(|p| tune_trials::SHAPE_KEYS.contains(&p.name.as_str()));
+        self.resources
+            .fuse
+            .trials_per_pack(self.fusable() && one_shape, on_gpu)
     }
 
     /// TPE's options for this experiment (`None` for another algorithm): `[search]`'s, as

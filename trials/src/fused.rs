@@ -50,6 +50,22 @@ pub struct FuseKey {
     pub rows: (usize, usize),
 }
 
+/// The [`TrainConfig`](crate::TrainConfig) keys that make up a [`FuseKey`] (with the data's
+/// features and classes): trials that differ in any of them never share a pack.
+///
+/// ```
+/// assert!(tune_trials::SHAPE_KEYS.contains(&"batch_size"));
+/// assert!(!tune_trials::SHAPE_KEYS.contains(&"lr"));
+/// ```
+pub const SHAPE_KEYS: [&str; 6] = [
+    "depth",
+    "width",
+    "activation",
+    "batch_size",
+    "optimizer",
+    "nesterov",
+];
+
 impl Trainer {
     /// The key of the packs this trial can join; `None` for a trainable that does not fuse
     /// (the CNN, so far).
