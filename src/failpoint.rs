@@ -4,7 +4,7 @@
 //! builds leave it out, and there every point is a no-op). A process reads `TUNE_FAILPOINTS`
 //! once: `point=action[@n]` entries separated by `;`. The action is `kill` (SIGKILL this
 //! process: to the store, a power cut), `error` (an I/O error "No space left on device", as
-//! from a full disk), `delay-MS` (sleep MS milliseconds) or `wait-PATH` (wait until the file
+//! from a full disk), `error-once` (that error at the n-th time only), `delay-MS` (sleep MS milliseconds) or `wait-PATH` (wait until the file
 //! PATH exists: a test holds the process there while it does something else); `@n` acts from
 //! the n-th time this process reaches the point (default: the first).
 //!
@@ -30,6 +30,9 @@ pub const POINTS: &[&str] = &[
     "ack.after",
     // An exploit's checkpoint copy (population-based training), after each file copied.
     "exploit.copy",
+    // A pack of fused trials (src/objective/pack.rs), before it trains an epoch: `error` fails
+    // the pack as a device error would.
+    "pack.epoch",
 ];
 
 /// Acts as `TUNE_FAILPOINTS` says for `point`, if anything.
@@ -57,6 +60,7 @@ mod armed {
     enum Action {
         Kill,
         Error,
+        ErrorOnce,
         Delay(u64),
         WaitFor(std::path::PathBuf),
     }
@@ -86,6 +90,7 @@ mod armed {
             let action = match action {
                 "kill" => Action::Kill,
                 "error" => Action::Error,
+                "error-once" => Action::ErrorOnce,
                 other => match (other.strip_prefix("delay-"), other.strip_prefix("wait-")) {
                     (Some(ms), _) if ms.parse::<u64>().is_ok() => {
                         Action::Delay(ms.parse().unwrap_or(0))
@@ -93,7 +98,7 @@ mod armed {
                     (_, Some(path)) if !path.is_empty() => Action::WaitFor(path.into()),
                     _ => {
                         return Err(format!(
-                            "`{other}`: expected kill, error, delay-MS or wait-PATH"
+                            "`{other}`: expected kill, error, error-once, delay-MS or wait-PATH"
                         ))
                     }
                 },
@@ -130,7 +135,7 @@ mod armed {
             *n += 1;
             *n
         };
-        if n < from {
+        if n < from || (action == Action::ErrorOnce && n > from) {
             return Ok(());
         }
         match action {
@@ -142,7 +147,9 @@ mod armed {
                     std::thread::park();
                 }
             }
-            Action::Error => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            Action::Error | Action::ErrorOnce => {
+                Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+            }
             Action::Delay(ms) => {
                 std::thread::sleep(Duration::from_millis(ms));
                 Ok(())

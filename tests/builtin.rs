@@ -439,3 +439,50 @@ fn fused_trials_paused_by_hyperband_and_killed_train_as_if_alone() {
         assert_matches_uninterrupted(t, 12);
     }
 }
+
+/// A pack that fails (a failure point standing in for a device error at the second epoch any
+/// pack trains) fails its members, and no one else: the other trials, and those started later
+/// in a new pack, train as if alone.
+#[test]
+fn a_failing_pack_fails_its_members_and_later_trials_train_in_a_new_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
+        "samples = 6\nseed = 3\n[resources]\ncpu_slots = 1\nfuse = 3",
+        "epochs = 3",
+    );
+    let dir = tmp.path().join("run");
+    let out = tune_run(&spec, &dir)
+        .env("TUNE_FAILPOINTS", "pack.epoch=error-once@2")
+        .output()
+        .unwrap();
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 6, "{}", stderr(&out));
+    let failed: Vec<&Json> = trials.iter().filter(|t| t["status"] == "failed").collect();
+    assert!(
+        !failed.is_empty() && failed.len() <= 3,
+        "{} failed",
+        failed.len()
+    );
+    for t in &failed {
+        let error = t["error"].as_str().unwrap();
+        assert!(
+            error.contains("the pack failed"),
+            "trial {}: {error}",
+            t["id"]
+        );
+        // The epochs trained before the failure (if any) are kept, as they were.
+        if !dense_steps(t).is_empty() {
+            assert!(steps(t).len() < 3, "trial {}", t["id"]);
+            assert_matches_uninterrupted(t, 3);
+        }
+    }
+    for t in trials.iter().filter(|t| t["status"] != "failed") {
+        assert_eq!(
+            t["status"], "completed",
+            "trial {}: {}",
+            t["id"], t["error"]
+        );
+        assert_matches_uninterrupted(t, 3);
+    }
+}

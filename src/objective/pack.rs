@@ -285,6 +285,7 @@ impl Packs {
         decisions: mpsc::Receiver<(u64, Decision)>,
     ) {
         let threads = self.threads;
+        let packs = self.clone();
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
             let mut links: Vec<Link> = Vec::new();
@@ -310,10 +311,15 @@ impl Packs {
                         .map(|f| fused = Some(f))
                 };
                 let turn = self.take_turn(&slot);
-                let reports = formed.and_then(|()| match fused.as_mut() {
-                    Some(f) => f.train_epoch(),
-                    None => Err(TrialsError::Train("a pack lost its model".into())),
-                });
+                let reports = formed
+                    .and_then(|()| {
+                        crate::failpoint::hit("pack.epoch")
+                            .map_err(|e| TrialsError::Train(format!("the pack failed: {e}")))
+                    })
+                    .and_then(|()| match fused.as_mut() {
+                        Some(f) => f.train_epoch(),
+                        None => Err(TrialsError::Train("a pack lost its model".into())),
+                    });
                 drop(turn);
                 let leaving = match reports {
                     Ok(reports) => self.decide_epoch(&mut fused, &links, reports, &decisions),
@@ -328,12 +334,17 @@ impl Packs {
                 self.drop_members(id, &mut fused, &mut links, &leaving);
             }
         };
-        match threads {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match threads {
             Some(n) => match rayon::ThreadPoolBuilder::new().num_threads(n).build() {
                 Ok(pool) => pool.install(run),
                 Err(_) => run(),
             },
             None => run(),
+        }));
+        if ran.is_err() {
+            // The members see their pack end (their channels close) and fail; trials that
+            // were joining it go with it, and later ones start a new pack.
+            packs.hub().packs.retain(|p| p.id != id);
         }
     }
 
