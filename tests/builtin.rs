@@ -368,7 +368,9 @@ fn fused_trials_under_asha_train_as_if_alone() {
     );
     let trials = export_json(&dir);
     assert_eq!(trials.len(), 12);
-    let stopped = trials.iter().filter(|t| t["status"] == "stopped").count();
+    // How many ASHA stops depends on the order in which a pack's members report, which is
+    // not fixed (it is with one unfused slot, above): whatever was decided, each trial must
+    // be the one trained alone, cut where it was stopped.
     for t in &trials {
         assert!(
             ["completed", "stopped"].contains(&t["status"].as_str().unwrap()),
@@ -376,7 +378,11 @@ fn fused_trials_under_asha_train_as_if_alone() {
             t["id"],
             t["error"]
         );
-        dense_steps(t);
+        let trained = dense_steps(t).len();
+        match t["status"].as_str().unwrap() {
+            "completed" => assert_eq!(trained, 8, "trial {}", t["id"]),
+            _ => assert!(trained < 8, "trial {}", t["id"]),
+        }
         assert_matches_uninterrupted(t, 8);
         // How many trials each epoch's pack trained depends on when they arrived; it is
         // reported, and never more than a pack holds.
@@ -385,7 +391,6 @@ fn fused_trials_under_asha_train_as_if_alone() {
             assert!((1.0..=4.0).contains(&k), "trial {}: {k}", t["id"]);
         }
     }
-    assert!(stopped >= 4, "{stopped} stopped");
 }
 
 #[test]
