@@ -419,17 +419,14 @@ fn fused_trials_paused_by_hyperband_and_killed_train_as_if_alone() {
         "epochs = 12",
     );
     let dir = tmp.path().join("killed");
-    for n in [7, 15, 3] {
+    // Killed after acknowledgements, and once as a pack is about to train an epoch.
+    for kill in ["ack.after=kill@7", "pack.epoch=kill@4", "ack.after=kill@3"] {
         let out = run_or_resume(&spec, &dir)
-            .env("TUNE_FAILPOINTS", format!("ack.after=kill@{n}"))
+            .env("TUNE_FAILPOINTS", kill)
             .stdout(std::process::Stdio::null())
             .output()
             .unwrap();
-        assert!(
-            killed(&out),
-            "not killed at acknowledgement {n}: {}",
-            stderr(&out)
-        );
+        assert!(killed(&out), "not killed at {kill}: {}", stderr(&out));
     }
     run_ok(tune().arg("resume").arg(&dir));
     let trials = export_json(&dir);

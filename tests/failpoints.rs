@@ -23,6 +23,9 @@ fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
         if *point == "exploit.copy" {
             continue; // HyperBand copies no checkpoint: see the PBT test below.
         }
+        if *point == "pack.epoch" {
+            continue; // Only packs of built-in trials reach it: tests/builtin.rs kills there.
+        }
         let case = tempfile::tempdir().unwrap();
         let spec = hyperband_band(case.path());
         let dir = case.path().join("killed");
