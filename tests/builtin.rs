@@ -161,32 +161,42 @@ fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
     // Killed (SIGKILL, through a failure point) after the n-th round of acknowledgements of
     // each run:
     // the trials are in the middle of their epochs, between a report and its checkpoint.
-    for n in [9, 23, 4, 40] {
-        let out = run_or_resume(&spec, &dir)
-            .env("TUNE_FAILPOINTS", format!("ack.after=kill@{n}"))
+    // Every epoch reported once. A kill between an epoch's report and its checkpoint makes
+    // the resumed run redo that epoch (all of them, before the first checkpoint), which is
+    // not stored twice; the stored values are an uninterrupted run's.
+    kill_resume_and_check(
+        &spec,
+        &dir,
+        &[9, 23, 4, 40].map(|n| format!("ack.after=kill@{n}")),
+        6,
+        25,
+    );
+}
+
+/// Runs (then resumes) the sweep of `spec` in `dir` once per entry of `kills`, a
+/// `TUNE_FAILPOINTS` value each run must be killed by; resumes it to the end, and checks that
+/// each of its `trials` completed with `epochs` epochs, each reported once and equal to the
+/// trial trained without interruption.
+fn kill_resume_and_check(spec: &Path, dir: &Path, kills: &[String], trials: usize, epochs: u64) {
+    for kill in kills {
+        let out = run_or_resume(spec, dir)
+            .env("TUNE_FAILPOINTS", kill)
             .stdout(std::process::Stdio::null())
             .output()
             .unwrap();
-        assert!(
-            killed(&out),
-            "not killed at acknowledgement {n}: {}",
-            stderr(&out)
-        );
+        assert!(killed(&out), "not killed at {kill}: {}", stderr(&out));
     }
-    run_ok(tune().arg("resume").arg(&dir));
-    let trials = export_json(&dir);
-    assert_eq!(trials.len(), 6);
-    for t in &trials {
+    run_ok(tune().arg("resume").arg(dir));
+    let exported = export_json(dir);
+    assert_eq!(exported.len(), trials);
+    for t in &exported {
         assert_eq!(
             t["status"], "completed",
             "trial {}: {}",
             t["id"], t["error"]
         );
-        // Every epoch reported once. A kill between an epoch's report and its checkpoint makes
-        // the resumed run redo that epoch (all of them, before the first checkpoint), which is
-        // not stored twice; the stored values are an uninterrupted run's (checked below).
-        assert_eq!(dense_steps(t).len(), 25, "trial {}", t["id"]);
-        assert_matches_uninterrupted(t, 25);
+        assert_eq!(dense_steps(t).len() as u64, epochs, "trial {}", t["id"]);
+        assert_matches_uninterrupted(t, epochs);
     }
 }
 
@@ -420,26 +430,13 @@ fn fused_trials_paused_by_hyperband_and_killed_train_as_if_alone() {
     );
     let dir = tmp.path().join("killed");
     // Killed after acknowledgements, and once as a pack is about to train an epoch.
-    for kill in ["ack.after=kill@7", "pack.epoch=kill@4", "ack.after=kill@3"] {
-        let out = run_or_resume(&spec, &dir)
-            .env("TUNE_FAILPOINTS", kill)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(killed(&out), "not killed at {kill}: {}", stderr(&out));
-    }
-    run_ok(tune().arg("resume").arg(&dir));
-    let trials = export_json(&dir);
-    assert_eq!(trials.len(), 6);
-    for t in &trials {
-        assert_eq!(
-            t["status"], "completed",
-            "trial {}: {}",
-            t["id"], t["error"]
-        );
-        assert_eq!(dense_steps(t).len(), 12, "trial {}", t["id"]);
-        assert_matches_uninterrupted(t, 12);
-    }
+    kill_resume_and_check(
+        &spec,
+        &dir,
+        &["ack.after=kill@7", "pack.epoch=kill@4", "ack.after=kill@3"].map(String::from),
+        6,
+        12,
+    );
 }
 
 /// A pack that fails (a failure point standing in for a device error at the second epoch any
