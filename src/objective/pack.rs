@@ -293,21 +293,19 @@ impl Packs {
                 let formed = if joiners.is_empty() {
                     Ok(())
                 } else {
-                    let mut trainers = Vec::new();
-                    if let Some(f) = fused.take() {
-                        trainers = f.into_trainers().unwrap_or_default();
-                    }
+                    // Should unpacking fail, every member (joiners too) hears why.
+                    let mut trainers = fused.take().map_or(Ok(Vec::new()), |f| f.into_trainers());
                     for j in joiners {
-                        trainers.push(j.trainer);
+                        if let Ok(trainers) = &mut trainers {
+                            trainers.push(j.trainer);
+                        }
                         links.push(Link {
                             token: j.token,
                             tell: j.tell,
                         });
                     }
-                    (trainers.len() == links.len())
-                        .then_some(())
-                        .ok_or_else(|| TrialsError::Train("a pack lost its members".into()))
-                        .and_then(|()| FusedTrainer::new(trainers))
+                    trainers
+                        .and_then(FusedTrainer::new)
                         .map(|f| fused = Some(f))
                 };
                 let turn = self.take_turn(&slot);
