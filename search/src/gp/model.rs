@@ -3,6 +3,29 @@
 use super::{lbfgs_minimise, LastAnswer};
 use argmin::core::{CostFunction, Gradient};
 
+/// `$f(values)` (an `#[inline(always)]` function), compiled a second time for AVX2 and run so
+/// where the CPU has it. The same arithmetic in wider registers (Rust never fuses a multiply
+/// and an add), so the same bits either way: a suggestion does not depend on the CPU.
+macro_rules! avx2_or_portable {
+    ($f:path, ($($arg:ident: $ty:ty = $value:expr),*) -> $ret:ty) => {{
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn avx2($($arg: $ty),*) -> $ret {
+            $f($($arg),*)
+        }
+        #[inline(always)]
+        fn either($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2, checked just above.
+                return unsafe { avx2($($arg),*) };
+            }
+            $f($($arg),*)
+        }
+        either($($value),*)
+    }};
+}
+
 /// The kernel's parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelParams {
@@ -161,7 +184,17 @@ impl GpRegressor {
         params: KernelParams,
         diffs: &PairDiffs,
     ) -> Result<GpRegressor, GpError> {
-        Ok(GpRegressor::with_kernel_derivatives(x, y, categorical, params, diffs)?.0)
+        let made = avx2_or_portable!(
+            GpRegressor::with_kernel_derivatives,
+            (
+                x: Vec<Vec<f64>> = x,
+                y: Vec<f64> = y,
+                categorical: Vec<bool> = categorical,
+                params: KernelParams = params,
+                diffs: &PairDiffs = diffs
+            ) -> Result<(GpRegressor, Vec<(f64, f64)>), GpError>
+        );
+        Ok(made?.0)
     }
 
     /// [`GpRegressor::conditioned`], also giving the Matérn value and derivative of each
@@ -331,6 +364,14 @@ impl GpRegressor {
     /// [`GpRegressor::posterior`] with the gradients of the mean and the variance in the
     /// point's coordinates (0 on categorical ones, which are not continuous).
     pub fn posterior_with_gradient(&self, point: &[f64]) -> (f64, f64, Vec<f64>, Vec<f64>) {
+        avx2_or_portable!(
+            GpRegressor::posterior_with_gradient_inline,
+            (gp: &GpRegressor = self, point: &[f64] = point) -> (f64, f64, Vec<f64>, Vec<f64>)
+        )
+    }
+
+    #[inline(always)]
+    fn posterior_with_gradient_inline(&self, point: &[f64]) -> (f64, f64, Vec<f64>, Vec<f64>) {
         let n = self.x.len();
         let dims = self.categorical.len();
         let isl = &self.params.inverse_squared_lengthscales;
@@ -662,12 +703,68 @@ fn transpose(a: &[f64], n: usize) -> Vec<f64> {
     t
 }
 
-/// L^-1 b, for `inv` = L^-1 (lower triangular, row-major).
+/// L^-1 b, for `inv` = L^-1 (lower triangular, row-major): each row's [`dot`] with `b`.
 #[inline(always)]
 fn lower_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { lower_times_avx2(inv, n, b) };
+    }
+    lower_times_portable(inv, n, b)
+}
+
+#[inline(always)]
+fn lower_times_portable(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
     (0..n)
         .map(|i| dot(&inv[i * n..=i * n + i], &b[..=i]))
         .collect()
+}
+
+/// [`lower_times_portable`] to the bit, four rows at a time: a row's [`dot`] is four running
+/// sums, each waiting on its own last addition; four rows' sums do not wait on each other.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn lower_times_avx2(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
+    use std::arch::x86_64::{
+        __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_setzero_pd, _mm256_storeu_pd,
+    };
+    // SAFETY (every load below): a chunk [4c, 4c + 4) of a row of length `len` and of `b`
+    // with 4c + 4 <= len <= n.
+    let load =
+        |values: &[f64], c: usize| unsafe { _mm256_loadu_pd(values[4 * c..4 * c + 4].as_ptr()) };
+    let mut out = Vec::with_capacity(n);
+    let mut i = 0;
+    while i + 4 <= n {
+        let rows: [&[f64]; 4] = std::array::from_fn(|r| &inv[(i + r) * n..=(i + r) * n + i + r]);
+        // The rows are i + 1 to i + 4 long: whole chunks of 4 differ by at most one.
+        let common = (i + 1) / 4;
+        let mut acc: [__m256d; 4] = [_mm256_setzero_pd(); 4];
+        for c in 0..common {
+            let bc = load(b, c);
+            for (acc, row) in acc.iter_mut().zip(&rows) {
+                *acc = _mm256_add_pd(*acc, _mm256_mul_pd(load(row, c), bc));
+            }
+        }
+        for (acc, row) in acc.iter_mut().zip(&rows) {
+            if row.len() / 4 > common {
+                *acc = _mm256_add_pd(*acc, _mm256_mul_pd(load(row, common), load(b, common)));
+            }
+            let mut sums = [0.0; 4];
+            // SAFETY: `sums` holds four f64s.
+            unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
+            let whole = row.len() / 4 * 4;
+            let tail: f64 = row[whole..]
+                .iter()
+                .zip(&b[whole..])
+                .map(|(x, y)| x * y)
+                .sum();
+            out.push((sums[0] + sums[1]) + (sums[2] + sums[3]) + tail);
+        }
+        i += 4;
+    }
+    out.extend((i..n).map(|i| dot(&inv[i * n..=i * n + i], &b[..=i])));
+    out
 }
 
 /// L^-T b, for `inv` = L^-1: the rows of L^-1 scaled by b and summed.
@@ -786,18 +883,10 @@ impl Fitting<'_> {
     /// arithmetic in wider registers: the results are the same to the bit, see the test
     /// `the_avx2_build_of_the_loss_is_the_portable_one_to_the_bit`).
     fn compute(&self, raw: &[f64]) -> LossAndGradient {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { self.compute_avx2(raw) };
-        }
-        self.compute_portable(raw)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn compute_avx2(&self, raw: &[f64]) -> LossAndGradient {
-        self.compute_portable(raw)
+        avx2_or_portable!(
+            Fitting::compute_portable,
+            (problem: &Fitting = self, raw: &[f64] = raw) -> LossAndGradient
+        )
     }
 
     #[inline(always)]
@@ -941,6 +1030,29 @@ mod tests {
         assert_eq!(exp_nonpositive(-708.5), 0.0);
         assert_eq!(exp_nonpositive(f64::NEG_INFINITY), 0.0);
         assert!(exp_nonpositive(f64::NAN).is_nan());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx2_triangular_product_is_the_portable_one_to_the_bit() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for n in 1..=23 {
+            let value = |i: usize| ((i * 37 + n * 11) % 101) as f64 / 7.0 - 6.0;
+            let inv: Vec<f64> = (0..n * n)
+                .map(|i| if i % n <= i / n { value(i) } else { 0.0 })
+                .collect();
+            let b: Vec<f64> = (0..n).map(|i| value(i + 1000) / 3.0).collect();
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            // SAFETY: the CPU has AVX2, checked at the top.
+            let avx2 = unsafe { lower_times_avx2(&inv, n, &b) };
+            assert_eq!(
+                bits(avx2),
+                bits(lower_times_portable(&inv, n, &b)),
+                "n = {n}"
+            );
+        }
     }
 
     #[test]
@@ -1091,9 +1203,9 @@ mod tests {
             last: &last,
         };
         let raw = vec![0.7, -0.2, 0.1, 0.4, -3.0];
+        // `compute_portable` called here is the baseline build; `compute` runs the AVX2 one.
         let portable = problem.compute_portable(&raw).unwrap();
-        // SAFETY: the CPU has AVX2, checked at the top.
-        let avx2 = unsafe { problem.compute_avx2(&raw) }.unwrap();
+        let avx2 = problem.compute(&raw).unwrap();
         assert_eq!(portable.0.to_bits(), avx2.0.to_bits());
         let bits = |g: &[f64]| g.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&portable.1), bits(&avx2.1));
