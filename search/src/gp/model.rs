@@ -138,6 +138,9 @@ fn squared_diff(x: f64, y: f64, categorical: bool) -> f64 {
 #[derive(Debug, Clone)]
 pub struct GpRegressor {
     x: Vec<Vec<f64>>,
+    /// `x` a dimension at a time, so that a point's distances to every trial are worked
+    /// across trials (vectorised), in the order [`kernel`] sums them.
+    columns: Vec<Vec<f64>>,
     y: Vec<f64>,
     categorical: Vec<bool>,
     params: KernelParams,
@@ -225,8 +228,12 @@ impl GpRegressor {
         let half_log_det = (0..n).map(|i| upper[i * n + i].ln()).sum();
         let chol_inverse = transpose(&upper_inverse(&upper, n), n);
         let alpha = lower_t_times(&chol_inverse, n, &lower_times(&chol_inverse, n, &y));
+        let columns = (0..categorical.len())
+            .map(|d| x.iter().map(|p| p[d]).collect())
+            .collect();
         let gp = GpRegressor {
             x,
+            columns,
             y,
             categorical,
             params,
@@ -298,17 +305,12 @@ impl GpRegressor {
         dots: impl Fn(&[f64], &[[[f64; 4]; POSTERIOR_BLOCK]]) -> [f64; POSTERIOR_BLOCK],
     ) -> Vec<(f64, f64)> {
         let n = self.x.len();
-        // The trials' coordinates a dimension at a time, so that a point's distances to all
-        // of them are worked across trials (vectorised), in the order `kernel` sums them.
-        let columns: Vec<Vec<f64>> = (0..self.categorical.len())
-            .map(|d| self.x.iter().map(|x| x[d]).collect())
-            .collect();
         let mut ks = vec![vec![0.0; n]; POSTERIOR_BLOCK];
         let mut interleaved = vec![[[0.0; 4]; POSTERIOR_BLOCK]; n.div_ceil(4)];
         let mut out = Vec::with_capacity(points.len());
         for block in points.chunks(POSTERIOR_BLOCK) {
             for (k, point) in ks.iter_mut().zip(block) {
-                self.kernel_row(point, &columns, k);
+                self.kernel_row(point, k);
             }
             // ks[p][4c + l] at interleaved[c][p][l]: a row's four values meet the block's
             // eight points' in one contiguous run.
@@ -336,28 +338,36 @@ impl GpRegressor {
         out
     }
 
-    /// `kernel(point, x_j)` for every trial j into `k`, to the bit, from the trials'
-    /// coordinates by dimension (`columns`).
+    /// `kernel(point, x_j)` for every trial j into `k`, to the bit.
     #[inline(always)]
-    fn kernel_row(&self, point: &[f64], columns: &[Vec<f64>], k: &mut [f64]) {
-        k.fill(0.0);
+    fn kernel_row(&self, point: &[f64], k: &mut [f64]) {
+        self.scaled_squared_distances(point, k);
+        for kj in k.iter_mut() {
+            *kj = self.params.kernel_scale * matern52(*kj).0;
+        }
+    }
+
+    /// `scaled_squared_distance(point, x_j)` for every trial j into `d2`, to the bit.
+    #[inline(always)]
+    fn scaled_squared_distances(&self, point: &[f64], d2: &mut [f64]) {
+        d2.fill(0.0);
         let isl = &self.params.inverse_squared_lengthscales;
-        for (((&p, column), &l), &categorical) in
-            point.iter().zip(columns).zip(isl).zip(&self.categorical)
+        for (((&p, column), &l), &categorical) in point
+            .iter()
+            .zip(&self.columns)
+            .zip(isl)
+            .zip(&self.categorical)
         {
             // One loop per kind, each vectorised (`squared_diff` inlined on a fixed kind).
             if categorical {
-                for (kj, &xj) in k.iter_mut().zip(column) {
-                    *kj += squared_diff(p, xj, true) * l;
+                for (d2j, &xj) in d2.iter_mut().zip(column) {
+                    *d2j += squared_diff(p, xj, true) * l;
                 }
             } else {
-                for (kj, &xj) in k.iter_mut().zip(column) {
-                    *kj += squared_diff(p, xj, false) * l;
+                for (d2j, &xj) in d2.iter_mut().zip(column) {
+                    *d2j += squared_diff(p, xj, false) * l;
                 }
             }
-        }
-        for kj in k.iter_mut() {
-            *kj = self.params.kernel_scale * matern52(*kj).0;
         }
     }
 
@@ -374,35 +384,31 @@ impl GpRegressor {
     fn posterior_with_gradient_inline(&self, point: &[f64]) -> (f64, f64, Vec<f64>, Vec<f64>) {
         let n = self.x.len();
         let dims = self.categorical.len();
-        let isl = &self.params.inverse_squared_lengthscales;
-        let mut k = Vec::with_capacity(n);
-        // dk_j / dx_i, row-major n x dims.
-        let mut dk = vec![0.0; n * dims];
-        for (j, xj) in self.x.iter().enumerate() {
-            let (m, dm) = matern52(scaled_squared_distance(
-                &self.params,
-                point,
-                xj,
-                &self.categorical,
-            ));
-            k.push(self.params.kernel_scale * m);
-            for i in (0..dims).filter(|&i| !self.categorical[i]) {
-                dk[j * dims + i] =
-                    self.params.kernel_scale * dm * isl[i] * 2.0 * (point[i] - xj[i]);
-            }
+        let scale = self.params.kernel_scale;
+        let mut k = vec![0.0; n];
+        self.scaled_squared_distances(point, &mut k);
+        // d k_j / d d2_j, then k_j itself, across trials.
+        let mut dm = vec![0.0; n];
+        for (kj, dmj) in k.iter_mut().zip(&mut dm) {
+            let (m, d) = matern52(*kj);
+            (*kj, *dmj) = (scale * m, d);
         }
         let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
         let v = lower_times(&self.chol_inverse, n, &k);
-        let var = self.params.kernel_scale - v.iter().map(|x| x * x).sum::<f64>();
+        let var = scale - v.iter().map(|x| x * x).sum::<f64>();
         // d var = -2 (C^-1 k)^T dk.
         let w = lower_t_times(&self.chol_inverse, n, &v);
         let mut dmean = vec![0.0; dims];
         let mut dvar = vec![0.0; dims];
-        for j in 0..n {
-            for i in 0..dims {
-                dmean[i] += self.alpha[j] * dk[j * dims + i];
-                dvar[i] -= 2.0 * w[j] * dk[j * dims + i];
+        let mut dk = vec![0.0; n];
+        for i in (0..dims).filter(|&i| !self.categorical[i]) {
+            // dk_j / dx_i across trials.
+            let isl = self.params.inverse_squared_lengthscales[i];
+            for ((dkj, &dmj), &xj) in dk.iter_mut().zip(&dm).zip(&self.columns[i]) {
+                *dkj = scale * dmj * isl * 2.0 * (point[i] - xj);
             }
+            dmean[i] = dot(&self.alpha, &dk);
+            dvar[i] = -2.0 * dot(&w, &dk);
         }
         if var <= 0.0 {
             dvar.iter_mut().for_each(|d| *d = 0.0);
