@@ -621,29 +621,59 @@ fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> 
     params.kernel_scale * matern52(d2).0
 }
 
+/// Rows the factorisations below take together: each entry of a target row is loaded and
+/// stored once for four updates (in their order, so the results are the one-at-a-time
+/// results to the bit) instead of once per update, which kept them waiting on memory.
+const PANEL: usize = 4;
+
 /// The upper Cholesky factor U (row-major, U^T U = `a`) of the symmetric `n` x `n` matrix
-/// `a`, right-looking: every update is a contiguous row minus a multiple of another, which
-/// the compiler vectorises (a dot product per entry it cannot, for the order of its sum).
+/// `a`, right-looking: every update is a contiguous row minus multiples of others, which the
+/// compiler vectorises (a dot product per entry it cannot, for the order of its sum).
 #[inline(always)]
 fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
     let mut u = a.to_vec();
-    for k in 0..n {
-        let d = u[k * n + k];
-        if d <= 0.0 || !d.is_finite() {
-            return None;
-        }
-        let d = d.sqrt();
-        let (done, rest) = u.split_at_mut((k + 1) * n);
-        let row = &mut done[k * n..];
-        row[k] = d;
-        row[k + 1..].iter_mut().for_each(|x| *x /= d);
-        for j in k + 1..n {
-            let c = row[j];
-            let target = &mut rest[(j - k - 1) * n + j..(j - k) * n];
-            for (t, r) in target.iter_mut().zip(&row[j..]) {
-                *t -= c * r;
+    let mut k0 = 0;
+    while k0 < n {
+        let end = (k0 + PANEL).min(n);
+        // The panel's rows one at a time, updating each other.
+        for k in k0..end {
+            let d = u[k * n + k];
+            if d <= 0.0 || !d.is_finite() {
+                return None;
+            }
+            let d = d.sqrt();
+            let (done, rest) = u.split_at_mut((k + 1) * n);
+            let row = &mut done[k * n..];
+            row[k] = d;
+            row[k + 1..].iter_mut().for_each(|x| *x /= d);
+            for j in k + 1..end {
+                let c = row[j];
+                let target = &mut rest[(j - k - 1) * n + j..(j - k) * n];
+                for (t, r) in target.iter_mut().zip(&row[j..]) {
+                    *t -= c * r;
+                }
             }
         }
+        // The rows below, by the panel's four together (a short panel is the last one).
+        if end - k0 == PANEL {
+            let (panel, rest) = u.split_at_mut(end * n);
+            let rows: [&[f64]; PANEL] =
+                std::array::from_fn(|m| &panel[(k0 + m) * n..(k0 + m + 1) * n]);
+            for j in end..n {
+                let c: [f64; PANEL] = std::array::from_fn(|m| rows[m][j]);
+                let target = &mut rest[(j - end) * n + j..(j - end + 1) * n];
+                for ((((t, r0), r1), r2), r3) in target
+                    .iter_mut()
+                    .zip(&rows[0][j..])
+                    .zip(&rows[1][j..])
+                    .zip(&rows[2][j..])
+                    .zip(&rows[3][j..])
+                {
+                    *t = (((*t - c[0] * r0) - c[1] * r1) - c[2] * r2) - c[3] * r3;
+                }
+            }
+        }
+        k0 = end;
     }
     // The strict lower part held the input; the factor is upper triangular.
     for i in 0..n {
@@ -676,18 +706,42 @@ fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
 }
 
 /// U^-1 of an upper triangular `u` (row-major), from the last row up: row i of U^-1 is
-/// (e_i - sum_{k>i} U_ik row k) / U_ii, so every step is on contiguous rows.
+/// (e_i - sum_{k>i} U_ik row k) / U_ii, so every step is on contiguous rows ([`PANEL`] rows k
+/// at a time).
 #[inline(always)]
 fn upper_inverse(u: &[f64], n: usize) -> Vec<f64> {
     let mut inv = vec![0.0; n * n];
     for i in (0..n).rev() {
         let (head, done) = inv.split_at_mut((i + 1) * n);
+        // Column x of the row at row[x - i].
         let row = &mut head[i * n + i..];
         row[0] = 1.0;
-        for k in i + 1..n {
+        let below = |k: usize| &done[(k - i - 1) * n..(k - i) * n];
+        let mut k = i + 1;
+        while k + PANEL <= n {
+            let c: [f64; PANEL] = std::array::from_fn(|m| u[i * n + k + m]);
+            let rows: [&[f64]; PANEL] = std::array::from_fn(|m| below(k + m));
+            // Columns k to k + 2 take the updates of the rows that reach them, in order.
+            for x in k..k + PANEL - 1 {
+                for m in 0..=x - k {
+                    row[x - i] -= c[m] * rows[m][x];
+                }
+            }
+            let last = k + PANEL - 1;
+            for ((((r, b0), b1), b2), b3) in row[last - i..]
+                .iter_mut()
+                .zip(&rows[0][last..])
+                .zip(&rows[1][last..])
+                .zip(&rows[2][last..])
+                .zip(&rows[3][last..])
+            {
+                *r = (((*r - c[0] * b0) - c[1] * b1) - c[2] * b2) - c[3] * b3;
+            }
+            k += PANEL;
+        }
+        for k in k..n {
             let c = u[i * n + k];
-            let below = &done[(k - i - 1) * n + k..(k - i) * n];
-            for (r, b) in row[k - i..].iter_mut().zip(below) {
+            for (r, b) in row[k - i..].iter_mut().zip(&below(k)[k..]) {
                 *r -= c * b;
             }
         }
@@ -785,14 +839,43 @@ fn lower_t_times(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
     x
 }
 
-/// (L L^T)^-1 = L^-T L^-1 from `inv` = L^-1: a sum over its rows of their outer products.
+/// (L L^T)^-1 = L^-T L^-1 from `inv` = L^-1: a sum over its rows of their outer products
+/// ([`PANEL`] rows at a time, each entry's sum in row order).
 #[inline(always)]
 fn inverse_from_lower_inverse(inv: &[f64], n: usize) -> Vec<f64> {
     let mut out = vec![0.0; n * n];
-    for i in 0..n {
-        let row = &inv[i * n..=i * n + i];
-        for (a, &ra) in row.iter().enumerate() {
-            for (o, &rb) in out[a * n..=a * n + a].iter_mut().zip(row) {
+    let row = |i: usize| &inv[i * n..=i * n + i];
+    let mut i = 0;
+    while i + PANEL <= n {
+        let rows: [&[f64]; PANEL] = std::array::from_fn(|m| row(i + m));
+        // Entries (a, b) with a <= i: all four rows reach them.
+        for a in 0..=i {
+            let ra: [f64; PANEL] = std::array::from_fn(|m| rows[m][a]);
+            for ((((o, r0), r1), r2), r3) in out[a * n..=a * n + a]
+                .iter_mut()
+                .zip(rows[0])
+                .zip(rows[1])
+                .zip(rows[2])
+                .zip(rows[3])
+            {
+                *o = (((*o + ra[0] * r0) + ra[1] * r1) + ra[2] * r2) + ra[3] * r3;
+            }
+        }
+        // Rows a = i + 1 to i + 3: the rows that reach them, in order.
+        for (m, r) in rows.iter().enumerate().skip(1) {
+            for a in i + 1..=i + m {
+                let ra = r[a];
+                for (o, &rb) in out[a * n..=a * n + a].iter_mut().zip(*r) {
+                    *o += ra * rb;
+                }
+            }
+        }
+        i += PANEL;
+    }
+    for i in i..n {
+        let r = row(i);
+        for (a, &ra) in r.iter().enumerate() {
+            for (o, &rb) in out[a * n..=a * n + a].iter_mut().zip(r) {
                 *o += ra * rb;
             }
         }
@@ -1056,6 +1139,112 @@ mod tests {
             assert_eq!(
                 bits(avx2),
                 bits(lower_times_portable(&inv, n, &b)),
+                "n = {n}"
+            );
+        }
+    }
+
+    /// The upper Cholesky factor U (row-major, U^T U = `a`) of the symmetric `n` x `n` matrix
+    /// `a`, right-looking: every update is a contiguous row minus a multiple of another, which
+    /// the compiler vectorises (a dot product per entry it cannot, for the order of its sum).
+    fn cholesky_one_at_a_time(a: &[f64], n: usize) -> Option<Vec<f64>> {
+        let mut u = a.to_vec();
+        for k in 0..n {
+            let d = u[k * n + k];
+            if d <= 0.0 || !d.is_finite() {
+                return None;
+            }
+            let d = d.sqrt();
+            let (done, rest) = u.split_at_mut((k + 1) * n);
+            let row = &mut done[k * n..];
+            row[k] = d;
+            row[k + 1..].iter_mut().for_each(|x| *x /= d);
+            for j in k + 1..n {
+                let c = row[j];
+                let target = &mut rest[(j - k - 1) * n + j..(j - k) * n];
+                for (t, r) in target.iter_mut().zip(&row[j..]) {
+                    *t -= c * r;
+                }
+            }
+        }
+        // The strict lower part held the input; the factor is upper triangular.
+        for i in 0..n {
+            u[i * n..i * n + i].iter_mut().for_each(|x| *x = 0.0);
+        }
+        Some(u)
+    }
+
+    /// U^-1 of an upper triangular `u` (row-major), from the last row up: row i of U^-1 is
+    /// (e_i - sum_{k>i} U_ik row k) / U_ii, so every step is on contiguous rows.
+    fn upper_inverse_one_at_a_time(u: &[f64], n: usize) -> Vec<f64> {
+        let mut inv = vec![0.0; n * n];
+        for i in (0..n).rev() {
+            let (head, done) = inv.split_at_mut((i + 1) * n);
+            let row = &mut head[i * n + i..];
+            row[0] = 1.0;
+            for k in i + 1..n {
+                let c = u[i * n + k];
+                let below = &done[(k - i - 1) * n + k..(k - i) * n];
+                for (r, b) in row[k - i..].iter_mut().zip(below) {
+                    *r -= c * b;
+                }
+            }
+            let d = u[i * n + i];
+            row.iter_mut().for_each(|r| *r /= d);
+        }
+        inv
+    }
+
+    /// (L L^T)^-1 = L^-T L^-1 from `inv` = L^-1: a sum over its rows of their outer products.
+    fn inverse_from_lower_inverse_one_at_a_time(inv: &[f64], n: usize) -> Vec<f64> {
+        let mut out = vec![0.0; n * n];
+        for i in 0..n {
+            let row = &inv[i * n..=i * n + i];
+            for (a, &ra) in row.iter().enumerate() {
+                for (o, &rb) in out[a * n..=a * n + a].iter_mut().zip(row) {
+                    *o += ra * rb;
+                }
+            }
+        }
+        for a in 0..n {
+            for b in 0..a {
+                out[b * n + a] = out[a * n + b];
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_factorisations_by_panels_are_the_one_at_a_time_ones_to_the_bit() {
+        for n in 1..=23 {
+            // A Matérn matrix on scattered points, plus noise: positive definite.
+            let x: Vec<Vec<f64>> = (0..n)
+                .map(|i| vec![(i as f64 * 0.618) % 1.0, (i as f64 * 0.414) % 1.0])
+                .collect();
+            let mut a = vec![0.0; n * n];
+            for i in 0..n {
+                for j in 0..n {
+                    a[i * n + j] = kernel(&KernelParams::ones(2), &x[i], &x[j], &[false, false]);
+                }
+                a[i * n + i] += 1e-3;
+            }
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let u = cholesky(&a, n).unwrap();
+            assert_eq!(
+                bits(&u),
+                bits(&cholesky_one_at_a_time(&a, n).unwrap()),
+                "n = {n}"
+            );
+            let inv = upper_inverse(&u, n);
+            assert_eq!(
+                bits(&inv),
+                bits(&upper_inverse_one_at_a_time(&u, n)),
+                "n = {n}"
+            );
+            let lower = transpose(&inv, n);
+            assert_eq!(
+                bits(&inverse_from_lower_inverse(&lower, n)),
+                bits(&inverse_from_lower_inverse_one_at_a_time(&lower, n)),
                 "n = {n}"
             );
         }
