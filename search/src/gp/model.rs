@@ -213,14 +213,20 @@ impl GpRegressor {
     ) -> Result<(GpRegressor, Vec<(f64, f64)>), GpError> {
         let n = x.len();
         let mut cov = vec![0.0; n * n];
-        let mut derivatives = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+        let mut d2 = Vec::with_capacity(n * n.saturating_sub(1) / 2);
         for a in 0..n {
             for b in 0..a {
-                let (m, dm) = matern52(diffs.scaled(a, b, &params));
+                d2.push(diffs.scaled(a, b, &params));
+            }
+        }
+        // Apart from the distances, so that the exps are worked side by side (vectorised).
+        let derivatives: Vec<(f64, f64)> = d2.into_iter().map(matern52).collect();
+        let mut pair = derivatives.iter();
+        for a in 0..n {
+            for (b, &(m, _)) in (0..a).zip(&mut pair) {
                 let k = params.kernel_scale * m;
                 cov[a * n + b] = k;
                 cov[b * n + a] = k;
-                derivatives.push((m, dm));
             }
             cov[a * n + a] = params.kernel_scale + params.noise_var;
         }
@@ -256,7 +262,7 @@ impl GpRegressor {
             .iter()
             .map(|xi| kernel(&self.params, point, xi, &self.categorical))
             .collect();
-        let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+        let mean = in_order_dot(&k, &self.alpha);
         let v = lower_times(&self.chol_inverse, n, &k);
         let var = self.params.kernel_scale - v.iter().map(|x| x * x).sum::<f64>();
         (mean, var.max(0.0))
@@ -329,8 +335,14 @@ impl GpRegressor {
                     *square += v * v;
                 }
             }
-            for ((k, square), _) in ks.iter().zip(squares).zip(block) {
-                let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+            // The means: each point's sum in order, the block's eight sums side by side.
+            let mut means = [0.0; POSTERIOR_BLOCK];
+            for (j, &a) in self.alpha.iter().enumerate() {
+                for (mean, k) in means.iter_mut().zip(&ks) {
+                    *mean += k[j] * a;
+                }
+            }
+            for ((mean, square), _) in means.into_iter().zip(squares).zip(block) {
                 let var = self.params.kernel_scale - square;
                 out.push((mean, var.max(0.0)));
             }
@@ -393,7 +405,7 @@ impl GpRegressor {
             let (m, d) = matern52(*kj);
             (*kj, *dmj) = (scale * m, d);
         }
-        let mean = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
+        let mean = in_order_dot(&k, &self.alpha);
         let v = lower_times(&self.chol_inverse, n, &k);
         let var = scale - v.iter().map(|x| x * x).sum::<f64>();
         // d var = -2 (C^-1 k)^T dk.
@@ -575,6 +587,13 @@ fn block_dots_total(
         *o = (point[0] + point[1]) + (point[2] + point[3]) + tail;
     }
     out
+}
+
+/// The dot product of two slices summed in order from 0: a posterior's mean, which the
+/// block of [`GpRegressor::posteriors`] works for eight points side by side.
+#[inline(always)]
+fn in_order_dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).fold(0.0, |sum, (x, y)| sum + x * y)
 }
 
 /// The dot product of two slices, in four running sums (which the compiler vectorises; one
