@@ -147,6 +147,11 @@ pub struct GpRegressor {
     /// The inverse of the lower Cholesky factor of K + noise I (+ jitter), row-major n x n:
     /// a posterior's variance is then a product with contiguous rows, not a triangular solve.
     chol_inverse: Vec<f64>,
+    /// The upper Cholesky factor U of K + noise I, row-major n x n: kept to extend the
+    /// process by more points ([`GpRegressor::extended`]).
+    upper: Vec<f64>,
+    /// Whether U needed jitter on the diagonal (then it cannot be extended).
+    jittered: bool,
     /// log det(K + noise I) / 2: the sum of the logs of the factor's diagonal.
     half_log_det: f64,
     /// (K + noise I)^-1 y.
@@ -230,7 +235,7 @@ impl GpRegressor {
             }
             cov[a * n + a] = params.kernel_scale + params.noise_var;
         }
-        let upper = cholesky_with_jitter(&cov, n)?;
+        let (upper, jittered) = cholesky_with_jitter(&cov, n)?;
         let half_log_det = (0..n).map(|i| upper[i * n + i].ln()).sum();
         let chol_inverse = transpose(&upper_inverse(&upper, n), n);
         let alpha = lower_t_times(&chol_inverse, n, &lower_times(&chol_inverse, n, &y));
@@ -244,10 +249,90 @@ impl GpRegressor {
             categorical,
             params,
             chol_inverse,
+            upper,
+            jittered,
             half_log_det,
             alpha,
         };
         Ok((gp, derivatives))
+    }
+
+    /// The process with the same parameters on `x` (this one's points followed by more) and
+    /// values `y`, the same to the bit as [`GpRegressor::new`] on them, in O(n^2) per new
+    /// point instead of O(n^3): each new point adds a column to the factor U and to U^-1,
+    /// worked in the order the whole factorisation works those entries. `None` where `x`
+    /// does not start with this process's points, where this factor needed jitter, or where
+    /// the new matrix is not positive definite without it (then [`GpRegressor::new`]
+    /// decides).
+    pub fn extended(&self, x: Vec<Vec<f64>>, y: Vec<f64>) -> Option<GpRegressor> {
+        let old = self.x.len();
+        if self.jittered || x.len() < old || x[..old] != self.x[..] || y.len() != x.len() {
+            return None;
+        }
+        if x.iter().any(|p| p.len() != self.categorical.len()) {
+            return None;
+        }
+        let n = x.len();
+        let params = &self.params;
+        // U and U^-1 (kept as L^-1 = its transpose) re-laid at stride n.
+        let mut upper = vec![0.0; n * n];
+        let mut inverse = vec![0.0; n * n];
+        for i in 0..old {
+            upper[i * n..i * n + old].copy_from_slice(&self.upper[i * old..(i + 1) * old]);
+            inverse[i * n..i * n + old].copy_from_slice(&self.chol_inverse[i * old..(i + 1) * old]);
+        }
+        let mut half_log_det = self.half_log_det;
+        for m in old..n {
+            // Column m of U: u_im = (a_im - sum_k<i u_ki u_km) / u_ii, the sum in k order.
+            for i in 0..m {
+                let d2 = dot(
+                    &squared_diffs(&x[m], &x[i], &self.categorical),
+                    &params.inverse_squared_lengthscales,
+                );
+                let mut t = params.kernel_scale * matern52(d2).0;
+                for k in 0..i {
+                    t -= upper[k * n + i] * upper[k * n + m];
+                }
+                upper[i * n + m] = t / upper[i * n + i];
+            }
+            let mut t = params.kernel_scale + params.noise_var;
+            for k in 0..m {
+                t -= upper[k * n + m] * upper[k * n + m];
+            }
+            if t <= 0.0 || !t.is_finite() {
+                return None;
+            }
+            let d = t.sqrt();
+            upper[m * n + m] = d;
+            half_log_det += d.ln();
+            // Column m of U^-1 (row m of L^-1), from the bottom up.
+            let mut column = vec![0.0; m + 1];
+            column[m] = 1.0 / d;
+            for i in (0..m).rev() {
+                let mut r = 0.0;
+                for k in i + 1..=m {
+                    r -= upper[i * n + k] * column[k];
+                }
+                column[i] = r / upper[i * n + i];
+            }
+            inverse[m * n..=m * n + m].copy_from_slice(&column);
+        }
+        let alpha = lower_t_times(&inverse, n, &lower_times(&inverse, n, &y));
+        let columns = (0..self.categorical.len())
+            .map(|d| x.iter().map(|p| p[d]).collect())
+            .collect();
+        Some(GpRegressor {
+            x,
+            columns,
+            y,
+            categorical: self.categorical.clone(),
+            params: self.params.clone(),
+            chol_inverse: inverse,
+            upper,
+            jittered: false,
+            half_log_det,
+            alpha,
+        })
     }
 
     pub fn params(&self) -> &KernelParams {
@@ -703,9 +788,9 @@ fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
 
 /// [`cholesky`], retried with growing jitter on the diagonal when it fails.
 #[inline(always)]
-fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
+fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<(Vec<f64>, bool), GpError> {
     if let Some(l) = cholesky(a, n) {
-        return Ok(l);
+        return Ok((l, false));
     }
     let mean_diag = (0..n).map(|i| a[i * n + i].abs()).sum::<f64>() / n.max(1) as f64;
     let mut jitter = JITTER_FIRST * mean_diag.max(1e-12);
@@ -715,7 +800,7 @@ fn cholesky_with_jitter(a: &[f64], n: usize) -> Result<Vec<f64>, GpError> {
             b[i * n + i] += jitter;
         }
         if let Some(l) = cholesky(&b, n) {
-            return Ok(l);
+            return Ok((l, true));
         }
         if jitter >= JITTER_LAST * mean_diag.max(1e-12) {
             return Err(GpError::NotPositiveDefinite { jitter });
@@ -1267,6 +1352,59 @@ mod tests {
                 "n = {n}"
             );
         }
+    }
+
+    #[test]
+    fn a_process_extended_by_more_points_is_the_one_made_on_all_of_them_to_the_bit() {
+        let unit = |i: usize, d: usize| ((i * 7 + d * 13) % 31) as f64 / 30.0;
+        let x: Vec<Vec<f64>> = (0..29)
+            .map(|i| vec![unit(i, 0), unit(i, 1), (i % 3) as f64])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| (4.0 * p[0]).sin() - p[1] + p[2]).collect();
+        let categorical = vec![false, false, true];
+        let params = KernelParams {
+            inverse_squared_lengthscales: vec![3.0, 0.5, 1.5],
+            kernel_scale: 1.3,
+            noise_var: 1e-4,
+        };
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (old, n) in [(1, 2), (5, 6), (10, 29), (28, 29)] {
+            let whole = GpRegressor::new(
+                x[..n].to_vec(),
+                y[..n].to_vec(),
+                categorical.clone(),
+                params.clone(),
+            )
+            .unwrap();
+            let start = GpRegressor::new(
+                x[..old].to_vec(),
+                y[..old].to_vec(),
+                categorical.clone(),
+                params.clone(),
+            )
+            .unwrap();
+            let extended = start.extended(x[..n].to_vec(), y[..n].to_vec()).unwrap();
+            assert_eq!(bits(&extended.upper), bits(&whole.upper), "{old} -> {n}");
+            assert_eq!(
+                bits(&extended.chol_inverse),
+                bits(&whole.chol_inverse),
+                "{old} -> {n}"
+            );
+            assert_eq!(bits(&extended.alpha), bits(&whole.alpha), "{old} -> {n}");
+            assert_eq!(
+                extended.half_log_det.to_bits(),
+                whole.half_log_det.to_bits()
+            );
+            assert_eq!(extended.columns, whole.columns);
+            assert_eq!(
+                extended.posterior(&[0.3, 0.6, 1.0]),
+                whole.posterior(&[0.3, 0.6, 1.0])
+            );
+        }
+        // Not an extension: other first points.
+        let start =
+            GpRegressor::new(x[1..5].to_vec(), y[1..5].to_vec(), categorical, params).unwrap();
+        assert!(start.extended(x[..6].to_vec(), y[..6].to_vec()).is_none());
     }
 
     #[test]

@@ -28,12 +28,15 @@ pub(super) fn fitted_prefix(n: usize, growth: f64) -> usize {
     }
 }
 
-/// The kernel parameters last fitted, and the prefix (points and values) they were fitted on.
+/// The kernel parameters last fitted, and the prefix (points and values) they were fitted on;
+/// and the process last made, which the next suggestion extends by its new points where it
+/// can ([`GpRegressor::extended`]: the same to the bit as conditioning on every point again).
 #[derive(Debug, Clone, Default)]
 pub(super) struct KernelMemo {
     x: Vec<Vec<f64>>,
     values: Vec<f64>,
     params: Option<KernelParams>,
+    last: Option<GpRegressor>,
 }
 
 /// How a kernel is fitted: the settings every fit of one searcher shares.
@@ -83,15 +86,26 @@ impl KernelMemo {
                     x: x_prefix.to_vec(),
                     values: values_prefix.to_vec(),
                     params: Some(gp.params().clone()),
+                    last: None,
                 };
                 if size == x.len() {
+                    self.last = Some(gp.clone());
                     return gp;
                 }
                 gp.params().clone()
             }
         };
-        GpRegressor::new(x.to_vec(), y.to_vec(), fitter.categorical.to_vec(), params)
-            .unwrap_or_else(|_| fitter.fit(x, y))
+        let gp = self
+            .last
+            .take()
+            .filter(|last| last.params() == &params)
+            .and_then(|last| last.extended(x.to_vec(), y.to_vec()))
+            .or_else(|| {
+                GpRegressor::new(x.to_vec(), y.to_vec(), fitter.categorical.to_vec(), params).ok()
+            })
+            .unwrap_or_else(|| fitter.fit(x, y));
+        self.last = Some(gp.clone());
+        gp
     }
 }
 
