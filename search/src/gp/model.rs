@@ -76,10 +76,14 @@ fn matern52(d2: f64) -> (f64, f64) {
 /// so every CPU and build gets the same bits, which libm, choosing its code by CPU, does not
 /// promise.
 #[inline(always)]
+#[allow(
+    clippy::excessive_precision,
+    reason = "fdlibm's constants as published; each parses to the double fdlibm uses"
+)]
 fn exp_nonpositive(x: f64) -> f64 {
     const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
     const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
-    const INV_LN2: f64 = 1.442_695_040_888_963_387_00;
+    const INV_LN2: f64 = std::f64::consts::LOG2_E;
     const P1: f64 = 1.666_666_666_666_660_190_37e-1;
     const P2: f64 = -2.777_777_777_701_559_338_42e-3;
     const P3: f64 = 6.613_756_321_437_934_361_17e-5;
@@ -641,6 +645,7 @@ fn block_dots_avx2(
         // SAFETY: `r` and each `chunk[p]` hold four f64s.
         let r = unsafe { _mm256_loadu_pd(r.as_ptr()) };
         for (acc, k) in acc.iter_mut().zip(chunk) {
+            // SAFETY: `k` holds four f64s.
             let k = unsafe { _mm256_loadu_pd(k.as_ptr()) };
             *acc = _mm256_add_pd(*acc, _mm256_mul_pd(r, k));
         }
@@ -893,10 +898,11 @@ fn lower_times_avx2(inv: &[f64], n: usize, b: &[f64]) -> Vec<f64> {
     use std::arch::x86_64::{
         __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_setzero_pd, _mm256_storeu_pd,
     };
-    // SAFETY (every load below): a chunk [4c, 4c + 4) of a row of length `len` and of `b`
-    // with 4c + 4 <= len <= n.
-    let load =
-        |values: &[f64], c: usize| unsafe { _mm256_loadu_pd(values[4 * c..4 * c + 4].as_ptr()) };
+    let load = |values: &[f64], c: usize| {
+        let chunk = &values[4 * c..4 * c + 4];
+        // SAFETY: `chunk` holds four f64s (the slice above checks it).
+        unsafe { _mm256_loadu_pd(chunk.as_ptr()) }
+    };
     let mut out = Vec::with_capacity(n);
     let mut i = 0;
     while i + 4 <= n {
