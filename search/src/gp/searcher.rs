@@ -880,6 +880,30 @@ mod tests {
     }
 
     #[test]
+    fn past_the_fits_at_every_size_a_fresh_searcher_still_suggests_the_same() {
+        // From 21 completed trials the kernel is fitted on 20 and the process extended by the
+        // newer trials (`GpRegressor::extended`); a fresh searcher factors them all at once.
+        let options = GpOptions {
+            n_startup_trials: 4,
+            n_preliminary_samples: 64,
+            n_local_search: 2,
+            ..Default::default()
+        };
+        let mut history = History::new(Mode::Min);
+        let mut first = GpSearch::new(space(), 3, options.clone()).unwrap();
+        for id in 0..26 {
+            let p = first.suggest(id, &history).unwrap();
+            if id >= 21 {
+                let mut fresh = GpSearch::new(space(), 3, options.clone()).unwrap();
+                assert_eq!(fresh.suggest(id, &history), Some(p.clone()), "trial {id}");
+            }
+            let at = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap();
+            let value = branin(at("x"), at("y"));
+            complete(&mut history, id, p, value);
+        }
+    }
+
+    #[test]
     fn a_running_trial_is_not_proposed_again() {
         // Constant liar: with trial 6 running at the model's favourite, the next suggestion
         // goes elsewhere.
