@@ -228,8 +228,13 @@ impl GpRegressor {
                 d2.push(diffs.scaled(a, b, &params));
             }
         }
-        // Apart from the distances, so that the exps are worked side by side (vectorised).
-        let derivatives: Vec<(f64, f64)> = d2.into_iter().map(matern52).collect();
+        // Apart from the distances, so that the exps are worked side by side (vectorised; a
+        // `for` loop, which stays in this function's AVX2 build where `map(..).collect()`
+        // was a function of its own, built for the baseline).
+        let mut derivatives = vec![(0.0, 0.0); d2.len()];
+        for (out, &d) in derivatives.iter_mut().zip(&d2) {
+            *out = matern52(d);
+        }
         let mut pair = derivatives.iter();
         for a in 0..n {
             for (b, &(m, _)) in (0..a).zip(&mut pair) {
