@@ -294,10 +294,8 @@ impl GpRegressor {
         for m in old..n {
             // Column m of U: u_im = (a_im - sum_k<i u_ki u_km) / u_ii, the sum in k order.
             for i in 0..m {
-                let d2 = dot(
-                    &squared_diffs(&x[m], &x[i], &self.categorical),
-                    &params.inverse_squared_lengthscales,
-                );
+                let d2 =
+                    scaled_pair_distance(&squared_diffs(&x[m], &x[i], &self.categorical), params);
                 let mut t = params.kernel_scale * matern52(d2).0;
                 for k in 0..i {
                     t -= upper[k * n + i] * upper[k * n + m];
@@ -605,8 +603,16 @@ impl PairDiffs {
     /// The squared distance of pair (a, b) in the kernel's length scales.
     #[inline(always)]
     fn scaled(&self, a: usize, b: usize, params: &KernelParams) -> f64 {
-        dot(self.pair(a, b), &params.inverse_squared_lengthscales)
+        scaled_pair_distance(self.pair(a, b), params)
     }
+}
+
+/// The squared distance in the kernel's length scales of a pair with per-dimension squared
+/// differences `diffs`, as the kernel matrix has it (a process extended by more points must
+/// work its new entries the same way).
+#[inline(always)]
+fn scaled_pair_distance(diffs: &[f64], params: &KernelParams) -> f64 {
+    dot(diffs, &params.inverse_squared_lengthscales)
 }
 
 /// Points per block in [`GpRegressor::posteriors`]: their kernel rows (8 x 300 values at 300

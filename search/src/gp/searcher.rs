@@ -858,8 +858,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_suggestion_is_a_function_of_seed_id_and_history() {
+    /// Runs `trials` suggestions on Branin and asks a fresh searcher (a resumed sweep) each
+    /// one from `fresh_from` on: it must answer what the running searcher answered.
+    fn fresh_searchers_suggest_the_same(seed: u64, trials: u64, fresh_from: u64) {
         let options = GpOptions {
             n_startup_trials: 4,
             n_preliminary_samples: 64,
@@ -867,40 +868,29 @@ mod tests {
             ..Default::default()
         };
         let mut history = History::new(Mode::Min);
-        let mut first = GpSearch::new(space(), 7, options.clone()).unwrap();
-        for id in 0..6 {
+        let mut first = GpSearch::new(space(), seed, options.clone()).unwrap();
+        for id in 0..trials {
             let p = first.suggest(id, &history).unwrap();
-            let at = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap();
-            let value = branin(at("x"), at("y"));
-            complete(&mut history, id, p, value);
-        }
-        // A fresh searcher (a resumed sweep) asked the same thing answers the same.
-        let mut again = GpSearch::new(space(), 7, options).unwrap();
-        assert_eq!(first.suggest(6, &history), again.suggest(6, &history));
-    }
-
-    #[test]
-    fn past_the_fits_at_every_size_a_fresh_searcher_still_suggests_the_same() {
-        // From 21 completed trials the kernel is fitted on 20 and the process extended by the
-        // newer trials (`GpRegressor::extended`); a fresh searcher factors them all at once.
-        let options = GpOptions {
-            n_startup_trials: 4,
-            n_preliminary_samples: 64,
-            n_local_search: 2,
-            ..Default::default()
-        };
-        let mut history = History::new(Mode::Min);
-        let mut first = GpSearch::new(space(), 3, options.clone()).unwrap();
-        for id in 0..26 {
-            let p = first.suggest(id, &history).unwrap();
-            if id >= 21 {
-                let mut fresh = GpSearch::new(space(), 3, options.clone()).unwrap();
+            if id >= fresh_from {
+                let mut fresh = GpSearch::new(space(), seed, options.clone()).unwrap();
                 assert_eq!(fresh.suggest(id, &history), Some(p.clone()), "trial {id}");
             }
             let at = |k: &str| p.get(k).and_then(|v| v.as_f64()).unwrap();
             let value = branin(at("x"), at("y"));
             complete(&mut history, id, p, value);
         }
+    }
+
+    #[test]
+    fn a_suggestion_is_a_function_of_seed_id_and_history() {
+        fresh_searchers_suggest_the_same(7, 7, 6);
+    }
+
+    #[test]
+    fn past_the_fits_at_every_size_a_fresh_searcher_still_suggests_the_same() {
+        // From 21 completed trials the kernel is fitted on 20 and the process extended by the
+        // newer trials (`GpRegressor::extended`); a fresh searcher factors them all at once.
+        fresh_searchers_suggest_the_same(3, 26, 21);
     }
 
     #[test]
