@@ -46,14 +46,13 @@ fn a_sweep_in_postgres_killed_and_resumed_decides_as_the_same_sweep_in_a_folder(
     // SIGKILL right after the 3rd, 10th, 15th and 22nd acknowledged results.
     for (round, gap) in [3, 7, 5, 7].into_iter().enumerate() {
         let due = acked_so_far(tmp.path()) + gap;
-        std::fs::write(tmp.path().join("kill-at"), due.to_string()).unwrap();
+        set_kill_switch(tmp.path(), &due.to_string());
         let out = run_or_resume_in(&spec, &url, &dir, round > 0)
             .stdout(Stdio::null())
             .output()
             .unwrap();
         assert!(killed(&out), "round {round}: {}", stderr(&out));
     }
-    std::fs::remove_file(tmp.path().join("kill-at")).ok();
     run_ok(&mut run_or_resume_in(&spec, &url, &dir, true));
     let trials = export_in(&url);
     assert_acknowledged_results_kept(tmp.path(), &by_id(trials.clone()));

@@ -48,7 +48,7 @@ fn sigkill_after_random_acknowledgements_then_resume_loses_nothing() {
     const KILLS: usize = 6;
     for round in 0..KILLS {
         let due = acked_so_far(tmp.path()) + rng.random_range(1..=12);
-        std::fs::write(tmp.path().join("kill-at"), due.to_string()).unwrap();
+        set_kill_switch(tmp.path(), &due.to_string());
         let child = spawn(&mut run_or_resume(&spec, &dir));
         let out = child.wait_with_output().unwrap();
         // 40 trials of 3 steps are 120 acknowledgements; six rounds use at most 72.
@@ -86,7 +86,6 @@ fn sigkill_after_random_acknowledgements_then_resume_loses_nothing() {
             }
         }
     }
-    std::fs::remove_file(tmp.path().join("kill-at")).ok();
 
     let out = run_ok(tune().arg("resume").arg(&dir));
     assert!(String::from_utf8_lossy(&out.stdout)

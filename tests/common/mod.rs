@@ -20,20 +20,55 @@ pub fn tune_run(spec: &Path, dir: &Path) -> Command {
     cmd
 }
 
-/// Arms the fixture's kill switch in `spec` (written by [`write_spec`]): trials log each
-/// acknowledged result to `tmp/acks.log`, and the one whose acknowledgement makes the log as
-/// long as the number in `tmp/kill-at` (or, where it holds `step N`, the first acknowledged at
-/// step N or later) kills tune with SIGKILL (see tests/fixtures/objective.py).
+/// Arms the fixture's kill switches in `spec`: trials log each acknowledged result to
+/// `tmp/acks.log`, and the switch that [`set_kill_switch`] sets in `tmp/kill-switch` has the
+/// trial whose acknowledgement makes the log as long as its number (or, where it holds
+/// `step N`, the first acknowledged at step N or later) kill tune with SIGKILL (see
+/// tests/fixtures/objective.py).
 pub fn arm_kill_switch(spec: &Path, tmp: &Path) {
     let text = std::fs::read_to_string(spec).unwrap().replace(
         "\n[space]",
         &format!(
             "env = {{ ACK_LOG = {:?}, KILL_AT = {:?} }}\n\n[space]",
             tmp.join("acks.log").display().to_string(),
-            tmp.join("kill-at").display().to_string()
+            tmp.join("kill-switch").display().to_string()
         ),
     );
     std::fs::write(spec, text).unwrap();
+}
+
+/// Sets a kill switch for the next run (`due`: a number of acknowledged results, or `step N`)
+/// under a name no earlier switch had, and returns its path. A trial of the run before,
+/// whose tune is dead, can still finish the rename it was blocked in (its SIGKILL acts on its
+/// way back from the kernel): under load such a rename, meant for that run's switch, was seen
+/// to claim the next run's when both had the same name.
+pub fn set_kill_switch(tmp: &Path, due: &str) -> PathBuf {
+    let switches = tmp.join("kill-switch");
+    std::fs::create_dir_all(&switches).unwrap();
+    // Each switch stays (claimed ones as .done): the count names the next.
+    let n = std::fs::read_dir(&switches)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("round-"))
+        .count();
+    let path = switches.join(format!("round-{n:04}"));
+    // Written whole, then put in place: a trial never reads half a switch.
+    let staged = tmp.join("kill-switch.staged");
+    std::fs::write(&staged, due).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    path
+}
+
+/// Whether the switch at `path` is still armed, or who claimed it (and the switches before).
+fn kill_switch_state(path: &Path) -> String {
+    if path.exists() {
+        return "still armed".into();
+    }
+    let claims = path.with_file_name("claims");
+    format!(
+        "claimed; claims so far:\n{}",
+        std::fs::read_to_string(claims).unwrap_or_default()
+    )
 }
 
 /// Lines in the fixture's ACK_LOG: results acknowledged so far.
@@ -91,7 +126,6 @@ pub fn run_with_kills_at(spec: &Path, dir: &Path, tmp: &Path, gaps: &[usize]) {
         let due = acked_so_far(tmp) + gap;
         run_until_killed(spec, dir, tmp, round, &due.to_string());
     }
-    std::fs::remove_file(tmp.join("kill-at")).ok();
 }
 
 /// As [`run_with_kills_at`], each run killed by the first trial acknowledged at a step of at
@@ -102,13 +136,12 @@ pub fn run_with_kills_at_steps(spec: &Path, dir: &Path, tmp: &Path, steps: &[u64
     for (round, &step) in steps.iter().enumerate() {
         run_until_killed(spec, dir, tmp, round, &format!("step {step}"));
     }
-    std::fs::remove_file(tmp.join("kill-at")).ok();
 }
 
-/// One run of the sweep with the kill switch set to `due` (see tests/fixtures/objective.py);
-/// fails unless the run was killed.
+/// One run of the sweep with a kill switch set to `due` ([`set_kill_switch`]); fails unless
+/// the run was killed.
 fn run_until_killed(spec: &Path, dir: &Path, tmp: &Path, round: usize, due: &str) {
-    std::fs::write(tmp.join("kill-at"), due).unwrap();
+    let switch = set_kill_switch(tmp, due);
     let out = run_or_resume(spec, dir).output().unwrap();
     // How it ended otherwise, and how far the acknowledgements got, for a failure to say.
     assert!(
@@ -117,11 +150,7 @@ fn run_until_killed(spec: &Path, dir: &Path, tmp: &Path, round: usize, due: &str
          kill switch {}):\n{}\n{}",
         out.status,
         acked_so_far(tmp),
-        if tmp.join("kill-at").exists() {
-            "still armed"
-        } else {
-            "claimed"
-        },
+        kill_switch_state(&switch),
         String::from_utf8_lossy(&out.stdout),
         stderr(&out)
     );
