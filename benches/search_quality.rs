@@ -21,7 +21,8 @@
 //!     TUNE_PEER_PYTHON=venv/bin/python3 TUNE_BENCH_ONLY=gp cargo bench --bench search_quality
 //!
 //! (`TUNE_BENCH_ONLY=tpe` leaves the GP out, `gp-timing` runs the timing alone; without
-//! `TUNE_PEER_PYTHON` the GP tables have tune's column alone.)
+//! `TUNE_PEER_PYTHON` the GP tables have tune's column alone; `TUNE_BENCH_FUNCTIONS=Hartmann6`
+//! picks tune's GP rows.)
 
 #[path = "common/functions.rs"]
 mod functions;
@@ -193,7 +194,12 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
         logs.iter().sum::<f64>() / logs.len() as f64
     };
     let mut wins = 0;
-    for b in functions::all() {
+    let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
+    let picked = functions::all().into_iter().filter(|b| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|n| n == b.name))
+    });
+    for b in picked {
         let ours = in_parallel(seeds, |s| {
             final_regret(
                 &mut GpSearch::new(b.space.clone(), s, GpOptions::default()).expect("a GP space"),
@@ -208,6 +214,16 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
                 .map(|v| v.as_f64().expect("a regret"))
                 .collect()
         });
+        let mut sorted = ours.clone();
+        sorted.sort_by(f64::total_cmp);
+        eprintln!(
+            "{}: tune gp's regrets, sorted: {:?}",
+            b.name,
+            sorted
+                .iter()
+                .map(|r| format!("{r:.2e}"))
+                .collect::<Vec<_>>()
+        );
         let our_log = mean_log(&ours);
         let their_log = theirs
             .as_deref()
