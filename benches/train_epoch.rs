@@ -10,8 +10,8 @@
 //! epoch, in milliseconds. The `cuda` build (scripts/build-cuda) on a machine with a GPU adds
 //! GPU columns.
 //!
-//! The fused rows train K MLP trials of that shape as one model (`FusedTrainer`, HFTA), each
-//! with its own learning rate, weight decay, betas and seed, and report the time per
+//! The fused rows train K trials of each of those shapes as one model (`FusedTrainer`, HFTA),
+//! each with its own learning rate, weight decay, betas and seed, and report the time per
 //! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another;
 //! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench).
 
@@ -38,12 +38,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn epoch_ms(builtin: Builtin, split: &Split, device: &Device) -> f64 {
     let cfg = TrainConfig {
-        depth: 2,
-        width: if builtin == Builtin::Mlp { 128 } else { 64 },
-        channels: 16,
-        batch_size: 64,
         epochs: 1000,
-        ..TrainConfig::default()
+        ..digits_shape(builtin)
     };
     let mut trainer = Trainer::new(builtin, cfg, split, device, 0).expect("trainer");
     trainer.train_epoch().expect("warm-up epoch");
@@ -57,7 +53,7 @@ fn epoch_ms(builtin: Builtin, split: &Split, device: &Device) -> f64 {
     median(times)
 }
 
-/// The i-th of K MLP trials of `shape`: the hyperparameters a sweep varies differ.
+/// The i-th of K trials of `shape`: the hyperparameters a sweep varies differ.
 fn member(shape: &TrainConfig, i: usize) -> (TrainConfig, u64) {
     let cfg = TrainConfig {
         epochs: 1000,
@@ -69,11 +65,13 @@ fn member(shape: &TrainConfig, i: usize) -> (TrainConfig, u64) {
     (cfg, i as u64)
 }
 
-/// The digits MLP of the fused rows.
-fn digits_mlp() -> TrainConfig {
+/// The digits model of the bench: the MLP's 2 hidden layers of 128, the CNN's 16 and 32
+/// filters and 64 dense units.
+fn digits_shape(builtin: Builtin) -> TrainConfig {
     TrainConfig {
         depth: 2,
-        width: 128,
+        width: if builtin == Builtin::Mlp { 128 } else { 64 },
+        channels: 16,
         batch_size: 64,
         ..TrainConfig::default()
     }
@@ -81,12 +79,18 @@ fn digits_mlp() -> TrainConfig {
 
 /// Milliseconds per trial-epoch of `k` members of `shape` trained as one pack, and of the
 /// same members trained one after another.
-fn fused_ms(k: usize, shape: &TrainConfig, split: &Split, device: &Device) -> (f64, f64) {
+fn fused_ms(
+    k: usize,
+    builtin: Builtin,
+    shape: &TrainConfig,
+    split: &Split,
+    device: &Device,
+) -> (f64, f64) {
     let trainers = || -> Vec<Trainer> {
         (0..k)
             .map(|i| {
                 let (cfg, seed) = member(shape, i);
-                Trainer::new(Builtin::Mlp, cfg, split, device, seed).expect("trainer")
+                Trainer::new(builtin, cfg, split, device, seed).expect("trainer")
             })
             .collect()
     };
@@ -192,22 +196,26 @@ fn main() {
         .and_then(|_| tune_trials::open_device("cuda:0").ok());
     println!();
     println!(
-        "fused MLP trials (HFTA): ms per trial-epoch, K trials as one pack beside the same K one after another"
+        "fused trials (HFTA): ms per trial-epoch, K trials as one pack beside the same K one after another"
     );
-    println!("| K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for k in PACKS {
-        let (cpu_fused, cpu_alone) = fused_ms(k, &digits_mlp(), &split, &Device::Cpu);
-        let on_gpu = gpu_device
-            .as_ref()
-            .map(|d| fused_ms(k, &digits_mlp(), &split, d));
-        println!(
-            "| {k} | {cpu_fused:.2} | {cpu_alone:.2} | {:.2} | {} | {} | {} |",
-            cpu_alone / cpu_fused,
-            ms(on_gpu.map(|g| g.0)),
-            ms(on_gpu.map(|g| g.1)),
-            ratio(on_gpu.map(|g| g.1), on_gpu.map(|g| g.0)),
-        );
+    println!("| model | K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for builtin in [Builtin::Mlp, Builtin::Cnn] {
+        let shape = digits_shape(builtin);
+        for k in PACKS {
+            let (cpu_fused, cpu_alone) = fused_ms(k, builtin, &shape, &split, &Device::Cpu);
+            let on_gpu = gpu_device
+                .as_ref()
+                .map(|d| fused_ms(k, builtin, &shape, &split, d));
+            println!(
+                "| {} | {k} | {cpu_fused:.2} | {cpu_alone:.2} | {:.2} | {} | {} | {} |",
+                builtin.name(),
+                cpu_alone / cpu_fused,
+                ms(on_gpu.map(|g| g.0)),
+                ms(on_gpu.map(|g| g.1)),
+                ratio(on_gpu.map(|g| g.1), on_gpu.map(|g| g.0)),
+            );
+        }
     }
     // The GPU-sized workload (examples/glyphs): seconds per epoch on CPU, so GPU only.
     if let Some(device) = &gpu_device {
@@ -231,7 +239,7 @@ fn main() {
         println!("| K | fused | unfused | unfused / fused |");
         println!("| ---: | ---: | ---: | ---: |");
         for k in PACKS {
-            let (fused, alone) = fused_ms(k, &wide, &glyphs, device);
+            let (fused, alone) = fused_ms(k, Builtin::Mlp, &wide, &glyphs, device);
             println!("| {k} | {fused:.2} | {alone:.2} | {:.2} |", alone / fused);
         }
     }

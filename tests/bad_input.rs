@@ -80,7 +80,7 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "packs of a command",
         Spec("samples = 2\n[resources]\nfuse = 4", X),
         2,
-        "[resources] `fuse`: packs of 4 trials train as one model only with builtin = \"mlp\", found a command objective: use fuse = 1 or \"auto\"",
+        "[resources] `fuse`: packs of 4 trials train as one model only with a built-in trainable (builtin = \"mlp\" or \"cnn\"), found a command objective: use fuse = 1 or \"auto\"",
     ),
     (
         "reversed bounds",

@@ -47,13 +47,17 @@ fn dense_steps(t: &Json) -> Vec<u64> {
 /// Trains the trial's params without any pause and checks that every exported result equals
 /// that run's epoch.
 fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
-    let split = DataSpec {
+    let wine = DataSpec {
         dataset: Some("wine".into()),
         ..DataSpec::default()
-    }
-    .load(".".as_ref())
-    .unwrap();
+    };
     let fixed = serde_json::json!({"batch_size": 16, "width": 12, "epochs": epochs});
+    assert_matches_trained_alone(t, Builtin::Mlp, &wine, &fixed);
+}
+
+/// [`assert_matches_uninterrupted`] for a trial of `builtin` on `data` with the `fixed` keys.
+fn assert_matches_trained_alone(t: &Json, builtin: Builtin, data: &DataSpec, fixed: &Json) {
+    let split = data.load(".".as_ref()).unwrap();
     let mut params = Params::default();
     for (k, v) in t["params"].as_object().unwrap() {
         let v = match v {
@@ -64,8 +68,7 @@ fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
     }
     let cfg = TrainConfig::from_parts(fixed.as_object().unwrap(), &params).unwrap();
     let id = t["id"].as_u64().unwrap();
-    let mut trainer =
-        Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, id).unwrap();
+    let mut trainer = Trainer::new(builtin, cfg, &split, &candle_core::Device::Cpu, id).unwrap();
     let mut expected = Vec::new();
     while !trainer.finished() {
         expected.push(trainer.train_epoch().unwrap());
@@ -401,6 +404,55 @@ fn fused_trials_under_asha_train_as_if_alone() {
             assert!((1.0..=4.0).contains(&k), "trial {}: {k}", t["id"]);
         }
     }
+}
+
+/// The cnn fuses too: its trials on digits train in packs (convolutions batched over the
+/// members), each trial's curve the cnn's trained alone.
+#[test]
+fn fused_cnn_trials_train_as_if_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(
+        &spec,
+        "name = \"digits-cnn\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 4\nseed = 7\n\
+         [resources]\ncpu_slots = 1\nfuse = 4\n[objective]\nbuiltin = \"cnn\"\n\
+         dataset = \"digits\"\nval_fraction = 0.75\nbatch_size = 32\nchannels = 4\nwidth = 16\n\
+         epochs = 2\n[space]\nlr = { loguniform = [1e-3, 1e-1] }\n\
+         dropout = { uniform = [0.0, 0.3] }\n",
+    )
+    .unwrap();
+    let dir = tmp.path().join("run");
+    let out = run_ok(&mut tune_run(&spec, &dir));
+    assert!(
+        stderr(&out).contains("up to 4 trials of one shape per slot train as one fused model"),
+        "{}",
+        stderr(&out)
+    );
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 4);
+    let digits = DataSpec {
+        dataset: Some("digits".into()),
+        val_fraction: 0.75,
+        ..DataSpec::default()
+    };
+    let fixed = serde_json::json!({"batch_size": 32, "channels": 4, "width": 16, "epochs": 2});
+    let mut packed = 0;
+    for t in &trials {
+        assert_eq!(
+            t["status"], "completed",
+            "trial {}: {}",
+            t["id"], t["error"]
+        );
+        assert_eq!(dense_steps(t).len(), 2, "trial {}", t["id"]);
+        assert_matches_trained_alone(t, Builtin::Cnn, &digits, &fixed);
+        packed += t["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["trials_in_pack"].as_f64().unwrap() > 1.0)
+            .count();
+    }
+    assert!(packed > 0, "no epoch trained in a pack of more than one");
 }
 
 #[test]

@@ -82,8 +82,9 @@ fn train(
         trainer.restore(dir)?;
     }
     let n_params = trainer.parameter_count() as f64;
-    if let (Some(arrival), Some(key)) = (arrival, trainer.fuse_key()) {
+    if let Some(arrival) = arrival {
         if !trainer.finished() {
+            let key = trainer.fuse_key();
             return train_in_pack(arrival.join(trainer, key), n_params, ctx);
         }
     }

@@ -520,7 +520,7 @@ mod tests {
                 let (split, dir) = (split.clone(), tmp.path().join(i.to_string()));
                 std::thread::spawn(move || {
                     let t = trainer(&split, i);
-                    let key = t.fuse_key().unwrap();
+                    let key = t.fuse_key();
                     let mut member = arrival.join(t, key);
                     let mut heard = Vec::new();
                     loop {
@@ -621,7 +621,7 @@ mod tests {
             .into_iter()
             .zip(trainers)
             .map(|(a, t)| {
-                let key = t.fuse_key().unwrap();
+                let key = t.fuse_key();
                 a.join(t, key)
             })
             .collect();

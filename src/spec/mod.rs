@@ -626,11 +626,10 @@ impl fmt::Display for InvalidSetting {
 }
 
 impl ExperimentSpec {
-    /// Whether the objective's trials can train fused ([`Fuse`]): the built-in mlp's can.
+    /// Whether the objective's trials can train fused ([`Fuse`]): the built-in trainables'
+    /// can (the mlp and the cnn), a command's cannot.
     pub fn fusable(&self) -> bool {
-        self.objective
-            .as_ref()
-            .is_some_and(|o| o.builtin.as_deref() == Some("mlp"))
+        self.objective.as_ref().is_some_and(|o| o.builtin.is_some())
     }
 
     /// Trials per pack on a slot of this sweep ([`Fuse::trials_per_pack`]). `"auto"` packs
@@ -893,19 +892,17 @@ impl ExperimentSpec {
         }
         if let (Fuse::Trials(k @ 2..), false) = (self.resources.fuse, self.fusable()) {
             let found = match &self.objective {
-                Some(o) if o.builtin.is_some() => {
-                    format!("builtin = {:?}", o.builtin.as_deref().unwrap_or_default())
-                }
-                Some(_) => "a command objective".into(),
-                None => "an objective of code (Tuner::fit)".into(),
+                Some(_) => "a command objective",
+                None => "an objective of code (Tuner::fit)",
             };
             return Err(InvalidSetting::new(
                 "resources",
                 FieldError::new(
                     "fuse",
                     format!(
-                        "packs of {k} trials train as one model only with builtin = \"mlp\", \
-                         found {found}: use fuse = 1 or \"auto\""
+                        "packs of {k} trials train as one model only with a built-in \
+                         trainable (builtin = \"mlp\" or \"cnn\"), found {found}: use fuse = 1 \
+                         or \"auto\""
                     ),
                 ),
             ));

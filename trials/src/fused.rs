@@ -1,6 +1,8 @@
 //! Horizontal fusion (HFTA: Wang et al., "Horizontally Fused Training Array", MLSys 2021):
-//! K trials of the same MLP shape trained as one model whose weights carry a leading trial
-//! dimension, so each layer is one batched matmul for all of them instead of K small ones.
+//! K trials of the same model shape trained as one model whose weights carry a leading trial
+//! dimension, so each layer is one batched matmul for all of them instead of K small ones:
+//! the MLP's dense layers, and the CNN's convolutions too (each an im2col matmul, batched over
+//! the members, where HFTA groups the convolutions).
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
@@ -21,9 +23,9 @@ use crate::model::{activate, linear, Dropout};
 use crate::trainer::{epoch_order, Builtin, EpochReport, Trainer};
 use crate::TrialsError;
 
-/// What must be equal for trials to train in one pack: the weights' shapes (so the data's
-/// features and classes, depth and width), activation, batch size, optimizer and Nesterov,
-/// and the number of training and validation rows.
+/// What must be equal for trials to train in one pack: the trainable, the weights' shapes (so
+/// the data's features and classes, depth, width and channels), activation, batch size,
+/// optimizer and Nesterov, and the number of training and validation rows.
 ///
 /// ```
 /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
@@ -40,6 +42,9 @@ use crate::TrialsError;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FuseKey {
+    pub builtin: Builtin,
+    /// The CNN's images, `(channels, height, width)`.
+    pub image: Option<(usize, usize, usize)>,
     /// Each weight's shape, in the model's order.
     pub shapes: Vec<Vec<usize>>,
     pub activation: Activation,
@@ -57,9 +62,10 @@ pub struct FuseKey {
 /// assert!(tune_trials::SHAPE_KEYS.contains(&"batch_size"));
 /// assert!(!tune_trials::SHAPE_KEYS.contains(&"lr"));
 /// ```
-pub const SHAPE_KEYS: [&str; 6] = [
+pub const SHAPE_KEYS: [&str; 7] = [
     "depth",
     "width",
+    "channels",
     "activation",
     "batch_size",
     "optimizer",
@@ -67,10 +73,11 @@ pub const SHAPE_KEYS: [&str; 6] = [
 ];
 
 impl Trainer {
-    /// The key of the packs this trial can join; `None` for a trainable that does not fuse
-    /// (the CNN, so far).
-    pub fn fuse_key(&self) -> Option<FuseKey> {
-        (self.builtin == Builtin::Mlp).then(|| FuseKey {
+    /// The key of the packs this trial can join.
+    pub fn fuse_key(&self) -> FuseKey {
+        FuseKey {
+            builtin: self.builtin,
+            image: self.image,
             shapes: self
                 .model
                 .vars()
@@ -82,11 +89,11 @@ impl Trainer {
             optimizer: self.optimizer.kind,
             nesterov: self.cfg.nesterov,
             rows: (self.train.2, self.val.2),
-        })
+        }
     }
 }
 
-/// K MLP trials of one [`FuseKey`] trained as one model.
+/// K trials of one [`FuseKey`] trained as one model.
 ///
 /// ```
 /// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
@@ -114,7 +121,9 @@ pub struct FusedTrainer {
     /// weights and optimizer state are stale while packed; `into_trainers` writes them back.
     members: Vec<Trainer>,
     /// Per weight, in the model's order: the members' tensors stacked on a new leading
-    /// dimension. A bias `(out)` becomes `(K, 1, out)`, so it broadcasts over the batch.
+    /// dimension. A bias `(out)` becomes `(K, 1, out)`, so it broadcasts over the batch; a
+    /// convolution's kernel `(out, in, 3, 3)` becomes `(K, out, in * 9)`, its im2col matrix
+    /// (every weight of rank 3, so the members' coefficients `(K, 1, 1)` broadcast over it).
     vars: Vec<Var>,
     /// Per weight: the optimizer's slots (`[momentum]` or `[m, v]`), stacked the same way.
     state: Vec<Vec<Tensor>>,
@@ -128,14 +137,9 @@ impl FusedTrainer {
         let first = trainers
             .first()
             .ok_or_else(|| TrialsError::Train("a fused pack needs at least one trial".into()))?;
-        let key = first.fuse_key().ok_or_else(|| {
-            TrialsError::Train(format!(
-                "the `{}` trainable does not fuse; only the mlp does",
-                first.builtin.name()
-            ))
-        })?;
+        let key = first.fuse_key();
         for (k, t) in trainers.iter().enumerate() {
-            if t.fuse_key().as_ref() != Some(&key) {
+            if t.fuse_key() != key {
                 return Err(TrialsError::Train(format!(
                     "member {k} has {:?}, the pack {key:?}: only trials of one shape fuse",
                     t.fuse_key()
@@ -165,10 +169,10 @@ impl FusedTrainer {
                 .iter()
                 .map(|t| {
                     let w = get(t);
-                    if w.rank() == 1 {
-                        w.unsqueeze(0)
-                    } else {
-                        Ok(w)
+                    match w.rank() {
+                        1 => w.unsqueeze(0),
+                        2 => Ok(w),
+                        _ => w.flatten_from(1),
                     }
                 })
                 .collect::<candle_core::Result<Vec<_>>>()?;
@@ -375,21 +379,34 @@ impl FusedTrainer {
     }
 
     /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; `dropouts` (one per
-    /// member) while training.
+    /// member) while training. Each member's part is what its own model computes alone.
     fn forward(&self, x: &Tensor, dropouts: Option<&mut [Dropout]>) -> candle_core::Result<Tensor> {
         let layers: Vec<&[Var]> = self.vars.chunks(2).collect();
-        let (last, hidden) = layers.split_last().expect("an output layer");
-        let mut h = x.clone();
+        let (last, mut hidden) = layers.split_last().expect("an output layer");
         let mut dropouts = dropouts;
+        let mut h = x.clone();
+        if let Some((c, height, width)) = self.key.image {
+            // The CNN (crate::model::cnn): two convolutions, a 2x2 max-pool, then dense layers
+            // as the MLP's, with dropout after the pool and after the dense layer.
+            let (members, batch) = (x.dim(0)?, x.dim(1)?);
+            h = h.reshape((members, batch, c, height, width))?;
+            for conv in &hidden[..2] {
+                h = activate(&fused_conv3x3(&h, &conv[0], &conv[1])?, self.key.activation)?;
+            }
+            let (channels, height, width) = (h.dim(2)?, h.dim(3)?, h.dim(4)?);
+            h = h
+                .reshape((members * batch, channels, height, width))?
+                .max_pool2d(2)?
+                .reshape((members, batch, ()))?;
+            if let Some(ds) = dropouts.as_deref_mut() {
+                h = apply_dropouts(&h, ds)?;
+            }
+            hidden = &hidden[2..];
+        }
         for layer in hidden {
             h = activate(&linear(&h, &layer[0], &layer[1])?, self.key.activation)?;
             if let Some(ds) = dropouts.as_deref_mut() {
-                let per_member = h.elem_count() / ds.len();
-                let mut mask = Vec::with_capacity(h.elem_count());
-                for d in ds.iter_mut() {
-                    d.extend_mask(&mut mask, per_member);
-                }
-                h = h.mul(&Tensor::from_vec(mask, h.shape(), h.device())?.to_dtype(h.dtype())?)?;
+                h = apply_dropouts(&h, ds)?;
             }
         }
         // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
@@ -510,6 +527,41 @@ impl Coefficients {
             })?,
         })
     }
+}
+
+/// `h` `(K, ..)` times each member's dropout mask over its part, drawn as the member draws it
+/// alone.
+fn apply_dropouts(h: &Tensor, dropouts: &mut [Dropout]) -> candle_core::Result<Tensor> {
+    let per_member = h.elem_count() / dropouts.len();
+    let mut mask = Vec::with_capacity(h.elem_count());
+    for d in dropouts.iter_mut() {
+        d.extend_mask(&mut mask, per_member);
+    }
+    h.mul(&Tensor::from_vec(mask, h.shape(), h.device())?.to_dtype(h.dtype())?)
+}
+
+/// [`conv3x3`](crate::model::cnn) for K members at once: images `(K, n, c, h, w)`, kernels
+/// as im2col matrices `(K, c_out, c * 9)`, biases `(K, 1, c_out)`; one batched matmul, each
+/// member's the matmul its own model does.
+fn fused_conv3x3(x: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    let (members, n, c, h, wd) = x.dims5()?;
+    let c_out = w.dim(1)?;
+    let padded = x.pad_with_zeros(3, 1, 1)?.pad_with_zeros(4, 1, 1)?;
+    let mut shifted = Vec::with_capacity(9);
+    for dy in 0..3 {
+        for dx in 0..3 {
+            shifted.push(padded.narrow(3, dy, h)?.narrow(4, dx, wd)?);
+        }
+    }
+    // (K, c, 9, n, h, w): per member the unfused layout.
+    let patches = Tensor::stack(&shifted, 2)?
+        .transpose(1, 3)?
+        .contiguous()?
+        .reshape((members, c * 9, n * h * wd))?;
+    let y = w.matmul(&patches)?;
+    y.reshape((members, c_out, n, h, wd))?
+        .transpose(1, 2)?
+        .broadcast_add(&b.reshape((members, 1, c_out, 1, 1))?)
 }
 
 fn gradient<'a>(grads: &'a GradStore, var: &Var, j: usize) -> Result<&'a Tensor, TrialsError> {

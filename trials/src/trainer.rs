@@ -18,7 +18,7 @@ use crate::optim::{lr_at, Optimizer};
 use crate::{EarlyStopping, TrialsError};
 
 /// The built-in trainables, as named by `[objective] builtin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Builtin {
     Mlp,
@@ -82,6 +82,8 @@ pub struct EpochReport {
 /// ```
 pub struct Trainer {
     pub(crate) builtin: Builtin,
+    /// The images' `(channels, height, width)` where the model takes images (the CNN).
+    pub(crate) image: Option<(usize, usize, usize)>,
     pub(crate) cfg: TrainConfig,
     pub(crate) seed: u64,
     pub(crate) model: Box<dyn Model>,
@@ -103,6 +105,7 @@ impl Trainer {
         seed: u64,
     ) -> Result<Trainer, TrialsError> {
         let data = &split.train;
+        let mut image = None;
         let model: Box<dyn Model> = match builtin {
             Builtin::Mlp => Box::new(Mlp::new(
                 data.features,
@@ -114,14 +117,15 @@ impl Trainer {
                 device,
             )?),
             Builtin::Cnn => {
-                let image = data.image.ok_or_else(|| {
+                let dims = data.image.ok_or_else(|| {
                     TrialsError::Config(format!(
                         "the cnn trains on images; dataset `{}` has plain feature rows (use `mlp`)",
                         data.name
                     ))
                 })?;
+                image = Some(dims);
                 Box::new(Cnn::new(
-                    image,
+                    dims,
                     data.classes,
                     cfg.channels,
                     cfg.width,
@@ -134,6 +138,7 @@ impl Trainer {
         let optimizer = Optimizer::new(&cfg, model.vars())?;
         Ok(Trainer {
             builtin,
+            image,
             early: cfg.patience.map(|p| EarlyStopping::new(p, cfg.min_delta)),
             seed,
             model,
