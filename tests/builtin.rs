@@ -359,6 +359,18 @@ fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
     assert!(continued >= 1, "no run continued from a checkpoint");
 }
 
+/// Runs the sweep of `spec` (with `fuse = 4`) in `dir`, checks that it said its trials train
+/// fused, and returns its export.
+fn run_in_packs_of_4(spec: &Path, dir: &Path) -> Vec<Json> {
+    let out = run_ok(&mut tune_run(spec, dir));
+    assert!(
+        stderr(&out).contains("up to 4 trials of one shape per slot train as one fused model"),
+        "{}",
+        stderr(&out)
+    );
+    export_json(dir)
+}
+
 /// Fused packs (`[resources] fuse`): the trials of one slot and shape train as one model, and
 /// each must still be exactly the trial trained alone, through ASHA's stops (members leave,
 /// new trials join), HyperBand's pauses (checkpoints written from the pack, restored alone or
@@ -372,14 +384,7 @@ fn fused_trials_under_asha_train_as_if_alone() {
         "samples = 12\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1\nfuse = 4",
         "epochs = 8",
     );
-    let dir = tmp.path().join("run");
-    let out = run_ok(&mut tune_run(&spec, &dir));
-    assert!(
-        stderr(&out).contains("up to 4 trials of one shape per slot train as one fused model"),
-        "{}",
-        stderr(&out)
-    );
-    let trials = export_json(&dir);
+    let trials = run_in_packs_of_4(&spec, &tmp.path().join("run"));
     assert_eq!(trials.len(), 12);
     // How many ASHA stops depends on the order in which a pack's members report, which is
     // not fixed (it is with one unfused slot, above): whatever was decided, each trial must
@@ -421,14 +426,7 @@ fn fused_cnn_trials_train_as_if_alone() {
          dropout = { uniform = [0.0, 0.3] }\n",
     )
     .unwrap();
-    let dir = tmp.path().join("run");
-    let out = run_ok(&mut tune_run(&spec, &dir));
-    assert!(
-        stderr(&out).contains("up to 4 trials of one shape per slot train as one fused model"),
-        "{}",
-        stderr(&out)
-    );
-    let trials = export_json(&dir);
+    let trials = run_in_packs_of_4(&spec, &tmp.path().join("run"));
     assert_eq!(trials.len(), 4);
     let digits = DataSpec {
         dataset: Some("digits".into()),
