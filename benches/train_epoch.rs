@@ -14,6 +14,9 @@
 //! each with its own learning rate, weight decay, betas and seed, and report the time per
 //! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another;
 //! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench).
+//!
+//! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
+//! CPU numbers are not the ones the README compares).
 
 use std::process::Command;
 use std::time::Instant;
@@ -29,6 +32,11 @@ fn epochs() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10)
+}
+
+/// Whether the CPU columns are measured (`TUNE_BENCH_CPU=0`: GPU only).
+fn cpu_columns() -> bool {
+    std::env::var("TUNE_BENCH_CPU").map_or(true, |v| v != "0")
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -132,10 +140,12 @@ fn main() {
     }
     .load(".".as_ref())
     .expect("digits");
-    let cpu: Vec<f64> = [Builtin::Mlp, Builtin::Cnn]
-        .iter()
-        .map(|&b| epoch_ms(b, &split, &Device::Cpu))
-        .collect();
+    let cpu: Option<Vec<f64>> = cpu_columns().then(|| {
+        [Builtin::Mlp, Builtin::Cnn]
+            .iter()
+            .map(|&b| epoch_ms(b, &split, &Device::Cpu))
+            .collect()
+    });
     let gpu: Option<Vec<f64>> = tune_trials::gpu::discover()
         .ok()
         .filter(|g| !g.is_empty())
@@ -161,7 +171,7 @@ fn main() {
         }
         serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
     };
-    let peer_cpu = peer("cpu");
+    let peer_cpu = cpu.as_ref().and_then(|_| peer("cpu"));
     let peer_gpu = gpu.as_ref().and_then(|_| peer("cuda"));
     println!(
         "one epoch of digits (1,438 rows, batch 64, AdamW), median of {} epochs, ms",
@@ -172,6 +182,7 @@ fn main() {
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let ms = |v: Option<f64>| v.map_or("-".into(), |t| format!("{t:.1}"));
+    let ms2 = |v: Option<f64>| v.map_or("-".into(), |t| format!("{t:.2}"));
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => format!("{:.2}", a / b),
         _ => "-".into(),
@@ -181,11 +192,12 @@ fn main() {
         let torch_cpu = peer_cpu.as_ref().and_then(|p| p[&key].as_f64());
         let torch_gpu = peer_gpu.as_ref().and_then(|p| p[&key].as_f64());
         let tune_gpu = gpu.as_ref().map(|g| g[i]);
+        let tune_cpu = cpu.as_ref().map(|c| c[i]);
         println!(
-            "| {name} | {:.1} | {} | {} | {} | {} | {} |",
-            cpu[i],
+            "| {name} | {} | {} | {} | {} | {} | {} |",
+            ms(tune_cpu),
             ms(torch_cpu),
-            ratio(torch_cpu, Some(cpu[i])),
+            ratio(torch_cpu, tune_cpu),
             ms(tune_gpu),
             ms(torch_gpu),
             ratio(torch_gpu, tune_gpu),
@@ -203,16 +215,18 @@ fn main() {
     for builtin in [Builtin::Mlp, Builtin::Cnn] {
         let shape = digits_shape(builtin);
         for k in PACKS {
-            let (cpu_fused, cpu_alone) = fused_ms(k, builtin, &shape, &split, &Device::Cpu);
+            let on_cpu = cpu_columns().then(|| fused_ms(k, builtin, &shape, &split, &Device::Cpu));
             let on_gpu = gpu_device
                 .as_ref()
                 .map(|d| fused_ms(k, builtin, &shape, &split, d));
             println!(
-                "| {} | {k} | {cpu_fused:.2} | {cpu_alone:.2} | {:.2} | {} | {} | {} |",
+                "| {} | {k} | {} | {} | {} | {} | {} | {} |",
                 builtin.name(),
-                cpu_alone / cpu_fused,
-                ms(on_gpu.map(|g| g.0)),
-                ms(on_gpu.map(|g| g.1)),
+                ms2(on_cpu.map(|c| c.0)),
+                ms2(on_cpu.map(|c| c.1)),
+                ratio(on_cpu.map(|c| c.1), on_cpu.map(|c| c.0)),
+                ms2(on_gpu.map(|g| g.0)),
+                ms2(on_gpu.map(|g| g.1)),
                 ratio(on_gpu.map(|g| g.1), on_gpu.map(|g| g.0)),
             );
         }

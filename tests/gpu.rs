@@ -6,7 +6,8 @@
 
 use candle_core::Device;
 use tune_trials::{
-    gpu, open_device, Builtin, DataSpec, EpochReport, OptimizerKind, Split, TrainConfig, Trainer,
+    gpu, open_device, Builtin, DataSpec, EpochReport, FusedTrainer, OptimizerKind, Split,
+    TrainConfig, Trainer,
 };
 
 fn gpu_device() -> Option<Device> {
@@ -155,4 +156,52 @@ fn a_gpu_trial_restores_exactly_and_checkpoints_move_between_devices() {
         &straight,
         "cpu to gpu",
     );
+}
+
+#[test]
+fn fused_packs_on_the_gpu_train_as_their_members_alone() {
+    let Some(dev) = gpu_device() else { return };
+    let split = digits();
+    for (builtin, shape) in [
+        (Builtin::Mlp, config()),
+        (
+            Builtin::Cnn,
+            TrainConfig {
+                epochs: 2,
+                channels: 4,
+                width: 16,
+                ..config()
+            },
+        ),
+    ] {
+        let members: Vec<(TrainConfig, u64)> = (0..3)
+            .map(|i| {
+                let cfg = TrainConfig {
+                    lr: shape.lr * (1.0 + i as f64),
+                    weight_decay: 0.01 * i as f64,
+                    beta1: 0.85 + 0.05 * i as f64,
+                    ..shape.clone()
+                };
+                (cfg, 11 + i)
+            })
+            .collect();
+        let trainer = |(cfg, seed): &(TrainConfig, u64)| {
+            Trainer::new(builtin, cfg.clone(), &split, &dev, *seed).unwrap()
+        };
+        let mut pack = FusedTrainer::new(members.iter().map(trainer).collect()).unwrap();
+        let mut fused = vec![Vec::new(); members.len()];
+        for _ in 0..shape.epochs {
+            for (k, report) in pack.train_epoch().unwrap().into_iter().enumerate() {
+                fused[k].push(report.unwrap());
+            }
+        }
+        for (k, m) in members.iter().enumerate() {
+            let mut alone = trainer(m);
+            let reports: Vec<EpochReport> = (0..shape.epochs)
+                .map(|_| alone.train_epoch().unwrap())
+                .collect();
+            // Batched matmuls may sum in another order than one trial's: close, not equal.
+            assert_close(&fused[k], &reports, &format!("{builtin:?} member {k}"));
+        }
+    }
 }
