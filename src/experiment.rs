@@ -84,6 +84,9 @@ fn exploit_staging(dir: &Path, id: TrialId) -> PathBuf {
 pub(crate) fn stage_exploit(dir: &Path, id: TrialId, from: TrialId) -> Result<(), TuneError> {
     let staged = exploit_staging(dir, id);
     let _ = std::fs::remove_dir_all(&staged);
+    // A built-in trainable's latest checkpoint may still be on its way to disk (written
+    // behind training): "as it is now" is that one. Its error, if any, is its trial's.
+    let _ = tune_trials::checkpoint::settle(&trial_dir(dir, from));
     copy_dir(&trial_dir(dir, from), &staged)
         .map_err(|e| TuneError::io(format!("copying the checkpoint of trial {from}"), e))
 }
@@ -95,6 +98,7 @@ pub(crate) fn take_exploit(dir: &Path, id: TrialId, from: TrialId) -> Result<(),
     let _ = std::fs::remove_dir_all(&dst);
     let moved = staged.is_dir() && std::fs::rename(&staged, &dst).is_ok();
     if !moved {
+        let _ = tune_trials::checkpoint::settle(&trial_dir(dir, from));
         copy_dir(&trial_dir(dir, from), &dst).map_err(|e| {
             TuneError::io(
                 format!("copying the checkpoint of trial {from} to trial {id}"),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tune_trials::{
-    open_device, Builtin, DataSpec, EpochReport, TrainConfig, Trainer, CHECKPOINT_FILE,
+    open_device, Builtin, DataSpec, EpochReport, TrainConfig, Trainer, TrialsError, CHECKPOINT_FILE,
 };
 
 use super::pack::{Decision, Member, Packs};
@@ -46,13 +46,29 @@ pub(crate) fn builtin_objective(
     }
     let threads = threads_per_trial(cpu_slots);
     let packs = (trials_per_pack > 1).then(|| Packs::new(trials_per_pack, trials_per_gpu, threads));
-    Ok(Arc::new(move |ctx: &mut TrialContext| match threads {
-        Some(n) => rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()?
-            .install(|| train(builtin, &fixed, &split, packs.as_ref(), ctx)),
-        None => train(builtin, &fixed, &split, packs.as_ref(), ctx),
+    let checkpoints = SettleCheckpoints;
+    Ok(Arc::new(move |ctx: &mut TrialContext| {
+        // The objective owns it, so it drops (and waits for the writes) with the objective.
+        let _ = &checkpoints;
+        match threads {
+            Some(n) => rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()?
+                .install(|| train(builtin, &fixed, &split, packs.as_ref(), ctx)),
+            None => train(builtin, &fixed, &split, packs.as_ref(), ctx),
+        }
     }))
+}
+
+/// Held by the objective: when the sweep is over and the objective dropped, the checkpoints
+/// still being written behind training are waited for, so that the process ends with every
+/// trial's latest on disk.
+struct SettleCheckpoints;
+
+impl Drop for SettleCheckpoints {
+    fn drop(&mut self) {
+        tune_trials::checkpoint::settle_all();
+    }
 }
 
 /// One trial of a built-in trainable: train, report and checkpoint epoch by epoch.
@@ -75,11 +91,12 @@ fn train(
     // A run killed before its first checkpoint landed (or an exploit that snapshotted a
     // source before its first) leaves a folder without one: the trial starts over, and
     // since training is seeded it reports the same epochs again.
-    if let Some(dir) = ctx
-        .restore_dir()
-        .filter(|d| d.join(CHECKPOINT_FILE).exists())
-    {
-        trainer.restore(dir)?;
+    if let Some(dir) = ctx.restore_dir() {
+        // A checkpoint of an earlier attempt in this process may still be on its way.
+        tune_trials::checkpoint::settle(dir)?;
+        if dir.join(CHECKPOINT_FILE).exists() {
+            trainer.restore(dir)?;
+        }
     }
     let n_params = trainer.parameter_count() as f64;
     if let Some(arrival) = arrival {
@@ -93,13 +110,26 @@ fn train(
         let heard = report(ctx, &r, n_params, None);
         // The checkpoint follows the decision, as the command protocol's does: a paused
         // trial resumes after the epoch it reported, a stopped one needs none.
-        match heard {
-            Ok(()) | Err(Stop::Paused) => trainer.save(ctx.checkpoint_dir()?)?,
-            Err(_) => {}
-        }
+        save(&trainer, ctx.checkpoint_dir()?, &heard)?;
         heard?;
     }
     Ok(())
+}
+
+/// Checkpoints `trainer` into `dir` after a report was `heard`: a trial going on has its
+/// checkpoint written behind the next epoch's training; a paused or finished one has it on
+/// disk before this returns (it is resumed from it, or kept as the trial's last); a stopped
+/// one needs none. Whether a trial trains in a pack or alone, this is where it is decided.
+pub(super) fn save(
+    trainer: &Trainer,
+    dir: &Path,
+    heard: &Result<(), Stop>,
+) -> Result<(), TrialsError> {
+    match heard {
+        Ok(()) if !trainer.finished() => trainer.save_behind(dir),
+        Ok(()) | Err(Stop::Paused) => trainer.save(dir),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Reports an epoch of a built-in trainable; a trial trained in a pack adds how many trials

@@ -10,11 +10,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use tune_trials::{open_device, EpochReport, FuseKey, FusedTrainer, Trainer, TrialsError};
 
-use super::BoxError;
+use super::{BoxError, Stop};
 
 /// The packs of one sweep's built-in objective, on every slot.
 pub(crate) struct Packs {
@@ -253,6 +254,55 @@ impl Drop for Member {
     }
 }
 
+/// With `TUNE_PACK_TRACE` set, each pack's epoch on stderr, phase by phase: where a GPU's
+/// time goes between epochs (waiting for joiners, re-forming, its turn, training, the
+/// members' decisions and checkpoints, members leaving).
+struct PackTrace {
+    id: u64,
+    on: bool,
+    lap: Instant,
+    phases: Vec<(&'static str, Duration)>,
+}
+
+impl PackTrace {
+    fn new(id: u64) -> PackTrace {
+        PackTrace {
+            id,
+            on: std::env::var_os("TUNE_PACK_TRACE").is_some(),
+            lap: Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    /// Ends the phase `what`.
+    fn lap(&mut self, what: &'static str) {
+        self.add(what, self.lap.elapsed());
+        self.lap = Instant::now();
+    }
+
+    fn add(&mut self, what: &'static str, took: Duration) {
+        if self.on {
+            self.phases.push((what, took));
+        }
+    }
+
+    /// Prints the epoch's phases, for a pack that trained `trials`.
+    fn end_epoch(&mut self, trials: usize) {
+        if self.on {
+            let phases: Vec<String> = self
+                .phases
+                .drain(..)
+                .map(|(what, took)| format!("{what} {:.3}", took.as_secs_f64()))
+                .collect();
+            eprintln!(
+                "pack {} ({trials} trials), s: {}",
+                self.id,
+                phases.join(", ")
+            );
+        }
+    }
+}
+
 /// A pack's turn to train on its slot.
 struct Turn {
     packs: Arc<Packs>,
@@ -289,7 +339,9 @@ impl Packs {
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
             let mut links: Vec<Link> = Vec::new();
+            let mut trace = PackTrace::new(id);
             while let Some(joiners) = self.boundary(id, &slot, links.is_empty()) {
+                trace.lap("boundary");
                 let formed = if joiners.is_empty() {
                     Ok(())
                 } else {
@@ -308,7 +360,9 @@ impl Packs {
                         .and_then(FusedTrainer::new)
                         .map(|f| fused = Some(f))
                 };
+                trace.lap("form");
                 let turn = self.take_turn(&slot);
+                trace.lap("turn");
                 let reports = formed
                     .and_then(|()| {
                         crate::failpoint::hit("pack.epoch")
@@ -319,8 +373,12 @@ impl Packs {
                         None => Err(TrialsError::Train("a pack lost its model".into())),
                     });
                 drop(turn);
+                trace.lap("train");
+                let trained = links.len();
                 let leaving = match reports {
-                    Ok(reports) => self.decide_epoch(&mut fused, &links, reports, &decisions),
+                    Ok(reports) => {
+                        self.decide_epoch(&mut fused, &links, reports, &decisions, &mut trace)
+                    }
                     Err(e) => {
                         // The pack itself failed (the device, most likely): so do its members.
                         for link in &links {
@@ -329,7 +387,10 @@ impl Packs {
                         vec![true; links.len()]
                     }
                 };
+                trace.lap("decide");
                 self.drop_members(id, &mut fused, &mut links, &leaving);
+                trace.lap("leave");
+                trace.end_epoch(trained);
             }
         };
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match threads {
@@ -388,8 +449,10 @@ impl Packs {
         links: &[Link],
         reports: Vec<Result<EpochReport, TrialsError>>,
         decisions: &mpsc::Receiver<(u64, Decision)>,
+        trace: &mut PackTrace,
     ) -> Vec<bool> {
         let mut leaving = vec![false; links.len()];
+        let mut saving = Duration::ZERO;
         let mut owed = 0;
         let trained = links.len();
         for ((link, report), leaves) in links.iter().zip(reports).zip(&mut leaving) {
@@ -410,27 +473,30 @@ impl Packs {
                 continue;
             };
             owed -= 1;
-            let mut save = |dir: &PathBuf| -> Result<bool, String> {
+            let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Result<bool, String> {
+                let started = Instant::now();
                 let f = fused.as_mut().ok_or("the pack has no model")?;
                 let member = f.member(k).map_err(|e| e.to_string())?;
-                member.save(dir).map_err(|e| e.to_string())?;
+                super::builtin::save(member, dir, &heard).map_err(|e| e.to_string())?;
+                saving += started.elapsed();
                 Ok(member.finished())
             };
             leaving[k] = match &decision {
                 Decision::Continue(dir) => {
-                    let saved = save(dir);
+                    let saved = save(dir, Ok(()));
                     let out = !matches!(saved, Ok(false));
                     let _ = links[k].tell.send(FromPack::Saved(saved));
                     out
                 }
                 Decision::Pause(dir) => {
-                    let saved = save(dir).map(|_| true);
+                    let saved = save(dir, Err(Stop::Paused)).map(|_| true);
                     let _ = links[k].tell.send(FromPack::Saved(saved));
                     true
                 }
                 Decision::Leave => true,
             };
         }
+        trace.add("of which checkpoints", saving);
         leaving
     }
 

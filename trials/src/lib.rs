@@ -13,7 +13,7 @@
 //! assert_eq!(report.epoch, 1);
 //! ```
 
-mod checkpoint;
+pub mod checkpoint;
 mod config;
 mod data;
 mod device;

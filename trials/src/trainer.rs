@@ -258,8 +258,21 @@ impl Trainer {
         Ok((loss, hits as f64 / *n as f64))
     }
 
-    /// Writes the checkpoint (weights, optimizer state, counters) into `dir`.
+    /// Writes the checkpoint (weights, optimizer state, counters) into `dir`: on disk when
+    /// this returns.
     pub fn save(&self, dir: &Path) -> Result<(), TrialsError> {
+        checkpoint::write(dir, self.checkpoint_bytes()?)
+    }
+
+    /// Queues the checkpoint of `dir` for the process's checkpoint thread and returns, the
+    /// weights already copied ([`checkpoint::write_behind`]): training goes on while it is
+    /// written. [`checkpoint::settle`] waits for it.
+    pub fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
+        checkpoint::write_behind(dir, self.checkpoint_bytes()?)
+    }
+
+    /// The checkpoint file's bytes.
+    fn checkpoint_bytes(&self) -> Result<Vec<u8>, TrialsError> {
         let mut tensors: Vec<(String, Tensor)> = self
             .model
             .vars()
@@ -292,7 +305,7 @@ impl Trainer {
         if let Some(es) = &self.early {
             meta.insert("early_stopping".into(), serde_json::to_string(es).unwrap());
         }
-        checkpoint::write(dir, &tensors, meta)
+        checkpoint::serialize(&tensors, meta)
     }
 
     /// Continues from the checkpoint in `dir`. Keys that shape the model must match; others
