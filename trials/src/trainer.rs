@@ -267,6 +267,21 @@ impl Trainer {
     /// Queues the checkpoint of `dir` for the process's checkpoint thread and returns, the
     /// weights already copied ([`checkpoint::write_behind`]): training goes on while it is
     /// written. [`checkpoint::settle`] waits for it.
+    ///
+    /// ```
+    /// use tune_trials::{checkpoint, Builtin, DataSpec, TrainConfig, Trainer, CHECKPOINT_FILE};
+    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+    ///     .load(".".as_ref())
+    ///     .unwrap();
+    /// let cpu = candle_core::Device::Cpu;
+    /// let mut trainer = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 0).unwrap();
+    /// trainer.train_epoch().unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// trainer.save_behind(dir.path()).unwrap();
+    /// trainer.train_epoch().unwrap(); // while it is written
+    /// checkpoint::settle(dir.path()).unwrap();
+    /// assert!(dir.path().join(CHECKPOINT_FILE).exists());
+    /// ```
     pub fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
         checkpoint::write_behind(dir, self.checkpoint_bytes()?)
     }
