@@ -592,10 +592,9 @@ mod tests {
     use super::*;
     use crate::{DataSpec, TrainConfig};
 
-    #[test]
-    fn a_member_written_back_holds_its_own_state_alone() {
-        // `Tensor::copy` of a member's slice cloned the whole stacked storage, every
-        // member's: 8 GB held by a 16-trial pack of 3x1024 MLPs.
+    /// A pack of `members` trials of `cfg` (seeds 0, 1, ...) on a tenth of digits, after one
+    /// epoch.
+    fn pack_after_an_epoch(builtin: Builtin, cfg: &TrainConfig, members: u64) -> FusedTrainer {
         let split = DataSpec {
             dataset: Some("digits".into()),
             val_fraction: 0.9,
@@ -603,17 +602,25 @@ mod tests {
         }
         .load(".".as_ref())
         .unwrap();
+        let members = (0..members)
+            .map(|s| Trainer::new(builtin, cfg.clone(), &split, &Device::Cpu, s))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let mut pack = FusedTrainer::new(members).unwrap();
+        pack.train_epoch().unwrap();
+        pack
+    }
+
+    #[test]
+    fn a_member_written_back_holds_its_own_state_alone() {
+        // `Tensor::copy` of a member's slice cloned the whole stacked storage, every
+        // member's: 8 GB held by a 16-trial pack of 3x1024 MLPs.
         let cfg = TrainConfig {
             width: 8,
             epochs: 2,
             ..TrainConfig::default()
         };
-        let members = (0..3)
-            .map(|s| Trainer::new(Builtin::Mlp, cfg.clone(), &split, &Device::Cpu, s))
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let mut pack = FusedTrainer::new(members).unwrap();
-        pack.train_epoch().unwrap();
+        let pack = pack_after_an_epoch(Builtin::Mlp, &cfg, 3);
         for (k, t) in pack.into_trainers().unwrap().iter().enumerate() {
             for (j, slots) in t.optimizer.state.iter().enumerate() {
                 for slot in slots {
@@ -632,13 +639,6 @@ mod tests {
     fn the_optimizer_state_keeps_no_graph_between_batches() {
         // A fused kernel is a matmul operand itself, so its gradient references the batch's
         // graph; state built from it undetached kept every batch alive.
-        let split = DataSpec {
-            dataset: Some("digits".into()),
-            val_fraction: 0.9,
-            ..DataSpec::default()
-        }
-        .load(".".as_ref())
-        .unwrap();
         for optimizer in [OptimizerKind::Adamw, OptimizerKind::Sgd] {
             let cfg = TrainConfig {
                 channels: 2,
@@ -647,12 +647,7 @@ mod tests {
                 epochs: 2,
                 ..TrainConfig::default()
             };
-            let members = (0..2)
-                .map(|s| Trainer::new(Builtin::Cnn, cfg.clone(), &split, &Device::Cpu, s))
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let mut pack = FusedTrainer::new(members).unwrap();
-            pack.train_epoch().unwrap();
+            let pack = pack_after_an_epoch(Builtin::Cnn, &cfg, 2);
             for (j, slots) in pack.state.iter().enumerate() {
                 for (s, slot) in slots.iter().enumerate() {
                     assert!(!slot.track_op(), "{optimizer:?}: weight {j}, slot {s}");
