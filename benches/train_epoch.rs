@@ -13,7 +13,9 @@
 //! The fused rows train K trials of each of those shapes as one model (`FusedTrainer`, HFTA),
 //! each with its own learning rate, weight decay, betas and seed, and report the time per
 //! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another;
-//! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench).
+//! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench). The
+//! mixed rows are the MLPs the mlp-digits example searches (widths 32 to 256, depths 1 to 3,
+//! SGD and AdamW), padded in a pack to the widest and deepest.
 //!
 //! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
 //! CPU numbers are not the ones the README compares).
@@ -22,7 +24,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use candle_core::Device;
-use tune_trials::{Builtin, DataSpec, FusedTrainer, Split, TrainConfig, Trainer};
+use tune_trials::{Builtin, DataSpec, FusedTrainer, OptimizerKind, Split, TrainConfig, Trainer};
 
 /// Pack sizes of the fused rows.
 const PACKS: [usize; 3] = [1, 4, 16];
@@ -85,19 +87,40 @@ fn digits_shape(builtin: Builtin) -> TrainConfig {
     }
 }
 
-/// Milliseconds per trial-epoch of `k` members of `shape` trained as one pack, and of the
+/// The i-th of K MLPs of the mlp-digits example's shapes (width 32 to 256, depth 1 to 3,
+/// SGD or AdamW; batch 64), which a pack pads to the widest and deepest and updates both ways.
+fn mixed_member(i: usize) -> (TrainConfig, u64) {
+    const WIDTHS: [usize; 7] = [32, 45, 64, 90, 128, 181, 256];
+    let shape = TrainConfig {
+        depth: 1 + i % 3,
+        width: WIDTHS[i % WIDTHS.len()],
+        optimizer: if i.is_multiple_of(2) {
+            OptimizerKind::Adamw
+        } else {
+            OptimizerKind::Sgd
+        },
+        batch_size: 64,
+        ..TrainConfig::default()
+    };
+    member(&shape, i)
+}
+
+/// The i-th member of a bench's pack: its config and seed.
+type MemberOf<'a> = dyn Fn(usize) -> (TrainConfig, u64) + 'a;
+
+/// Milliseconds per trial-epoch of `k` members (`member(i)`) trained as one pack, and of the
 /// same members trained one after another.
 fn fused_ms(
     k: usize,
     builtin: Builtin,
-    shape: &TrainConfig,
+    member: &MemberOf<'_>,
     split: &Split,
     device: &Device,
 ) -> (f64, f64) {
     let trainers = || -> Vec<Trainer> {
         (0..k)
             .map(|i| {
-                let (cfg, seed) = member(shape, i);
+                let (cfg, seed) = member(i);
                 Trainer::new(builtin, cfg, split, device, seed).expect("trainer")
             })
             .collect()
@@ -212,16 +235,20 @@ fn main() {
     );
     println!("| model | K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for builtin in [Builtin::Mlp, Builtin::Cnn] {
-        let shape = digits_shape(builtin);
+    let same = |builtin| move |i| member(&digits_shape(builtin), i);
+    let rows: [(&str, Builtin, &MemberOf); 3] = [
+        ("mlp", Builtin::Mlp, &same(Builtin::Mlp)),
+        ("cnn", Builtin::Cnn, &same(Builtin::Cnn)),
+        ("mlp, mixed shapes", Builtin::Mlp, &mixed_member),
+    ];
+    for (name, builtin, member) in rows {
         for k in PACKS {
-            let on_cpu = cpu_columns().then(|| fused_ms(k, builtin, &shape, &split, &Device::Cpu));
+            let on_cpu = cpu_columns().then(|| fused_ms(k, builtin, member, &split, &Device::Cpu));
             let on_gpu = gpu_device
                 .as_ref()
-                .map(|d| fused_ms(k, builtin, &shape, &split, d));
+                .map(|d| fused_ms(k, builtin, member, &split, d));
             println!(
-                "| {} | {k} | {} | {} | {} | {} | {} | {} |",
-                builtin.name(),
+                "| {name} | {k} | {} | {} | {} | {} | {} | {} |",
                 ms2(on_cpu.map(|c| c.0)),
                 ms2(on_cpu.map(|c| c.1)),
                 ratio(on_cpu.map(|c| c.1), on_cpu.map(|c| c.0)),
@@ -253,7 +280,7 @@ fn main() {
         println!("| K | fused | unfused | unfused / fused |");
         println!("| ---: | ---: | ---: | ---: |");
         for k in PACKS {
-            let (fused, alone) = fused_ms(k, Builtin::Mlp, &wide, &glyphs, device);
+            let (fused, alone) = fused_ms(k, Builtin::Mlp, &|i| member(&wide, i), &glyphs, device);
             println!("| {k} | {fused:.2} | {alone:.2} | {:.2} |", alone / fused);
         }
     }

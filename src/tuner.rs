@@ -507,8 +507,7 @@ impl Tuner {
             let pack = spec.trials_per_pack(pool.on_gpu());
             if pack > 1 {
                 pool.pack_trials(pack);
-                let packs =
-                    format!("up to {pack} trials of one shape per slot train as one fused model");
+                let packs = format!("up to {pack} trials per slot train as one fused model");
                 note = Some(match note {
                     Some(n) => format!("{n}; {packs}"),
                     None => packs,

@@ -62,6 +62,7 @@ fn assert_matches_trained_alone(t: &Json, builtin: Builtin, data: &DataSpec, fix
     for (k, v) in t["params"].as_object().unwrap() {
         let v = match v {
             Json::String(s) => Value::Str(s.clone()),
+            Json::Number(n) if n.is_i64() => Value::Int(n.as_i64().unwrap()),
             v => Value::Float(v.as_f64().unwrap()),
         };
         params.insert(k.clone(), v);
@@ -293,6 +294,9 @@ fn the_mlp_digits_example_is_a_valid_spec() {
     let (spec, _) = tune::ExperimentSpec::read(&path).unwrap();
     assert_eq!((spec.samples, spec.metric.as_str()), (40, "val_accuracy"));
     assert_eq!(spec.space.len(), 8);
+    // Width, depth and optimizer mix in a pack; its three batch sizes make three packs, few
+    // enough for `auto` to fuse on a GPU.
+    assert_eq!(spec.trials_per_pack(true), tune::Fuse::AUTO_GPU);
     assert_eq!(spec.objective.unwrap().builtin.as_deref(), Some("mlp"));
 }
 
@@ -301,19 +305,11 @@ fn the_glyphs_example_fixes_the_shape_so_its_trials_fuse() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/glyphs/space.toml");
     let (spec, _) = tune::ExperimentSpec::read(&path).unwrap();
     assert_eq!((spec.samples, spec.space.len()), (64, 5));
-    // No searched key changes a trial's shape (see `FuseKey`): every trial can join a pack.
+    // No searched key separates packs (see `FuseKey`): every trial can join one.
     for p in spec.space.params() {
         assert!(
-            ![
-                "depth",
-                "width",
-                "batch_size",
-                "optimizer",
-                "activation",
-                "nesterov"
-            ]
-            .contains(&p.name.as_str()),
-            "{} changes the shape",
+            !tune_trials::PACK_KEYS.contains(&p.name.as_str()),
+            "{} separates packs",
             p.name
         );
     }
@@ -364,18 +360,18 @@ fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
 fn run_in_packs_of_4(spec: &Path, dir: &Path) -> Vec<Json> {
     let out = run_ok(&mut tune_run(spec, dir));
     assert!(
-        stderr(&out).contains("up to 4 trials of one shape per slot train as one fused model"),
+        stderr(&out).contains("up to 4 trials per slot train as one fused model"),
         "{}",
         stderr(&out)
     );
     export_json(dir)
 }
 
-/// Fused packs (`[resources] fuse`): the trials of one slot and shape train as one model, and
-/// each must still be exactly the trial trained alone, through ASHA's stops (members leave,
-/// new trials join), HyperBand's pauses (checkpoints written from the pack, restored alone or
-/// into another pack) and a kill -9 with resume. The optimizer is searched, so a slot holds
-/// packs of two shapes at once.
+/// Fused packs (`[resources] fuse`): the trials of one slot and pack key train as one model,
+/// and each must still be exactly the trial trained alone, through ASHA's stops (members
+/// leave, new trials join), HyperBand's pauses (checkpoints written from the pack, restored
+/// alone or into another pack) and a kill -9 with resume. The optimizer is searched (and, under
+/// ASHA, the depth), so packs mix SGD and AdamW trials (and depths).
 #[test]
 fn fused_trials_under_asha_train_as_if_alone() {
     let tmp = tempfile::tempdir().unwrap();
@@ -384,8 +380,17 @@ fn fused_trials_under_asha_train_as_if_alone() {
         "samples = 12\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1\nfuse = 4",
         "epochs = 8",
     );
+    // Depths mix in a pack too: the shallower members pass through the layers they lack.
+    let mut text = std::fs::read_to_string(&spec).unwrap();
+    text.push_str("depth = { int = [1, 3] }\n");
+    std::fs::write(&spec, text).unwrap();
     let trials = run_in_packs_of_4(&spec, &tmp.path().join("run"));
     assert_eq!(trials.len(), 12);
+    let depths: std::collections::BTreeSet<i64> = trials
+        .iter()
+        .map(|t| t["params"]["depth"].as_i64().unwrap())
+        .collect();
+    assert!(depths.len() > 1, "{depths:?}");
     // How many ASHA stops depends on the order in which a pack's members report, which is
     // not fixed (it is with one unfused slot, above): whatever was decided, each trial must
     // be the one trained alone, cut where it was stopped.

@@ -1,7 +1,7 @@
 //! Built-in Candle trainables as objectives: the data is loaded once per sweep, and each trial
 //! trains in-process on its slot's device, checkpointing after every decided epoch; with
-//! packs of more than one trial, same-shaped mlp trials on a slot train as one fused model
-//! (`super::pack`).
+//! packs of more than one trial, the trials of a slot that share a `PackKey` (whatever their
+//! depths and optimizers, and on a GPU their widths) train as one fused model (`super::pack`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
 
 /// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
-/// taken from `workdir`. `trials_per_pack` above 1 fuses same-shaped trials of a slot; a
+/// taken from `workdir`. `trials_per_pack` above 1 fuses the trials of a slot that share a key; a
 /// GPU trains up to `trials_per_gpu` packs at once.
 pub(crate) fn builtin_objective(
     obj: &ObjectiveSpec,
@@ -101,7 +101,7 @@ fn train(
     let n_params = trainer.parameter_count() as f64;
     if let Some(arrival) = arrival {
         if !trainer.finished() {
-            let key = trainer.fuse_key();
+            let key = trainer.pack_key();
             return train_in_pack(arrival.join(trainer, key), n_params, ctx);
         }
     }

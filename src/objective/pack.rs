@@ -1,11 +1,12 @@
-//! Packs: trials of the built-in mlp that run on one slot and share a shape train as one
-//! fused model ([`tune_trials::FusedTrainer`], HFTA) on a thread of the pack's own, while
-//! each trial's thread reports its epochs and hears its decisions exactly as if it trained
-//! alone. Members leave (stopped, paused, finished, failed) and join at epoch boundaries.
+//! Packs: trials of a built-in trainable that run on one slot and share a [`PackKey`] (their
+//! depths and optimizers may differ, and on a GPU their widths) train as one fused model
+//! ([`tune_trials::FusedTrainer`], HFTA) on a thread of the pack's own, while each trial's
+//! thread reports its epochs and hears its decisions exactly as if it trained alone. Members
+//! leave (stopped, paused, finished, failed) and join at epoch boundaries.
 //!
 //! Packing changes nothing a trial computes on CPU (each member's weights equal the unfused
-//! trial's bit for bit, a test in `tune-trials`), so which trials happen to share a pack never
-//! changes a decision.
+//! trial's bit for bit, a test in `tune-trials`; widths do not mix there, see [`PackKey`]), so
+//! which trials happen to share a pack never changes a decision.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
-use tune_trials::{open_device, EpochReport, FuseKey, FusedTrainer, Trainer, TrialsError};
+use tune_trials::{open_device, EpochReport, FusedTrainer, PackKey, Trainer, TrialsError};
 
 use super::{BoxError, Stop};
 
@@ -39,7 +40,7 @@ struct Hub {
     next_id: u64,
     /// One device per slot: members of a pack must have their tensors on the same one.
     devices: HashMap<String, Device>,
-    /// Per slot: packs training an epoch now. Packs of different shapes on one slot take
+    /// Per slot: packs training an epoch now. Packs of different keys on one slot take
     /// turns, so that a slot (its share of the cores, a GPU share) trains one model at a time
     /// as it does unfused, rather than several whose kernels only queue behind each other.
     training: HashMap<String, usize>,
@@ -49,7 +50,7 @@ struct Hub {
 struct PackEntry {
     id: u64,
     slot: String,
-    key: FuseKey,
+    key: PackKey,
     /// Members and joiners.
     size: usize,
     joiners: Vec<Joiner>,
@@ -130,9 +131,9 @@ pub(crate) struct Arrival {
 }
 
 impl Arrival {
-    /// Puts `trainer` (of shape `key`, unfinished) into an open pack of its slot and shape
+    /// Puts `trainer` (of key `key`, unfinished) into an open pack of its slot and key
     /// with room, or a new one; it trains from the pack's next epoch on.
-    pub(crate) fn join(mut self, trainer: Trainer, key: FuseKey) -> Member {
+    pub(crate) fn join(mut self, trainer: Trainer, key: PackKey) -> Member {
         let packs = self.packs.clone();
         let (tell, hear) = mpsc::channel();
         let mut hub = packs.hub();
@@ -586,7 +587,7 @@ mod tests {
                 let (split, dir) = (split.clone(), tmp.path().join(i.to_string()));
                 std::thread::spawn(move || {
                     let t = trainer(&split, i);
-                    let key = t.fuse_key();
+                    let key = t.pack_key();
                     let mut member = arrival.join(t, key);
                     let mut heard = Vec::new();
                     loop {
@@ -660,12 +661,13 @@ mod tests {
     }
 
     #[test]
-    fn trials_of_other_shapes_or_slots_get_packs_of_their_own() {
+    fn trials_of_other_keys_or_slots_get_packs_of_their_own() {
         let split = wine();
         let packs = Packs::new(2, 1, Some(1));
         let other = {
+            // Another batch size (a width of its own would share the pack, padded).
             let cfg = TrainConfig {
-                width: 20,
+                batch_size: 8,
                 epochs: 3,
                 ..TrainConfig::default()
             };
@@ -677,17 +679,17 @@ mod tests {
         let trainers = [
             trainer(&split, 0),
             trainer(&split, 1),
-            // The pack of two is full: a third of that shape starts another.
+            // The pack of two is full: a third of that key starts another.
             trainer(&split, 2),
             other,
-            // Same shape, other slot.
+            // Same key, other slot.
             trainer(&split, 3),
         ];
         let mut hold: Vec<Member> = arrivals
             .into_iter()
             .zip(trainers)
             .map(|(a, t)| {
-                let key = t.fuse_key();
+                let key = t.pack_key();
                 a.join(t, key)
             })
             .collect();

@@ -1,15 +1,24 @@
 //! Horizontal fusion (HFTA: Wang et al., "Horizontally Fused Training Array", MLSys 2021):
-//! K trials of the same model shape trained as one model whose weights carry a leading trial
-//! dimension, so each layer is one batched matmul for all of them instead of K small ones:
-//! the MLP's dense layers, and the CNN's convolutions too (each an im2col matmul, batched over
-//! the members, where HFTA groups the convolutions).
+//! K trials trained as one model whose weights carry a leading trial dimension, so each layer
+//! is one batched matmul for all of them instead of K small ones: the MLP's dense layers, and
+//! the CNN's convolutions too (each an im2col matmul, batched over the members, where HFTA
+//! groups the convolutions).
+//!
+//! Members need not share every dimension. Narrower hidden layers are padded with zero
+//! weights to the pack's widest, and shallower MLPs pass their activations through the
+//! layers they do not have: every activation maps 0 to 0, so a padded unit stays exactly 0
+//! forward, its weights get exactly zero gradients and keep their zeros under both
+//! optimizers, and a member's own units compute what they compute alone (summed over extra
+//! zero terms, so within rounding rather than bit for bit). A pack also mixes SGD and AdamW
+//! members, each weight's update computed both ways and each member's taken.
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
 //! count and early stopping. The losses of the members are summed before the backward pass;
 //! since no weight is shared, each member's gradient is exactly what it would be alone, and
 //! the fused optimizer applies PyTorch's update with each member's own coefficients. On CPU
-//! a member trains bit for bit as it would unfused (a test holds it).
+//! a member of a pack whose members share their shape and optimizer trains bit for bit as it
+//! would unfused (a test holds it).
 //!
 //! A pack is formed from [`Trainer`]s and gives them back with [`FusedTrainer::into_trainers`]:
 //! that is how a trial leaves (stopped, paused, checkpointed) and how a new one joins, at an
@@ -23,9 +32,62 @@ use crate::model::{activate, linear, Dropout};
 use crate::trainer::{epoch_order, Builtin, EpochReport, Trainer};
 use crate::TrialsError;
 
-/// What must be equal for trials to train in one pack: the trainable, the weights' shapes (so
-/// the data's features and classes, depth, width and channels), activation, batch size,
-/// optimizer and Nesterov, and the number of training and validation rows.
+/// What must be equal for trials to train in one pack: the trainable, the data (features or
+/// images, classes, training and validation rows), the CNN's filters, whether the MLP has
+/// hidden layers at all, activation, batch size, and Nesterov momentum for SGD. Depth, width
+/// and optimizer may differ (see the module's documentation).
+///
+/// ```
+/// use tune_trials::{Builtin, DataSpec, OptimizerKind, TrainConfig, Trainer};
+/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+///     .load(".".as_ref())
+///     .unwrap();
+/// let cpu = candle_core::Device::Cpu;
+/// let trainer = |cfg: TrainConfig| Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap();
+/// let a = trainer(TrainConfig { lr: 0.1, width: 16, ..TrainConfig::default() });
+/// let b = trainer(TrainConfig { width: 32, depth: 3, optimizer: OptimizerKind::Sgd, ..TrainConfig::default() });
+/// let c = trainer(TrainConfig { batch_size: 32, ..TrainConfig::default() });
+/// assert_eq!(a.fuse_key(), b.fuse_key()); // padded to one width and depth, optimizers mixed
+/// assert_ne!(a.fuse_key(), c.fuse_key()); // another batch size takes other steps
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FuseKey {
+    pub builtin: Builtin,
+    /// The CNN's images, `(channels, height, width)`.
+    pub image: Option<(usize, usize, usize)>,
+    /// Input features per row (the images' pixels for the CNN) and classes.
+    pub features: usize,
+    pub classes: usize,
+    /// The CNN's filters: its convolutions are not padded.
+    pub channels: Option<usize>,
+    /// The model has a hidden layer: an MLP of depth 0 (logistic regression) has no hidden
+    /// units to pad, its output layer reads the features.
+    pub hidden: bool,
+    pub activation: Activation,
+    pub batch_size: usize,
+    /// SGD with Nesterov momentum (another update than plain momentum's or AdamW's).
+    pub nesterov: bool,
+    /// Training and validation rows.
+    pub rows: (usize, usize),
+}
+
+/// The [`TrainConfig`](crate::TrainConfig) keys that make up a [`FuseKey`] (with the data):
+/// trials that differ in any of them never share a pack. Depth (but 0), width and optimizer
+/// are not among them.
+///
+/// ```
+/// assert!(tune_trials::PACK_KEYS.contains(&"batch_size"));
+/// assert!(!tune_trials::PACK_KEYS.contains(&"width"));
+/// ```
+pub const PACK_KEYS: [&str; 4] = ["channels", "activation", "batch_size", "nesterov"];
+
+/// What the coordinator packs trials by: their [`FuseKey`] and, on CPU, their width too. A
+/// member padded to a wider pack sums over extra zeros, which a matmul of another size may
+/// round in another order; on CPU, where a fused trial otherwise computes what it computes
+/// alone bit for bit, whichever trials share its pack, widths do not mix, so a resumed sweep
+/// decides as the uninterrupted one. On a GPU, whose batched matmuls already round otherwise
+/// than one trial's, they do. Depths and optimizers mix everywhere: a shallower member's
+/// pass-through and a mixed pack's update are exact.
 ///
 /// ```
 /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
@@ -34,65 +96,66 @@ use crate::TrialsError;
 ///     .unwrap();
 /// let cpu = candle_core::Device::Cpu;
 /// let trainer = |cfg: TrainConfig| Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap();
-/// let a = trainer(TrainConfig { lr: 0.1, width: 16, ..TrainConfig::default() });
-/// let b = trainer(TrainConfig { lr: 0.01, width: 16, ..TrainConfig::default() });
-/// let c = trainer(TrainConfig { lr: 0.01, width: 32, ..TrainConfig::default() });
-/// assert_eq!(a.fuse_key(), b.fuse_key()); // only the learning rate differs
-/// assert_ne!(a.fuse_key(), c.fuse_key()); // a different width is a different shape
+/// let a = trainer(TrainConfig { width: 16, ..TrainConfig::default() });
+/// let b = trainer(TrainConfig { width: 32, ..TrainConfig::default() });
+/// assert_eq!(a.fuse_key(), b.fuse_key());
+/// assert_ne!(a.pack_key(), b.pack_key()); // on CPU
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FuseKey {
-    pub builtin: Builtin,
-    /// The CNN's images, `(channels, height, width)`.
-    pub image: Option<(usize, usize, usize)>,
-    /// Each weight's shape, in the model's order.
-    pub shapes: Vec<Vec<usize>>,
-    pub activation: Activation,
-    pub batch_size: usize,
-    pub optimizer: OptimizerKind,
-    pub nesterov: bool,
-    /// Training and validation rows.
-    pub rows: (usize, usize),
+pub struct PackKey {
+    pub fuse: FuseKey,
+    /// The hidden layers' width, on CPU.
+    pub width: Option<usize>,
 }
-
-/// The [`TrainConfig`](crate::TrainConfig) keys that make up a [`FuseKey`] (with the data's
-/// features and classes): trials that differ in any of them never share a pack.
-///
-/// ```
-/// assert!(tune_trials::SHAPE_KEYS.contains(&"batch_size"));
-/// assert!(!tune_trials::SHAPE_KEYS.contains(&"lr"));
-/// ```
-pub const SHAPE_KEYS: [&str; 7] = [
-    "depth",
-    "width",
-    "channels",
-    "activation",
-    "batch_size",
-    "optimizer",
-    "nesterov",
-];
 
 impl Trainer {
     /// The key of the packs this trial can join.
     pub fn fuse_key(&self) -> FuseKey {
+        let cnn = self.builtin == Builtin::Cnn;
         FuseKey {
             builtin: self.builtin,
             image: self.image,
-            shapes: self
-                .model
-                .vars()
-                .iter()
-                .map(|(_, v)| v.dims().to_vec())
-                .collect(),
+            features: self.train.0.dims().get(1).copied().unwrap_or(0),
+            classes: self.classes(),
+            channels: cnn.then_some(self.cfg.channels),
+            hidden: cnn || self.cfg.depth > 0,
             activation: self.cfg.activation,
             batch_size: self.cfg.batch_size,
-            optimizer: self.optimizer.kind,
-            nesterov: self.cfg.nesterov,
+            nesterov: self.cfg.nesterov && self.optimizer.kind == OptimizerKind::Sgd,
             rows: (self.train.2, self.val.2),
         }
     }
-}
 
+    /// The key of the packs the coordinator puts this trial in ([`PackKey`]).
+    pub fn pack_key(&self) -> PackKey {
+        PackKey {
+            fuse: self.fuse_key(),
+            width: self.device.is_cpu().then_some(self.cfg.width),
+        }
+    }
+
+    fn classes(&self) -> usize {
+        let vars = self.model.vars();
+        vars.last().map_or(0, |(_, b)| b.dims()[0])
+    }
+
+    /// `(hidden layers, units in each)` of the dense part: the MLP's depth and width, the
+    /// CNN's one dense layer.
+    fn dense_shape(&self) -> (usize, usize) {
+        match self.builtin {
+            Builtin::Mlp => (self.cfg.depth, self.cfg.width),
+            Builtin::Cnn => (1, self.cfg.width),
+        }
+    }
+
+    /// Weights before the dense layers: the CNN's two convolutions and their biases.
+    fn conv_vars(&self) -> usize {
+        match self.builtin {
+            Builtin::Mlp => 0,
+            Builtin::Cnn => 4,
+        }
+    }
+}
 /// K trials of one [`FuseKey`] trained as one model.
 ///
 /// ```
@@ -101,10 +164,10 @@ impl Trainer {
 ///     .load(".".as_ref())
 ///     .unwrap();
 /// let cpu = candle_core::Device::Cpu;
-/// let trainers = [0.003, 0.01, 0.03]
+/// let trainers = [(0.003, 16), (0.01, 16), (0.03, 8)]
 ///     .iter()
-///     .map(|&lr| {
-///         let cfg = TrainConfig { lr, width: 16, epochs: 5, ..TrainConfig::default() };
+///     .map(|&(lr, width)| {
+///         let cfg = TrainConfig { lr, width, epochs: 5, ..TrainConfig::default() };
 ///         Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 7).unwrap()
 ///     })
 ///     .collect();
@@ -120,14 +183,35 @@ pub struct FusedTrainer {
     /// The members' bookkeeping (config, seed, epoch, step count, early stopping). Their own
     /// weights and optimizer state are stale while packed; `into_trainers` writes them back.
     members: Vec<Trainer>,
-    /// Per weight, in the model's order: the members' tensors stacked on a new leading
-    /// dimension. A bias `(out)` becomes `(K, 1, out)`, so it broadcasts over the batch; a
-    /// convolution's kernel `(out, in, 3, 3)` becomes `(K, out, in * 9)`, its im2col matrix
-    /// (every weight of rank 3, so the members' coefficients `(K, 1, 1)` broadcast over it).
+    /// Each member's `(hidden layers, units in each)`.
+    shapes: Vec<(usize, usize)>,
+    /// The pack's: the most hidden layers and units of any member.
+    depth: usize,
+    width: usize,
+    /// Weights before the dense layers (the CNN's convolutions and their biases).
+    convs: usize,
+    /// Per weight, in the pack's order (the CNN's convolutions, `depth` dense layers, the
+    /// output layer): the members' tensors stacked on a new leading dimension, padded with
+    /// zeros to the pack's width. A bias `(out)` becomes `(K, 1, out)`, so it broadcasts over
+    /// the batch; a convolution's kernel `(out, in, 3, 3)` becomes `(K, out, in * 9)`, its
+    /// im2col matrix (every weight of rank 3, so the members' coefficients `(K, 1, 1)`
+    /// broadcast over it). A member without dense layer `i` has zeros there.
     vars: Vec<Var>,
-    /// Per weight: the optimizer's slots (`[momentum]` or `[m, v]`), stacked the same way.
+    /// Per weight: the optimizer's slots (`[momentum]`, `[m, v]`, or `[momentum or m, v]` in
+    /// a pack of both), stacked the same way.
     state: Vec<Vec<Tensor>>,
+    /// Per dense layer: which members have it, `(K, 1, 1)`, where some do not.
+    has_layer: Vec<Option<Tensor>>,
+    /// Which members use SGD and which AdamW; `(K, 1, 1)`, 1 for AdamW, in a pack of both.
+    optimizers: Optimizers,
     device: Device,
+}
+
+#[derive(Clone)]
+enum Optimizers {
+    Sgd,
+    Adamw,
+    Both { adamw: Tensor },
 }
 
 impl FusedTrainer {
@@ -141,7 +225,7 @@ impl FusedTrainer {
         for (k, t) in trainers.iter().enumerate() {
             if t.fuse_key() != key {
                 return Err(TrialsError::Train(format!(
-                    "member {k} has {:?}, the pack {key:?}: only trials of one shape fuse",
+                    "member {k} has {:?}, the pack {key:?}: only trials of one key fuse",
                     t.fuse_key()
                 )));
             }
@@ -162,41 +246,120 @@ impl FusedTrainer {
                 )));
             }
         }
-        let slots = trainers[0].optimizer.state[0].len();
-        let weights = key.shapes.len();
-        let stacked = |get: &dyn Fn(&Trainer) -> Tensor| -> candle_core::Result<Tensor> {
-            let parts = trainers
-                .iter()
-                .map(|t| {
-                    let w = get(t);
-                    match w.rank() {
-                        1 => w.unsqueeze(0),
-                        2 => Ok(w),
-                        _ => w.flatten_from(1),
-                    }
-                })
-                .collect::<candle_core::Result<Vec<_>>>()?;
-            Tensor::stack(&parts, 0)
+        let device = first.device.clone();
+        let shapes: Vec<(usize, usize)> = trainers.iter().map(Trainer::dense_shape).collect();
+        let depth = shapes.iter().map(|s| s.0).max().unwrap_or(0);
+        let width = shapes.iter().map(|s| s.1).max().unwrap_or(0);
+        let kinds: Vec<OptimizerKind> = trainers.iter().map(|t| t.optimizer.kind).collect();
+        let optimizers = if kinds.iter().all(|&k| k == OptimizerKind::Sgd) {
+            Optimizers::Sgd
+        } else if kinds.iter().all(|&k| k == OptimizerKind::Adamw) {
+            Optimizers::Adamw
+        } else {
+            Optimizers::Both {
+                adamw: per_member(&kinds, |&k| k == OptimizerKind::Adamw, &device)?,
+            }
         };
-        let mut vars = Vec::with_capacity(weights);
-        let mut state = Vec::with_capacity(weights);
-        for j in 0..weights {
-            vars.push(Var::from_tensor(&stacked(&|t| {
-                t.model.vars()[j].1.as_tensor().clone()
+        let slots = trainers
+            .iter()
+            .map(|t| t.optimizer.state[0].len())
+            .max()
+            .unwrap_or(0);
+        let has_layer = (0..depth)
+            .map(|i| {
+                if shapes.iter().all(|s| s.0 > i) {
+                    Ok(None)
+                } else {
+                    per_member(&shapes, |s| s.0 > i, &device).map(Some)
+                }
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let mut pack = FusedTrainer {
+            device,
+            key,
+            members: Vec::new(),
+            shapes,
+            depth,
+            width,
+            convs: first.conv_vars(),
+            vars: Vec::new(),
+            state: Vec::new(),
+            has_layer,
+            optimizers,
+        };
+        let mut vars = Vec::new();
+        let mut state = Vec::new();
+        for p in 0..pack.convs + 2 * (depth + 1) {
+            let shape = pack.stacked_shape(first, p)?;
+            let stacked = |get: &dyn Fn(&Trainer, usize) -> Option<Tensor>| {
+                let parts = trainers
+                    .iter()
+                    .enumerate()
+                    .map(
+                        |(k, t)| match pack.member_weight(k, p).and_then(|j| get(t, j)) {
+                            Some(w) => pad_to(&as_stacked(&w)?, &shape),
+                            None => Tensor::zeros(shape.as_slice(), DType::F32, &pack.device),
+                        },
+                    )
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::stack(&parts, 0)
+            };
+            vars.push(Var::from_tensor(&stacked(&|t, j| {
+                Some(t.model.vars()[j].1.as_tensor().clone())
             })?)?);
             state.push(
                 (0..slots)
-                    .map(|s| stacked(&|t| t.optimizer.state[j][s].clone()))
+                    .map(|s| stacked(&|t, j| t.optimizer.state[j].get(s).cloned()))
                     .collect::<candle_core::Result<Vec<_>>>()?,
             );
         }
-        Ok(FusedTrainer {
-            device: trainers[0].device.clone(),
-            key,
-            members: trainers,
-            vars,
-            state,
-        })
+        pack.vars = vars;
+        pack.state = state;
+        pack.members = trainers;
+        Ok(pack)
+    }
+
+    /// Weight `p` of the pack as one member's part of it: `(out, in)` for a dense layer's
+    /// weight, `(1, out)` for a bias, `(out, in * 9)` for a convolution's kernel.
+    fn stacked_shape(&self, first: &Trainer, p: usize) -> candle_core::Result<Vec<usize>> {
+        let vars = first.model.vars();
+        if p < self.convs {
+            return Ok(as_stacked(vars[p].1.as_tensor())?.dims().to_vec());
+        }
+        let (layer, bias) = ((p - self.convs) / 2, (p - self.convs) % 2 == 1);
+        let out = if layer < self.depth {
+            self.width
+        } else {
+            self.key.classes
+        };
+        if bias {
+            return Ok(vec![1, out]);
+        }
+        // The first dense layer reads the features (the CNN's pooled maps), as every
+        // member's does; the others the hidden units.
+        let input = if layer == 0 {
+            vars[self.convs].1.dims()[1]
+        } else {
+            self.width
+        };
+        Ok(vec![out, input])
+    }
+
+    /// Which of member `k`'s weights is the pack's weight `p` (`None`: a dense layer the
+    /// member does not have).
+    fn member_weight(&self, k: usize, p: usize) -> Option<usize> {
+        if p < self.convs {
+            return Some(p);
+        }
+        let (layer, part) = ((p - self.convs) / 2, (p - self.convs) % 2);
+        let depth = self.shapes[k].0;
+        if layer < depth {
+            Some(p)
+        } else if layer == self.depth {
+            Some(self.convs + 2 * depth + part)
+        } else {
+            None
+        }
     }
 
     /// Trials in the pack.
@@ -230,7 +393,7 @@ impl FusedTrainer {
         let members = self.members.len();
         let (x, y, n) = self.members[0].train.clone();
         let features = x.dim(1)?;
-        let classes = self.classes();
+        let classes = self.key.classes;
         let orders: Vec<Vec<u32>> = self
             .members
             .iter()
@@ -261,8 +424,7 @@ impl FusedTrainer {
                     .collect()
             })
             .collect();
-        let coefficients =
-            Coefficients::new(&self.members, self.key.optimizer, &lrs, &self.device)?;
+        let coefficients = Coefficients::new(&self.members, &lrs, &self.device)?;
         let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
         for (i, start) in (0..n).step_by(batch_size).enumerate() {
             let len = batch_size.min(n - start);
@@ -316,7 +478,7 @@ impl FusedTrainer {
         let logits = self.forward(&xs, None)?;
         let ys = y.unsqueeze(0)?.broadcast_as((members, *n))?.contiguous()?;
         let log_probs =
-            candle_nn::ops::log_softmax(&logits.reshape((members * n, self.classes()))?, 1)?;
+            candle_nn::ops::log_softmax(&logits.reshape((members * n, self.key.classes))?, 1)?;
         let losses = log_probs
             .gather(&ys.flatten_all()?.unsqueeze(1)?, 1)?
             .reshape((members, *n))?
@@ -361,31 +523,40 @@ impl FusedTrainer {
 
     /// Copies member `k`'s slices of the packed weights and optimizer state into its own.
     fn write_back(&mut self, k: usize) -> Result<(), TrialsError> {
+        let weights = self.members[k].model.vars().len();
+        let pack_weights: Vec<usize> = (0..self.vars.len())
+            .filter(|&p| self.member_weight(k, p).is_some())
+            .collect();
+        debug_assert_eq!(pack_weights.len(), weights);
         let m = &mut self.members[k];
-        for (j, (_, var)) in m.model.vars().iter().enumerate() {
-            var.set(&self.vars[j].narrow(0, k, 1)?.reshape(var.shape())?)?;
+        for (p, (j, (_, var))) in pack_weights
+            .into_iter()
+            .zip(m.model.vars().iter().enumerate())
+        {
+            let own = as_stacked(var.as_tensor())?.dims().to_vec();
+            // `force_contiguous` copies the member's slice alone; `copy` clones the whole
+            // storage (every member's), which cost 0.1-0.3 s and 64 MB per 1024x1024 weight
+            // of a 16-trial pack, per member and epoch (seen: 8 GB peak).
+            let slice = |t: &Tensor| -> candle_core::Result<Tensor> {
+                let mut t = t.narrow(0, k, 1)?;
+                for (d, &n) in own.iter().enumerate() {
+                    t = t.narrow(d + 1, 0, n)?;
+                }
+                t.reshape(var.shape())?.force_contiguous()
+            };
+            var.set(&slice(&self.vars[p])?)?;
             for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
-                // `force_contiguous` copies the member's slice alone; `copy` clones the whole
-                // storage (every member's), which cost 0.1-0.3 s and 64 MB per 1024x1024
-                // weight of a 16-trial pack, per member and epoch (seen: 8 GB peak).
-                *slot = self.state[j][s]
-                    .narrow(0, k, 1)?
-                    .reshape(var.shape())?
-                    .force_contiguous()?;
+                *slot = slice(&self.state[p][s])?;
             }
         }
         Ok(())
-    }
-
-    fn classes(&self) -> usize {
-        self.key.shapes.last().expect("an output bias")[0]
     }
 
     /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; `dropouts` (one per
     /// member) while training. Each member's part is what its own model computes alone.
     fn forward(&self, x: &Tensor, dropouts: Option<&mut [Dropout]>) -> candle_core::Result<Tensor> {
         let layers: Vec<&[Var]> = self.vars.chunks(2).collect();
-        let (last, mut hidden) = layers.split_last().expect("an output layer");
+        let (last, mut dense) = layers.split_last().expect("an output layer");
         let mut dropouts = dropouts;
         let mut h = x.clone();
         if let Some((c, height, width)) = self.key.image {
@@ -393,7 +564,7 @@ impl FusedTrainer {
             // as the MLP's, with dropout after the pool and after the dense layer.
             let (members, batch) = (x.dim(0)?, x.dim(1)?);
             h = h.reshape((members, batch, c, height, width))?;
-            for conv in &hidden[..2] {
+            for conv in &dense[..2] {
                 h = activate(&fused_conv3x3(&h, &conv[0], &conv[1])?, self.key.activation)?;
             }
             let (channels, height, width) = (h.dim(2)?, h.dim(3)?, h.dim(4)?);
@@ -402,15 +573,27 @@ impl FusedTrainer {
                 .max_pool2d(2)?
                 .reshape((members, batch, ()))?;
             if let Some(ds) = dropouts.as_deref_mut() {
-                h = apply_dropouts(&h, ds)?;
+                let units = vec![Some(h.dim(2)?); ds.len()];
+                h = apply_dropouts(&h, ds, &units)?;
             }
-            hidden = &hidden[2..];
+            dense = &dense[2..];
         }
-        for layer in hidden {
-            h = activate(&linear(&h, &layer[0], &layer[1])?, self.key.activation)?;
+        for (i, layer) in dense.iter().enumerate() {
+            let mut out = activate(&linear(&h, &layer[0], &layer[1])?, self.key.activation)?;
             if let Some(ds) = dropouts.as_deref_mut() {
-                h = apply_dropouts(&h, ds)?;
+                // A member draws masks for its own units of the layers it has, as alone.
+                let units: Vec<Option<usize>> = self
+                    .shapes
+                    .iter()
+                    .map(|&(depth, width)| (depth > i).then_some(width))
+                    .collect();
+                out = apply_dropouts(&out, ds, &units)?;
             }
+            // A member without this layer passes its activations through it.
+            h = match &self.has_layer[i] {
+                Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
+                None => out,
+            };
         }
         // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
         linear(&h, &last[0], &last[1])
@@ -418,48 +601,59 @@ impl FusedTrainer {
 
     /// Optimizer update `i` of the epoch for every member, with each member's coefficients
     /// broadcast over its slice: the same operations, in the same order, as
-    /// [`crate::Optimizer::step`].
+    /// [`crate::Optimizer::step`]. In a pack of SGD and AdamW members each weight is updated
+    /// both ways and each member keeps its own optimizer's result.
     fn step(&mut self, grads: &GradStore, c: &Coefficients, i: usize) -> Result<(), TrialsError> {
         for m in &mut self.members {
             m.optimizer.steps += 1;
         }
         let at = |t: &Tensor| t.get(i);
-        match self.key.optimizer {
-            OptimizerKind::Sgd => {
-                let lr = at(&c.step)?;
-                for (j, var) in self.vars.iter().enumerate() {
-                    let g = gradient(grads, var, j)?;
-                    let p = var.as_tensor();
-                    let g = if c.decay {
-                        (g + p.broadcast_mul(&c.weight_decay)?)?
-                    } else {
-                        g.clone()
-                    };
-                    let buf = (self.state[j][0].broadcast_mul(&c.beta1)? + &g)?;
-                    let update = if self.key.nesterov {
-                        (g + buf.broadcast_mul(&c.beta1)?)?
-                    } else {
-                        buf.clone()
-                    };
-                    var.set(&(p - update.broadcast_mul(&lr)?)?)?;
-                    self.state[j][0] = buf;
+        let (step, decayed, unbias2) = (at(&c.step)?, at(&c.decayed)?, at(&c.unbias2)?);
+        for (j, var) in self.vars.iter().enumerate() {
+            let g = gradient(grads, var, j)?;
+            let p = var.as_tensor();
+            let state = &mut self.state[j];
+            let sgd = || -> candle_core::Result<(Tensor, Tensor)> {
+                let g = if c.decay {
+                    (&g + p.broadcast_mul(&c.weight_decay)?)?
+                } else {
+                    g.clone()
+                };
+                let buf = (state[0].broadcast_mul(&c.beta1)? + &g)?;
+                let update = if self.key.nesterov {
+                    (g + buf.broadcast_mul(&c.beta1)?)?
+                } else {
+                    buf.clone()
+                };
+                Ok(((p - update.broadcast_mul(&step)?)?, buf))
+            };
+            let adamw = || -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+                let kept = p.broadcast_mul(&decayed)?;
+                let m = (state[0].broadcast_mul(&c.beta1)? + g.broadcast_mul(&c.rest1)?)?;
+                let v = (state[1].broadcast_mul(&c.beta2)? + g.sqr()?.broadcast_mul(&c.rest2)?)?;
+                let denom = v.sqrt()?.broadcast_mul(&unbias2)?.broadcast_add(&c.eps)?;
+                let update = m.div(&denom)?.broadcast_mul(&step)?;
+                Ok(((kept - update)?, m, v))
+            };
+            match &self.optimizers {
+                Optimizers::Sgd => {
+                    let (p, buf) = sgd()?;
+                    var.set(&p)?;
+                    state[0] = buf;
                 }
-            }
-            OptimizerKind::Adamw => {
-                let (decayed, unbias2, step) = (at(&c.decayed)?, at(&c.unbias2)?, at(&c.step)?);
-                for (j, var) in self.vars.iter().enumerate() {
-                    let g = gradient(grads, var, j)?;
-                    let p = var.as_tensor();
-                    let kept = p.broadcast_mul(&decayed)?;
-                    let m =
-                        (self.state[j][0].broadcast_mul(&c.beta1)? + g.broadcast_mul(&c.rest1)?)?;
-                    let v = (self.state[j][1].broadcast_mul(&c.beta2)?
-                        + g.sqr()?.broadcast_mul(&c.rest2)?)?;
-                    let denom = v.sqrt()?.broadcast_mul(&unbias2)?.broadcast_add(&c.eps)?;
-                    let update = m.div(&denom)?.broadcast_mul(&step)?;
-                    var.set(&(kept - update)?)?;
-                    self.state[j][0] = m;
-                    self.state[j][1] = v;
+                Optimizers::Adamw => {
+                    let (p, m, v) = adamw()?;
+                    var.set(&p)?;
+                    state[0] = m;
+                    state[1] = v;
+                }
+                Optimizers::Both { adamw: is_adamw } => {
+                    let (p_sgd, buf) = sgd()?;
+                    let (p_adamw, m, v) = adamw()?;
+                    let is_adamw = is_adamw.broadcast_as(p.shape())?;
+                    var.set(&is_adamw.where_cond(&p_adamw, &p_sgd)?)?;
+                    state[0] = is_adamw.where_cond(&m, &buf)?;
+                    state[1] = is_adamw.where_cond(&v, &state[1])?;
                 }
             }
         }
@@ -469,9 +663,11 @@ impl FusedTrainer {
 
 /// The members' optimizer coefficients for one epoch, on the pack's device: `(K, 1, 1)`
 /// tensors for those fixed through the epoch, `(updates, K, 1, 1)` for those that change with
-/// each update (the learning rate's schedule, Adam's bias corrections).
+/// each update (the learning rate's schedule, Adam's bias corrections). Each member's are
+/// its own optimizer's; those of the other optimizer are finite fillers, whose results a
+/// mixed pack discards.
 struct Coefficients {
-    /// SGD: whether any member decays; its weight decay, and its momentum in `beta1`.
+    /// SGD: whether any SGD member decays; its weight decay, and its momentum in `beta1`.
     decay: bool,
     weight_decay: Tensor,
     beta1: Tensor,
@@ -491,11 +687,11 @@ impl Coefficients {
     /// after each member's `optimizer.steps` updates.
     fn new(
         members: &[Trainer],
-        kind: OptimizerKind,
         lrs: &[Vec<f64>],
         device: &Device,
     ) -> candle_core::Result<Coefficients> {
         let k = members.len();
+        let sgd = |m: &Trainer| m.optimizer.kind == OptimizerKind::Sgd;
         let fixed = |f: &dyn Fn(&Trainer) -> f64| {
             let values: Vec<f32> = members.iter().map(|m| f(m) as f32).collect();
             Tensor::from_vec(values, (k, 1, 1), device)
@@ -510,11 +706,10 @@ impl Coefficients {
             }
             Tensor::from_vec(values, (lrs.len(), k, 1, 1), device)
         };
-        let sgd = kind == OptimizerKind::Sgd;
         Ok(Coefficients {
-            decay: members.iter().any(|m| m.cfg.weight_decay > 0.0),
-            weight_decay: fixed(&|m| m.cfg.weight_decay)?,
-            beta1: fixed(&|m| if sgd { m.cfg.momentum } else { m.cfg.beta1 })?,
+            decay: members.iter().any(|m| sgd(m) && m.cfg.weight_decay > 0.0),
+            weight_decay: fixed(&|m| if sgd(m) { m.cfg.weight_decay } else { 0.0 })?,
+            beta1: fixed(&|m| if sgd(m) { m.cfg.momentum } else { m.cfg.beta1 })?,
             rest1: fixed(&|m| 1.0 - m.cfg.beta1)?,
             beta2: fixed(&|m| m.cfg.beta2)?,
             rest2: fixed(&|m| 1.0 - m.cfg.beta2)?,
@@ -522,7 +717,7 @@ impl Coefficients {
             decayed: per_update(&|lr, m, _| 1.0 - lr * m.cfg.weight_decay)?,
             unbias2: per_update(&|_, m, t| 1.0 / (1.0 - m.cfg.beta2.powi(t)).sqrt())?,
             step: per_update(&|lr, m, t| {
-                if sgd {
+                if sgd(m) {
                     lr
                 } else {
                     lr / (1.0 - m.cfg.beta1.powi(t))
@@ -532,15 +727,63 @@ impl Coefficients {
     }
 }
 
-/// `h` `(K, ..)` times each member's dropout mask over its part, drawn as the member draws it
-/// alone.
-fn apply_dropouts(h: &Tensor, dropouts: &mut [Dropout]) -> candle_core::Result<Tensor> {
-    let per_member = h.elem_count() / dropouts.len();
+/// `h` `(K, rows, width)` times each member's dropout mask over its part, drawn as the member
+/// draws it alone: over its first `units[k]` columns (the rest are padding, kept at 0), and
+/// none for a member without the layer (`None`).
+fn apply_dropouts(
+    h: &Tensor,
+    dropouts: &mut [Dropout],
+    units: &[Option<usize>],
+) -> candle_core::Result<Tensor> {
+    let (_, rows, width) = h.dims3()?;
     let mut mask = Vec::with_capacity(h.elem_count());
-    for d in dropouts.iter_mut() {
-        d.extend_mask(&mut mask, per_member);
+    for (d, &units) in dropouts.iter_mut().zip(units) {
+        match units {
+            Some(u) if u == width => d.extend_mask(&mut mask, rows * width),
+            Some(u) => {
+                let mut own = Vec::with_capacity(rows * u);
+                d.extend_mask(&mut own, rows * u);
+                for row in own.chunks(u) {
+                    mask.extend_from_slice(row);
+                    mask.resize(mask.len() + width - u, 0.0);
+                }
+            }
+            None => mask.resize(mask.len() + rows * width, 1.0),
+        }
     }
     h.mul(&Tensor::from_vec(mask, h.shape(), h.device())?.to_dtype(h.dtype())?)
+}
+
+/// A `(K, 1, 1)` mask on `device`: 1 where `f` holds for member `k`'s item.
+fn per_member<T>(
+    items: &[T],
+    f: impl Fn(&T) -> bool,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let values: Vec<u8> = items.iter().map(|i| u8::from(f(i))).collect();
+    Tensor::from_vec(values, (items.len(), 1, 1), device)
+}
+
+/// One member's weight as the pack stacks it: a bias `(out)` as `(1, out)`, a kernel
+/// `(out, in, 3, 3)` as `(out, in * 9)`.
+fn as_stacked(w: &Tensor) -> candle_core::Result<Tensor> {
+    match w.rank() {
+        1 => w.unsqueeze(0),
+        2 => Ok(w.clone()),
+        _ => w.flatten_from(1),
+    }
+}
+
+/// `w` with zeros after its values, up to `shape` (of the same rank, no dimension smaller).
+fn pad_to(w: &Tensor, shape: &[usize]) -> candle_core::Result<Tensor> {
+    let mut w = w.clone();
+    for (d, &n) in shape.iter().enumerate() {
+        let have = w.dim(d)?;
+        if have < n {
+            w = w.pad_with_zeros(d, 0, n - have)?;
+        }
+    }
+    Ok(w)
 }
 
 /// [`conv3x3`](crate::model::cnn) for K members at once: images `(K, n, c, h, w)`, kernels
@@ -609,6 +852,70 @@ mod tests {
         let mut pack = FusedTrainer::new(members).unwrap();
         pack.train_epoch().unwrap();
         pack
+    }
+
+    /// The padding of a mixed pack (a narrower member's extra units, a shallower member's
+    /// missing layer) holds exact zeros after training, weights and optimizer state, under
+    /// SGD with weight decay and under AdamW.
+    #[test]
+    fn padding_stays_zero_through_training() {
+        let split = DataSpec {
+            dataset: Some("digits".into()),
+            val_fraction: 0.9,
+            ..DataSpec::default()
+        }
+        .load(".".as_ref())
+        .unwrap();
+        let wide = TrainConfig {
+            depth: 2,
+            width: 12,
+            dropout: 0.3,
+            weight_decay: 0.01,
+            epochs: 3,
+            ..TrainConfig::default()
+        };
+        let narrow = TrainConfig {
+            depth: 1,
+            width: 5,
+            optimizer: OptimizerKind::Sgd,
+            lr: 0.1,
+            ..wide.clone()
+        };
+        let members = vec![
+            Trainer::new(Builtin::Mlp, wide, &split, &Device::Cpu, 1).unwrap(),
+            Trainer::new(Builtin::Mlp, narrow, &split, &Device::Cpu, 2).unwrap(),
+        ];
+        let mut pack = FusedTrainer::new(members).unwrap();
+        assert_eq!((pack.depth, pack.width), (2, 12));
+        pack.train_epoch().unwrap();
+        pack.train_epoch().unwrap();
+        // Member 1's part of each weight: (hidden.0 5x64, bias 5), nothing of layer 1, the
+        // output layer reading 5 units.
+        let own: [Option<(usize, usize)>; 6] = [
+            Some((5, 64)),
+            Some((1, 5)),
+            None,
+            None,
+            Some((10, 5)),
+            Some((1, 10)),
+        ];
+        for (p, own) in own.iter().enumerate() {
+            for t in std::iter::once(pack.vars[p].as_tensor()).chain(&pack.state[p]) {
+                let member = t.get(1).unwrap().to_vec2::<f32>().unwrap();
+                for (r, row) in member.iter().enumerate() {
+                    for (c, &x) in row.iter().enumerate() {
+                        let inside = own.is_some_and(|(rows, cols)| r < rows && c < cols);
+                        if !inside {
+                            assert_eq!(x, 0.0, "weight {p}, ({r}, {c})");
+                        }
+                    }
+                }
+            }
+        }
+        let back = pack.into_trainers().unwrap();
+        assert_eq!(back[1].model.vars()[0].1.dims(), &[5, 64]);
+        assert_eq!(back[1].optimizer.state[0].len(), 1, "SGD's one slot");
+        assert_eq!(back[0].optimizer.state[0].len(), 2, "AdamW's two");
     }
 
     #[test]
