@@ -146,3 +146,28 @@ pub(crate) fn linear(x: &Tensor, w: &Var, b: &Var) -> candle_core::Result<Tensor
 pub fn parameter_count(vars: &NamedVars) -> usize {
     vars.iter().map(|(_, v)| v.elem_count()).sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fused pack pads narrower members with zero weights and relies on every activation
+    /// mapping 0 to 0 (`crate::fused`): a new activation must too, or padding needs a mask.
+    #[test]
+    fn every_activation_maps_zero_to_zero() {
+        let zeros = Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu).unwrap();
+        for a in [
+            Activation::Relu,
+            Activation::Gelu,
+            Activation::Tanh,
+            Activation::Silu,
+        ] {
+            // Every variant listed: a new one fails to compile here until it is added.
+            match a {
+                Activation::Relu | Activation::Gelu | Activation::Tanh | Activation::Silu => {}
+            }
+            let y: Vec<f32> = activate(&zeros, a).unwrap().to_vec1().unwrap();
+            assert!(y.iter().all(|&v| v == 0.0), "{a:?}: {y:?}");
+        }
+    }
+}
