@@ -261,12 +261,13 @@ impl Trainer {
     /// Writes the checkpoint (weights, optimizer state, counters) into `dir`: on disk when
     /// this returns.
     pub fn save(&self, dir: &Path) -> Result<(), TrialsError> {
-        checkpoint::write(dir, self.checkpoint_bytes()?)
+        checkpoint::write(dir, self.checkpoint(false)?)
     }
 
     /// Queues the checkpoint of `dir` for the process's checkpoint thread and returns, the
-    /// weights already copied ([`checkpoint::write_behind`]): training goes on while it is
-    /// written. [`checkpoint::settle`] waits for it.
+    /// weights already copied on their device ([`checkpoint::write_behind`]): training goes on
+    /// while the thread copies them to the host, serialises and writes them.
+    /// [`checkpoint::settle`] waits for it.
     ///
     /// ```
     /// use tune_trials::{checkpoint, Builtin, DataSpec, TrainConfig, Trainer, CHECKPOINT_FILE};
@@ -283,17 +284,26 @@ impl Trainer {
     /// assert!(dir.path().join(CHECKPOINT_FILE).exists());
     /// ```
     pub fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
-        checkpoint::write_behind(dir, self.checkpoint_bytes()?)
+        checkpoint::write_behind(dir, self.checkpoint(true)?)
     }
 
-    /// The checkpoint file's bytes.
-    fn checkpoint_bytes(&self) -> Result<Vec<u8>, TrialsError> {
-        let mut tensors: Vec<(String, Tensor)> = self
+    /// What the checkpoint holds; with `copy_weights`, copies of the weights, which the next
+    /// update writes into in place (the optimizer's state is replaced, not written into).
+    fn checkpoint(&self, copy_weights: bool) -> Result<checkpoint::Contents, TrialsError> {
+        let mut tensors = self
             .model
             .vars()
             .iter()
-            .map(|(n, v)| (format!("model.{n}"), v.as_tensor().clone()))
-            .collect();
+            .map(|(n, v)| {
+                let t = v.as_tensor();
+                let t = if copy_weights {
+                    t.force_contiguous()?.detach()
+                } else {
+                    t.clone()
+                };
+                Ok((format!("model.{n}"), t))
+            })
+            .collect::<Result<Vec<(String, Tensor)>, TrialsError>>()?;
         tensors.extend(self.optimizer.state_tensors(self.model.vars()));
         let cfg = serde_json::to_value(&self.cfg).expect("a config serialises");
         let arch: serde_json::Map<String, serde_json::Value> = ARCHITECTURE_KEYS
@@ -320,7 +330,10 @@ impl Trainer {
         if let Some(es) = &self.early {
             meta.insert("early_stopping".into(), serde_json::to_string(es).unwrap());
         }
-        checkpoint::serialize(&tensors, meta)
+        Ok(checkpoint::Contents {
+            tensors,
+            metadata: meta,
+        })
     }
 
     /// Continues from the checkpoint in `dir`. Keys that shape the model must match; others
@@ -384,4 +397,41 @@ fn tensors(d: &Dataset, device: &Device) -> Result<(Tensor, Tensor, usize), Tria
         Tensor::from_slice(&d.y, d.len(), device)?,
         d.len(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DataSpec;
+
+    /// What `save_behind` queues is the trial as it was when queued: training on (which
+    /// writes the weights in place) before the checkpoint thread reads it changes nothing.
+    #[test]
+    fn a_checkpoint_queued_behind_training_holds_the_state_it_was_queued_with() {
+        let split = DataSpec {
+            dataset: Some("wine".into()),
+            ..DataSpec::default()
+        }
+        .load(".".as_ref())
+        .unwrap();
+        let cfg = TrainConfig {
+            width: 8,
+            epochs: 3,
+            ..TrainConfig::default()
+        };
+        let mut t = Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, 3).unwrap();
+        t.train_epoch().unwrap();
+        let values = |c: &checkpoint::Contents| -> Vec<Vec<f32>> {
+            c.tensors
+                .iter()
+                .map(|(_, t)| t.flatten_all().unwrap().to_vec1().unwrap())
+                .collect()
+        };
+        let queued = t.checkpoint(true).unwrap();
+        let then = values(&t.checkpoint(false).unwrap());
+        assert_eq!(values(&queued), then);
+        t.train_epoch().unwrap();
+        assert_eq!(values(&queued), then, "the queued copy moved with training");
+        assert_ne!(values(&t.checkpoint(false).unwrap()), then);
+    }
 }
