@@ -15,7 +15,7 @@
 //! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another;
 //! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench). The
 //! mixed rows are the MLPs the mlp-digits example searches (widths 32 to 256, depths 1 to 3,
-//! SGD and AdamW), padded in a pack to the widest and deepest.
+//! batch sizes 32 to 128, SGD and AdamW), padded in a pack to the widest, deepest and longest.
 //!
 //! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
 //! CPU numbers are not the ones the README compares).
@@ -88,7 +88,8 @@ fn digits_shape(builtin: Builtin) -> TrainConfig {
 }
 
 /// The i-th of K MLPs of the mlp-digits example's shapes (width 32 to 256, depth 1 to 3,
-/// SGD or AdamW; batch 64), which a pack pads to the widest and deepest and updates both ways.
+/// batch 32, 64 or 128, SGD or AdamW), which a pack pads to the widest, deepest and longest
+/// and updates both ways.
 fn mixed_member(i: usize) -> (TrainConfig, u64) {
     const WIDTHS: [usize; 7] = [32, 45, 64, 90, 128, 181, 256];
     let shape = TrainConfig {
@@ -99,7 +100,7 @@ fn mixed_member(i: usize) -> (TrainConfig, u64) {
         } else {
             OptimizerKind::Sgd
         },
-        batch_size: 64,
+        batch_size: [32, 64, 128][(i + i / 3) % 3],
         ..TrainConfig::default()
     };
     member(&shape, i)

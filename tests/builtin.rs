@@ -294,8 +294,7 @@ fn the_mlp_digits_example_is_a_valid_spec() {
     let (spec, _) = tune::ExperimentSpec::read(&path).unwrap();
     assert_eq!((spec.samples, spec.metric.as_str()), (40, "val_accuracy"));
     assert_eq!(spec.space.len(), 8);
-    // Width, depth and optimizer mix in a pack; its three batch sizes make three packs, few
-    // enough for `auto` to fuse on a GPU.
+    // Width, depth, batch size and optimizer mix in a pack on a GPU: `auto` fuses there.
     assert_eq!(spec.trials_per_pack(true), tune::Fuse::AUTO_GPU);
     assert_eq!(spec.objective.unwrap().builtin.as_deref(), Some("mlp"));
 }

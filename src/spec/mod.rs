@@ -639,9 +639,9 @@ impl ExperimentSpec {
 
     /// Trials per pack on a slot of this sweep ([`Fuse::trials_per_pack`]). `"auto"` packs
     /// where the sweep's trials fall into few packs: the searched keys whose values trials
-    /// of one pack must share ([`tune_trials::PACK_KEYS`]; depth, width and optimizer mix)
-    /// are lists of at most [`Fuse::AUTO_MOST_PACKS`] combinations. Otherwise packs would
-    /// hold one trial each and only raise the number of trials running at once.
+    /// of one pack must share ([`tune_trials::PACK_KEYS`]; depth, width, batch size and
+    /// optimizer mix) are lists of at most [`Fuse::AUTO_MOST_PACKS`] combinations. Otherwise
+    /// packs would hold one trial each and only raise the number of trials running at once.
     pub fn trials_per_pack(&self, on_gpu: bool) -> usize {
         let packs = self
             .space

@@ -10,7 +10,10 @@
 //! forward, its weights get exactly zero gradients and keep their zeros under both
 //! optimizers, and a member's own units compute what they compute alone (summed over extra
 //! zero terms, so within rounding rather than bit for bit). A pack also mixes SGD and AdamW
-//! members, each weight's update computed both ways and each member's taken.
+//! members, each weight's update computed both ways and each member's taken, and batch
+//! sizes: update `i` of every member is one step of the pack, the shorter batches padded with
+//! rows whose loss weighs 0, and a member with fewer updates in its epoch sits the last ones
+//! out (its weights and state kept by a select).
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
@@ -34,8 +37,8 @@ use crate::TrialsError;
 
 /// What must be equal for trials to train in one pack: the trainable, the data (features or
 /// images, classes, training and validation rows), the CNN's filters, whether the MLP has
-/// hidden layers at all, activation, batch size, and Nesterov momentum for SGD. Depth, width
-/// and optimizer may differ (see the module's documentation).
+/// hidden layers at all, activation, and Nesterov momentum for SGD. Depth, width, optimizer
+/// and batch size may differ (see the module's documentation).
 ///
 /// ```
 /// use tune_trials::{Builtin, DataSpec, OptimizerKind, TrainConfig, Trainer};
@@ -45,10 +48,10 @@ use crate::TrialsError;
 /// let cpu = candle_core::Device::Cpu;
 /// let trainer = |cfg: TrainConfig| Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap();
 /// let a = trainer(TrainConfig { lr: 0.1, width: 16, ..TrainConfig::default() });
-/// let b = trainer(TrainConfig { width: 32, depth: 3, optimizer: OptimizerKind::Sgd, ..TrainConfig::default() });
-/// let c = trainer(TrainConfig { batch_size: 32, ..TrainConfig::default() });
-/// assert_eq!(a.fuse_key(), b.fuse_key()); // padded to one width and depth, optimizers mixed
-/// assert_ne!(a.fuse_key(), c.fuse_key()); // another batch size takes other steps
+/// let b = trainer(TrainConfig { width: 32, depth: 3, batch_size: 32, optimizer: OptimizerKind::Sgd, ..TrainConfig::default() });
+/// let c = trainer(TrainConfig { activation: tune_trials::Activation::Tanh, ..TrainConfig::default() });
+/// assert_eq!(a.fuse_key(), b.fuse_key()); // padded to one width, depth and batch; both updates
+/// assert_ne!(a.fuse_key(), c.fuse_key()); // another activation is another model
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FuseKey {
@@ -64,7 +67,6 @@ pub struct FuseKey {
     /// units to pad, its output layer reads the features.
     pub hidden: bool,
     pub activation: Activation,
-    pub batch_size: usize,
     /// SGD with Nesterov momentum (another update than plain momentum's or AdamW's).
     pub nesterov: bool,
     /// Training and validation rows.
@@ -72,22 +74,22 @@ pub struct FuseKey {
 }
 
 /// The [`TrainConfig`](crate::TrainConfig) keys that make up a [`FuseKey`] (with the data):
-/// trials that differ in any of them never share a pack. Depth (but 0), width and optimizer
-/// are not among them.
+/// trials that differ in any of them never share a pack. Depth (but 0), width, optimizer and
+/// batch size are not among them.
 ///
 /// ```
-/// assert!(tune_trials::PACK_KEYS.contains(&"batch_size"));
+/// assert!(tune_trials::PACK_KEYS.contains(&"activation"));
 /// assert!(!tune_trials::PACK_KEYS.contains(&"width"));
 /// ```
-pub const PACK_KEYS: [&str; 4] = ["channels", "activation", "batch_size", "nesterov"];
+pub const PACK_KEYS: [&str; 3] = ["channels", "activation", "nesterov"];
 
-/// What the coordinator packs trials by: their [`FuseKey`] and, on CPU, their width too. A
-/// member padded to a wider pack sums over extra zeros, which a matmul of another size may
-/// round in another order; on CPU, where a fused trial otherwise computes what it computes
-/// alone bit for bit, whichever trials share its pack, widths do not mix, so a resumed sweep
-/// decides as the uninterrupted one. On a GPU, whose batched matmuls already round otherwise
-/// than one trial's, they do. Depths and optimizers mix everywhere: a shallower member's
-/// pass-through and a mixed pack's update are exact.
+/// What the coordinator packs trials by: their [`FuseKey`] and, on CPU, their width and batch
+/// size too. A member padded to a wider pack, or to a longer batch, sums over extra zeros,
+/// which a matmul of another size may round in another order; on CPU, where a fused trial
+/// otherwise computes what it computes alone bit for bit, whichever trials share its pack,
+/// those do not mix, so a resumed sweep decides as the uninterrupted one. On a GPU, whose
+/// batched matmuls already round otherwise than one trial's, they do. Depths and optimizers
+/// mix everywhere: a shallower member's pass-through and a mixed pack's update are exact.
 ///
 /// ```
 /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
@@ -104,8 +106,8 @@ pub const PACK_KEYS: [&str; 4] = ["channels", "activation", "batch_size", "neste
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PackKey {
     pub fuse: FuseKey,
-    /// The hidden layers' width, on CPU.
-    pub width: Option<usize>,
+    /// The hidden layers' width and the batch size, on CPU.
+    pub exact: Option<(usize, usize)>,
 }
 
 impl Trainer {
@@ -120,7 +122,6 @@ impl Trainer {
             channels: cnn.then_some(self.cfg.channels),
             hidden: cnn || self.cfg.depth > 0,
             activation: self.cfg.activation,
-            batch_size: self.cfg.batch_size,
             nesterov: self.cfg.nesterov && self.optimizer.kind == OptimizerKind::Sgd,
             rows: (self.train.2, self.val.2),
         }
@@ -130,7 +131,10 @@ impl Trainer {
     pub fn pack_key(&self) -> PackKey {
         PackKey {
             fuse: self.fuse_key(),
-            width: self.device.is_cpu().then_some(self.cfg.width),
+            exact: self
+                .device
+                .is_cpu()
+                .then_some((self.cfg.width, self.cfg.batch_size)),
         }
     }
 
@@ -410,44 +414,80 @@ impl FusedTrainer {
             .iter()
             .map(|m| m.epoch * m.steps_per_epoch())
             .collect();
-        let batch_size = self.key.batch_size;
-        let batches = n.div_ceil(batch_size);
+        let ticks = Ticks::new(&self.members, &orders, n, &self.device)?;
         // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
         // upload from pageable memory waits for the queue to drain.
         let order = Tensor::from_vec(orders.concat(), (members, n), &self.device)?;
-        let lrs: Vec<Vec<f64>> = (0..batches)
+        // A member's learning rate at each tick; after its last update, that update's (the
+        // tick's results are discarded for it, so it only needs to be finite).
+        let lrs: Vec<Vec<f64>> = (0..ticks.count())
             .map(|i| {
                 self.members
                     .iter()
                     .zip(&first_updates)
-                    .map(|(m, &first)| m.lr_at_update(first + i as u64))
+                    .map(|(m, &first)| {
+                        let last = m.steps_per_epoch() - 1;
+                        m.lr_at_update(first + (i as u64).min(last))
+                    })
                     .collect()
             })
             .collect();
         let coefficients = Coefficients::new(&self.members, &lrs, &self.device)?;
         let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
-        for (i, start) in (0..n).step_by(batch_size).enumerate() {
-            let len = batch_size.min(n - start);
-            let idx = order.narrow(1, start, len)?.flatten_all()?;
-            let bx = x.index_select(&idx, 0)?.reshape((members, len, features))?;
+        for i in 0..ticks.count() {
+            let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
+            let idx = match &ticks.masked {
+                // Uniform batches: a member's rows `i * batch_size ..`, the last batch shorter
+                // for every member alike.
+                None => {
+                    let start = i * self.members[0].cfg.batch_size;
+                    order.narrow(1, start, rows)?.flatten_all()?
+                }
+                Some(m) => m.idx.narrow(0, m.offsets[i], members * rows)?,
+            };
+            let bx = x
+                .index_select(&idx, 0)?
+                .reshape((members, rows, features))?;
             let by = y.index_select(&idx, 0)?;
-            let logits = self.forward(&bx, dropout.then_some(dropouts.as_mut_slice()))?;
+            let logits = self.forward(&bx, dropout.then_some((dropouts.as_mut_slice(), lens)))?;
             let log_probs =
-                candle_nn::ops::log_softmax(&logits.reshape((members * len, classes))?, 1)?;
+                candle_nn::ops::log_softmax(&logits.reshape((members * rows, classes))?, 1)?;
             let picked = log_probs.gather(&by.unsqueeze(1)?, 1)?;
-            // The sum of the members' mean losses, scaled as candle's `nll` scales one
-            // member's: each weight's gradient is then the unfused one, to the bit.
-            let loss = picked.sum_all()?.affine(-1.0 / len as f64, 0.0)?;
-            let grads = loss.backward()?;
-            self.step(&grads, &coefficients, i)?;
-            let member_losses = picked
-                .detach()
-                .reshape((members, len))?
-                .sum(1)?
-                .affine(-1.0 / len as f64, 0.0)?;
-            loss_sums = (loss_sums + member_losses.affine(len as f64, 0.0)?)?;
+            let updating = match &ticks.masked {
+                None => {
+                    // The sum of the members' mean losses, scaled as candle's `nll` scales
+                    // one member's: each weight's gradient is then the unfused one, to the
+                    // bit.
+                    let loss = picked.sum_all()?.affine(-1.0 / rows as f64, 0.0)?;
+                    let grads = loss.backward()?;
+                    self.step(&grads, &coefficients, i, (None, lens))?;
+                    let member_losses = picked
+                        .detach()
+                        .reshape((members, rows))?
+                        .sum(1)?
+                        .affine(-1.0 / rows as f64, 0.0)?;
+                    loss_sums = (loss_sums + member_losses.affine(rows as f64, 0.0)?)?;
+                    continue;
+                }
+                Some(m) => m,
+            };
+            // Members of other batch sizes: each row weighted by -1 / its member's rows in
+            // the tick (0 for padding), so each member's gradient is its mean loss's, as
+            // alone; a member whose epoch has no update `i` sits the tick out.
+            let weights = updating
+                .weights
+                .narrow(0, updating.offsets[i], members * rows)?
+                .unsqueeze(1)?;
+            let weighted = (&picked * &weights)?;
+            let grads = weighted.sum_all()?.backward()?;
+            let sits_out = lens
+                .contains(&0)
+                .then(|| updating.active.get(i))
+                .transpose()?;
+            self.step(&grads, &coefficients, i, (sits_out, lens))?;
+            let member_losses = weighted.detach().reshape((members, rows))?.sum(1)?;
+            loss_sums = (loss_sums + member_losses.mul(&updating.lens.get(i)?)?)?;
         }
-        let lrs = lrs.last().cloned().unwrap_or_default();
         let train_losses = loss_sums.to_vec1::<f32>()?;
         let validation = self.evaluate()?;
         Ok(self
@@ -456,11 +496,14 @@ impl FusedTrainer {
             .enumerate()
             .map(|(k, m)| {
                 let (val_loss, val_accuracy) = validation[k];
+                // The learning rate of the member's last update of the epoch.
+                let last = (m.steps_per_epoch() as usize).saturating_sub(1);
+                let lr = lrs.get(last).map_or(0.0, |l| l[k]);
                 m.end_epoch(
                     train_losses[k] as f64 / n as f64,
                     val_loss,
                     val_accuracy,
-                    lrs[k],
+                    lr,
                 )
             })
             .collect())
@@ -552,12 +595,20 @@ impl FusedTrainer {
         Ok(())
     }
 
-    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; `dropouts` (one per
-    /// member) while training. Each member's part is what its own model computes alone.
-    fn forward(&self, x: &Tensor, dropouts: Option<&mut [Dropout]>) -> candle_core::Result<Tensor> {
+    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; while training, the
+    /// members' `dropouts` and each member's rows in the batch (the rest are padding). Each
+    /// member's part is what its own model computes alone.
+    fn forward(
+        &self,
+        x: &Tensor,
+        dropouts: Option<(&mut [Dropout], &[usize])>,
+    ) -> candle_core::Result<Tensor> {
         let layers: Vec<&[Var]> = self.vars.chunks(2).collect();
         let (last, mut dense) = layers.split_last().expect("an output layer");
-        let mut dropouts = dropouts;
+        let (mut dropouts, rows) = match dropouts {
+            Some((d, rows)) => (Some(d), rows),
+            None => (None, &[][..]),
+        };
         let mut h = x.clone();
         if let Some((c, height, width)) = self.key.image {
             // The CNN (crate::model::cnn): two convolutions, a 2x2 max-pool, then dense layers
@@ -573,21 +624,24 @@ impl FusedTrainer {
                 .max_pool2d(2)?
                 .reshape((members, batch, ()))?;
             if let Some(ds) = dropouts.as_deref_mut() {
-                let units = vec![Some(h.dim(2)?); ds.len()];
-                h = apply_dropouts(&h, ds, &units)?;
+                let units = h.dim(2)?;
+                let parts: Vec<(usize, usize)> = rows.iter().map(|&r| (r, units)).collect();
+                h = apply_dropouts(&h, ds, &parts)?;
             }
             dense = &dense[2..];
         }
         for (i, layer) in dense.iter().enumerate() {
             let mut out = activate(&linear(&h, &layer[0], &layer[1])?, self.key.activation)?;
             if let Some(ds) = dropouts.as_deref_mut() {
-                // A member draws masks for its own units of the layers it has, as alone.
-                let units: Vec<Option<usize>> = self
+                // A member draws masks for its own rows and units of the layers it has, as
+                // alone.
+                let parts: Vec<(usize, usize)> = self
                     .shapes
                     .iter()
-                    .map(|&(depth, width)| (depth > i).then_some(width))
+                    .zip(rows)
+                    .map(|(&(depth, width), &r)| if depth > i { (r, width) } else { (0, 0) })
                     .collect();
-                out = apply_dropouts(&out, ds, &units)?;
+                out = apply_dropouts(&out, ds, &parts)?;
             }
             // A member without this layer passes its activations through it.
             h = match &self.has_layer[i] {
@@ -602,10 +656,19 @@ impl FusedTrainer {
     /// Optimizer update `i` of the epoch for every member, with each member's coefficients
     /// broadcast over its slice: the same operations, in the same order, as
     /// [`crate::Optimizer::step`]. In a pack of SGD and AdamW members each weight is updated
-    /// both ways and each member keeps its own optimizer's result.
-    fn step(&mut self, grads: &GradStore, c: &Coefficients, i: usize) -> Result<(), TrialsError> {
-        for m in &mut self.members {
-            m.optimizer.steps += 1;
+    /// both ways and each member keeps its own optimizer's result. Where some members sit
+    /// the update out (their epoch has fewer; `lens[k]` rows of member `k` in the batch, 0
+    /// for those), `active` `(K, 1, 1)` says which update: the others keep their weights and
+    /// state.
+    fn step(
+        &mut self,
+        grads: &GradStore,
+        c: &Coefficients,
+        i: usize,
+        (active, lens): (Option<Tensor>, &[usize]),
+    ) -> Result<(), TrialsError> {
+        for (m, &len) in self.members.iter_mut().zip(lens) {
+            m.optimizer.steps += u64::from(len > 0);
         }
         let at = |t: &Tensor| t.get(i);
         let (step, decayed, unbias2) = (at(&c.step)?, at(&c.decayed)?, at(&c.unbias2)?);
@@ -635,25 +698,39 @@ impl FusedTrainer {
                 let update = m.div(&denom)?.broadcast_mul(&step)?;
                 Ok(((kept - update)?, m, v))
             };
-            match &self.optimizers {
+            let (new_p, slots) = match &self.optimizers {
                 Optimizers::Sgd => {
                     let (p, buf) = sgd()?;
-                    var.set(&p)?;
-                    state[0] = buf;
+                    (p, vec![buf])
                 }
                 Optimizers::Adamw => {
                     let (p, m, v) = adamw()?;
-                    var.set(&p)?;
-                    state[0] = m;
-                    state[1] = v;
+                    (p, vec![m, v])
                 }
                 Optimizers::Both { adamw: is_adamw } => {
                     let (p_sgd, buf) = sgd()?;
                     let (p_adamw, m, v) = adamw()?;
                     let is_adamw = is_adamw.broadcast_as(p.shape())?;
-                    var.set(&is_adamw.where_cond(&p_adamw, &p_sgd)?)?;
-                    state[0] = is_adamw.where_cond(&m, &buf)?;
-                    state[1] = is_adamw.where_cond(&v, &state[1])?;
+                    (
+                        is_adamw.where_cond(&p_adamw, &p_sgd)?,
+                        vec![
+                            is_adamw.where_cond(&m, &buf)?,
+                            is_adamw.where_cond(&v, &state[1])?,
+                        ],
+                    )
+                }
+            };
+            match &active {
+                None => {
+                    var.set(&new_p)?;
+                    *state = slots;
+                }
+                Some(active) => {
+                    let active = active.broadcast_as(p.shape())?;
+                    var.set(&active.where_cond(&new_p, p)?)?;
+                    for (slot, new) in state.iter_mut().zip(slots) {
+                        *slot = active.where_cond(&new, slot)?;
+                    }
                 }
             }
         }
@@ -727,28 +804,119 @@ impl Coefficients {
     }
 }
 
+/// An epoch's updates, in lockstep: tick `i` is update `i` of every member whose epoch has
+/// one. Members of one batch size have the same updates; of different batch sizes, each
+/// tick's batch holds the most rows any member has in it, a member's shorter part padded
+/// with rows its loss weighs 0, and a member with fewer updates sits the last ticks out.
+struct Ticks {
+    /// Per tick, per member: its rows in the tick's batch (0: it sits the tick out).
+    lens: Vec<Vec<usize>>,
+    /// Per tick: rows per member in its batch.
+    rows: Vec<usize>,
+    /// Where batch sizes differ, what the ticks need on the device.
+    masked: Option<MaskedTicks>,
+}
+
+struct MaskedTicks {
+    /// Each tick's `(K * rows)` row indices, one tick after another from `offsets[i]`.
+    idx: Tensor,
+    /// Each row's loss weight: -1 / its member's rows in the tick, 0 for padding.
+    weights: Tensor,
+    /// `(ticks, K)`: each member's rows in the tick.
+    lens: Tensor,
+    /// `(ticks, K, 1, 1)`: 1 where the member updates.
+    active: Tensor,
+    offsets: Vec<usize>,
+}
+
+impl Ticks {
+    fn new(
+        members: &[Trainer],
+        orders: &[Vec<u32>],
+        n: usize,
+        device: &Device,
+    ) -> candle_core::Result<Ticks> {
+        let sizes: Vec<usize> = members.iter().map(|m| m.cfg.batch_size).collect();
+        let count = sizes.iter().map(|&b| n.div_ceil(b)).max().unwrap_or(0);
+        let lens: Vec<Vec<usize>> = (0..count)
+            .map(|i| {
+                sizes
+                    .iter()
+                    .map(|&b| b.min(n.saturating_sub(i * b)))
+                    .collect()
+            })
+            .collect();
+        let rows: Vec<usize> = lens
+            .iter()
+            .map(|l| l.iter().copied().max().unwrap_or(0))
+            .collect();
+        if sizes.iter().all(|&b| b == sizes[0]) {
+            return Ok(Ticks {
+                lens,
+                rows,
+                masked: None,
+            });
+        }
+        let k = members.len();
+        let (mut idx, mut weights, mut offsets) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, tick) in lens.iter().enumerate() {
+            offsets.push(idx.len());
+            for (m, &len) in tick.iter().enumerate() {
+                let start = i * sizes[m];
+                let own = &orders[m][start.min(n)..start.min(n) + len];
+                idx.extend_from_slice(own);
+                // Padding repeats the member's first row of the epoch; its weight is 0.
+                idx.resize(idx.len() + rows[i] - len, orders[m][0]);
+                weights.resize(weights.len() + len, (-1.0 / len as f64) as f32);
+                weights.resize(weights.len() + rows[i] - len, 0.0);
+            }
+        }
+        let flat_lens: Vec<f32> = lens.iter().flatten().map(|&l| l as f32).collect();
+        let active: Vec<u8> = lens.iter().flatten().map(|&l| u8::from(l > 0)).collect();
+        let total = idx.len();
+        Ok(Ticks {
+            masked: Some(MaskedTicks {
+                idx: Tensor::from_vec(idx, total, device)?,
+                weights: Tensor::from_vec(weights, total, device)?,
+                lens: Tensor::from_vec(flat_lens, (count, k), device)?,
+                active: Tensor::from_vec(active, (count, k, 1, 1), device)?,
+                offsets,
+            }),
+            lens,
+            rows,
+        })
+    }
+
+    fn count(&self) -> usize {
+        self.rows.len()
+    }
+}
+
 /// `h` `(K, rows, width)` times each member's dropout mask over its part, drawn as the member
-/// draws it alone: over its first `units[k]` columns (the rest are padding, kept at 0), and
-/// none for a member without the layer (`None`).
+/// draws it alone: `parts[k]` is `(rows, units)`, its own rows and units (the rest are
+/// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without rows
+/// in the batch: its part is discarded).
 fn apply_dropouts(
     h: &Tensor,
     dropouts: &mut [Dropout],
-    units: &[Option<usize>],
+    parts: &[(usize, usize)],
 ) -> candle_core::Result<Tensor> {
     let (_, rows, width) = h.dims3()?;
     let mut mask = Vec::with_capacity(h.elem_count());
-    for (d, &units) in dropouts.iter_mut().zip(units) {
-        match units {
-            Some(u) if u == width => d.extend_mask(&mut mask, rows * width),
-            Some(u) => {
-                let mut own = Vec::with_capacity(rows * u);
-                d.extend_mask(&mut own, rows * u);
-                for row in own.chunks(u) {
-                    mask.extend_from_slice(row);
-                    mask.resize(mask.len() + width - u, 0.0);
-                }
+    for (d, &(own_rows, units)) in dropouts.iter_mut().zip(parts) {
+        if own_rows == 0 {
+            mask.resize(mask.len() + rows * width, 1.0);
+        } else if units == width {
+            d.extend_mask(&mut mask, own_rows * width);
+            mask.resize(mask.len() + (rows - own_rows) * width, 0.0);
+        } else {
+            let mut own = Vec::with_capacity(own_rows * units);
+            d.extend_mask(&mut own, own_rows * units);
+            for row in own.chunks(units) {
+                mask.extend_from_slice(row);
+                mask.resize(mask.len() + width - units, 0.0);
             }
-            None => mask.resize(mask.len() + rows * width, 1.0),
+            mask.resize(mask.len() + (rows - own_rows) * width, 0.0);
         }
     }
     h.mul(&Tensor::from_vec(mask, h.shape(), h.device())?.to_dtype(h.dtype())?)

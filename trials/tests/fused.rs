@@ -343,13 +343,13 @@ fn packs_refuse_other_keys_finished_trials_and_other_data() {
         epochs: 1,
         ..TrainConfig::default()
     };
-    let other_batches = TrainConfig {
-        batch_size: 32,
+    let other_activation = TrainConfig {
+        activation: tune_trials::Activation::Tanh,
         ..cfg.clone()
     };
     let err = FusedTrainer::new(vec![
         trainer(&split, &cfg, 1),
-        trainer(&split, &other_batches, 1),
+        trainer(&split, &other_activation, 1),
     ])
     .err()
     .unwrap()
@@ -463,13 +463,14 @@ fn fused_near_alone(
     }
 }
 
-/// Members of different widths and depths, SGD and AdamW, with dropout and weight decay, in
-/// one pack: the narrower padded with zeros, the shallower passing through layers they lack.
+/// Members of different widths, depths and batch sizes, SGD and AdamW, with dropout and weight
+/// decay, in one pack: the narrower padded with zeros, the shallower passing through layers
+/// they lack, the shorter batches padded with rows of no weight.
 /// Their units compute what they compute alone, summed over extra zero terms: a matmul of
 /// another size may round in another order (seen: the last bit of a few weights of the
 /// 8-unit member padded to 32 after 3 epochs), so within 1e-5 rather than bit for bit.
 #[test]
-fn members_of_other_widths_depths_and_optimizers_train_as_alone() {
+fn members_of_other_widths_depths_batches_and_optimizers_train_as_alone() {
     let adamw = TrainConfig {
         epochs: 3,
         ..TrainConfig::default()
@@ -522,6 +523,22 @@ fn members_of_other_widths_depths_and_optimizers_train_as_alone() {
         ),
     ];
     fused_near_alone(Builtin::Mlp, &digits(), &members, 3, 1e-5);
+    // Batch sizes too: 1,438 rows make 12, 23, 45 and 29 updates an epoch (the last batch of
+    // each shorter), in 45 steps of the pack.
+    let batches: Vec<(TrainConfig, u64)> = members
+        .iter()
+        .zip([128, 64, 32, 50])
+        .map(|((cfg, seed), batch_size)| {
+            (
+                TrainConfig {
+                    batch_size,
+                    ..cfg.clone()
+                },
+                *seed,
+            )
+        })
+        .collect();
+    fused_near_alone(Builtin::Mlp, &digits(), &batches, 3, 1e-5);
     // Of one width, the other depths and optimizers mix bit for bit: a missing layer passes
     // its input through exactly, and each member takes its own optimizer's update.
     let one_width: Vec<(TrainConfig, u64)> = members
