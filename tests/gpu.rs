@@ -174,7 +174,7 @@ fn fused_packs_on_the_gpu_train_as_their_members_alone() {
             },
         ),
     ] {
-        let members: Vec<(TrainConfig, u64)> = (0..3)
+        let same: Vec<(TrainConfig, u64)> = (0..3)
             .map(|i| {
                 let cfg = TrainConfig {
                     lr: shape.lr * (1.0 + i as f64),
@@ -185,23 +185,59 @@ fn fused_packs_on_the_gpu_train_as_their_members_alone() {
                 (cfg, 11 + i)
             })
             .collect();
-        let trainer = |(cfg, seed): &(TrainConfig, u64)| {
-            Trainer::new(builtin, cfg.clone(), &split, &dev, *seed).unwrap()
-        };
-        let mut pack = FusedTrainer::new(members.iter().map(trainer).collect()).unwrap();
-        let mut fused = vec![Vec::new(); members.len()];
-        for _ in 0..shape.epochs {
-            for (k, report) in pack.train_epoch().unwrap().into_iter().enumerate() {
-                fused[k].push(report.unwrap());
-            }
+        // And a pack of other widths, depths, batch sizes and optimizers, as a GPU mixes them.
+        let mixed: Vec<(TrainConfig, u64)> = same
+            .iter()
+            .enumerate()
+            .map(|(i, (cfg, seed))| {
+                let cfg = TrainConfig {
+                    width: cfg.width / (1 + i),
+                    depth: 1 + i,
+                    batch_size: [64, 32, 50][i],
+                    optimizer: if i == 1 {
+                        OptimizerKind::Sgd
+                    } else {
+                        OptimizerKind::Adamw
+                    },
+                    ..cfg.clone()
+                };
+                (cfg, *seed)
+            })
+            .collect();
+        for members in [same, mixed] {
+            fused_pack_matches_alone(builtin, &shape, &members, &split, &dev);
         }
-        for (k, m) in members.iter().enumerate() {
-            let mut alone = trainer(m);
-            let reports: Vec<EpochReport> = (0..shape.epochs)
-                .map(|_| alone.train_epoch().unwrap())
-                .collect();
-            // Batched matmuls may sum in another order than one trial's: close, not equal.
-            assert_close(&fused[k], &reports, &format!("{builtin:?} member {k}"));
+    }
+}
+
+/// Trains `members` as one pack and each alone on `dev`, and compares their reports.
+fn fused_pack_matches_alone(
+    builtin: Builtin,
+    shape: &TrainConfig,
+    members: &[(TrainConfig, u64)],
+    split: &Split,
+    dev: &candle_core::Device,
+) {
+    let trainer = |(cfg, seed): &(TrainConfig, u64)| {
+        Trainer::new(builtin, cfg.clone(), split, dev, *seed).unwrap()
+    };
+    let mut pack = FusedTrainer::new(members.iter().map(trainer).collect()).unwrap();
+    let mut fused = vec![Vec::new(); members.len()];
+    for _ in 0..shape.epochs {
+        for (k, report) in pack.train_epoch().unwrap().into_iter().enumerate() {
+            fused[k].push(report.unwrap());
         }
+    }
+    for (k, m) in members.iter().enumerate() {
+        let mut alone = trainer(m);
+        let reports: Vec<EpochReport> = (0..shape.epochs)
+            .map(|_| alone.train_epoch().unwrap())
+            .collect();
+        // Batched matmuls may sum in another order than one trial's: close, not equal.
+        assert_close(
+            &fused[k],
+            &reports,
+            &format!("{builtin:?} member {k} of {:?}", m.0),
+        );
     }
 }
