@@ -414,10 +414,9 @@ impl FusedTrainer {
             .iter()
             .map(|m| m.epoch * m.steps_per_epoch())
             .collect();
-        let ticks = Ticks::new(&self.members, &orders, n, &self.device)?;
         // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
         // upload from pageable memory waits for the queue to drain.
-        let order = Tensor::from_vec(orders.concat(), (members, n), &self.device)?;
+        let ticks = Ticks::new(&self.members, orders, n, &self.device)?;
         // A member's learning rate at each tick; after its last update, that update's (the
         // tick's results are discarded for it, so it only needs to be finite).
         let lrs: Vec<Vec<f64>> = (0..ticks.count())
@@ -436,14 +435,13 @@ impl FusedTrainer {
         let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
         for i in 0..ticks.count() {
             let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
-            let idx = match &ticks.masked {
+            let idx = match &ticks.batches {
                 // Uniform batches: a member's rows `i * batch_size ..`, the last batch shorter
                 // for every member alike.
-                None => {
-                    let start = i * self.members[0].cfg.batch_size;
-                    order.narrow(1, start, rows)?.flatten_all()?
+                Batches::Uniform { order, batch_size } => {
+                    order.narrow(1, i * batch_size, rows)?.flatten_all()?
                 }
-                Some(m) => m.idx.narrow(0, m.offsets[i], members * rows)?,
+                Batches::Masked(m) => m.idx.narrow(0, m.offsets[i], members * rows)?,
             };
             let bx = x
                 .index_select(&idx, 0)?
@@ -453,40 +451,37 @@ impl FusedTrainer {
             let log_probs =
                 candle_nn::ops::log_softmax(&logits.reshape((members * rows, classes))?, 1)?;
             let picked = log_probs.gather(&by.unsqueeze(1)?, 1)?;
-            let updating = match &ticks.masked {
-                None => {
+            let member_losses = match &ticks.batches {
+                Batches::Uniform { .. } => {
                     // The sum of the members' mean losses, scaled as candle's `nll` scales
                     // one member's: each weight's gradient is then the unfused one, to the
                     // bit.
                     let loss = picked.sum_all()?.affine(-1.0 / rows as f64, 0.0)?;
-                    let grads = loss.backward()?;
-                    self.step(&grads, &coefficients, i, (None, lens))?;
-                    let member_losses = picked
+                    self.step(&loss.backward()?, &coefficients, i, (None, lens))?;
+                    picked
                         .detach()
                         .reshape((members, rows))?
                         .sum(1)?
-                        .affine(-1.0 / rows as f64, 0.0)?;
-                    loss_sums = (loss_sums + member_losses.affine(rows as f64, 0.0)?)?;
-                    continue;
+                        .affine(-1.0 / rows as f64, 0.0)?
+                        .affine(rows as f64, 0.0)?
                 }
-                Some(m) => m,
+                Batches::Masked(m) => {
+                    // Members of other batch sizes: each row weighted by -1 / its member's
+                    // rows in the tick (0 for padding), so each member's gradient is its mean
+                    // loss's, as alone; a member whose epoch has no update `i` sits it out.
+                    let weights = m.weights.narrow(0, m.offsets[i], members * rows)?;
+                    let weighted = (&picked * &weights.unsqueeze(1)?)?;
+                    let sits_out = lens.contains(&0).then(|| m.active.get(i)).transpose()?;
+                    let grads = weighted.sum_all()?.backward()?;
+                    self.step(&grads, &coefficients, i, (sits_out, lens))?;
+                    weighted
+                        .detach()
+                        .reshape((members, rows))?
+                        .sum(1)?
+                        .mul(&m.lens.get(i)?)?
+                }
             };
-            // Members of other batch sizes: each row weighted by -1 / its member's rows in
-            // the tick (0 for padding), so each member's gradient is its mean loss's, as
-            // alone; a member whose epoch has no update `i` sits the tick out.
-            let weights = updating
-                .weights
-                .narrow(0, updating.offsets[i], members * rows)?
-                .unsqueeze(1)?;
-            let weighted = (&picked * &weights)?;
-            let grads = weighted.sum_all()?.backward()?;
-            let sits_out = lens
-                .contains(&0)
-                .then(|| updating.active.get(i))
-                .transpose()?;
-            self.step(&grads, &coefficients, i, (sits_out, lens))?;
-            let member_losses = weighted.detach().reshape((members, rows))?.sum(1)?;
-            loss_sums = (loss_sums + member_losses.mul(&updating.lens.get(i)?)?)?;
+            loss_sums = (loss_sums + member_losses)?;
         }
         let train_losses = loss_sums.to_vec1::<f32>()?;
         let validation = self.evaluate()?;
@@ -813,8 +808,17 @@ struct Ticks {
     lens: Vec<Vec<usize>>,
     /// Per tick: rows per member in its batch.
     rows: Vec<usize>,
-    /// Where batch sizes differ, what the ticks need on the device.
-    masked: Option<MaskedTicks>,
+    batches: Batches,
+}
+
+/// Where each tick's rows come from, on the device.
+enum Batches {
+    /// One batch size: the members' shuffles `(K, n)`, batch `i` at `i * batch_size`.
+    Uniform {
+        order: Tensor,
+        batch_size: usize,
+    },
+    Masked(MaskedTicks),
 }
 
 struct MaskedTicks {
@@ -830,9 +834,10 @@ struct MaskedTicks {
 }
 
 impl Ticks {
+    /// For members whose epochs shuffle the `n` rows as `orders`.
     fn new(
         members: &[Trainer],
-        orders: &[Vec<u32>],
+        orders: Vec<Vec<u32>>,
         n: usize,
         device: &Device,
     ) -> candle_core::Result<Ticks> {
@@ -850,21 +855,24 @@ impl Ticks {
             .iter()
             .map(|l| l.iter().copied().max().unwrap_or(0))
             .collect();
+        let k = members.len();
         if sizes.iter().all(|&b| b == sizes[0]) {
+            let order = Tensor::from_vec(orders.concat(), (k, n), device)?;
             return Ok(Ticks {
                 lens,
                 rows,
-                masked: None,
+                batches: Batches::Uniform {
+                    order,
+                    batch_size: sizes[0],
+                },
             });
         }
-        let k = members.len();
         let (mut idx, mut weights, mut offsets) = (Vec::new(), Vec::new(), Vec::new());
         for (i, tick) in lens.iter().enumerate() {
             offsets.push(idx.len());
             for (m, &len) in tick.iter().enumerate() {
-                let start = i * sizes[m];
-                let own = &orders[m][start.min(n)..start.min(n) + len];
-                idx.extend_from_slice(own);
+                let start = (i * sizes[m]).min(n);
+                idx.extend_from_slice(&orders[m][start..start + len]);
                 // Padding repeats the member's first row of the epoch; its weight is 0.
                 idx.resize(idx.len() + rows[i] - len, orders[m][0]);
                 weights.resize(weights.len() + len, (-1.0 / len as f64) as f32);
@@ -875,7 +883,7 @@ impl Ticks {
         let active: Vec<u8> = lens.iter().flatten().map(|&l| u8::from(l > 0)).collect();
         let total = idx.len();
         Ok(Ticks {
-            masked: Some(MaskedTicks {
+            batches: Batches::Masked(MaskedTicks {
                 idx: Tensor::from_vec(idx, total, device)?,
                 weights: Tensor::from_vec(weights, total, device)?,
                 lens: Tensor::from_vec(flat_lens, (count, k), device)?,
