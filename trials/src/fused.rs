@@ -1011,16 +1011,21 @@ mod tests {
     use super::*;
     use crate::{DataSpec, TrainConfig};
 
-    /// A pack of `members` trials of `cfg` (seeds 0, 1, ...) on a tenth of digits, after one
-    /// epoch.
-    fn pack_after_an_epoch(builtin: Builtin, cfg: &TrainConfig, members: u64) -> FusedTrainer {
-        let split = DataSpec {
+    /// Digits with a tenth of its rows to train on: these tests are about the arithmetic.
+    fn tenth_of_digits() -> crate::Split {
+        DataSpec {
             dataset: Some("digits".into()),
             val_fraction: 0.9,
             ..DataSpec::default()
         }
         .load(".".as_ref())
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A pack of `members` trials of `cfg` (seeds 0, 1, ...) on a tenth of digits, after one
+    /// epoch.
+    fn pack_after_an_epoch(builtin: Builtin, cfg: &TrainConfig, members: u64) -> FusedTrainer {
+        let split = tenth_of_digits();
         let members = (0..members)
             .map(|s| Trainer::new(builtin, cfg.clone(), &split, &Device::Cpu, s))
             .collect::<Result<Vec<_>, _>>()
@@ -1035,13 +1040,7 @@ mod tests {
     /// SGD with weight decay and under AdamW.
     #[test]
     fn padding_stays_zero_through_training() {
-        let split = DataSpec {
-            dataset: Some("digits".into()),
-            val_fraction: 0.9,
-            ..DataSpec::default()
-        }
-        .load(".".as_ref())
-        .unwrap();
+        let split = tenth_of_digits();
         let wide = TrainConfig {
             depth: 2,
             width: 12,

@@ -27,6 +27,14 @@ fn trainer_of(builtin: Builtin, split: &Split, cfg: &TrainConfig, seed: u64) -> 
     Trainer::new(builtin, cfg.clone(), split, &Device::Cpu, seed).unwrap()
 }
 
+/// A trainer of `builtin` for each of `members` (config and seed).
+fn trainers_of(builtin: Builtin, split: &Split, members: &[(TrainConfig, u64)]) -> Vec<Trainer> {
+    members
+        .iter()
+        .map(|(c, s)| trainer_of(builtin, split, c, *s))
+        .collect()
+}
+
 /// Every weight of the trainer, flattened in order.
 fn weights(t: &Trainer) -> Vec<Vec<f32>> {
     t.model()
@@ -106,14 +114,8 @@ fn fused_equals_alone(
     members: &[(TrainConfig, u64)],
     epochs: u64,
 ) {
-    let make = || -> Vec<Trainer> {
-        members
-            .iter()
-            .map(|(c, s)| trainer_of(builtin, split, c, *s))
-            .collect()
-    };
-    let mut alone = make();
-    let mut pack = FusedTrainer::new(make()).unwrap();
+    let mut alone = trainers_of(builtin, split, members);
+    let mut pack = FusedTrainer::new(trainers_of(builtin, split, members)).unwrap();
     for epoch in 1..=epochs {
         let fused = pack.train_epoch().unwrap();
         for (k, (t, report)) in alone.iter_mut().zip(&fused).enumerate() {
@@ -415,15 +417,9 @@ fn fused_near_alone(
     epochs: u64,
     tolerance: f64,
 ) {
-    let make = || -> Vec<Trainer> {
-        members
-            .iter()
-            .map(|(c, s)| trainer_of(builtin, split, c, *s))
-            .collect()
-    };
     let near = |a: f64, b: f64| (a - b).abs() <= tolerance * b.abs().max(1.0);
-    let mut alone = make();
-    let mut pack = FusedTrainer::new(make()).unwrap();
+    let mut alone = trainers_of(builtin, split, members);
+    let mut pack = FusedTrainer::new(trainers_of(builtin, split, members)).unwrap();
     let rows = split.val.len() as f64;
     for epoch in 1..=epochs {
         let fused = pack.train_epoch().unwrap();
