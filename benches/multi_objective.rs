@@ -9,6 +9,9 @@
 //! `TUNE_BENCH_FUNCTIONS=ZDT2,DTLZ2` picks functions, `TUNE_TPE_OPTS` TPE's options.)
 //! Each run is sequential, one trial at a time. The hypervolumes of both sides are computed
 //! here, by `tune_search::pareto::hypervolume`, against each function's fixed reference point.
+//! A second table, tune's alone, repeats the TPE columns on held-out functions
+//! (`mo_functions::held_out`), with the good trials weighed equally (Optuna 5's MOTPE) beside
+//! tune's hypervolume shares, so that the choice is checked away from the reported table.
 
 #[path = "common/mo_functions.rs"]
 mod mo_functions;
@@ -20,7 +23,7 @@ mod tpe_env;
 use mo_functions::MultiBenchmark;
 use runs::{in_parallel, median, peer_json};
 use tune_search::pareto::hypervolume;
-use tune_search::{History, Mode, Nsga2, Nsga2Options, Params, Searcher, Status, Tpe};
+use tune_search::{History, Mode, Nsga2, Nsga2Options, Params, Searcher, Status, Tpe, TpeOptions};
 
 /// Every trial's values of one sequential run.
 fn run(searcher: &mut dyn Searcher, b: &MultiBenchmark) -> Vec<Vec<f64>> {
@@ -35,6 +38,33 @@ fn run(searcher: &mut dyn Searcher, b: &MultiBenchmark) -> Vec<Vec<f64>> {
         out.push(v);
     }
     out
+}
+
+/// Median hypervolume over `seeds` of NSGA-II's runs on `b`.
+fn nsga2_volume(b: &MultiBenchmark, seeds: u64) -> f64 {
+    median(in_parallel(seeds, |s| {
+        let values = run(
+            &mut Nsga2::new(b.space.clone(), s, Nsga2Options::default()),
+            b,
+        );
+        hypervolume(&values, &b.reference)
+    }))
+}
+
+/// Median hypervolume over `seeds` of TPE's runs on `b` with `opts`.
+fn tpe_volume(b: &MultiBenchmark, seeds: u64, opts: &TpeOptions) -> f64 {
+    median(in_parallel(seeds, |s| {
+        let values = run(&mut Tpe::new(b.space.clone(), s, opts.clone()), b);
+        hypervolume(&values, &b.reference)
+    }))
+}
+
+/// The TPE options with the good trials weighed equally, as Optuna 5 weighs them.
+fn equal_weights(opts: &TpeOptions) -> TpeOptions {
+    TpeOptions {
+        hypervolume_weights: false,
+        ..opts.clone()
+    }
 }
 
 /// The peer's params as tune's (ints stay ints, strings strings).
@@ -98,23 +128,15 @@ fn main() {
         println!("(optuna {})", p["optuna"]);
     }
     println!();
-    println!("| function (budget, reference) | tune nsga2 | tune tpe | optuna NSGAII | optuna TPE | best tune / best optuna |");
-    println!("|---|---|---|---|---|---|");
+    println!("| function (budget, reference) | tune nsga2 | tune tpe | tune tpe, equal weights | optuna NSGAII | optuna TPE | best tune / best optuna |");
+    println!("|---|---|---|---|---|---|---|");
+    let opts = tpe_env::tpe_options();
     let mut wins = 0;
     for b in functions {
         let volume = |values: &[Vec<f64>]| hypervolume(values, &b.reference);
-        let nsga2 = median(in_parallel(seeds, |s| {
-            volume(&run(
-                &mut Nsga2::new(b.space.clone(), s, Nsga2Options::default()),
-                &b,
-            ))
-        }));
-        let tpe = median(in_parallel(seeds, |s| {
-            volume(&run(
-                &mut Tpe::new(b.space.clone(), s, tpe_env::tpe_options()),
-                &b,
-            ))
-        }));
+        let nsga2 = nsga2_volume(&b, seeds);
+        let tpe = tpe_volume(&b, seeds, &opts);
+        let tpe_equal = tpe_volume(&b, seeds, &equal_weights(&opts));
         let theirs = peer.as_ref().map(|p| {
             check_agreement(&b, &p["check"][b.name]);
             let side = |algorithm: &str| {
@@ -142,8 +164,35 @@ fn main() {
             None => ("-".into(), "-".into(), "-".into()),
         };
         println!(
-            "| {} ({}, {:?}) | {nsga2:.4} | {tpe:.4} | {their_nsga2} | {their_tpe} | {ratio} |",
+            "| {} ({}, {:?}) | {nsga2:.4} | {tpe:.4} | {tpe_equal:.4} | {their_nsga2} | {their_tpe} | {ratio} |",
             b.name, b.budget, b.reference
+        );
+    }
+    let held_out: Vec<_> = mo_functions::held_out()
+        .into_iter()
+        .filter(|b| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|n| n == b.name))
+        })
+        .collect();
+    if !held_out.is_empty() {
+        println!();
+        println!("Held out (tune only): the same columns on functions no choice was made on");
+        println!();
+        println!(
+            "| function (budget, reference) | tune nsga2 | tune tpe | tune tpe, equal weights |"
+        );
+        println!("|---|---|---|---|");
+    }
+    for b in held_out {
+        println!(
+            "| {} ({}, {:?}) | {:.4} | {:.4} | {:.4} |",
+            b.name,
+            b.budget,
+            b.reference,
+            nsga2_volume(&b, seeds),
+            tpe_volume(&b, seeds, &opts),
+            tpe_volume(&b, seeds, &equal_weights(&opts))
         );
     }
     if peer.is_some() {

@@ -96,6 +96,110 @@ pub fn net_cost(p: &Params) -> Vec<f64> {
     vec![loss, latency]
 }
 
+/// ZDT3 (30 variables): a front of five disconnected pieces.
+pub fn zdt3(p: &Params) -> Vec<f64> {
+    let x = xs(p, ZDT_N);
+    let g = zdt_g(&x);
+    let r = x[0] / g;
+    vec![x[0], g * (1.0 - r.sqrt() - r * (10.0 * PI * x[0]).sin())]
+}
+
+const ZDT6_N: usize = 10;
+
+/// ZDT6 (10 variables): a concave front, sparse near its good end and thinly sampled by
+/// uniform x1.
+pub fn zdt6(p: &Params) -> Vec<f64> {
+    let x = xs(p, ZDT6_N);
+    let f1 = 1.0 - (-4.0 * x[0]).exp() * (6.0 * PI * x[0]).sin().powi(6);
+    let mean = x[1..].iter().sum::<f64>() / (ZDT6_N - 1) as f64;
+    let g = 1.0 + 9.0 * mean.powf(0.25);
+    vec![f1, g * (1.0 - (f1 / g) * (f1 / g))]
+}
+
+/// DTLZ7 (3 objectives, 12 variables): a front of four disconnected patches.
+pub fn dtlz7(p: &Params) -> Vec<f64> {
+    let x = xs(p, DTLZ_N);
+    let g = 1.0 + 9.0 * x[2..].iter().sum::<f64>() / (DTLZ_N - 2) as f64;
+    let h = 3.0
+        - x[..2]
+            .iter()
+            .map(|f| f / (1.0 + g) * (1.0 + (3.0 * PI * f).sin()))
+            .sum::<f64>();
+    vec![x[0], x[1], (1.0 + g) * h]
+}
+
+/// Validation loss and training time of a made-up boosted-trees model: the loss wants
+/// lr x trees near 30, deeper trees up to 8 and subsampling near 0.8; the time grows with
+/// trees, depth and subsample; dart is a little better and slower, linear worse and fast.
+pub fn boost_cost(p: &Params) -> Vec<f64> {
+    let lr = p.f64("lr").expect("lr");
+    let trees = p.i64("trees").expect("trees") as f64;
+    let depth = p.i64("depth").expect("depth") as f64;
+    let subsample = p.f64("subsample").expect("subsample");
+    let (offset, speed) = match p.str("booster").expect("booster") {
+        "dart" => (-0.01, 1.5),
+        "linear" => (0.05, 0.2),
+        _ => (0.0, 1.0),
+    };
+    let e = (lr * trees).log10() - 1.5;
+    let overfit = if depth > 8.0 {
+        0.01 * (depth - 8.0) * (depth - 8.0)
+    } else {
+        0.0
+    };
+    let loss = 0.1
+        + offset
+        + 0.05 * e * e
+        + 0.2 / depth
+        + overfit
+        + 0.1 * (subsample - 0.8) * (subsample - 0.8);
+    let time = trees * (depth / 2.0).exp2() * subsample / 100.0 * speed;
+    vec![loss, time]
+}
+
+/// Functions outside the reported table, for checking that a choice made on [`all`]
+/// carries over (tune only: the peer script does not run them).
+pub fn held_out() -> Vec<MultiBenchmark> {
+    vec![
+        MultiBenchmark {
+            name: "ZDT3",
+            space: unit_cube(ZDT_N),
+            f: zdt3,
+            reference: vec![1.1, 11.0],
+            budget: 300,
+        },
+        MultiBenchmark {
+            name: "ZDT6",
+            space: unit_cube(ZDT6_N),
+            f: zdt6,
+            reference: vec![1.1, 11.0],
+            budget: 300,
+        },
+        MultiBenchmark {
+            name: "DTLZ7",
+            space: unit_cube(DTLZ_N),
+            f: dtlz7,
+            reference: vec![1.1, 1.1, 33.0],
+            budget: 300,
+        },
+        MultiBenchmark {
+            name: "BoostCost",
+            space: Space::builder()
+                .loguniform("lr", 1e-3, 1.0)
+                .int("trees", 10, 2000)
+                .log()
+                .int("depth", 2, 12)
+                .uniform("subsample", 0.3, 1.0)
+                .choice("booster", ["gbtree", "dart", "linear"])
+                .build()
+                .expect("the BoostCost space"),
+            f: boost_cost,
+            reference: vec![1.2, 2000.0],
+            budget: 200,
+        },
+    ]
+}
+
 pub fn all() -> Vec<MultiBenchmark> {
     vec![
         MultiBenchmark {

@@ -1,11 +1,14 @@
 //! TPE with several objectives (MOTPE: Ozaki et al., GECCO 2020 and JAIR 2022), as Optuna 5
 //! splits the trials: the good side is the `ceil(gamma_fraction * n)` completed trials of the
 //! lowest non-domination ranks, ties in the last rank it reaches broken by greedy hypervolume
-//! subset selection. Optuna 5 weights the good trials equally (no hypervolume-contribution
-//! weights any more), and so does tune. Trials outside their constraints come after every
-//! feasible one, the least violating first, as in Optuna.
+//! subset selection. The good trials weigh their shares of the good set's hypervolume, as in
+//! the MOTPE paper and Optuna 3 and 4 (Optuna 5 weighs them equally:
+//! `TpeOptions::hypervolume_weights = false`). Trials outside their constraints come after
+//! every feasible one, the least violating first, as in Optuna.
 
-use crate::pareto::{fronts, greedy_hypervolume_subset, reference_point};
+use crate::pareto::{
+    fronts, greedy_hypervolume_subset, hypervolume_contributions, reference_point,
+};
 use crate::{History, Status, TrialId};
 
 /// Marks the good trials (`good[id]`) of a history with several objectives: `gamma_fraction`
@@ -49,6 +52,44 @@ pub(crate) fn below_into(history: &History, gamma_fraction: f64, good: &mut Vec<
             good[trials[i].0 as usize] = true;
         }
         break;
+    }
+}
+
+/// MOTPE's weights of the good trials (Ozaki et al. 2022; Optuna 3 and 4): each feasible
+/// good trial's share of the good set's hypervolume (the volume lost without it), over the
+/// largest share; dominated and infeasible ones get 1e-12. Trials with the same losses share
+/// one point's share (Optuna would give each of them nothing, since none is missed alone).
+/// `weights` is indexed by trial id.
+pub(crate) fn hypervolume_weights_into(history: &History, good: &[bool], weights: &mut Vec<f64>) {
+    const LEAST: f64 = 1e-12;
+    weights.clear();
+    weights.resize(good.len(), LEAST);
+    let members: Vec<(TrialId, Vec<f64>)> = history
+        .iter()
+        .filter(|t| good.get(t.id as usize).copied().unwrap_or(false) && t.feasible())
+        .filter_map(|t| Some((t.id, history.losses(t)?)))
+        .collect();
+    let losses: Vec<&[f64]> = members.iter().map(|(_, l)| l.as_slice()).collect();
+    let Some(front) = fronts(&losses, 1).into_iter().next() else {
+        return;
+    };
+    // The front's distinct points, each with the members at it.
+    let mut points: Vec<(&[f64], Vec<TrialId>)> = Vec::new();
+    for i in front {
+        match points.iter_mut().find(|(p, _)| *p == losses[i]) {
+            Some((_, ids)) => ids.push(members[i].0),
+            None => points.push((losses[i], vec![members[i].0])),
+        }
+    }
+    let reference = reference_point(&losses);
+    let all: Vec<&[f64]> = points.iter().map(|(p, _)| *p).collect();
+    let shares = hypervolume_contributions(&all, &reference);
+    let largest = shares.iter().copied().fold(LEAST, f64::max);
+    for ((_, ids), share) in points.iter().zip(shares) {
+        let w = (share / largest / ids.len() as f64).max(LEAST);
+        for &id in ids {
+            weights[id as usize] = w;
+        }
     }
 }
 
@@ -129,6 +170,55 @@ mod tests {
         h.report_constraints(3, &[0.25]);
         assert_eq!(good_ids(&h, 0.5), vec![1, 2]);
         assert_eq!(good_ids(&h, 0.75), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn good_trials_weigh_their_share_of_the_hypervolume() {
+        // Second objective maximised, so the losses are (1, 3), (2, 2), (3, 1) on the front
+        // and (3, 3) behind it. Reference: 1.1 x the worst, (3.3, 3.3). Each front point's
+        // box of its own: (2 - 1) x (3.3 - 3) = 0.3, (3 - 2) x (3 - 2) = 1, (3.3 - 3) x
+        // (2 - 1) = 0.3; over the largest, 0.3, 1, 0.3.
+        let mut h = history(&[
+            [1.0, -3.0],
+            [2.0, -2.0],
+            [3.0, -1.0],
+            [3.0, -3.0],
+            [9.0, -9.0],
+        ]);
+        let mut good = Vec::new();
+        below_into(&h, 0.8, &mut good);
+        assert_eq!(good, vec![true, true, true, true, false]);
+        let mut weights = Vec::new();
+        hypervolume_weights_into(&h, &good, &mut weights);
+        let expected = [0.3, 1.0, 0.3, 1e-12, 1e-12];
+        for (w, e) in weights.iter().zip(expected) {
+            assert!((w - e).abs() < 1e-12, "{weights:?}");
+        }
+        // An infeasible good trial weighs next to nothing and leaves the others' shares
+        // alone; here it would otherwise dominate (2, 2).
+        h.record(5, Params::default(), Status::Running);
+        h.report_values(5, 1, &[1.5, -1.5]);
+        h.report_constraints(5, &[1.0]);
+        h.set_status(5, Status::Completed);
+        let good = vec![true, true, true, true, false, true];
+        hypervolume_weights_into(&h, &good, &mut weights);
+        let expected = [0.3, 1.0, 0.3, 1e-12, 1e-12, 1e-12];
+        for (w, e) in weights.iter().zip(expected) {
+            assert!((w - e).abs() < 1e-12, "{weights:?}");
+        }
+    }
+
+    #[test]
+    fn repeated_good_trials_share_one_point_s_weight() {
+        let h = history(&[[1.0, -3.0], [1.0, -3.0], [3.0, -1.0]]);
+        let good = vec![true; 3];
+        let mut weights = Vec::new();
+        hypervolume_weights_into(&h, &good, &mut weights);
+        // Reference (3.3, 3.3); (1, 3) alone holds (3 - 1) x (3.3 - 3) = 0.6, (3, 1) holds
+        // (3.3 - 3) x (3 - 1) = 0.6: equal shares, the first split between its two trials.
+        for (w, e) in weights.iter().zip([0.5, 0.5, 1.0]) {
+            assert!((w - e).abs() < 1e-12, "{weights:?}");
+        }
     }
 
     #[test]
