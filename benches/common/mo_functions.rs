@@ -26,7 +26,7 @@ fn xs(p: &Params, n: usize) -> Vec<f64> {
         .collect()
 }
 
-fn unit_cube(n: usize) -> Space {
+pub fn unit_cube(n: usize) -> Space {
     (0..n)
         .fold(Space::builder(), |b, i| {
             b.uniform(format!("x{i}"), 0.0, 1.0)
@@ -57,6 +57,25 @@ pub fn zdt2(p: &Params) -> Vec<f64> {
     let x = xs(p, ZDT_N);
     let g = zdt_g(&x);
     vec![x[0], g * (1.0 - (x[0] / g) * (x[0] / g))]
+}
+
+/// DTLZ2 with `n` variables and `m` objectives (Deb et al. 2002).
+pub fn dtlz(p: &Params, n: usize, m: usize) -> Vec<f64> {
+    let x = xs(p, n);
+    let g: f64 = x[m - 1..].iter().map(|v| (v - 0.5) * (v - 0.5)).sum();
+    let angle = |i: usize| x[i] * PI / 2.0;
+    (0..m)
+        .map(|k| {
+            let mut f = 1.0 + g;
+            for i in 0..m - 1 - k {
+                f *= angle(i).cos();
+            }
+            if k > 0 {
+                f *= angle(m - 1 - k).sin();
+            }
+            f
+        })
+        .collect()
 }
 
 pub fn dtlz2(p: &Params) -> Vec<f64> {

@@ -175,6 +175,12 @@ pub fn hypervolume_contributions<P: AsRef<[f64]>>(points: &[P], reference: &[f64
 /// break ties in the last front it splits (Optuna's `_solve_hssp`, greedy). Indices returned
 /// in the order chosen.
 ///
+/// What a point adds can only shrink as the chosen set grows, so the gain a point had when
+/// last computed bounds its gain now: only the point on top of those bounds is recomputed,
+/// and it is taken once its gain is current and no other bound is within rounding of it (lazy
+/// greedy, Minoux 1978). The choices are the plain greedy's, gains computed in the same
+/// arithmetic, ties to the lower index; most gains are never recomputed.
+///
 /// ```
 /// use tune_search::pareto::greedy_hypervolume_subset;
 /// let points = [vec![1.0, 4.0], vec![2.0, 2.0], vec![4.0, 1.0], vec![2.1, 2.1]];
@@ -185,26 +191,92 @@ pub fn greedy_hypervolume_subset<P: AsRef<[f64]>>(
     reference: &[f64],
     k: usize,
 ) -> Vec<usize> {
-    let mut chosen: Vec<usize> = Vec::with_capacity(k.min(points.len()));
-    let mut chosen_points: Vec<&[f64]> = Vec::new();
+    /// A point's gain as of the step `fresh_at`; the heap's top is the largest gain, then
+    /// the lowest index.
+    struct Bound {
+        gain: f64,
+        index: usize,
+        fresh_at: usize,
+    }
+    impl PartialEq for Bound {
+        fn eq(&self, other: &Self) -> bool {
+            self.cmp(other).is_eq()
+        }
+    }
+    impl Eq for Bound {}
+    impl PartialOrd for Bound {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Bound {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.gain
+                .total_cmp(&other.gain)
+                .then(other.index.cmp(&self.index))
+        }
+    }
+
+    let k = k.min(points.len());
+    let mut chosen: Vec<usize> = Vec::with_capacity(k);
+    let mut chosen_points: Vec<&[f64]> = Vec::with_capacity(k + 1);
     let mut base = 0.0;
-    while chosen.len() < k.min(points.len()) {
-        let mut best: Option<(usize, f64)> = None;
-        for (i, p) in points.iter().enumerate() {
-            if chosen.contains(&i) {
+    /// What `p` adds to `chosen` (of hypervolume `base`).
+    fn gain_of<'a>(p: &'a [f64], chosen: &mut Vec<&'a [f64]>, reference: &[f64], base: f64) -> f64 {
+        chosen.push(p);
+        let gain = hypervolume(chosen, reference) - base;
+        chosen.pop();
+        gain
+    }
+    let mut heap: std::collections::BinaryHeap<Bound> = (0..points.len())
+        .map(|index| Bound {
+            gain: gain_of(points[index].as_ref(), &mut chosen_points, reference, base),
+            index,
+            fresh_at: 0,
+        })
+        .collect();
+    let mut stale: Vec<usize> = Vec::new();
+    while chosen.len() < k {
+        let Some(top) = heap.pop() else { break };
+        let step = chosen.len();
+        if top.fresh_at == step {
+            // A bound a rounding error above its true gain could hide a tie the plain greedy
+            // breaks by index: refresh every bound that close before taking the top.
+            let close = top.gain - 1e-9 * (base.abs() + top.gain.abs());
+            stale.clear();
+            heap.retain(|b| {
+                let refresh = b.fresh_at != step && b.gain >= close;
+                if refresh {
+                    stale.push(b.index);
+                }
+                !refresh
+            });
+            if stale.is_empty() {
+                chosen.push(top.index);
+                chosen_points.push(points[top.index].as_ref());
+                base += top.gain;
                 continue;
             }
-            chosen_points.push(p.as_ref());
-            let gain = hypervolume(&chosen_points, reference) - base;
-            chosen_points.pop();
-            if best.is_none_or(|(_, g)| gain > g) {
-                best = Some((i, gain));
+            heap.push(top);
+            for &index in &stale {
+                heap.push(Bound {
+                    gain: gain_of(points[index].as_ref(), &mut chosen_points, reference, base),
+                    index,
+                    fresh_at: step,
+                });
             }
+        } else {
+            heap.push(Bound {
+                gain: gain_of(
+                    points[top.index].as_ref(),
+                    &mut chosen_points,
+                    reference,
+                    base,
+                ),
+                index: top.index,
+                fresh_at: step,
+            });
         }
-        let Some((i, gain)) = best else { break };
-        chosen.push(i);
-        chosen_points.push(points[i].as_ref());
-        base += gain;
     }
     chosen
 }
@@ -321,6 +393,63 @@ mod tests {
                     assert!(fronts[r - 1]
                         .iter()
                         .any(|&j| dominates(&points[j], &points[i])));
+                }
+            }
+        }
+    }
+
+    /// The greedy subset by recomputing every gain at every step.
+    fn plain_greedy(points: &[Vec<f64>], reference: &[f64], k: usize) -> Vec<usize> {
+        let mut chosen: Vec<usize> = Vec::new();
+        let mut base = 0.0;
+        while chosen.len() < k.min(points.len()) {
+            let mut best: Option<(usize, f64)> = None;
+            for i in (0..points.len()).filter(|i| !chosen.contains(i)) {
+                let mut with: Vec<&[f64]> = chosen.iter().map(|&j| points[j].as_slice()).collect();
+                with.push(&points[i]);
+                let gain = hypervolume(&with, reference) - base;
+                if best.is_none_or(|(_, g)| gain > g) {
+                    best = Some((i, gain));
+                }
+            }
+            let (i, gain) = best.expect("a point left");
+            chosen.push(i);
+            base += gain;
+        }
+        chosen
+    }
+
+    #[test]
+    fn lazy_greedy_subset_chooses_as_the_plain_greedy() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        for d in 2..=4 {
+            for trial in 0..20 {
+                // A front-like cloud (on a sphere, jittered), some points repeated and some on
+                // a grid, so that ties happen.
+                let mut points: Vec<Vec<f64>> = (0..30)
+                    .map(|_| {
+                        let v: Vec<f64> = (0..d).map(|_| rng.random_range(0.05..1.0)).collect();
+                        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                        v.iter()
+                            .map(|x| {
+                                let y = x / norm + rng.random_range(0.0..0.1);
+                                if trial % 2 == 0 {
+                                    (y * 4.0).round() / 4.0
+                                } else {
+                                    y
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                points.push(points[3].clone());
+                let reference = reference_point(&points);
+                for k in [1, 5, 17, 31] {
+                    assert_eq!(
+                        greedy_hypervolume_subset(&points, &reference, k),
+                        plain_greedy(&points, &reference, k),
+                        "d = {d}, trial {trial}, k = {k}"
+                    );
                 }
             }
         }
