@@ -149,6 +149,16 @@ fn async_hyperband(seed: u64) -> Box<dyn Scheduler> {
     Box::new(AshaPromotion::new(config, Mode::Min, seed))
 }
 
+/// Asynchronous HyperBand with ASHA's stopping rule (Ray Tune's `AsyncHyperBandScheduler`;
+/// the structure of Optuna's `HyperbandPruner`): 5 brackets from grace period 1.
+fn async_hyperband_stopping(seed: u64) -> Box<dyn Scheduler> {
+    let config = AshaConfig {
+        brackets: 5,
+        ..asha_config()
+    };
+    Box::new(Asha::new(config, Mode::Min, seed))
+}
+
 fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(HyperBand::new(
         HyperBandConfig {
@@ -226,7 +236,7 @@ fn main() {
 }
 
 fn curves_tables(seeds: u64) {
-    let methods: [(&str, MakeSearcher, MakeScheduler); 10] = [
+    let methods: [(&str, MakeSearcher, MakeScheduler); 11] = [
         (
             "tune random, full budget",
             |s| Box::new(RandomSearch::new(curves::space(), s)),
@@ -277,6 +287,11 @@ fn curves_tables(seeds: u64) {
             |s| Box::new(Tpe::new(curves::space(), s, hyperband_tpe_options())),
             hyperband,
         ),
+        (
+            "tune TPE + async HyperBand (ASHA stopping, 5 brackets)",
+            |s| Box::new(Tpe::new(curves::space(), s, rung_tpe_options())),
+            async_hyperband_stopping,
+        ),
     ];
     let shared = simulator::shared_curves();
     for workers in bench_workers() {
@@ -309,6 +324,45 @@ fn curves_tables(seeds: u64) {
         println!();
     }
     held_out(seeds);
+    held_out_brackets(seeds);
+}
+
+/// TPE under ASHA with one bracket and with HyperBand's five (asynchronous HyperBand, the
+/// stopping rule) on the held-out curve families.
+fn held_out_brackets(seeds: u64) {
+    let schedulers: [(&str, MakeScheduler); 3] = [
+        ("ASHA, 1 bracket", asha),
+        ("ASHA, 5 brackets", async_hyperband_stopping),
+        ("HyperBand", hyperband),
+    ];
+    println!();
+    println!("held-out curve families, TPE, median regret over {seeds} seeds, 1 worker, at 810 / 1620 / 2430 epochs:");
+    println!();
+    println!("| curves | {} |", schedulers.map(|(n, _)| n).join(" | "));
+    println!("|---|---|---|---|");
+    for (family, curves) in held_out_curves::all() {
+        let cells: Vec<String> = schedulers
+            .iter()
+            .map(|(_, scheduler)| {
+                medians_over_seeds(seeds, 3, |seed| {
+                    let mut tpe = Tpe::new(curves::space(), seed, rung_tpe_options());
+                    simulator::simulate(
+                        &curves,
+                        &mut tpe,
+                        scheduler(seed).as_mut(),
+                        1,
+                        2430,
+                        &CHECKPOINTS[2..],
+                    )
+                })
+                .iter()
+                .map(|x| show(*x))
+                .collect::<Vec<_>>()
+                .join(" / ")
+            })
+            .collect();
+        println!("| {family} | {} |", cells.join(" | "));
+    }
 }
 
 /// TPE under ASHA and HyperBand on curve families outside `curves.py`: with what `tune`

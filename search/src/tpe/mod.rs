@@ -314,8 +314,10 @@ impl TpeOptions {
         o
     }
 
-    /// Optuna 5's `TPESampler` settings: `gamma_fraction` 0.1 and its kernel floors in every
-    /// mode (everything else is already the same).
+    /// Optuna 5's `TPESampler` settings: `gamma_fraction` 0.1, its kernel floors in every
+    /// mode and, with several objectives, equal weights for the good trials (everything else
+    /// is already the same, except that Optuna 5 samples several objectives' parameters
+    /// independently: add `multivariate: false` for that).
     ///
     /// ```
     /// let o = tune_search::TpeOptions::optuna();
