@@ -7,7 +7,7 @@
 //! every feasible one, the least violating first, as in Optuna.
 
 use crate::pareto::{
-    fronts, greedy_hypervolume_subset, hypervolume_contributions, reference_point,
+    fronts, greedy_hypervolume_subset, hypervolume, hypervolume_contributions, reference_point,
 };
 use crate::{History, Status, TrialId};
 
@@ -83,6 +83,13 @@ pub(crate) fn hypervolume_weights_into(history: &History, good: &[bool], weights
     }
     let reference = reference_point(&losses);
     let all: Vec<&[f64]> = points.iter().map(|(p, _)| *p).collect();
+    if !hypervolume(&all, &reference).is_finite() {
+        // A volume past f64's range (losses near 1e150 and beyond): weigh them all alike.
+        for (id, _) in &members {
+            weights[*id as usize] = 1.0;
+        }
+        return;
+    }
     let shares = hypervolume_contributions(&all, &reference);
     let largest = shares.iter().copied().fold(LEAST, f64::max);
     for ((_, ids), share) in points.iter().zip(shares) {
@@ -206,6 +213,14 @@ mod tests {
         for (w, e) in weights.iter().zip(expected) {
             assert!((w - e).abs() < 1e-12, "{weights:?}");
         }
+    }
+
+    #[test]
+    fn volumes_past_the_range_of_f64_weigh_alike() {
+        let h = history(&[[1e200, -1e-200], [-1e200, -1e200]]);
+        let mut weights = Vec::new();
+        hypervolume_weights_into(&h, &[true, true], &mut weights);
+        assert_eq!(weights, vec![1.0, 1.0]);
     }
 
     #[test]
