@@ -63,11 +63,23 @@ impl StoreLocation {
     }
 }
 /// The store layout this build writes. 2: `[search]` and `[scheduler]` are stored as tagged
-/// configs with every setting written out.
-pub const FORMAT: u32 = 2;
+/// configs with every setting written out. 3: TPE's `hypervolume_weights` among them.
+pub const FORMAT: u32 = 3;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
-/// each missing setting taking its default.
-pub const FORMATS_READ: [u32; 2] = [1, 2];
+/// each missing setting taking its default; 1 and 2 as the builds that wrote them ran them
+/// ([`read_as_written`]).
+pub const FORMATS_READ: [u32; 3] = [1, 2, 3];
+
+/// Settings added since a meta's layout, set to what the build that wrote it did, so that a
+/// sweep resumed by this build decides as the one it started in would have: before format 3,
+/// TPE weighed several objectives' good trials equally.
+fn read_as_written(meta: &mut Meta) {
+    if meta.format < 3 {
+        if let crate::spec::SearchSpec::Tpe(tpe) = &mut meta.spec.search.algorithm {
+            tpe.hypervolume_weights = false;
+        }
+    }
+}
 
 /// The folder of trial `id`.
 pub fn trial_dir(dir: &Path, id: TrialId) -> PathBuf {
@@ -417,6 +429,8 @@ impl Experiment {
             }
             .into());
         }
+        let mut stored = stored;
+        read_as_written(&mut stored.meta);
         Ok(Experiment {
             dir: dir.to_path_buf(),
             store,

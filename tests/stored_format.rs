@@ -40,10 +40,13 @@ fn an_experiment_stored_in_format_1_opens_with_the_same_spec_and_trials() {
     let exp = tune::experiment::Experiment::open(&dir).unwrap();
     assert_eq!(exp.stored.meta.format, 1);
     let spec = &exp.stored.meta.spec;
-    // Only the options set were stored; the rest read as their defaults.
+    // Only the options set were stored; the rest read as their defaults, except those added
+    // since, which read as that build ran: its TPE weighed several objectives' good trials
+    // equally.
     let tpe = TpeOptions {
         n_startup_trials: 3,
         n_ei_candidates: 8,
+        hypervolume_weights: false,
         ..TpeOptions::default()
     };
     assert_eq!(spec.search.algorithm, SearchSpec::Tpe(tpe));
@@ -106,4 +109,34 @@ fn a_format_1_experiment_given_more_samples_is_rewritten_in_this_builds_format()
     assert_eq!(exp.stored.meta.format, tune::experiment::FORMAT);
     assert_eq!(exp.stored.meta.spec, spec);
     assert_eq!(exp.stored.meta.samples, 8);
+}
+
+#[test]
+fn a_tpe_sweep_stored_before_format_3_keeps_equal_weights_for_its_good_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("two");
+    let text = "name = \"two\"\nmetric = [\"a\", \"b\"]\nmode = [\"min\", \"min\"]\nsamples = 4\n\
+                [search]\nalgorithm = \"tpe\"\n[objective]\ncommand = [\"true\"]\n\
+                [space]\nx = { uniform = [0.0, 1.0] }\n";
+    let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
+    let weights = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm
+    {
+        SearchSpec::Tpe(o) => o.hypervolume_weights,
+        other => panic!("not TPE: {other:?}"),
+    };
+    // Written now: the hypervolume shares, the default, and read back so.
+    let mut exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
+    assert!(weights(&exp));
+    drop(exp);
+    exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert!(weights(&exp));
+    // The same record as format 2 wrote it (the setting read as its default) resumes as that
+    // build ran it: equal weights.
+    let mut meta = exp.stored.meta.clone();
+    meta.format = 2;
+    exp.store.put_meta(&meta).unwrap();
+    exp.store.sync().unwrap();
+    drop(exp);
+    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert!(!weights(&exp));
 }
