@@ -327,6 +327,27 @@ fn curves_tables(seeds: u64) {
     held_out_brackets(seeds);
 }
 
+/// TPE with `opts` under `scheduler` on held-out `curves`, one worker: the median regret
+/// over `seeds` at 810, 1,620 and 2,430 epochs.
+fn held_out_medians(
+    curves: &simulator::Curves,
+    scheduler: MakeScheduler,
+    opts: &TpeOptions,
+    seeds: u64,
+) -> Vec<Option<f64>> {
+    medians_over_seeds(seeds, 3, |seed| {
+        let mut tpe = Tpe::new(curves::space(), seed, opts.clone());
+        simulator::simulate(
+            curves,
+            &mut tpe,
+            scheduler(seed).as_mut(),
+            1,
+            2430,
+            &CHECKPOINTS[2..],
+        )
+    })
+}
+
 /// TPE under ASHA with one bracket and with HyperBand's five (asynchronous HyperBand, the
 /// stopping rule) on the held-out curve families.
 fn held_out_brackets(seeds: u64) {
@@ -344,21 +365,11 @@ fn held_out_brackets(seeds: u64) {
         let cells: Vec<String> = schedulers
             .iter()
             .map(|(_, scheduler)| {
-                medians_over_seeds(seeds, 3, |seed| {
-                    let mut tpe = Tpe::new(curves::space(), seed, rung_tpe_options());
-                    simulator::simulate(
-                        &curves,
-                        &mut tpe,
-                        scheduler(seed).as_mut(),
-                        1,
-                        2430,
-                        &CHECKPOINTS[2..],
-                    )
-                })
-                .iter()
-                .map(|x| show(*x))
-                .collect::<Vec<_>>()
-                .join(" / ")
+                held_out_medians(&curves, *scheduler, &rung_tpe_options(), seeds)
+                    .iter()
+                    .map(|x| show(*x))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
             })
             .collect();
         println!("| {family} | {} |", cells.join(" | "));
@@ -381,19 +392,7 @@ fn held_out(seeds: u64) {
     let mut log_ratio = (0.0, 0);
     for (family, curves) in held_out_curves::all() {
         for (name, scheduler) in &schedulers {
-            let row = |opts: &TpeOptions| {
-                medians_over_seeds(seeds, 3, |seed| {
-                    let mut tpe = Tpe::new(curves::space(), seed, opts.clone());
-                    simulator::simulate(
-                        &curves,
-                        &mut tpe,
-                        scheduler(seed).as_mut(),
-                        1,
-                        2430,
-                        &CHECKPOINTS[2..],
-                    )
-                })
-            };
+            let row = |opts: &TpeOptions| held_out_medians(&curves, *scheduler, opts, seeds);
             let (ours, theirs) = (row(&rung_tpe_options()), row(&keep_all));
             if let (Some(a), Some(b)) = (ours[2], theirs[2]) {
                 log_ratio.0 += (a.max(1e-6) / b.max(1e-6)).ln();

@@ -41,6 +41,14 @@ fn run(searcher: &mut dyn Searcher, b: &MultiBenchmark) -> Vec<Vec<f64>> {
     out
 }
 
+/// The functions `only` names (comma-separated), or all of them.
+fn picked(functions: Vec<MultiBenchmark>, only: Option<&str>) -> Vec<MultiBenchmark> {
+    functions
+        .into_iter()
+        .filter(|b| only.is_none_or(|o| o.split(',').any(|n| n == b.name)))
+        .collect()
+}
+
 /// Median hypervolume over `seeds` of NSGA-II's runs on `b`.
 fn nsga2_volume(b: &MultiBenchmark, seeds: u64) -> f64 {
     median(in_parallel(seeds, |s| {
@@ -133,13 +141,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if full { 20 } else { 2 });
     let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
-    let functions: Vec<_> = mo_functions::all()
-        .into_iter()
-        .filter(|b| {
-            only.as_ref()
-                .is_none_or(|o| o.split(',').any(|n| n == b.name))
-        })
-        .collect();
+    let functions = picked(mo_functions::all(), only.as_deref());
     let names: Vec<&str> = functions.iter().map(|b| b.name).collect();
     let mut args = vec![seeds.to_string()];
     args.extend(names.iter().map(|n| n.to_string()));
@@ -190,13 +192,7 @@ fn main() {
             b.name, b.budget, b.reference
         );
     }
-    let held_out: Vec<_> = mo_functions::held_out()
-        .into_iter()
-        .filter(|b| {
-            only.as_ref()
-                .is_none_or(|o| o.split(',').any(|n| n == b.name))
-        })
-        .collect();
+    let held_out = picked(mo_functions::held_out(), only.as_deref());
     if !held_out.is_empty() {
         println!();
         println!("Held out (tune only): the same columns on functions no choice was made on");
