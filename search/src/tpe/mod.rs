@@ -58,7 +58,7 @@ pub struct TpeOptions {
     /// hypervolume (MOTPE's weights, Ozaki et al. 2022, as Optuna 3 and 4 had them); `false`
     /// weighs them all the same, as Optuna 5 does. On `benches/multi_objective` (multivariate,
     /// 20 seeds) the shares gave a higher median hypervolume on all four reported functions
-    /// and on the held-out ones: see the README's "Search (several objectives)".
+    /// and on three of four held-out ones: see the README's "Search (several objectives)".
     pub hypervolume_weights: bool,
     /// Trials beyond the newest `linear_forgetting` get weights ramping down with age.
     pub linear_forgetting: usize,
