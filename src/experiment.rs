@@ -67,7 +67,7 @@ impl StoreLocation {
 pub const FORMAT: u32 = 3;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
 /// each missing setting taking its default; 1 and 2 as the builds that wrote them ran them
-/// ([`read_as_written`]).
+/// (`read_as_written`).
 pub const FORMATS_READ: [u32; 3] = [1, 2, 3];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
