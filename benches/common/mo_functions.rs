@@ -59,7 +59,8 @@ pub fn zdt2(p: &Params) -> Vec<f64> {
     vec![x[0], g * (1.0 - (x[0] / g) * (x[0] / g))]
 }
 
-/// DTLZ2 with `n` variables and `m` objectives (Deb et al. 2002).
+/// DTLZ2 with `n` variables and `m` objectives (Deb et al. 2002), summed and multiplied
+/// left to right as the peer does.
 pub fn dtlz(p: &Params, n: usize, m: usize) -> Vec<f64> {
     let x = xs(p, n);
     let g: f64 = x[m - 1..].iter().map(|v| (v - 0.5) * (v - 0.5)).sum();
@@ -78,18 +79,9 @@ pub fn dtlz(p: &Params, n: usize, m: usize) -> Vec<f64> {
         .collect()
 }
 
+/// DTLZ2 as the table runs it: 12 variables, 3 objectives.
 pub fn dtlz2(p: &Params) -> Vec<f64> {
-    let x = xs(p, DTLZ_N);
-    let mut g = 0.0;
-    for v in &x[2..] {
-        g += (v - 0.5) * (v - 0.5);
-    }
-    let (a, b) = (x[0] * PI / 2.0, x[1] * PI / 2.0);
-    vec![
-        (1.0 + g) * a.cos() * b.cos(),
-        (1.0 + g) * a.cos() * b.sin(),
-        (1.0 + g) * a.sin(),
-    ]
+    dtlz(p, DTLZ_N, 3)
 }
 
 /// Validation loss and latency (ms) of a made-up network: the loss is a bowl in log10(lr)
