@@ -140,3 +140,32 @@ fn a_tpe_sweep_stored_before_format_3_keeps_equal_weights_for_its_good_trials() 
     let exp = tune::experiment::Experiment::open(&dir).unwrap();
     assert!(!weights(&exp));
 }
+
+#[test]
+fn a_gp_sweep_stored_before_format_4_keeps_standardised_values_and_repeats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("gp");
+    let text = "name = \"gp\"\nmetric = \"loss\"\nsamples = 4\n\
+                [search]\nalgorithm = \"gp\"\n[objective]\ncommand = [\"true\"]\n\
+                [space]\nx = { uniform = [0.0, 1.0] }\n";
+    let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
+    let settings = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm
+    {
+        SearchSpec::Gp(o) => (o.power_transform, o.avoid_repeats),
+        other => panic!("not GP: {other:?}"),
+    };
+    // Written now: the warping and no repeats, the defaults, and read back so.
+    let mut exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
+    assert_eq!(settings(&exp), (true, true));
+    drop(exp);
+    exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert_eq!(settings(&exp), (true, true));
+    // The same record as format 3 wrote it resumes as that build ran it: Optuna's way.
+    let mut meta = exp.stored.meta.clone();
+    meta.format = 3;
+    exp.store.put_meta(&meta).unwrap();
+    exp.store.sync().unwrap();
+    drop(exp);
+    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert_eq!(settings(&exp), (false, false));
+}

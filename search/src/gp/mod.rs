@@ -5,13 +5,14 @@
 //! likelihood plus Optuna's priors, in log space, with `argmin`'s L-BFGS; log expected
 //! improvement maximised from scrambled Sobol points by L-BFGS on continuous coordinates and
 //! a discrete search on stepped and categorical ones. Inputs are in [0, 1] (`UnitSpace`) and
-//! values standardised.
+//! values standardised, by default after a Yeo-Johnson power transform (HEBO's; `warp`).
 
 mod acquisition;
 mod model;
 mod refit;
 mod searcher;
 mod space;
+mod warp;
 
 pub use acquisition::{
     log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,

@@ -11,6 +11,7 @@ use super::acquisition::{
 use super::model::GpRegressor;
 use super::refit::{Fitter, KernelMemo};
 use super::space::{ConditionalSpace, UnitSpace};
+use super::warp::{mean_and_deviation, standardised, yeo_johnson_standardised};
 use super::{lbfgs_minimise, LastAnswer};
 use crate::{trial_rng, History, Mode, Params, RandomSearch, Searcher, Space, Status, TrialId};
 
@@ -31,9 +32,32 @@ pub struct GpOptions {
     /// 103, 113, .., 284, 312, ..); in between, the last fit's parameters serve every trial.
     /// 0 fits at every suggestion, as Optuna does.
     pub refit_growth: f64,
+    /// The values go through a Yeo-Johnson power transform fitted to them before they are
+    /// standardised (HEBO's output warping), which spreads out those near the best; Optuna
+    /// standardises them only.
+    pub power_transform: bool,
+    /// A completed or running trial's point is not suggested again while the acquisition
+    /// search finds another (Optuna suggests it again where its log EI is highest).
+    pub avoid_repeats: bool,
 }
 
 impl GpOptions {
+    /// Optuna 5 GPSampler's model and acquisition search: values standardised only, and a
+    /// point suggested again where its log EI is highest; the kernel still refitted as
+    /// `refit_growth` says.
+    ///
+    /// ```
+    /// let optuna = tune_search::gp::GpOptions::optuna();
+    /// assert!(!optuna.power_transform && !optuna.avoid_repeats);
+    /// ```
+    pub fn optuna() -> GpOptions {
+        GpOptions {
+            power_transform: false,
+            avoid_repeats: false,
+            ..GpOptions::default()
+        }
+    }
+
     /// Checks the settings' ranges.
     ///
     /// ```
@@ -58,6 +82,8 @@ impl Default for GpOptions {
             n_local_search: 10,
             deterministic_objective: false,
             refit_growth: 0.1,
+            power_transform: true,
+            avoid_repeats: true,
         }
     }
 }
@@ -155,8 +181,17 @@ impl GpSearch {
                 column.push(c);
             }
         }
-        set.y = standardised(&set.values);
+        set.y = (self.objective_scale())(&set.values);
         set
+    }
+
+    /// How the objective's values are put on the process's scale.
+    fn objective_scale(&self) -> fn(&[f64]) -> Vec<f64> {
+        if self.options.power_transform {
+            yeo_johnson_standardised
+        } else {
+            standardised
+        }
     }
 
     /// The process for the objective: the kernel fitted on the scheduled prefix
@@ -167,7 +202,7 @@ impl GpSearch {
             &self.fitter(&categorical),
             (&set.x, &set.values, &set.y),
             self.options.refit_growth,
-            standardised,
+            self.objective_scale(),
         )
     }
 
@@ -314,7 +349,11 @@ impl Searcher for GpSearch {
             .filter(|o| matches!(o.status, Status::Running | Status::Pending))
             .filter_map(|o| self.unit.to_point(&o.params))
             .collect();
-        let taken: Vec<Vec<f64>> = set.x.iter().chain(&running).cloned().collect();
+        let taken: Vec<Vec<f64>> = if self.options.avoid_repeats {
+            set.x.iter().chain(&running).cloned().collect()
+        } else {
+            Vec::new()
+        };
         let gp = self.believing_running_trials(fitted, set.x, set.y, running);
         let acquisition = Acquisition::new(&gp, best, &constraints);
         let point = self.maximise(&acquisition, id, warm_start.as_deref(), &taken);
@@ -475,21 +514,6 @@ struct TrainingSet {
     /// Per constraint, each trial's value (met at or below 0).
     constraints: Vec<Vec<f64>>,
     feasible: Vec<bool>,
-}
-
-/// The mean and the (population) standard deviation of `values`.
-fn mean_and_deviation(values: &[f64]) -> (f64, f64) {
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
-    (mean, std)
-}
-
-/// `values` less their mean, over their standard deviation (1 where they are all equal).
-fn standardised(values: &[f64]) -> Vec<f64> {
-    let (mean, std) = mean_and_deviation(values);
-    let std = if std > 1e-12 { std } else { 1.0 };
-    values.iter().map(|v| (v - mean) / std).collect()
 }
 
 /// A constraint's (flipped) values standardised, and the threshold that 0 becomes (the
@@ -863,14 +887,14 @@ mod tests {
                 }
                 complete(&mut history, id as u64, params, *value);
             }
-            let gp = GpSearch::new(space.clone(), 0, GpOptions::default()).unwrap();
+            let gp = GpSearch::new(space.clone(), 0, GpOptions::optuna()).unwrap();
             let set = gp.training_set(&history);
             let model = fit(&set.x, &set.y, &[false; 6], MINIMUM_NOISE, false, None);
             let best = set.y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let acquisition = Acquisition::new(&model, Some(best), &[]);
             let expected = case["log_ei"].as_f64().unwrap();
             for stream in 0..3 {
-                let mut gp = GpSearch::new(space.clone(), stream, GpOptions::default()).unwrap();
+                let mut gp = GpSearch::new(space.clone(), stream, GpOptions::optuna()).unwrap();
                 let p = gp.suggest(30, &history).unwrap();
                 let point = gp.unit.to_point(&p).unwrap();
                 let reached = acquisition.value(&point);
