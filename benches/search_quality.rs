@@ -21,8 +21,9 @@
 //!     TUNE_PEER_PYTHON=venv/bin/python3 TUNE_BENCH_ONLY=gp cargo bench --bench search_quality
 //!
 //! (`TUNE_BENCH_ONLY=tpe` leaves the GP out, `gp-timing` runs the timing alone; without
-//! `TUNE_PEER_PYTHON` the GP tables have tune's column alone; `TUNE_BENCH_FUNCTIONS=Hartmann6`
-//! picks tune's GP rows.)
+//! `TUNE_PEER_PYTHON` the GP tables have tune's columns alone; `TUNE_BENCH_FUNCTIONS=Hartmann6`
+//! picks tune's GP rows; `TUNE_BENCH_GP_HELD_OUT=1` adds tune's GP with its defaults beside
+//! `GpOptions::optuna()` on the sixteen held-out and validation functions.)
 
 #[path = "common/functions.rs"]
 mod functions;
@@ -185,8 +186,8 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
         println!("(optuna {}, torch {})", p["optuna"], p["torch"]);
         println!();
     }
-    println!("| function (budget) | tune gp | optuna GPSampler | tune / optuna | mean log10 regret, tune | optuna |");
-    println!("|---|---|---|---|---|---|");
+    println!("| function (budget) | tune gp | tune gp, Optuna's model (`GpOptions::optuna()`) | optuna GPSampler | tune / optuna | mean log10 regret, tune | tune, Optuna's model | optuna |");
+    println!("|---|---|---|---|---|---|---|---|");
     // The mean of log10 regret beside the median: where runs split between a basin and the
     // global minimum, the median of 20 turns on one seed.
     let mean_log = |r: &[f64]| {
@@ -200,12 +201,8 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
             .is_none_or(|o| o.split(',').any(|n| n == b.name))
     });
     for b in picked {
-        let ours = in_parallel(seeds, |s| {
-            final_regret(
-                &mut GpSearch::new(b.space.clone(), s, GpOptions::default()).expect("a GP space"),
-                &b,
-            )
-        });
+        let ours = gp_regrets(&b, seeds, GpOptions::default());
+        let optunas_model = gp_regrets(&b, seeds, GpOptions::optuna());
         let theirs: Option<Vec<f64>> = peer.as_ref().map(|p| {
             p["regrets"][b.name]
                 .as_array()
@@ -225,6 +222,8 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
                 .collect::<Vec<_>>()
         );
         let our_log = mean_log(&ours);
+        let optunas_model_log = mean_log(&optunas_model);
+        let optunas_model = median(optunas_model);
         let their_log = theirs
             .as_deref()
             .map_or("-".to_string(), |t| format!("{:.2}", mean_log(t)));
@@ -237,7 +236,7 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
             None => ("-".into(), "-".into()),
         };
         println!(
-            "| {} ({}) | {m:.3e} | {theirs_text} | {ratio} | {our_log:.2} | {their_log} |",
+            "| {} ({}) | {m:.3e} | {optunas_model:.3e} | {theirs_text} | {ratio} | {our_log:.2} | {optunas_model_log:.2} | {their_log} |",
             b.name, b.budget
         );
     }
@@ -245,7 +244,55 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
         println!();
         println!("tune gp has the lower median on {wins}/6 functions");
     }
+    if std::env::var_os("TUNE_BENCH_GP_HELD_OUT").is_some() {
+        gp_held_out(seeds);
+    }
     gp_timing(timing_trials);
+}
+
+/// tune's GP's final regret on `b` for each of `seeds`.
+fn gp_regrets(b: &functions::Benchmark, seeds: u64, options: GpOptions) -> Vec<f64> {
+    in_parallel(seeds, |s| {
+        final_regret(
+            &mut GpSearch::new(b.space.clone(), s, options.clone()).expect("a GP space"),
+            b,
+        )
+    })
+}
+
+/// tune's GP with its defaults beside `GpOptions::optuna()` on the functions no GP choice was
+/// made on (the TPE tables' held-out and validation sets): how the warping and the skipped
+/// repeats carry over. tune only; `TUNE_BENCH_GP_HELD_OUT=1`.
+fn gp_held_out(seeds: u64) {
+    println!();
+    println!("GP on the held-out and validation functions, median final regret over {seeds} seeds (mean log10 regret)");
+    println!();
+    println!("| function (budget) | tune gp | tune gp, Optuna's model | lower |");
+    println!("|---|---|---|---|");
+    let mean_log = |r: &[f64]| r.iter().map(|x| x.max(1e-12).log10()).sum::<f64>() / r.len() as f64;
+    let mut lower = 0;
+    let all: Vec<_> = functions::held_out()
+        .into_iter()
+        .chain(functions::validation())
+        .collect();
+    for b in &all {
+        let ours = gp_regrets(b, seeds, GpOptions::default());
+        let optunas = gp_regrets(b, seeds, GpOptions::optuna());
+        let (our_log, their_log) = (mean_log(&ours), mean_log(&optunas));
+        let (m, t) = (median(ours), median(optunas));
+        lower += usize::from(m < t);
+        println!(
+            "| {} ({}) | {m:.3e} ({our_log:.2}) | {t:.3e} ({their_log:.2}) | {} |",
+            b.name,
+            b.budget,
+            if m < t { "tune gp" } else { "Optuna's model" }
+        );
+    }
+    println!();
+    println!(
+        "the defaults have the lower median on {lower}/{}",
+        all.len()
+    );
 }
 
 /// Median seconds of the suggestions for trials `at - 5 .. at + 5`.
