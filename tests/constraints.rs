@@ -101,7 +101,10 @@ fn a_constrained_gp_sweep_closes_in_on_the_bound() {
     // neighbourhood is known, log EI there is small enough that a point where feasibility is
     // certain can win now and then (x = 0 or x = 0.2: one or two of the 11 in 4 of 20 seeds
     // of the search crate's model on this problem), but never near x = 1.
-    let near = trials[5..].iter().filter(|t| (x(t) - 0.5).abs() < 0.03).count();
+    let near = trials[5..]
+        .iter()
+        .filter(|t| (x(t) - 0.5).abs() < 0.03)
+        .count();
     assert!(near >= 9, "{near} of 11 near the bound: {trials:?}");
     for t in &trials[5..] {
         assert!(x(t) < 0.53, "{t}");
