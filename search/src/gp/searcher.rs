@@ -244,11 +244,11 @@ impl GpSearch {
     /// the best of scrambled Sobol points, plus others drawn with probability proportional to
     /// their EI and the best (feasible) trial so far, each refined by a local search.
     ///
-    /// Unlike Optuna, a point in `taken` (a completed or running trial's) is passed over for
-    /// the best refined point elsewhere, or else the best preliminary sample elsewhere: the
-    /// process's noise keeps the incumbent's EI above zero, and on Hartmann6 a third of the
-    /// runs that ended in a poor basin had spent 20 to 70 of their 200 trials evaluating it
-    /// again.
+    /// Unlike Optuna, a point in `taken` (a completed or running trial's, with
+    /// [`GpOptions::avoid_repeats`]) is passed over for the best refined point elsewhere, or
+    /// else the best preliminary sample elsewhere: the process's noise keeps the incumbent's
+    /// EI above zero, and on Hartmann6 four of the ten runs that ended in a poor basin had
+    /// spent 21 to 71 of their 200 trials evaluating it again.
     fn maximise(
         &self,
         acquisition: &Acquisition,
@@ -309,14 +309,15 @@ impl GpSearch {
         if let Some((point, _)) = found {
             return point;
         }
-        let mut order: Vec<usize> = (0..samples.len()).collect();
-        order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
-        order
-            .into_iter()
-            .map(|i| &samples[i])
-            .find(|p| !is_taken(p))
-            .unwrap_or(&samples[first])
-            .clone()
+        // The first of the highest untaken samples (none untaken: the best, taken or not).
+        let untaken = (0..samples.len()).filter(|&i| !is_taken(&samples[i])).fold(
+            None,
+            |best: Option<usize>, i| match best {
+                Some(b) if !values[i].total_cmp(&values[b]).is_gt() => Some(b),
+                _ => Some(i),
+            },
+        );
+        samples[untaken.unwrap_or(first)].clone()
     }
 }
 
