@@ -188,12 +188,6 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
     }
     println!("| function (budget) | tune gp | tune gp, Optuna's model (`GpOptions::optuna()`) | optuna GPSampler | tune / optuna | mean log10 regret, tune | tune, Optuna's model | optuna |");
     println!("|---|---|---|---|---|---|---|---|");
-    // The mean of log10 regret beside the median: where runs split between a basin and the
-    // global minimum, the median of 20 turns on one seed.
-    let mean_log = |r: &[f64]| {
-        let logs: Vec<f64> = r.iter().map(|x| x.max(1e-12).log10()).collect();
-        logs.iter().sum::<f64>() / logs.len() as f64
-    };
     let mut wins = 0;
     let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
     let picked = functions::all().into_iter().filter(|b| {
@@ -221,12 +215,12 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
                 .map(|r| format!("{r:.2e}"))
                 .collect::<Vec<_>>()
         );
-        let our_log = mean_log(&ours);
-        let optunas_model_log = mean_log(&optunas_model);
+        let our_log = mean_log10(&ours);
+        let optunas_model_log = mean_log10(&optunas_model);
         let optunas_model = median(optunas_model);
         let their_log = theirs
             .as_deref()
-            .map_or("-".to_string(), |t| format!("{:.2}", mean_log(t)));
+            .map_or("-".to_string(), |t| format!("{:.2}", mean_log10(t)));
         let m = median(ours);
         let (theirs_text, ratio) = match theirs.map(median) {
             Some(t) => {
@@ -250,6 +244,12 @@ fn gp_tables(seeds: u64, timing_trials: u64) {
     gp_timing(timing_trials);
 }
 
+/// The mean of log10 regret (floored at 1e-12), printed beside the median: where runs split
+/// between a basin and the global minimum, the median of 20 turns on one seed.
+fn mean_log10(regrets: &[f64]) -> f64 {
+    regrets.iter().map(|x| x.max(1e-12).log10()).sum::<f64>() / regrets.len() as f64
+}
+
 /// tune's GP's final regret on `b` for each of `seeds`.
 fn gp_regrets(b: &functions::Benchmark, seeds: u64, options: GpOptions) -> Vec<f64> {
     in_parallel(seeds, |s| {
@@ -269,7 +269,6 @@ fn gp_held_out(seeds: u64) {
     println!();
     println!("| function (budget) | tune gp | tune gp, Optuna's model | lower |");
     println!("|---|---|---|---|");
-    let mean_log = |r: &[f64]| r.iter().map(|x| x.max(1e-12).log10()).sum::<f64>() / r.len() as f64;
     let mut lower = 0;
     let all: Vec<_> = functions::held_out()
         .into_iter()
@@ -278,7 +277,7 @@ fn gp_held_out(seeds: u64) {
     for b in &all {
         let ours = gp_regrets(b, seeds, GpOptions::default());
         let optunas = gp_regrets(b, seeds, GpOptions::optuna());
-        let (our_log, their_log) = (mean_log(&ours), mean_log(&optunas));
+        let (our_log, their_log) = (mean_log10(&ours), mean_log10(&optunas));
         let (m, t) = (median(ours), median(optunas));
         lower += usize::from(m < t);
         println!(

@@ -111,6 +111,21 @@ fn a_format_1_experiment_given_more_samples_is_rewritten_in_this_builds_format()
     assert_eq!(exp.stored.meta.samples, 8);
 }
 
+/// `exp`'s record rewritten as format `format` wrote it (the same settings, read back as that
+/// build's defaults where it lacked them), and the experiment opened again.
+fn reopened_as_format(
+    mut exp: tune::experiment::Experiment,
+    dir: &Path,
+    format: u32,
+) -> tune::experiment::Experiment {
+    let mut meta = exp.stored.meta.clone();
+    meta.format = format;
+    exp.store.put_meta(&meta).unwrap();
+    exp.store.sync().unwrap();
+    drop(exp);
+    tune::experiment::Experiment::open(dir).unwrap()
+}
+
 #[test]
 fn a_tpe_sweep_stored_before_format_3_keeps_equal_weights_for_its_good_trials() {
     let tmp = tempfile::tempdir().unwrap();
@@ -132,12 +147,7 @@ fn a_tpe_sweep_stored_before_format_3_keeps_equal_weights_for_its_good_trials() 
     assert!(weights(&exp));
     // The same record as format 2 wrote it (the setting read as its default) resumes as that
     // build ran it: equal weights.
-    let mut meta = exp.stored.meta.clone();
-    meta.format = 2;
-    exp.store.put_meta(&meta).unwrap();
-    exp.store.sync().unwrap();
-    drop(exp);
-    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    let exp = reopened_as_format(exp, &dir, 2);
     assert!(!weights(&exp));
 }
 
@@ -161,11 +171,6 @@ fn a_gp_sweep_stored_before_format_4_keeps_standardised_values_and_repeats() {
     exp = tune::experiment::Experiment::open(&dir).unwrap();
     assert_eq!(settings(&exp), (true, true));
     // The same record as format 3 wrote it resumes as that build ran it: Optuna's way.
-    let mut meta = exp.stored.meta.clone();
-    meta.format = 3;
-    exp.store.put_meta(&meta).unwrap();
-    exp.store.sync().unwrap();
-    drop(exp);
-    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    let exp = reopened_as_format(exp, &dir, 3);
     assert_eq!(settings(&exp), (false, false));
 }
