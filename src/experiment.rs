@@ -64,20 +64,26 @@ impl StoreLocation {
 }
 /// The store layout this build writes. 2: `[search]` and `[scheduler]` are stored as tagged
 /// configs with every setting written out. 3: TPE's `hypervolume_weights` among them. 4: GP's
-/// `power_transform` and `avoid_repeats` among them.
-pub const FORMAT: u32 = 4;
+/// `power_transform` and `avoid_repeats` among them. 5: TPE's `startup_counts_unmodelled`.
+pub const FORMAT: u32 = 5;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
-/// each missing setting taking its default; 1 to 3 as the builds that wrote them ran them
+/// each missing setting taking its default; 1 to 4 as the builds that wrote them ran them
 /// (`read_as_written`).
-pub const FORMATS_READ: [u32; 4] = [1, 2, 3, 4];
+pub const FORMATS_READ: [u32; 5] = [1, 2, 3, 4, 5];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
 /// TPE weighed several objectives' good trials equally; before 4, GP standardised values only
-/// and could suggest a trial's point again.
+/// and could suggest a trial's point again; before 5, TPE's startup counted only the trials
+/// its model read.
 fn read_as_written(meta: &mut Meta) {
     match &mut meta.spec.search.algorithm {
-        crate::spec::SearchSpec::Tpe(tpe) if meta.format < 3 => tpe.hypervolume_weights = false,
+        crate::spec::SearchSpec::Tpe(tpe) if meta.format < 5 => {
+            if meta.format < 3 {
+                tpe.hypervolume_weights = false;
+            }
+            tpe.startup_counts_unmodelled = false;
+        }
         crate::spec::SearchSpec::Gp(gp) if meta.format < 4 => {
             gp.power_transform = false;
             gp.avoid_repeats = false;

@@ -42,11 +42,12 @@ fn an_experiment_stored_in_format_1_opens_with_the_same_spec_and_trials() {
     let spec = &exp.stored.meta.spec;
     // Only the options set were stored; the rest read as their defaults, except those added
     // since, which read as that build ran: its TPE weighed several objectives' good trials
-    // equally.
+    // equally, and its startup counted only the trials it modelled.
     let tpe = TpeOptions {
         n_startup_trials: 3,
         n_ei_candidates: 8,
         hypervolume_weights: false,
+        startup_counts_unmodelled: false,
         ..TpeOptions::default()
     };
     assert_eq!(spec.search.algorithm, SearchSpec::Tpe(tpe));
@@ -127,28 +128,31 @@ fn reopened_as_format(
 }
 
 #[test]
-fn a_tpe_sweep_stored_before_format_3_keeps_equal_weights_for_its_good_trials() {
+fn a_tpe_sweep_stored_by_an_earlier_format_keeps_that_builds_weights_and_startup() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("two");
     let text = "name = \"two\"\nmetric = [\"a\", \"b\"]\nmode = [\"min\", \"min\"]\nsamples = 4\n\
                 [search]\nalgorithm = \"tpe\"\n[objective]\ncommand = [\"true\"]\n\
                 [space]\nx = { uniform = [0.0, 1.0] }\n";
     let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
-    let weights = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm
+    // (hypervolume_weights, startup_counts_unmodelled)
+    let settings = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm
     {
-        SearchSpec::Tpe(o) => o.hypervolume_weights,
+        SearchSpec::Tpe(o) => (o.hypervolume_weights, o.startup_counts_unmodelled),
         other => panic!("not TPE: {other:?}"),
     };
-    // Written now: the hypervolume shares, the default, and read back so.
+    // Written now: both on, the defaults, and read back so.
     let mut exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
-    assert!(weights(&exp));
+    assert_eq!(settings(&exp), (true, true));
     drop(exp);
     exp = tune::experiment::Experiment::open(&dir).unwrap();
-    assert!(weights(&exp));
-    // The same record as format 2 wrote it (the setting read as its default) resumes as that
-    // build ran it: equal weights.
+    assert_eq!(settings(&exp), (true, true));
+    // The same record as format 4 wrote it resumes as that build ran it: the startup counted
+    // modelled trials only; as format 2 wrote it, good trials weighed equally too.
+    let exp = reopened_as_format(exp, &dir, 4);
+    assert_eq!(settings(&exp), (true, false));
     let exp = reopened_as_format(exp, &dir, 2);
-    assert!(!weights(&exp));
+    assert_eq!(settings(&exp), (false, false));
 }
 
 #[test]

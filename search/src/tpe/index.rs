@@ -48,6 +48,8 @@ pub(crate) struct TrialIndex {
     mode: Option<Mode>,
     liar: bool,
     roles: Vec<Role>,
+    /// Trials completed or stopped with a value, modelled or not.
+    ended: usize,
     complete: Vec<(f64, TrialId)>,
     stopped: Vec<(u64, f64, TrialId)>,
     /// (violation, id) of the infeasible completed trials.
@@ -102,7 +104,11 @@ impl TrialIndex {
         };
         let shallow = |step: u64| (step as f64) < min_depth * deepest as f64;
         self.roles.resize(history.len(), Role::Out);
+        self.ended = 0;
         for t in history.iter() {
+            if matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some() {
+                self.ended += 1;
+            }
             let at_rung = at_step.filter(|_| t.status != Status::Failed);
             let role = match (at_rung.and_then(|s| t.value_at(s)), t.status, t.value) {
                 (Some(_), Status::Completed | Status::Stopped, _) if !t.feasible() => {
@@ -154,7 +160,12 @@ impl TrialIndex {
         }
     }
 
-    /// Completed plus stopped trials.
+    /// Trials that ended (completed or stopped) with a value, modelled or not.
+    pub(crate) fn ended(&self) -> usize {
+        self.ended
+    }
+
+    /// Modelled completed plus stopped trials.
     pub(crate) fn finished(&self) -> usize {
         self.complete.len() + self.stopped.len() + self.infeasible.len()
     }
