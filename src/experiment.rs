@@ -64,7 +64,8 @@ impl StoreLocation {
 }
 /// The store layout this build writes. 2: `[search]` and `[scheduler]` are stored as tagged
 /// configs with every setting written out. 3: TPE's `hypervolume_weights` among them. 4: GP's
-/// `power_transform` and `avoid_repeats` among them. 5: TPE's `startup_counts_unmodelled`.
+/// `power_transform` and `avoid_repeats` among them. 5: TPE's `startup_counts_unmodelled`, and
+/// its `constant_liar` left unset (off under the rung model) unless the spec sets it.
 pub const FORMAT: u32 = 5;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
 /// each missing setting taking its default; 1 to 4 as the builds that wrote them ran them
@@ -75,7 +76,7 @@ pub const FORMATS_READ: [u32; 5] = [1, 2, 3, 4, 5];
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
 /// TPE weighed several objectives' good trials equally; before 4, GP standardised values only
 /// and could suggest a trial's point again; before 5, TPE's startup counted only the trials
-/// its model read.
+/// its model read, and its constant liar was on under every model.
 fn read_as_written(meta: &mut Meta) {
     match &mut meta.spec.search.algorithm {
         crate::spec::SearchSpec::Tpe(tpe) if meta.format < 5 => {
@@ -83,6 +84,7 @@ fn read_as_written(meta: &mut Meta) {
                 tpe.hypervolume_weights = false;
             }
             tpe.startup_counts_unmodelled = false;
+            tpe.constant_liar.get_or_insert(true);
         }
         crate::spec::SearchSpec::Gp(gp) if meta.format < 4 => {
             gp.power_transform = false;

@@ -42,12 +42,13 @@ fn an_experiment_stored_in_format_1_opens_with_the_same_spec_and_trials() {
     let spec = &exp.stored.meta.spec;
     // Only the options set were stored; the rest read as their defaults, except those added
     // since, which read as that build ran: its TPE weighed several objectives' good trials
-    // equally, and its startup counted only the trials it modelled.
+    // equally, its startup counted only the trials it modelled, and its constant liar was on.
     let tpe = TpeOptions {
         n_startup_trials: 3,
         n_ei_candidates: 8,
         hypervolume_weights: false,
         startup_counts_unmodelled: false,
+        constant_liar: Some(true),
         ..TpeOptions::default()
     };
     assert_eq!(spec.search.algorithm, SearchSpec::Tpe(tpe));
@@ -135,24 +136,29 @@ fn a_tpe_sweep_stored_by_an_earlier_format_keeps_that_builds_weights_and_startup
                 [search]\nalgorithm = \"tpe\"\n[objective]\ncommand = [\"true\"]\n\
                 [space]\nx = { uniform = [0.0, 1.0] }\n";
     let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
-    // (hypervolume_weights, startup_counts_unmodelled)
+    // (hypervolume_weights, startup_counts_unmodelled, constant_liar)
     let settings = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm
     {
-        SearchSpec::Tpe(o) => (o.hypervolume_weights, o.startup_counts_unmodelled),
+        SearchSpec::Tpe(o) => (
+            o.hypervolume_weights,
+            o.startup_counts_unmodelled,
+            o.constant_liar,
+        ),
         other => panic!("not TPE: {other:?}"),
     };
-    // Written now: both on, the defaults, and read back so.
+    // Written now: the defaults (the liar unset: off under the rung model), read back so.
     let mut exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
-    assert_eq!(settings(&exp), (true, true));
+    assert_eq!(settings(&exp), (true, true, None));
     drop(exp);
     exp = tune::experiment::Experiment::open(&dir).unwrap();
-    assert_eq!(settings(&exp), (true, true));
+    assert_eq!(settings(&exp), (true, true, None));
     // The same record as format 4 wrote it resumes as that build ran it: the startup counted
-    // modelled trials only; as format 2 wrote it, good trials weighed equally too.
+    // modelled trials only and the liar was on; as format 2 wrote it, good trials weighed
+    // equally too.
     let exp = reopened_as_format(exp, &dir, 4);
-    assert_eq!(settings(&exp), (true, false));
+    assert_eq!(settings(&exp), (true, false, Some(true)));
     let exp = reopened_as_format(exp, &dir, 2);
-    assert_eq!(settings(&exp), (false, false));
+    assert_eq!(settings(&exp), (false, false, Some(true)));
 }
 
 #[test]
