@@ -1099,7 +1099,9 @@ mod tests {
             ..TpeOptions::default()
         };
         let suggest = |opts: &TpeOptions, h: &History| {
-            Tpe::new(space.clone(), 4, opts.clone()).suggest(21, h).unwrap()
+            Tpe::new(space.clone(), 4, opts.clone())
+                .suggest(21, h)
+                .unwrap()
         };
         // Trial 20 runs, not reported yet, at the very point trial 21 would be given.
         let first = suggest(&rung, &h);
