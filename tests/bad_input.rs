@@ -185,6 +185,21 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "[search] `refit_growth`: expected a number in [0, 10], found -0.5",
     ),
     (
+        "tpe option of the wrong type",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"tpe\"\nconstant_liar = \"yes\"",
+            X,
+        ),
+        2,
+        "`constant_liar`: invalid type: string \"yes\", expected a boolean",
+    ),
+    (
+        "scheduler setting of the wrong type",
+        Spec("samples = 2\n[scheduler]\nkind = \"asha\"\nmax_t = \"x\"", X),
+        2,
+        "`max_t`: invalid type: string \"x\", expected u64",
+    ),
+    (
         "unknown scheduler",
         Spec("samples = 2\n[scheduler]\nkind = \"bohb\"", X),
         2,

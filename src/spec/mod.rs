@@ -79,7 +79,7 @@ pub struct ExperimentSpec {
     pub max_failures: u32,
     #[serde(default)]
     pub search: Search,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "scheduler_naming_the_key")]
     pub scheduler: SchedulerSpec,
     #[serde(default)]
     pub resources: Resources,
@@ -298,13 +298,57 @@ impl<'de> Deserialize<'de> for Search {
             .transpose()
             .map_err(|e| D::Error::custom(format!("`warm_start`: {e}")))?;
         let algorithm =
-            SearchSpec::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
+            tagged_naming_the_key::<SearchSpec>(table, "algorithm").map_err(D::Error::custom)?;
         Ok(Search {
             algorithm,
             initial,
             warm_start,
         })
     }
+}
+
+/// Reads an internally tagged table (`[search]` by `algorithm`, `[scheduler]` by `kind`).
+/// serde reads such a table through a buffer and its type errors lose the key ("invalid type:
+/// string \"yes\", expected a boolean"), so on an error each key is read again alone with
+/// the tag, and the first that fails names itself.
+fn tagged_naming_the_key<T: serde::de::DeserializeOwned>(
+    table: toml::Table,
+    tag: &str,
+) -> Result<T, String> {
+    let whole = T::deserialize(toml::Value::Table(table.clone()));
+    whole.map_err(|e| {
+        let tag_value = table.get(tag).cloned();
+        let culprit = table
+            .iter()
+            .filter(|(key, _)| *key != tag)
+            .find(|(key, value)| {
+                let mut alone = toml::Table::new();
+                if let Some(t) = &tag_value {
+                    alone.insert(tag.to_string(), t.clone());
+                }
+                alone.insert((*key).clone(), (*value).clone());
+                T::deserialize(toml::Value::Table(alone)).is_err()
+            });
+        match culprit {
+            Some((key, _)) if !e.to_string().contains(&format!("`{key}`")) => {
+                format!("`{key}`: {e}")
+            }
+            _ => e.to_string(),
+        }
+    })
+}
+
+fn scheduler_naming_the_key<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<SchedulerSpec, D::Error> {
+    use serde::de::Error;
+    // As `Search`: a null (an unset setting in the stored JSON copy) reads as left out.
+    let read = std::collections::BTreeMap::<String, Option<toml::Value>>::deserialize(d)?;
+    let table = read
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .collect();
+    tagged_naming_the_key(table, "kind").map_err(D::Error::custom)
 }
 
 /// `[search]`: the algorithm and its options (`algorithm = "tpe"` takes any of
