@@ -85,7 +85,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Refines a location at a table's header to the line inside it that the message is about.
 /// Errors inside a tagged table (`[search]`, `[scheduler]`) come from serde's buffered
 /// content, whose places toml no longer knows: it points at the header. The message names the
-/// key (`unknown field `k``) or the value (`unknown variant `v``, `integer `-4``).
+/// key (`unknown field `k``, or a type error as ``k`: invalid type ..`) or the value
+/// (`unknown variant `v``).
 fn within_table(text: &str, at: (usize, usize), message: &str) -> (usize, usize) {
     let Some(header) = text.lines().nth(at.0 - 1).map(str::trim) else {
         return at;
@@ -103,6 +104,15 @@ fn within_table(text: &str, at: (usize, usize), message: &str) -> (usize, usize)
     // `[space]` checks the parameters together (cycles, `when` names) and names the one.
     if message.starts_with("unknown field") || message.starts_with("parameter `") {
         return locate_key(text, section.trim(), quoted).unwrap_or(at);
+    }
+    // A type error that `spec::tagged_naming_the_key` prefixed with its key: at the value.
+    if message.starts_with('`') {
+        let Some((line, _)) = locate_key(text, section.trim(), quoted) else {
+            return at;
+        };
+        let written = text.lines().nth(line - 1).unwrap_or("");
+        let value = written.split_once('=').map_or("", |(_, v)| v.trim_start());
+        return (line, written.len() - value.len() + 1);
     }
     // The first line of the table whose value is the quoted one.
     text.lines()

@@ -308,32 +308,32 @@ impl<'de> Deserialize<'de> for Search {
 }
 
 /// Reads an internally tagged table (`[search]` by `algorithm`, `[scheduler]` by `kind`).
-/// serde reads such a table through a buffer and its type errors lose the key ("invalid type:
-/// string \"yes\", expected a boolean"), so on an error each key is read again alone with
-/// the tag, and the first that fails names itself.
+/// serde reads such a table through a buffer, and its type errors lose the key ("invalid
+/// type: string "yes", expected a boolean"), so on such an error each key is read again
+/// alone with the tag, and the first that fails names itself. (Unknown fields and variants,
+/// and a missing tag, already say what they are.)
 fn tagged_naming_the_key<T: serde::de::DeserializeOwned>(
     table: toml::Table,
     tag: &str,
 ) -> Result<T, String> {
-    let whole = T::deserialize(toml::Value::Table(table.clone()));
-    whole.map_err(|e| {
-        let tag_value = table.get(tag).cloned();
+    T::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+        let message = e.to_string();
+        let Some(tag_value) = table.get(tag).filter(|_| message.starts_with("invalid ")) else {
+            return message;
+        };
         let culprit = table
             .iter()
             .filter(|(key, _)| *key != tag)
             .find(|(key, value)| {
-                let mut alone = toml::Table::new();
-                if let Some(t) = &tag_value {
-                    alone.insert(tag.to_string(), t.clone());
-                }
-                alone.insert((*key).clone(), (*value).clone());
+                let alone = toml::Table::from_iter([
+                    (tag.to_string(), tag_value.clone()),
+                    ((*key).clone(), (*value).clone()),
+                ]);
                 T::deserialize(toml::Value::Table(alone)).is_err()
             });
         match culprit {
-            Some((key, _)) if !e.to_string().contains(&format!("`{key}`")) => {
-                format!("`{key}`: {e}")
-            }
-            _ => e.to_string(),
+            Some((key, _)) => format!("`{key}`: {message}"),
+            None => message,
         }
     })
 }

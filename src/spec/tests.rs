@@ -142,7 +142,7 @@ fn scheduler_keys_belong_to_their_kind() {
         "{GOOD}\n[scheduler]\nkind = \"asha\"\nmax_t = -4\n"
     ));
     assert!(
-        e.starts_with("space.toml:13:9: invalid value: integer `-4`"),
+        e.starts_with("space.toml:13:9: `max_t`: invalid value: integer `-4`"),
         "{e}"
     );
     let e = err(&format!(
