@@ -279,11 +279,7 @@ impl From<SearchSpec> for Search {
 impl<'de> Deserialize<'de> for Search {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Search, D::Error> {
         use serde::de::Error;
-        let read = std::collections::BTreeMap::<String, Option<toml::Value>>::deserialize(d)?;
-        let mut table: toml::Table = read
-            .into_iter()
-            .filter_map(|(key, value)| Some((key, value?)))
-            .collect();
+        let mut table = table_without_nulls(d)?;
         let initial = match table.remove("initial") {
             Some(points) => Vec::<Params>::deserialize(points).map_err(|e| {
                 D::Error::custom(format!(
@@ -342,13 +338,16 @@ fn scheduler_naming_the_key<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<SchedulerSpec, D::Error> {
     use serde::de::Error;
-    // As `Search`: a null (an unset setting in the stored JSON copy) reads as left out.
+    tagged_naming_the_key(table_without_nulls(d)?, "kind").map_err(D::Error::custom)
+}
+
+/// A table read as TOML values, a null (an unset setting in the stored JSON copy) as left out.
+fn table_without_nulls<'de, D: serde::Deserializer<'de>>(d: D) -> Result<toml::Table, D::Error> {
     let read = std::collections::BTreeMap::<String, Option<toml::Value>>::deserialize(d)?;
-    let table = read
+    Ok(read
         .into_iter()
         .filter_map(|(key, value)| Some((key, value?)))
-        .collect();
-    tagged_naming_the_key(table, "kind").map_err(D::Error::custom)
+        .collect())
 }
 
 /// `[search]`: the algorithm and its options (`algorithm = "tpe"` takes any of
