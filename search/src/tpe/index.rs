@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use super::coords::TrialCoords;
-use crate::{History, Mode, Status, TrialId};
+use crate::{History, Mode, Observation, Status, TrialId};
 
 /// How a trial takes part in the model.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,6 +40,11 @@ fn remove<T>(v: &mut Vec<T>, x: &T, cmp: impl Fn(&T, &T) -> Ordering) {
     if let Ok(at) = v.binary_search_by(|y| cmp(y, x)) {
         v.remove(at);
     }
+}
+
+/// Completed or stopped with a value: what the startup counts, and what sets the deepest step.
+fn ended_with_value(t: &Observation) -> bool {
+    matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some()
 }
 
 /// Incrementally maintained ranking and per-parameter orders.
@@ -93,9 +98,7 @@ impl TrialIndex {
         let deepest = if min_depth > 0.0 && at_step.is_none() {
             history
                 .iter()
-                .filter(|t| {
-                    matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some()
-                })
+                .filter(|t| ended_with_value(t))
                 .filter_map(|t| t.last_step)
                 .max()
                 .unwrap_or(0)
@@ -106,9 +109,7 @@ impl TrialIndex {
         self.roles.resize(history.len(), Role::Out);
         self.ended = 0;
         for t in history.iter() {
-            if matches!(t.status, Status::Completed | Status::Stopped) && t.value.is_some() {
-                self.ended += 1;
-            }
+            self.ended += usize::from(ended_with_value(t));
             let at_rung = at_step.filter(|_| t.status != Status::Failed);
             let role = match (at_rung.and_then(|s| t.value_at(s)), t.status, t.value) {
                 (Some(_), Status::Completed | Status::Stopped, _) if !t.feasible() => {
