@@ -118,6 +118,14 @@ fn asha_grace_and_eta(default: (u64, u64)) -> (u64, u64) {
         .unwrap_or(default)
 }
 
+/// HyperBand's grace period (`TUNE_BENCH_HB_GRACE`, to try others), else `default`.
+fn hyperband_grace(default: u64) -> u64 {
+    std::env::var("TUNE_BENCH_HB_GRACE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// ASHA as `run_asha.py` runs Ray's: max_t 81, grace period 1, reduction factor 3.
 fn asha_config() -> AshaConfig {
     let (grace_period, reduction_factor) = asha_grace_and_eta((1, 3));
@@ -163,7 +171,8 @@ fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(HyperBand::new(
         HyperBandConfig {
             max_t: 81,
-            reduction_factor: 3,
+            grace_period: hyperband_grace(1),
+            ..HyperBandConfig::default()
         },
         Mode::Min,
     ))
@@ -515,18 +524,33 @@ fn lc_asha_promotion_3(seed: u64) -> Box<dyn Scheduler> {
 /// Asynchronous HyperBand: the promotion variant over the 4 brackets that 52 epochs allow
 /// with rungs at 1, 3, 9 and 27.
 fn lc_async_hyperband(seed: u64) -> Box<dyn Scheduler> {
-    let config = AshaConfig {
-        brackets: 4,
+    Box::new(AshaPromotion::new(
+        lc_async_hyperband_config(),
+        Mode::Max,
+        seed,
+    ))
+}
+
+fn lc_async_hyperband_config() -> AshaConfig {
+    AshaConfig {
+        brackets: std::env::var("TUNE_BENCH_BRACKETS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4),
         ..lc_asha_config()
-    };
-    Box::new(AshaPromotion::new(config, Mode::Max, seed))
+    }
+}
+
+fn lc_async_hyperband_stopping(seed: u64) -> Box<dyn Scheduler> {
+    Box::new(Asha::new(lc_async_hyperband_config(), Mode::Max, seed))
 }
 
 fn lc_hyperband(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(HyperBand::new(
         HyperBandConfig {
             max_t: lcbench::MAX_EPOCH,
-            reduction_factor: 3,
+            grace_period: hyperband_grace(1),
+            ..HyperBandConfig::default()
         },
         Mode::Max,
     ))
@@ -540,7 +564,7 @@ fn lc_fifo(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(Fifo)
 }
 
-const LC_METHODS: [(&str, LcSearcher, LcScheduler); 18] = [
+const LC_METHODS: [(&str, LcSearcher, LcScheduler); 19] = [
     ("tune random, full budget", lc_random, lc_fifo),
     ("tune TPE, full budget", lc_tpe, lc_fifo),
     ("tune random + median", lc_random, lc_median),
@@ -583,6 +607,11 @@ const LC_METHODS: [(&str, LcSearcher, LcScheduler); 18] = [
         "tune TPE (rung model) + async HyperBand",
         lc_tpe_rung,
         lc_async_hyperband,
+    ),
+    (
+        "tune TPE (rung model) + async HyperBand (stopping)",
+        lc_tpe_rung,
+        lc_async_hyperband_stopping,
     ),
     ("tune TPE + ASHA (grace 3)", lc_tpe_rungs, lc_asha_3),
     (

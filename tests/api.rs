@@ -242,7 +242,7 @@ fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
     let hyperband = SchedulerSpec::Hyperband(HyperBandConfig {
         max_t: 81,
-        reduction_factor: 3,
+        ..HyperBandConfig::default()
     });
     let result = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
         .samples(143)

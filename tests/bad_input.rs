@@ -221,6 +221,15 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "[scheduler] `reduction_factor`",
     ),
     (
+        "hyperband grace period past max_t",
+        Spec(
+            "samples = 2\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\ngrace_period = 10",
+            X,
+        ),
+        2,
+        "[scheduler] `grace_period`: expected 1 <= grace_period <= max_t (9), found 10",
+    ),
+    (
         "pbt key under asha",
         Spec(
             "samples = 2\n[scheduler]\nkind = \"asha\"\nperturbation_interval = 2",

@@ -1,11 +1,12 @@
 //! Synchronous HyperBand (Li et al. 2017), as Ray Tune's `HyperBandScheduler` runs it.
 //!
-//! A band holds brackets s = s_max..0 with s_max = floor(log_eta(max_t)). Bracket s takes
-//! n = ceil((s_max + 1) / (s + 1) * eta^s) trials and runs successive halving on them: every trial
-//! trains to r = max_t * eta^-s and pauses; once all of the bracket's trials have reached the
-//! rung, the best floor(n_i / eta) resume to the next rung (r * eta) and the others stop. Trials
-//! that reach `max_t` complete. New trials join the bracket being filled, so while one bracket
-//! waits at a rung, the next one starts.
+//! A band holds brackets s = s_max..0 with s_max = floor(log_eta(max_t)), less the brackets
+//! whose first rung would come before `grace_period` (BOHB's min_budget). Bracket s takes
+//! n = ceil((s_max + 1) / (s + 1) * eta^s) trials and runs successive halving on them: every
+//! trial trains to r = ceil(max_t * eta^-s) and pauses; once all of the bracket's trials have
+//! reached the rung, the best floor(n_i / eta) resume to the next rung (r * eta) and the others
+//! stop. Trials that reach `max_t` complete. New trials join the bracket being filled, so while
+//! one bracket waits at a rung, the next one starts.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -22,16 +23,32 @@ pub struct HyperBandConfig {
     pub max_t: u64,
     /// eta.
     pub reduction_factor: u64,
+    /// The fewest steps any bracket trains a trial before its first cut (BOHB's `min_budget`):
+    /// it drops the brackets whose first rung would come sooner. 1 keeps every bracket, as Ray
+    /// Tune's `HyperBandScheduler` does.
+    pub grace_period: u64,
 }
 
 impl HyperBandConfig {
     /// Checks the settings' ranges.
     ///
     /// ```
-    /// let bad = tune_schedulers::HyperBandConfig { max_t: 2, reduction_factor: 3 };
+    /// use tune_schedulers::HyperBandConfig;
+    /// let bad = HyperBandConfig { max_t: 2, ..HyperBandConfig::default() };
     /// assert_eq!(bad.validate().unwrap_err().key, "max_t");
+    /// let bad = HyperBandConfig { grace_period: 0, ..HyperBandConfig::default() };
+    /// assert_eq!(bad.validate().unwrap_err().key, "grace_period");
     /// ```
     pub fn validate(&self) -> Result<(), FieldError> {
+        if self.grace_period < 1 || self.grace_period > self.max_t {
+            return Err(FieldError::new(
+                "grace_period",
+                format!(
+                    "expected 1 <= grace_period <= max_t ({}), found {}",
+                    self.max_t, self.grace_period
+                ),
+            ));
+        }
         if self.reduction_factor < 2 || self.max_t < self.reduction_factor {
             let key = if self.reduction_factor < 2 {
                 "reduction_factor"
@@ -55,6 +72,7 @@ impl Default for HyperBandConfig {
         HyperBandConfig {
             max_t: 81,
             reduction_factor: 3,
+            grace_period: 1,
         }
     }
 }
@@ -101,7 +119,11 @@ impl HyperBand {
     pub fn new(config: HyperBandConfig, mode: Mode) -> HyperBand {
         let eta = config.reduction_factor.max(2);
         let mut s_max = 0;
-        while eta.saturating_pow(s_max + 1) <= config.max_t {
+        // The most aggressive bracket whose first rung, ceil(max_t / eta^s), is at least the
+        // grace period.
+        while eta.saturating_pow(s_max + 1) <= config.max_t
+            && config.max_t.div_ceil(eta.saturating_pow(s_max + 1)) >= config.grace_period
+        {
             s_max += 1;
         }
         HyperBand {
@@ -301,7 +323,7 @@ mod tests {
             HyperBand::new(
                 HyperBandConfig {
                     max_t,
-                    reduction_factor: 3,
+                    ..HyperBandConfig::default()
                 },
                 Mode::Min,
             )
@@ -310,6 +332,41 @@ mod tests {
         assert_eq!(hb(9).rungs(), vec![1, 3, 9]);
         // s = 2: r = ceil(10/9) = 2 -> 2, 6, min(18, 10); s = 1: r = 4 -> 4, min(12, 10); s = 0: 10.
         assert_eq!(hb(10).rungs(), vec![2, 4, 6, 10]);
+    }
+
+    #[test]
+    fn a_grace_period_drops_the_brackets_that_cut_sooner() {
+        let hb = |grace_period| {
+            HyperBand::new(
+                HyperBandConfig {
+                    max_t: 52,
+                    reduction_factor: 3,
+                    grace_period,
+                },
+                Mode::Max,
+            )
+        };
+        // s_max = floor(log3(52)) = 3: r = ceil(52 / 27) = 2, then 6, 18 and 52.
+        assert_eq!(hb(1).band(), vec![(27, 2), (12, 6), (6, 18), (4, 52)]);
+        assert_eq!(
+            hb(2).band(),
+            hb(1).band(),
+            "2 epochs is the first rung already"
+        );
+        // 3 * 27 > 52: s_max = 2, so n = ceil(3 / (s + 1) * 3^s): 9, 5, 3.
+        assert_eq!(hb(3).band(), vec![(9, 6), (5, 18), (3, 52)]);
+        assert_eq!(hb(3).rungs(), vec![6, 18, 52]);
+        assert_eq!(
+            hb(6).band(),
+            hb(3).band(),
+            "6 epochs is the first rung already"
+        );
+        assert_eq!(hb(7).band(), vec![(3, 18), (2, 52)]);
+        assert_eq!(
+            hb(52).band(),
+            vec![(1, 52)],
+            "one bracket of one full trial"
+        );
     }
 
     /// A sequential driver: one trial at a time, paused trials resumed first, each trial's
@@ -367,7 +424,7 @@ mod tests {
         let mut hb = HyperBand::new(
             HyperBandConfig {
                 max_t: 81,
-                reduction_factor: 3,
+                ..HyperBandConfig::default()
             },
             Mode::Min,
         );
@@ -389,7 +446,7 @@ mod tests {
         let mut hb = HyperBand::new(
             HyperBandConfig {
                 max_t: 9,
-                reduction_factor: 3,
+                ..HyperBandConfig::default()
             },
             Mode::Min,
         );
@@ -419,7 +476,7 @@ mod tests {
         let mut hb = HyperBand::new(
             HyperBandConfig {
                 max_t: 9,
-                reduction_factor: 3,
+                ..HyperBandConfig::default()
             },
             Mode::Min,
         );

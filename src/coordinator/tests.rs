@@ -777,7 +777,7 @@ fn hyperband_decides_the_same_however_often_the_sweep_is_interrupted_and_resumed
     // One band of R = 9, eta = 3: brackets of 9, 5 and 3 trials (17).
     let config = HyperBandConfig {
         max_t: 9,
-        reduction_factor: 3,
+        ..HyperBandConfig::default()
     };
     let want = same_after_interruptions(17, || Box::new(HyperBand::new(config.clone(), Mode::Min)));
     let reached = |steps: usize| want.iter().filter(|(_, s, _)| s.len() >= steps).count();
