@@ -556,6 +556,19 @@ fn lc_hyperband(_seed: u64) -> Box<dyn Scheduler> {
     ))
 }
 
+/// HyperBand without the bracket whose first cut comes at 2 epochs (BOHB's min_budget 3):
+/// brackets of 9, 5 and 3 trials from 6, 18 and 52 epochs.
+fn lc_hyperband_3(_seed: u64) -> Box<dyn Scheduler> {
+    Box::new(HyperBand::new(
+        HyperBandConfig {
+            max_t: lcbench::MAX_EPOCH,
+            grace_period: 3,
+            ..HyperBandConfig::default()
+        },
+        Mode::Max,
+    ))
+}
+
 fn lc_median(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(MedianStopping::new(MedianConfig::default(), Mode::Max))
 }
@@ -564,7 +577,7 @@ fn lc_fifo(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(Fifo)
 }
 
-const LC_METHODS: [(&str, LcSearcher, LcScheduler); 19] = [
+const LC_METHODS: [(&str, LcSearcher, LcScheduler); 20] = [
     ("tune random, full budget", lc_random, lc_fifo),
     ("tune TPE, full budget", lc_tpe, lc_fifo),
     ("tune random + median", lc_random, lc_median),
@@ -591,6 +604,11 @@ const LC_METHODS: [(&str, LcSearcher, LcScheduler); 19] = [
         "tune TPE + HyperBand (BOHB: rung model)",
         lc_tpe_hyperband,
         lc_hyperband,
+    ),
+    (
+        "tune TPE + HyperBand (BOHB), grace period 3",
+        lc_tpe_hyperband,
+        lc_hyperband_3,
     ),
     (
         "tune TPE (last-report model) + HyperBand",
@@ -639,6 +657,23 @@ fn mean_of_medians(per_task: &[Vec<Vec<Option<f64>>>], point: usize) -> Option<f
         .map(|s| s / medians.len() as f64)
 }
 
+/// The same samplers and pruners with 8 trials at once on the bench's simulated clock
+/// (`benches/peers/lcbench_parallel.py --workers-sim 8`, Optuna 5.0.0, 10 seeds; with
+/// `--workers-sim 1` it gives the table above exactly).
+const LCBENCH_PEERS_8_WORKERS: [(&str, [f64; 3]); 8] = [
+    ("optuna random, full budget", [0.433, 0.301, 0.212]),
+    ("optuna TPE, full budget", [0.433, 0.265, 0.134]),
+    ("optuna random + SuccessiveHalving", [0.386, 0.305, 0.242]),
+    ("optuna TPE + SuccessiveHalving", [0.445, 0.401, 0.383]),
+    ("optuna TPE + Hyperband", [0.452, 0.292, 0.252]),
+    (
+        "optuna TPE (constant liar) + Hyperband",
+        [0.443, 0.293, 0.269],
+    ),
+    ("optuna random + Median", [0.423, 0.281, 0.247]),
+    ("optuna TPE + Median", [0.423, 0.288, 0.253]),
+];
+
 fn lcbench_tables(seeds: u64) {
     let surrogate = match lcbench::Surrogate::load() {
         Ok(s) => s,
@@ -682,8 +717,13 @@ fn lcbench_tables(seeds: u64) {
     for workers in bench_workers() {
         println!(
             "LCBench, tasks {}: mean over tasks of the median normalised regret over {seeds} seeds, {workers} worker(s); \
-             wall clock in full trainings (the task's median 52-epoch time) / workers; peers from shared/bench/README.md (1 worker)",
-            tasks.join(", ")
+             wall clock in full trainings (the task's median 52-epoch time) / workers; peers {}",
+            tasks.join(", "),
+            if workers == 8 {
+                "from benches/peers/lcbench_parallel.py (8 trials at once)"
+            } else {
+                "from shared/bench/README.md (1 worker)"
+            }
         );
         println!();
         println!("| method | 520 ep | 1040 ep | 2080 ep | 10 trainings | 20 | 40 |");
@@ -731,8 +771,13 @@ fn lcbench_tables(seeds: u64) {
                 .collect();
             println!("| {name} | {} |", cells.join(" | "));
         }
-        if workers == 1 && tasks == lcbench::DEV_TASKS {
-            for (name, row) in LCBENCH_PEERS {
+        let peers: &[(&str, [f64; 3])] = match workers {
+            1 => &LCBENCH_PEERS,
+            8 => &LCBENCH_PEERS_8_WORKERS,
+            _ => &[],
+        };
+        if tasks == lcbench::DEV_TASKS {
+            for (name, row) in peers {
                 println!(
                     "| {name} | {:.3} | {:.3} | {:.3} | | | |",
                     row[0], row[1], row[2]

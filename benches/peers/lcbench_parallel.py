@@ -14,7 +14,10 @@ What parallel Optuna users get: the pruners compare against every trial's report
 (running ones included), and TPE leaves running trials out unless `constant_liar=True`
 (the `tpe-liar` methods, Optuna's advice for distributed runs).
 
-    python benches/peers/lcbench_parallel.py [--workers-sim 8] [--seeds 10] [--methods ...]
+    python benches/peers/lcbench_parallel.py [--workers-sim 8] [--seeds 10] [--held-out]
+        [--methods ...]
+
+With --workers-sim 1 it reproduces run_lcbench.py's table exactly (same calls in the same order).
 
 Needs optuna==5.0.0, numpy and onnxruntime (`../shared/bench/requirements.txt`'s pins).
 """
@@ -41,8 +44,7 @@ import run_lcbench  # noqa: E402
 E = lcbench.MAX_EPOCH
 ACC = lcbench.METRICS.index("val_accuracy")
 TIME = lcbench.METRICS.index("time")
-METHODS = ["random-full", "tpe-full", "optuna-tpe+SHA", "optuna-tpe+Hyperband",
-           "optuna-tpe-liar+Hyperband", "optuna-tpe+Median"]
+METHODS = run_lcbench.METHODS + ["optuna-tpe-liar+Hyperband"]
 
 
 def study_for(method: str, task: str, seed: int):
@@ -117,12 +119,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="*", default=lcbench.DEV_TASKS)
+    ap.add_argument("--held-out", action="store_true",
+                    help="the tasks outside DEV_TASKS instead (for checking, never tuning)")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget-configs", type=int, default=40, help="budget = this * 52 epochs")
     ap.add_argument("--methods", nargs="*", default=METHODS)
     ap.add_argument("--workers-sim", type=int, default=8, help="trials in flight at once")
     ap.add_argument("--processes", type=int, default=2, help="runs computed side by side")
     args = ap.parse_args()
+    if args.held_out:
+        args.tasks = [t for t in lcbench.TASKS if t not in lcbench.DEV_TASKS]
     budget = E * args.budget_configs
     cps = [E * c for c in (10, 20, 40, 80) if c <= args.budget_configs]
     t0 = time.perf_counter()
