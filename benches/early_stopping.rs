@@ -118,9 +118,9 @@ fn asha_grace_and_eta(default: (u64, u64)) -> (u64, u64) {
         .unwrap_or(default)
 }
 
-/// HyperBand's grace period (`TUNE_BENCH_HB_GRACE`, to try others), else `default`.
-fn hyperband_grace(default: u64) -> u64 {
-    std::env::var("TUNE_BENCH_HB_GRACE")
+/// The number in the environment variable `name` (to try other settings), else `default`.
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
@@ -171,7 +171,7 @@ fn hyperband(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(HyperBand::new(
         HyperBandConfig {
             max_t: 81,
-            grace_period: hyperband_grace(1),
+            grace_period: env_number("TUNE_BENCH_HB_GRACE", 1),
             ..HyperBandConfig::default()
         },
         Mode::Min,
@@ -227,14 +227,14 @@ fn show(x: Option<f64>) -> String {
 
 fn main() {
     // 10 seeds as in the peers' table; TUNE_BENCH_SEEDS for steadier medians.
-    let seeds: u64 = std::env::var("TUNE_BENCH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if std::env::args().any(|a| a == "--bench") {
+    let seeds = env_number(
+        "TUNE_BENCH_SEEDS",
+        if std::env::args().any(|a| a == "--bench") {
             10
         } else {
             2
-        });
+        },
+    );
     let part = std::env::var("TUNE_BENCH_PARTS").unwrap_or_default();
     if part.is_empty() || part.contains("curves") {
         curves_tables(seeds);
@@ -533,10 +533,7 @@ fn lc_async_hyperband(seed: u64) -> Box<dyn Scheduler> {
 
 fn lc_async_hyperband_config() -> AshaConfig {
     AshaConfig {
-        brackets: std::env::var("TUNE_BENCH_BRACKETS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4),
+        brackets: env_number("TUNE_BENCH_BRACKETS", 4),
         ..lc_asha_config()
     }
 }
@@ -545,28 +542,27 @@ fn lc_async_hyperband_stopping(seed: u64) -> Box<dyn Scheduler> {
     Box::new(Asha::new(lc_async_hyperband_config(), Mode::Max, seed))
 }
 
-fn lc_hyperband(_seed: u64) -> Box<dyn Scheduler> {
+/// HyperBand over 52 epochs, eta 3, with this grace period (`TUNE_BENCH_HB_GRACE` for
+/// the default rows).
+fn lc_hyperband_with(grace_period: u64) -> Box<dyn Scheduler> {
     Box::new(HyperBand::new(
         HyperBandConfig {
             max_t: lcbench::MAX_EPOCH,
-            grace_period: hyperband_grace(1),
+            grace_period,
             ..HyperBandConfig::default()
         },
         Mode::Max,
     ))
 }
 
+fn lc_hyperband(_seed: u64) -> Box<dyn Scheduler> {
+    lc_hyperband_with(env_number("TUNE_BENCH_HB_GRACE", 1))
+}
+
 /// HyperBand without the bracket whose first cut comes at 2 epochs (BOHB's min_budget 3):
 /// brackets of 9, 5 and 3 trials from 6, 18 and 52 epochs.
 fn lc_hyperband_3(_seed: u64) -> Box<dyn Scheduler> {
-    Box::new(HyperBand::new(
-        HyperBandConfig {
-            max_t: lcbench::MAX_EPOCH,
-            grace_period: 3,
-            ..HyperBandConfig::default()
-        },
-        Mode::Max,
-    ))
+    lc_hyperband_with(3)
 }
 
 fn lc_median(_seed: u64) -> Box<dyn Scheduler> {

@@ -353,7 +353,7 @@ mod tests {
             hb(1).band(),
             "2 epochs is the first rung already"
         );
-        // 3 * 27 > 52: s_max = 2, so n = ceil(3 / (s + 1) * 3^s): 9, 5, 3.
+        // ceil(52 / 27) = 2 < 3: s_max = 2, so n = ceil(3 / (s + 1) * 3^s): 9, 5, 3.
         assert_eq!(hb(3).band(), vec![(9, 6), (5, 18), (3, 52)]);
         assert_eq!(hb(3).rungs(), vec![6, 18, 52]);
         assert_eq!(
