@@ -115,14 +115,18 @@ pub struct HyperBand {
     ended: Vec<(TrialId, Decision)>,
 }
 
+/// Where bracket s first cuts: ceil(max_t / eta^s) steps.
+fn first_rung(max_t: u64, eta: u64, s: u32) -> u64 {
+    max_t.div_ceil(eta.saturating_pow(s))
+}
+
 impl HyperBand {
     pub fn new(config: HyperBandConfig, mode: Mode) -> HyperBand {
         let eta = config.reduction_factor.max(2);
         let mut s_max = 0;
-        // The most aggressive bracket whose first rung, ceil(max_t / eta^s), is at least the
-        // grace period.
+        // The most aggressive bracket whose first rung is at least the grace period.
         while eta.saturating_pow(s_max + 1) <= config.max_t
-            && config.max_t.div_ceil(eta.saturating_pow(s_max + 1)) >= config.grace_period
+            && first_rung(config.max_t, eta, s_max + 1) >= config.grace_period
         {
             s_max += 1;
         }
@@ -142,7 +146,7 @@ impl HyperBand {
         let eta = self.config.reduction_factor.max(2);
         let n =
             ((self.s_max as f64 + 1.0) / (s as f64 + 1.0) * (eta.pow(s) as f64)).ceil() as usize;
-        let r = self.config.max_t.div_ceil(eta.pow(s));
+        let r = first_rung(self.config.max_t, eta, s);
         let milestones = (0..=s)
             .map(|i| (r * eta.pow(i)).min(self.config.max_t))
             .collect();
