@@ -15,7 +15,9 @@
 //! trial-epoch (a pack's epoch over K) beside the same K trials trained one after another;
 //! with a GPU, also for the 3x1024 MLP of `examples/glyphs` (too slow for a CPU bench). The
 //! mixed rows are the MLPs the mlp-digits example searches (widths 32 to 256, depths 1 to 3,
-//! batch sizes 32 to 128, SGD and AdamW), padded in a pack to the widest, deepest and longest.
+//! batch sizes 32 to 128, SGD and AdamW), padded in a pack to the widest, deepest and longest;
+//! the dropout rows add the example's dropout (rates 0 to 0.4), whose masks are drawn on the
+//! host.
 //!
 //! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
 //! CPU numbers are not the ones the README compares).
@@ -104,6 +106,13 @@ fn mixed_member(i: usize) -> (TrainConfig, u64) {
         ..TrainConfig::default()
     };
     member(&shape, i)
+}
+
+/// [`mixed_member`] with dropout at rate 0, 0.1, .. 0.4, as the mlp-digits example searches it.
+fn mixed_member_with_dropout(i: usize) -> (TrainConfig, u64) {
+    let (cfg, seed) = mixed_member(i);
+    let dropout = 0.1 * (i % 5) as f64;
+    (TrainConfig { dropout, ..cfg }, seed)
 }
 
 /// The i-th member of a bench's pack: its config and seed.
@@ -237,10 +246,15 @@ fn main() {
     println!("| model | K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let same = |builtin| move |i| member(&digits_shape(builtin), i);
-    let rows: [(&str, Builtin, &MemberOf); 3] = [
+    let rows: [(&str, Builtin, &MemberOf); 4] = [
         ("mlp", Builtin::Mlp, &same(Builtin::Mlp)),
         ("cnn", Builtin::Cnn, &same(Builtin::Cnn)),
         ("mlp, mixed shapes", Builtin::Mlp, &mixed_member),
+        (
+            "mlp, mixed shapes, dropout",
+            Builtin::Mlp,
+            &mixed_member_with_dropout,
+        ),
     ];
     for (name, builtin, member) in rows {
         for k in PACKS {

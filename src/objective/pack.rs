@@ -229,14 +229,12 @@ impl Member {
 
     /// Tells the pack what became of the last epoch; `Ok(true)` when the member is out of the
     /// pack (left, paused or finished), with its checkpoint written where one was asked for.
+    /// It returns once the pack has answered, so a member that leaves has left the pack's
+    /// count: the trial started in its place finds the room and joins the same pack.
     pub(crate) fn decide(&mut self, decision: Decision) -> Result<bool, BoxError> {
         self.owes_decision = false;
-        let leaves = matches!(decision, Decision::Leave);
         if self.decide.send((self.token, decision)).is_err() {
             return Err("the pack this trial trained in has ended".into());
-        }
-        if leaves {
-            return Ok(true);
         }
         match self.hear.recv() {
             Ok(FromPack::Saved(saved)) => saved.map_err(Into::into),
@@ -256,8 +254,8 @@ impl Drop for Member {
 }
 
 /// With `TUNE_PACK_TRACE` set, each pack's epoch on stderr, phase by phase: where a GPU's
-/// time goes between epochs (waiting for joiners, re-forming, its turn, training, the
-/// members' decisions and checkpoints, members leaving).
+/// time goes between epochs (waiting for joiners, re-forming with the leavers out and the
+/// joiners in, its turn, training, the members' decisions and checkpoints).
 struct PackTrace {
     id: u64,
     on: bool,
@@ -340,14 +338,20 @@ impl Packs {
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
             let mut links: Vec<Link> = Vec::new();
+            // Which of the members (in `links`' order, the model's) left at the last epoch.
+            let mut leaving: Vec<bool> = Vec::new();
             let mut trace = PackTrace::new(id);
-            while let Some(joiners) = self.boundary(id, &slot, links.is_empty()) {
+            while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l)) {
                 trace.lap("boundary");
-                let formed = if joiners.is_empty() {
+                let formed = if joiners.is_empty() && !leaving.contains(&true) {
                     Ok(())
                 } else {
-                    // Should unpacking fail, every member (joiners too) hears why.
-                    let mut trainers = fused.take().map_or(Ok(Vec::new()), |f| f.into_trainers());
+                    // Leavers out and joiners in, in one re-forming of the model. Should it
+                    // fail, every member (joiners too) hears why.
+                    let mut trainers = fused.take().map_or(Ok(Vec::new()), |f| {
+                        Ok(staying(f.into_trainers()?, &leaving))
+                    });
+                    links = staying(std::mem::take(&mut links), &leaving);
                     for j in joiners {
                         if let Ok(trainers) = &mut trainers {
                             trainers.push(j.trainer);
@@ -376,12 +380,13 @@ impl Packs {
                 drop(turn);
                 trace.lap("train");
                 let trained = links.len();
-                let leaving = match reports {
+                leaving = match reports {
                     Ok(reports) => {
-                        self.decide_epoch(&mut fused, &links, reports, &decisions, &mut trace)
+                        self.decide_epoch(id, &mut fused, &links, reports, &decisions, &mut trace)
                     }
                     Err(e) => {
                         // The pack itself failed (the device, most likely): so do its members.
+                        self.shrink(id, links.len());
                         for link in &links {
                             let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0));
                         }
@@ -389,8 +394,6 @@ impl Packs {
                     }
                 };
                 trace.lap("decide");
-                self.drop_members(id, &mut fused, &mut links, &leaving);
-                trace.lap("leave");
                 trace.end_epoch(trained);
             }
         };
@@ -442,10 +445,21 @@ impl Packs {
         Some(joiners)
     }
 
+    /// Takes `n` members that leave out of pack `id`'s count, making room for joiners. A
+    /// member leaves the count before it hears its last answer from the pack.
+    fn shrink(&self, id: u64, n: usize) {
+        if n > 0 {
+            if let Some(p) = self.hub().packs.iter_mut().find(|p| p.id == id) {
+                p.size = p.size.saturating_sub(n);
+            }
+        }
+    }
+
     /// Tells each member its report and waits for every decision, checkpointing where asked.
-    /// Returns which members leave the pack.
+    /// Returns which members leave the pack, each out of its count by then.
     fn decide_epoch(
         &self,
+        id: u64,
         fused: &mut Option<FusedTrainer>,
         links: &[Link],
         reports: Vec<Result<EpochReport, TrialsError>>,
@@ -458,10 +472,17 @@ impl Packs {
         let trained = links.len();
         for ((link, report), leaves) in links.iter().zip(reports).zip(&mut leaving) {
             let failed = report.is_err();
+            if failed {
+                self.shrink(id, 1);
+            }
             let heard = link
                 .tell
                 .send(FromPack::Epoch(report.map_err(|e| e.to_string()), trained))
                 .is_ok();
+            if !heard && !failed {
+                // Its trial is gone already.
+                self.shrink(id, 1);
+            }
             *leaves = failed || !heard;
             owed += usize::from(!*leaves);
         }
@@ -482,70 +503,30 @@ impl Packs {
                 saving += started.elapsed();
                 Ok(member.finished())
             };
-            leaving[k] = match &decision {
-                Decision::Continue(dir) => {
-                    let saved = save(dir, Ok(()));
-                    let out = !matches!(saved, Ok(false));
-                    let _ = links[k].tell.send(FromPack::Saved(saved));
-                    out
-                }
-                Decision::Pause(dir) => {
-                    let saved = save(dir, Err(Stop::Paused)).map(|_| true);
-                    let _ = links[k].tell.send(FromPack::Saved(saved));
-                    true
-                }
-                Decision::Leave => true,
+            let saved = match &decision {
+                Decision::Continue(dir) => save(dir, Ok(())),
+                Decision::Pause(dir) => save(dir, Err(Stop::Paused)).map(|_| true),
+                Decision::Leave => Ok(true),
             };
+            leaving[k] = !matches!(saved, Ok(false));
+            if leaving[k] {
+                self.shrink(id, 1);
+            }
+            let _ = links[k].tell.send(FromPack::Saved(saved));
         }
         trace.add("of which checkpoints", saving);
         leaving
     }
+}
 
-    /// Takes the members that leave out of the pack (and out of its count in the hub). Should
-    /// the pack fail to re-form, the others are told and leave too.
-    fn drop_members(
-        &self,
-        id: u64,
-        fused: &mut Option<FusedTrainer>,
-        links: &mut Vec<Link>,
-        leaving: &[bool],
-    ) {
-        let before = links.len();
-        if leaving.iter().any(|&l| l) {
-            let stays = |k: usize| !leaving[k];
-            let mut k = 0;
-            links.retain(|_| {
-                k += 1;
-                stays(k - 1)
-            });
-            let reformed = match fused.take() {
-                Some(f) if !links.is_empty() => f.into_trainers().and_then(|trainers| {
-                    let kept = trainers
-                        .into_iter()
-                        .enumerate()
-                        .filter(|&(k, _)| stays(k))
-                        .map(|(_, t)| t)
-                        .collect();
-                    FusedTrainer::new(kept).map(Some)
-                }),
-                _ => Ok(None),
-            };
-            match reformed {
-                Ok(f) => *fused = f,
-                Err(e) => {
-                    for link in links.drain(..) {
-                        let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0));
-                    }
-                }
-            }
-        }
-        let gone = before - links.len();
-        if gone > 0 {
-            if let Some(p) = self.hub().packs.iter_mut().find(|p| p.id == id) {
-                p.size = p.size.saturating_sub(gone);
-            }
-        }
-    }
+/// The `items` whose flag in `leaving` is not set.
+fn staying<T>(items: Vec<T>, leaving: &[bool]) -> Vec<T> {
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|&(k, _)| leaving.get(k) != Some(&true))
+        .map(|(_, item)| item)
+        .collect()
 }
 
 #[cfg(test)]
@@ -634,6 +615,54 @@ mod tests {
                 assert_eq!(restored.evaluate().unwrap(), alone.evaluate().unwrap());
             }
         }
+    }
+
+    #[test]
+    fn a_trial_started_in_the_place_of_one_that_left_joins_its_pack() {
+        let split = Arc::new(wine());
+        let tmp = tempfile::tempdir().unwrap();
+        let packs = Packs::new(2, 1, Some(1));
+        let mut arrivals = vec![packs.arrive("cpu:0"), packs.arrive("cpu:0")].into_iter();
+        let (joined, has_joined) = mpsc::channel();
+        let leaver = {
+            let (split, packs, arrival) = (split.clone(), packs.clone(), arrivals.next().unwrap());
+            std::thread::spawn(move || {
+                let t = trainer(&split, 0);
+                let key = t.pack_key();
+                let mut member = arrival.join(t, key);
+                member.next_epoch().unwrap();
+                // Stopped by the scheduler, and a new trial starts in its place.
+                assert!(member.decide(Decision::Leave).unwrap());
+                let arrival = packs.arrive("cpu:0");
+                let t = trainer(&split, 2);
+                let key = t.pack_key();
+                let mut newcomer = arrival.join(t, key);
+                joined.send(()).unwrap();
+                let (_, trials) = newcomer.next_epoch().unwrap();
+                newcomer.decide(Decision::Leave).unwrap();
+                trials
+            })
+        };
+        let stayer = {
+            let (arrival, dir) = (arrivals.next().unwrap(), tmp.path().join("1"));
+            std::thread::spawn(move || {
+                let t = trainer(&split, 1);
+                let key = t.pack_key();
+                let mut member = arrival.join(t, key);
+                member.next_epoch().unwrap();
+                // The pack is still deciding its epoch when the newcomer joins.
+                has_joined.recv().unwrap();
+                std::fs::create_dir_all(&dir).unwrap();
+                assert!(!member.decide(Decision::Continue(dir)).unwrap());
+                let (_, trials) = member.next_epoch().unwrap();
+                member.decide(Decision::Leave).unwrap();
+                trials
+            })
+        };
+        // Its place was free once `decide` returned: the newcomer trained in the same pack
+        // rather than in one of its own beside it.
+        assert_eq!(leaver.join().unwrap(), 2, "the newcomer's pack");
+        assert_eq!(stayer.join().unwrap(), 2, "the stayer's pack");
     }
 
     #[test]

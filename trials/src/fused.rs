@@ -403,12 +403,11 @@ impl FusedTrainer {
             .iter()
             .map(|m| epoch_order(m.seed, m.epoch, n))
             .collect();
-        let mut dropouts: Vec<Dropout> = self
+        let mut masks = self
             .members
             .iter()
-            .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
-            .collect();
-        let dropout = self.members.iter().any(|m| m.cfg.dropout > 0.0);
+            .any(|m| m.cfg.dropout > 0.0)
+            .then(|| DropoutMasks::new(&self.members));
         let first_updates: Vec<u64> = self
             .members
             .iter()
@@ -447,7 +446,11 @@ impl FusedTrainer {
                 .index_select(&idx, 0)?
                 .reshape((members, rows, features))?;
             let by = y.index_select(&idx, 0)?;
-            let logits = self.forward(&bx, dropout.then_some((dropouts.as_mut_slice(), lens)))?;
+            let tick_masks = match masks.as_mut() {
+                Some(m) => Some(m.next(self, &ticks, i)?),
+                None => None,
+            };
+            let logits = self.forward(&bx, tick_masks.as_deref())?;
             let log_probs =
                 candle_nn::ops::log_softmax(&logits.reshape((members * rows, classes))?, 1)?;
             let picked = log_probs.gather(&by.unsqueeze(1)?, 1)?;
@@ -591,18 +594,15 @@ impl FusedTrainer {
     }
 
     /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; while training, the
-    /// members' `dropouts` and each member's rows in the batch (the rest are padding). Each
-    /// member's part is what its own model computes alone.
-    fn forward(
-        &self,
-        x: &Tensor,
-        dropouts: Option<(&mut [Dropout], &[usize])>,
-    ) -> candle_core::Result<Tensor> {
+    /// tick's dropout `masks`, one per [`FusedTrainer::dropout_sites`]. Each member's part is
+    /// what its own model computes alone.
+    fn forward(&self, x: &Tensor, masks: Option<&[Tensor]>) -> candle_core::Result<Tensor> {
         let layers: Vec<&[Var]> = self.vars.chunks(2).collect();
         let (last, mut dense) = layers.split_last().expect("an output layer");
-        let (mut dropouts, rows) = match dropouts {
-            Some((d, rows)) => (Some(d), rows),
-            None => (None, &[][..]),
+        let mut masks = masks.map(|m| m.iter());
+        let mut drop = |h: Tensor| match masks.as_mut().and_then(Iterator::next) {
+            Some(mask) => h.mul(&mask.to_dtype(h.dtype())?),
+            None => Ok(h),
         };
         let mut h = x.clone();
         if let Some((c, height, width)) = self.key.image {
@@ -614,30 +614,18 @@ impl FusedTrainer {
                 h = activate(&fused_conv3x3(&h, &conv[0], &conv[1])?, self.key.activation)?;
             }
             let (channels, height, width) = (h.dim(2)?, h.dim(3)?, h.dim(4)?);
-            h = h
-                .reshape((members * batch, channels, height, width))?
-                .max_pool2d(2)?
-                .reshape((members, batch, ()))?;
-            if let Some(ds) = dropouts.as_deref_mut() {
-                let units = h.dim(2)?;
-                let parts: Vec<(usize, usize)> = rows.iter().map(|&r| (r, units)).collect();
-                h = apply_dropouts(&h, ds, &parts)?;
-            }
+            h = drop(
+                h.reshape((members * batch, channels, height, width))?
+                    .max_pool2d(2)?
+                    .reshape((members, batch, ()))?,
+            )?;
             dense = &dense[2..];
         }
         for (i, layer) in dense.iter().enumerate() {
-            let mut out = activate(&linear(&h, &layer[0], &layer[1])?, self.key.activation)?;
-            if let Some(ds) = dropouts.as_deref_mut() {
-                // A member draws masks for its own rows and units of the layers it has, as
-                // alone.
-                let parts: Vec<(usize, usize)> = self
-                    .shapes
-                    .iter()
-                    .zip(rows)
-                    .map(|(&(depth, width), &r)| if depth > i { (r, width) } else { (0, 0) })
-                    .collect();
-                out = apply_dropouts(&out, ds, &parts)?;
-            }
+            let out = drop(activate(
+                &linear(&h, &layer[0], &layer[1])?,
+                self.key.activation,
+            )?)?;
             // A member without this layer passes its activations through it.
             h = match &self.has_layer[i] {
                 Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
@@ -646,6 +634,30 @@ impl FusedTrainer {
         }
         // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
         linear(&h, &last[0], &last[1])
+    }
+
+    /// Where the forward pass drops units, in its order (the CNN's pooled maps, then each
+    /// dense layer): the units there, and each member's part of a tick whose batch gives
+    /// member `k` `rows[k]` rows, `(rows, units)`, its own rows and units (the rest are
+    /// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without
+    /// rows in the tick: its part is discarded).
+    fn dropout_sites(&self, rows: &[usize]) -> Vec<(usize, Vec<(usize, usize)>)> {
+        let mut sites = Vec::with_capacity(self.depth + 1);
+        if self.key.image.is_some() {
+            // The first dense weight `(K, out, in)` reads the pooled maps.
+            let units = self.vars[self.convs].dims()[2];
+            sites.push((units, rows.iter().map(|&r| (r, units)).collect()));
+        }
+        for i in 0..self.depth {
+            let parts = self
+                .shapes
+                .iter()
+                .zip(rows)
+                .map(|(&(depth, width), &r)| if depth > i { (r, width) } else { (0, 0) })
+                .collect();
+            sites.push((self.width, parts));
+        }
+        sites
     }
 
     /// Optimizer update `i` of the epoch for every member, with each member's coefficients
@@ -900,34 +912,98 @@ impl Ticks {
     }
 }
 
-/// `h` `(K, rows, width)` times each member's dropout mask over its part, drawn as the member
-/// draws it alone: `parts[k]` is `(rows, units)`, its own rows and units (the rest are
-/// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without rows
-/// in the batch: its part is discarded).
-fn apply_dropouts(
-    h: &Tensor,
-    dropouts: &mut [Dropout],
-    parts: &[(usize, usize)],
-) -> candle_core::Result<Tensor> {
-    let (_, rows, width) = h.dims3()?;
-    let mut mask = Vec::with_capacity(h.elem_count());
-    for (d, &(own_rows, units)) in dropouts.iter_mut().zip(parts) {
-        if own_rows == 0 {
-            mask.resize(mask.len() + rows * width, 1.0);
-        } else if units == width {
-            d.extend_mask(&mut mask, own_rows * width);
-            mask.resize(mask.len() + (rows - own_rows) * width, 0.0);
-        } else {
-            let mut own = Vec::with_capacity(own_rows * units);
-            d.extend_mask(&mut own, own_rows * units);
-            for row in own.chunks(units) {
-                mask.extend_from_slice(row);
-                mask.resize(mask.len() + width - units, 0.0);
-            }
-            mask.resize(mask.len() + (rows - own_rows) * width, 0.0);
+/// An epoch's dropout masks, each member's drawn as it draws them alone (batch by batch,
+/// layer by layer, from its own stream), a chunk of ticks at a time and uploaded as one
+/// tensor: on a GPU an upload from the host waits for the queue to drain, so one upload per
+/// batch and layer would idle it while the host draws the next mask; with a chunk, the host
+/// draws the next while the GPU trains the last.
+struct DropoutMasks {
+    dropouts: Vec<Dropout>,
+    /// The drawn ticks' masks not yet used, one per dropout site.
+    ready: std::collections::VecDeque<Vec<Tensor>>,
+}
+
+/// The most mask values a chunk draws beyond its first tick (32 MB of `f32`); a few ticks'
+/// in the crate's tests, so that their epochs cross chunks.
+#[cfg(not(test))]
+const MASK_CHUNK: usize = 1 << 23;
+#[cfg(test)]
+const MASK_CHUNK: usize = 1 << 10;
+
+impl DropoutMasks {
+    fn new(members: &[Trainer]) -> DropoutMasks {
+        DropoutMasks {
+            dropouts: members
+                .iter()
+                .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
+                .collect(),
+            ready: Default::default(),
         }
     }
-    h.mul(&Tensor::from_vec(mask, h.shape(), h.device())?.to_dtype(h.dtype())?)
+
+    /// Tick `i`'s masks, `(K, rows, units)` per site; the ticks must be asked for in order.
+    fn next(
+        &mut self,
+        pack: &FusedTrainer,
+        ticks: &Ticks,
+        i: usize,
+    ) -> candle_core::Result<Vec<Tensor>> {
+        if self.ready.is_empty() {
+            let mut values: Vec<f32> = Vec::new();
+            let mut shapes = Vec::new();
+            for t in i..ticks.count() {
+                if t > i && values.len() >= MASK_CHUNK {
+                    break;
+                }
+                let rows = ticks.rows[t];
+                let sites = pack.dropout_sites(&ticks.lens[t]);
+                shapes.push(sites.iter().map(|s| s.0).collect::<Vec<_>>());
+                for (units, parts) in sites {
+                    self.draw(&mut values, rows, units, &parts);
+                }
+            }
+            let (members, total) = (self.dropouts.len(), values.len());
+            let all = Tensor::from_vec(values, total, &pack.device)?;
+            let mut at = 0;
+            for (t, units) in shapes.iter().enumerate() {
+                let rows = ticks.rows[i + t];
+                let masks = units
+                    .iter()
+                    .map(|&u| {
+                        let mask = all.narrow(0, at, members * rows * u)?;
+                        at += members * rows * u;
+                        mask.reshape((members, rows, u))
+                    })
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                self.ready.push_back(masks);
+            }
+        }
+        Ok(self
+            .ready
+            .pop_front()
+            .expect("a chunk of at least one tick"))
+    }
+
+    /// Appends one site's mask `(K, rows, units)`: each member's `parts[k]` drawn, padding 0,
+    /// and 1 for a member that draws nothing.
+    fn draw(&mut self, mask: &mut Vec<f32>, rows: usize, units: usize, parts: &[(usize, usize)]) {
+        for (d, &(own_rows, own_units)) in self.dropouts.iter_mut().zip(parts) {
+            if own_rows == 0 {
+                mask.resize(mask.len() + rows * units, 1.0);
+            } else if own_units == units {
+                d.extend_mask(mask, own_rows * units);
+                mask.resize(mask.len() + (rows - own_rows) * units, 0.0);
+            } else {
+                let mut own = Vec::with_capacity(own_rows * own_units);
+                d.extend_mask(&mut own, own_rows * own_units);
+                for row in own.chunks(own_units) {
+                    mask.extend_from_slice(row);
+                    mask.resize(mask.len() + units - own_units, 0.0);
+                }
+                mask.resize(mask.len() + (rows - own_rows) * units, 0.0);
+            }
+        }
+    }
 }
 
 /// A `(K, 1, 1)` mask on `device`: 1 where `f` holds for member `k`'s item.
@@ -1091,6 +1167,56 @@ mod tests {
         assert_eq!(back[1].model.vars()[0].1.dims(), &[5, 64]);
         assert_eq!(back[1].optimizer.state[0].len(), 1, "SGD's one slot");
         assert_eq!(back[0].optimizer.state[0].len(), 2, "AdamW's two");
+    }
+
+    /// Dropout masks drawn a chunk of ticks at a time (a few ticks under test) are each
+    /// member's own, in the order it draws them alone: the weights match bit for bit.
+    #[test]
+    fn dropout_masks_drawn_in_chunks_are_each_members_own() {
+        let split = tenth_of_digits();
+        for builtin in [Builtin::Mlp, Builtin::Cnn] {
+            let configs: Vec<TrainConfig> = [(2, 0.2), (1, 0.5), (2, 0.0)]
+                .iter()
+                .map(|&(depth, dropout)| TrainConfig {
+                    depth,
+                    dropout,
+                    width: 8,
+                    channels: 2,
+                    batch_size: 16,
+                    epochs: 3,
+                    ..TrainConfig::default()
+                })
+                .collect();
+            let trainers = || {
+                configs
+                    .iter()
+                    .enumerate()
+                    .map(|(seed, cfg)| {
+                        Trainer::new(builtin, cfg.clone(), &split, &Device::Cpu, seed as u64)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap()
+            };
+            let mut pack = FusedTrainer::new(trainers()).unwrap();
+            let mut alone = trainers();
+            for _ in 0..2 {
+                for report in pack.train_epoch().unwrap() {
+                    report.unwrap();
+                }
+                for t in &mut alone {
+                    t.train_epoch().unwrap();
+                }
+            }
+            for (k, (packed, alone)) in pack.into_trainers().unwrap().iter().zip(&alone).enumerate()
+            {
+                for ((name, a), (_, b)) in packed.model.vars().iter().zip(alone.model.vars()) {
+                    assert!(
+                        same_values(a.as_tensor(), b.as_tensor()).unwrap(),
+                        "{builtin:?} member {k}, {name}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
