@@ -82,12 +82,13 @@ fn train(
     let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
     // Packs on this slot wait for the trial until it joins one or trains alone.
     let arrival = packs.map(|p| p.arrive(ctx.device()));
-    let device = match packs {
-        Some(p) => p.device(ctx.device())?,
-        None => open_device(ctx.device())?,
-    };
     let seed = cfg.seed.unwrap_or(ctx.id());
-    let mut trainer = Trainer::new(builtin, cfg, split, &device, seed)?;
+    let mut trainer = match packs {
+        Some(p) => {
+            Trainer::with_tensors(builtin, cfg, split, &p.tensors(ctx.device(), split)?, seed)?
+        }
+        None => Trainer::new(builtin, cfg, split, &open_device(ctx.device())?, seed)?,
+    };
     // A run killed before its first checkpoint landed (or an exploit that snapshotted a
     // source before its first) leaves a folder without one: the trial starts over, and
     // since training is seeded it reports the same epochs again.

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use candle_core::Device;
-use tune_trials::{open_device, EpochReport, FusedTrainer, PackKey, Trainer, TrialsError};
+use tune_trials::{
+    open_device, EpochReport, FusedTrainer, PackKey, Split, SplitTensors, Trainer, TrialsError,
+};
 
 use super::{BoxError, Stop};
 
@@ -38,8 +39,9 @@ struct Hub {
     arriving: HashMap<String, usize>,
     packs: Vec<PackEntry>,
     next_id: u64,
-    /// One device per slot: members of a pack must have their tensors on the same one.
-    devices: HashMap<String, Device>,
+    /// Per slot, its device and the split's rows on it: members of a pack must have their
+    /// tensors on the same device, and share the rows rather than upload a copy each.
+    data: HashMap<String, SplitTensors>,
     /// Per slot: packs training an epoch now. Packs of different keys on one slot take
     /// turns, so that a slot (its share of the cores, a GPU share) trains one model at a time
     /// as it does unfused, rather than several whose kernels only queue behind each other.
@@ -108,17 +110,18 @@ impl Packs {
         }
     }
 
-    /// The device of `slot`, shared by the trials of its packs.
-    pub(crate) fn device(&self, slot: &str) -> Result<Device, TrialsError> {
-        if let Some(d) = self.hub().devices.get(slot) {
+    /// `split`'s rows on the device of `slot`, shared by the trials of its packs (every
+    /// trial of a sweep trains on the one split).
+    pub(crate) fn tensors(&self, slot: &str, split: &Split) -> Result<SplitTensors, TrialsError> {
+        if let Some(d) = self.hub().data.get(slot) {
             return Ok(d.clone());
         }
-        let device = open_device(slot)?;
+        let data = SplitTensors::new(split, &open_device(slot)?)?;
         Ok(self
             .hub()
-            .devices
+            .data
             .entry(slot.to_string())
-            .or_insert(device)
+            .or_insert(data)
             .clone())
     }
 }
@@ -532,7 +535,8 @@ fn staying<T>(items: Vec<T>, leaving: &[bool]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tune_trials::{Builtin, DataSpec, Split, TrainConfig};
+    use candle_core::Device;
+    use tune_trials::{Builtin, DataSpec, TrainConfig};
 
     fn wine() -> Split {
         DataSpec {

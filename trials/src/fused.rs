@@ -27,6 +27,9 @@
 //! that is how a trial leaves (stopped, paused, checkpointed) and how a new one joins, at an
 //! epoch boundary.
 
+use std::collections::VecDeque;
+use std::sync::mpsc;
+
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 
@@ -403,11 +406,6 @@ impl FusedTrainer {
             .iter()
             .map(|m| epoch_order(m.seed, m.epoch, n))
             .collect();
-        let mut masks = self
-            .members
-            .iter()
-            .any(|m| m.cfg.dropout > 0.0)
-            .then(|| DropoutMasks::new(&self.members));
         let first_updates: Vec<u64> = self
             .members
             .iter()
@@ -416,6 +414,10 @@ impl FusedTrainer {
         // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
         // upload from pageable memory waits for the queue to drain.
         let ticks = Ticks::new(&self.members, orders, n, &self.device)?;
+        let mut masks = match self.members.iter().any(|m| m.cfg.dropout > 0.0) {
+            true => Some(DropoutMasks::new(self, &ticks)?),
+            false => None,
+        };
         // A member's learning rate at each tick; after its last update, that update's (the
         // tick's results are discarded for it, so it only needs to be finite).
         let lrs: Vec<Vec<f64>> = (0..ticks.count())
@@ -447,7 +449,7 @@ impl FusedTrainer {
                 .reshape((members, rows, features))?;
             let by = y.index_select(&idx, 0)?;
             let tick_masks = match masks.as_mut() {
-                Some(m) => Some(m.next(self, &ticks, i)?),
+                Some(m) => Some(m.next()?),
                 None => None,
             };
             let logits = self.forward(&bx, tick_masks.as_deref())?;
@@ -641,7 +643,7 @@ impl FusedTrainer {
     /// member `k` `rows[k]` rows, `(rows, units)`, its own rows and units (the rest are
     /// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without
     /// rows in the tick: its part is discarded).
-    fn dropout_sites(&self, rows: &[usize]) -> Vec<(usize, Vec<(usize, usize)>)> {
+    fn dropout_sites(&self, rows: &[usize]) -> Vec<DropoutSite> {
         let mut sites = Vec::with_capacity(self.depth + 1);
         if self.key.image.is_some() {
             // The first dense weight `(K, out, in)` reads the pooled maps.
@@ -913,95 +915,150 @@ impl Ticks {
 }
 
 /// An epoch's dropout masks, each member's drawn as it draws them alone (batch by batch,
-/// layer by layer, from its own stream), a chunk of ticks at a time and uploaded as one
-/// tensor: on a GPU an upload from the host waits for the queue to drain, so one upload per
-/// batch and layer would idle it while the host draws the next mask; with a chunk, the host
-/// draws the next while the GPU trains the last.
+/// layer by layer, from its own stream) on a thread of their own, a chunk of ticks at a
+/// time, as bytes (1: kept), and uploaded one chunk in one piece, then scaled on the device
+/// by each member's `1 / (1 - p)`. On a GPU an upload from the host waits for the queue to
+/// drain: one per batch and layer idled it while the host drew the next mask; now the
+/// drawing overlaps the training of the chunk before.
 struct DropoutMasks {
-    dropouts: Vec<Dropout>,
+    chunks: mpsc::Receiver<MaskChunk>,
+    /// Each member's scale of the units it keeps, `(K, 1, 1)`.
+    scales: Tensor,
     /// The drawn ticks' masks not yet used, one per dropout site.
-    ready: std::collections::VecDeque<Vec<Tensor>>,
+    ready: VecDeque<Vec<Tensor>>,
+    device: Device,
 }
 
-/// The most mask values a chunk draws beyond its first tick (32 MB of `f32`); a few ticks'
-/// in the crate's tests, so that their epochs cross chunks.
+/// A place where the forward pass drops units: the units there, and each member's part of
+/// them, `(rows, units)` ([`FusedTrainer::dropout_sites`]).
+type DropoutSite = (usize, Vec<(usize, usize)>);
+
+/// Consecutive ticks' masks: the values, site after site and tick after tick, and each
+/// tick's rows and its sites' units.
+struct MaskChunk {
+    keep: Vec<u8>,
+    ticks: Vec<(usize, Vec<usize>)>,
+}
+
+/// The most mask values a chunk draws beyond its first tick (8 MB); a few ticks' in the
+/// crate's tests, so that their epochs cross chunks.
 #[cfg(not(test))]
 const MASK_CHUNK: usize = 1 << 23;
 #[cfg(test)]
 const MASK_CHUNK: usize = 1 << 10;
 
 impl DropoutMasks {
-    fn new(members: &[Trainer]) -> DropoutMasks {
-        DropoutMasks {
-            dropouts: members
-                .iter()
-                .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
-                .collect(),
-            ready: Default::default(),
-        }
+    /// Starts drawing the masks of `pack`'s epoch of `ticks`.
+    fn new(pack: &FusedTrainer, ticks: &Ticks) -> candle_core::Result<DropoutMasks> {
+        let dropouts: Vec<Dropout> = pack
+            .members
+            .iter()
+            .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
+            .collect();
+        let scales: Vec<f32> = dropouts.iter().map(Dropout::scale).collect();
+        let scales = Tensor::from_vec(scales, (dropouts.len(), 1, 1), &pack.device)?;
+        // Per tick: its rows and, per site, the units there and each member's part.
+        let plan: Vec<_> = (0..ticks.count())
+            .map(|t| (ticks.rows[t], pack.dropout_sites(&ticks.lens[t])))
+            .collect();
+        // One chunk drawn ahead of the one in use.
+        let (send, chunks) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("tune-dropout".into())
+            .spawn(move || draw_chunks(dropouts, &plan, &send))
+            .map_err(candle_core::Error::wrap)?;
+        Ok(DropoutMasks {
+            chunks,
+            scales,
+            ready: VecDeque::new(),
+            device: pack.device.clone(),
+        })
     }
 
-    /// Tick `i`'s masks, `(K, rows, units)` per site; the ticks must be asked for in order.
-    fn next(
-        &mut self,
-        pack: &FusedTrainer,
-        ticks: &Ticks,
-        i: usize,
-    ) -> candle_core::Result<Vec<Tensor>> {
+    /// The next tick's masks, `(K, rows, units)` per site.
+    fn next(&mut self) -> candle_core::Result<Vec<Tensor>> {
         if self.ready.is_empty() {
-            let mut values: Vec<f32> = Vec::new();
-            let mut shapes = Vec::new();
-            for t in i..ticks.count() {
-                if t > i && values.len() >= MASK_CHUNK {
-                    break;
-                }
-                let rows = ticks.rows[t];
-                let sites = pack.dropout_sites(&ticks.lens[t]);
-                shapes.push(sites.iter().map(|s| s.0).collect::<Vec<_>>());
-                for (units, parts) in sites {
-                    self.draw(&mut values, rows, units, &parts);
-                }
-            }
-            let (members, total) = (self.dropouts.len(), values.len());
-            let all = Tensor::from_vec(values, total, &pack.device)?;
+            let chunk = self
+                .chunks
+                .recv()
+                .map_err(|_| candle_core::Error::Msg("the dropout masks ran out".into()))?;
+            let total = chunk.keep.len();
+            let all = Tensor::from_vec(chunk.keep, total, &self.device)?;
+            let members = self.scales.dim(0)?;
             let mut at = 0;
-            for (t, units) in shapes.iter().enumerate() {
-                let rows = ticks.rows[i + t];
+            for (rows, units) in chunk.ticks {
                 let masks = units
                     .iter()
                     .map(|&u| {
-                        let mask = all.narrow(0, at, members * rows * u)?;
+                        let keep = all.narrow(0, at, members * rows * u)?;
                         at += members * rows * u;
-                        mask.reshape((members, rows, u))
+                        keep.reshape((members, rows, u))?
+                            .to_dtype(DType::F32)?
+                            .broadcast_mul(&self.scales)
                     })
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 self.ready.push_back(masks);
             }
         }
-        Ok(self
-            .ready
+        self.ready
             .pop_front()
-            .expect("a chunk of at least one tick"))
+            .ok_or_else(|| candle_core::Error::Msg("an empty chunk of dropout masks".into()))
     }
+}
 
-    /// Appends one site's mask `(K, rows, units)`: each member's `parts[k]` drawn, padding 0,
-    /// and 1 for a member that draws nothing.
-    fn draw(&mut self, mask: &mut Vec<f32>, rows: usize, units: usize, parts: &[(usize, usize)]) {
-        for (d, &(own_rows, own_units)) in self.dropouts.iter_mut().zip(parts) {
-            if own_rows == 0 {
-                mask.resize(mask.len() + rows * units, 1.0);
-            } else if own_units == units {
-                d.extend_mask(mask, own_rows * units);
-                mask.resize(mask.len() + (rows - own_rows) * units, 0.0);
-            } else {
-                let mut own = Vec::with_capacity(own_rows * own_units);
-                d.extend_mask(&mut own, own_rows * own_units);
-                for row in own.chunks(own_units) {
-                    mask.extend_from_slice(row);
-                    mask.resize(mask.len() + units - own_units, 0.0);
-                }
-                mask.resize(mask.len() + (rows - own_rows) * units, 0.0);
+/// The masks' thread: draws `plan`'s ticks in order, a chunk at a time, until done or the
+/// epoch no longer listens (it failed).
+fn draw_chunks(
+    mut dropouts: Vec<Dropout>,
+    plan: &[(usize, Vec<DropoutSite>)],
+    send: &mpsc::SyncSender<MaskChunk>,
+) {
+    let mut t = 0;
+    while t < plan.len() {
+        let mut chunk = MaskChunk {
+            keep: Vec::new(),
+            ticks: Vec::new(),
+        };
+        let first = t;
+        while t < plan.len() && (t == first || chunk.keep.len() < MASK_CHUNK) {
+            let (rows, sites) = &plan[t];
+            chunk
+                .ticks
+                .push((*rows, sites.iter().map(|s| s.0).collect()));
+            for (units, parts) in sites {
+                draw_site(&mut dropouts, &mut chunk.keep, *rows, *units, parts);
             }
+            t += 1;
+        }
+        if send.send(chunk).is_err() {
+            return;
+        }
+    }
+}
+
+/// Appends one site's mask `(K, rows, units)`: each member's `parts[k]` drawn, its padding
+/// 0, and 1 for a member that draws nothing (a part whose result is discarded).
+fn draw_site(
+    dropouts: &mut [Dropout],
+    keep: &mut Vec<u8>,
+    rows: usize,
+    units: usize,
+    parts: &[(usize, usize)],
+) {
+    for (d, &(own_rows, own_units)) in dropouts.iter_mut().zip(parts) {
+        if own_rows == 0 {
+            keep.resize(keep.len() + rows * units, 1);
+        } else if own_units == units {
+            d.extend_keep(keep, own_rows * units);
+            keep.resize(keep.len() + (rows - own_rows) * units, 0);
+        } else {
+            let mut own = Vec::with_capacity(own_rows * own_units);
+            d.extend_keep(&mut own, own_rows * own_units);
+            for row in own.chunks(own_units) {
+                keep.extend_from_slice(row);
+                keep.resize(keep.len() + units - own_units, 0);
+            }
+            keep.resize(keep.len() + (rows - own_rows) * units, 0);
         }
     }
 }
@@ -1074,6 +1131,11 @@ fn gradient(grads: &GradStore, var: &Var, j: usize) -> Result<Tensor, TrialsErro
 }
 
 fn same_values(a: &Tensor, b: &Tensor) -> Result<bool, TrialsError> {
+    // Trainers made from one `SplitTensors` share its tensors: nothing to compare (on a GPU,
+    // reading the comparison back waits for the queue to drain).
+    if a.id() == b.id() {
+        return Ok(true);
+    }
     Ok(a.shape() == b.shape()
         && a.ne(b)?
             .to_dtype(DType::F32)?

@@ -37,7 +37,7 @@ pub use fused::{FuseKey, FusedTrainer, PackKey, PACK_KEYS};
 pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
 pub use nvml::{gpu_use, GpuUse};
 pub use optim::{lr_at, Optimizer};
-pub use trainer::{Builtin, EpochReport, Trainer};
+pub use trainer::{Builtin, EpochReport, SplitTensors, Trainer};
 
 /// Why a trainable could not run.
 #[derive(Debug, thiserror::Error)]

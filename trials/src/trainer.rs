@@ -96,6 +96,47 @@ pub struct Trainer {
     pub(crate) device: Device,
 }
 
+/// A split's rows as tensors on one device, which trainers made with
+/// [`Trainer::with_tensors`] share rather than each uploading its own copy (on a GPU, a
+/// sweep's glyphs are 81 MB a trial, and an upload waits for the queue to drain).
+///
+/// ```
+/// use tune_trials::{Builtin, DataSpec, SplitTensors, TrainConfig, Trainer};
+/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+///     .load(".".as_ref())
+///     .unwrap();
+/// let tensors = SplitTensors::new(&split, &candle_core::Device::Cpu).unwrap();
+/// let trainers: Vec<Trainer> = (0..2)
+///     .map(|seed| {
+///         let cfg = TrainConfig::default();
+///         Trainer::with_tensors(Builtin::Mlp, cfg, &split, &tensors, seed).unwrap()
+///     })
+///     .collect();
+/// assert_eq!(trainers.len(), 2);
+/// ```
+#[derive(Clone)]
+pub struct SplitTensors {
+    train: (Tensor, Tensor, usize),
+    val: (Tensor, Tensor, usize),
+    device: Device,
+}
+
+impl SplitTensors {
+    /// Uploads `split`'s rows to `device`.
+    pub fn new(split: &Split, device: &Device) -> Result<SplitTensors, TrialsError> {
+        Ok(SplitTensors {
+            train: tensors(&split.train, device)?,
+            val: tensors(&split.val, device)?,
+            device: device.clone(),
+        })
+    }
+
+    /// The device the rows are on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
 impl Trainer {
     pub fn new(
         builtin: Builtin,
@@ -104,6 +145,33 @@ impl Trainer {
         device: &Device,
         seed: u64,
     ) -> Result<Trainer, TrialsError> {
+        Trainer::with_tensors(
+            builtin,
+            cfg,
+            split,
+            &SplitTensors::new(split, device)?,
+            seed,
+        )
+    }
+
+    /// [`Trainer::new`] on `split`'s rows already on a device, shared with other trainers.
+    pub fn with_tensors(
+        builtin: Builtin,
+        cfg: TrainConfig,
+        split: &Split,
+        tensors: &SplitTensors,
+        seed: u64,
+    ) -> Result<Trainer, TrialsError> {
+        if (tensors.train.2, tensors.val.2) != (split.train.len(), split.val.len()) {
+            return Err(TrialsError::Train(format!(
+                "the tensors hold {} and {} rows, the split {} and {}: not made from it",
+                tensors.train.2,
+                tensors.val.2,
+                split.train.len(),
+                split.val.len()
+            )));
+        }
+        let device = &tensors.device;
         let data = &split.train;
         let mut image = None;
         let model: Box<dyn Model> = match builtin {
@@ -145,8 +213,8 @@ impl Trainer {
             optimizer,
             epoch: 0,
             stopped_early: false,
-            train: tensors(&split.train, device)?,
-            val: tensors(&split.val, device)?,
+            train: tensors.train.clone(),
+            val: tensors.val.clone(),
             device: device.clone(),
             cfg,
         })
@@ -403,6 +471,30 @@ fn tensors(d: &Dataset, device: &Device) -> Result<(Tensor, Tensor, usize), Tria
 mod tests {
     use super::*;
     use crate::DataSpec;
+
+    /// Trainers made from one `SplitTensors` share its rows (a pack then has nothing to
+    /// compare), and tensors of another split are refused.
+    #[test]
+    fn trainers_share_their_split_tensors_and_refuse_another_splits() {
+        let load = |dataset: &str| {
+            DataSpec {
+                dataset: Some(dataset.into()),
+                ..DataSpec::default()
+            }
+            .load(".".as_ref())
+            .unwrap()
+        };
+        let (wine, cancer) = (load("wine"), load("breast_cancer"));
+        let tensors = SplitTensors::new(&wine, &Device::Cpu).unwrap();
+        let make = |split: &Split, seed| {
+            Trainer::with_tensors(Builtin::Mlp, TrainConfig::default(), split, &tensors, seed)
+        };
+        let (a, b) = (make(&wine, 1).unwrap(), make(&wine, 2).unwrap());
+        assert_eq!(a.train.0.id(), b.train.0.id());
+        assert_eq!(a.val.1.id(), b.val.1.id());
+        let err = make(&cancer, 3).err().expect("another split's tensors");
+        assert!(err.to_string().contains("not made from it"), "{err}");
+    }
 
     /// What `save_behind` queues is the trial as it was when queued: training on (which
     /// writes the weights in place) before the checkpoint thread reads it changes nothing.

@@ -104,27 +104,30 @@ impl Dropout {
         if self.p == 0.0 {
             return Ok(x.clone());
         }
-        let mut mask = Vec::with_capacity(x.elem_count());
-        self.extend_mask(&mut mask, x.elem_count());
+        let mut keep = Vec::with_capacity(x.elem_count());
+        self.extend_keep(&mut keep, x.elem_count());
+        let scale = self.scale();
+        let mask: Vec<f32> = keep
+            .iter()
+            .map(|&k| if k == 1 { scale } else { 0.0 })
+            .collect();
         x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
     }
 
-    /// Appends the factors for the next `n` elements: 0 or `1 / (1 - p)`, or 1 without
-    /// drawing when `p` is 0. A fused pack builds its members' masks with it, so each draws
-    /// exactly what it would alone.
-    pub(crate) fn extend_mask(&mut self, mask: &mut Vec<f32>, n: usize) {
+    /// What a kept unit is multiplied by: `1 / (1 - p)`.
+    pub(crate) fn scale(&self) -> f32 {
+        (1.0 / (1.0 - self.p)) as f32
+    }
+
+    /// Appends whether each of the next `n` elements is kept (1) or dropped (0); all kept,
+    /// without drawing, when `p` is 0. A fused pack draws its members' masks with it, so
+    /// each draws exactly what it would alone.
+    pub(crate) fn extend_keep(&mut self, keep: &mut Vec<u8>, n: usize) {
         if self.p == 0.0 {
-            mask.resize(mask.len() + n, 1.0);
+            keep.resize(keep.len() + n, 1);
             return;
         }
-        let scale = (1.0 / (1.0 - self.p)) as f32;
-        mask.extend((0..n).map(|_| {
-            if self.rng.random::<f64>() < self.p {
-                0.0
-            } else {
-                scale
-            }
-        }));
+        keep.extend((0..n).map(|_| u8::from(self.rng.random::<f64>() >= self.p)));
     }
 }
 
