@@ -414,9 +414,10 @@ impl FusedTrainer {
         // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
         // upload from pageable memory waits for the queue to drain.
         let ticks = Ticks::new(&self.members, orders, n, &self.device)?;
-        let mut masks = match self.members.iter().any(|m| m.cfg.dropout > 0.0) {
-            true => Some(DropoutMasks::new(self, &ticks)?),
-            false => None,
+        let mut masks = if self.members.iter().any(|m| m.cfg.dropout > 0.0) {
+            Some(DropoutMasks::new(self, &ticks)?)
+        } else {
+            None
         };
         // A member's learning rate at each tick; after its last update, that update's (the
         // tick's results are discarded for it, so it only needs to be finite).
@@ -448,10 +449,7 @@ impl FusedTrainer {
                 .index_select(&idx, 0)?
                 .reshape((members, rows, features))?;
             let by = y.index_select(&idx, 0)?;
-            let tick_masks = match masks.as_mut() {
-                Some(m) => Some(m.next()?),
-                None => None,
-            };
+            let tick_masks = masks.as_mut().map(DropoutMasks::next).transpose()?;
             let logits = self.forward(&bx, tick_masks.as_deref())?;
             let log_probs =
                 candle_nn::ops::log_softmax(&logits.reshape((members * rows, classes))?, 1)?;
