@@ -924,7 +924,6 @@ struct DropoutMasks {
     scales: Tensor,
     /// The drawn ticks' masks not yet used, one per dropout site.
     ready: VecDeque<Vec<Tensor>>,
-    device: Device,
 }
 
 /// A place where the forward pass drops units: the units there, and each member's part of
@@ -969,7 +968,6 @@ impl DropoutMasks {
             chunks,
             scales,
             ready: VecDeque::new(),
-            device: pack.device.clone(),
         })
     }
 
@@ -981,7 +979,7 @@ impl DropoutMasks {
                 .recv()
                 .map_err(|_| candle_core::Error::Msg("the dropout masks ran out".into()))?;
             let total = chunk.keep.len();
-            let all = Tensor::from_vec(chunk.keep, total, &self.device)?;
+            let all = Tensor::from_vec(chunk.keep, total, self.scales.device())?;
             let members = self.scales.dim(0)?;
             let mut at = 0;
             for (rows, units) in chunk.ticks {
