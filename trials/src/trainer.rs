@@ -118,7 +118,6 @@ pub struct Trainer {
 pub struct SplitTensors {
     train: (Tensor, Tensor, usize),
     val: (Tensor, Tensor, usize),
-    device: Device,
 }
 
 impl SplitTensors {
@@ -127,13 +126,12 @@ impl SplitTensors {
         Ok(SplitTensors {
             train: tensors(&split.train, device)?,
             val: tensors(&split.val, device)?,
-            device: device.clone(),
         })
     }
 
     /// The device the rows are on.
     pub fn device(&self) -> &Device {
-        &self.device
+        self.train.0.device()
     }
 }
 
@@ -171,7 +169,7 @@ impl Trainer {
                 split.val.len()
             )));
         }
-        let device = &tensors.device;
+        let device = tensors.device();
         let data = &split.train;
         let mut image = None;
         let model: Box<dyn Model> = match builtin {
