@@ -30,6 +30,8 @@ pub(crate) struct Packs {
     state: Mutex<Hub>,
     /// Signalled when a trial arrives at a pack, joins one or gives up.
     changed: Condvar,
+    /// When the sweep's objective was made: [`PackTrace`]'s clock.
+    made: Instant,
 }
 
 #[derive(Default)]
@@ -39,9 +41,10 @@ struct Hub {
     arriving: HashMap<String, usize>,
     packs: Vec<PackEntry>,
     next_id: u64,
-    /// Per slot, its device and the split's rows on it: members of a pack must have their
-    /// tensors on the same device, and share the rows rather than upload a copy each.
-    data: HashMap<String, SplitTensors>,
+    /// Per slot, its device and the split's rows on it, once the first trial there has made
+    /// them: members of a pack must have their tensors on the same device, and share the
+    /// rows rather than upload a copy each.
+    data: HashMap<String, Arc<Mutex<Option<SplitTensors>>>>,
     /// Per slot: packs training an epoch now. Packs of different keys on one slot take
     /// turns, so that a slot (its share of the cores, a GPU share) trains one model at a time
     /// as it does unfused, rather than several whose kernels only queue behind each other.
@@ -91,6 +94,7 @@ impl Packs {
             threads,
             state: Mutex::new(Hub::default()),
             changed: Condvar::new(),
+            made: Instant::now(),
         })
     }
 
@@ -107,22 +111,32 @@ impl Packs {
             packs: self.clone(),
             slot: slot.to_string(),
             counted: true,
+            at: Instant::now(),
         }
     }
 
     /// `split`'s rows on the device of `slot`, shared by the trials of its packs (every
     /// trial of a sweep trains on the one split).
     pub(crate) fn tensors(&self, slot: &str, split: &Split) -> Result<SplitTensors, TrialsError> {
-        if let Some(d) = self.hub().data.get(slot) {
+        // The first trial of a slot opens its device and uploads the rows while the others
+        // there wait (not the hub: other slots go on). At a sweep's start every trial of the
+        // first packs asks at once, and each opening its own device (a cuBLAS handle, a
+        // random generator) and uploading a copy to be dropped kept the GPU from training.
+        let cell = self.hub().data.entry(slot.to_string()).or_default().clone();
+        let mut data = cell.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = data.as_ref() {
             return Ok(d.clone());
         }
-        let data = SplitTensors::new(split, &open_device(slot)?)?;
-        Ok(self
-            .hub()
-            .data
-            .entry(slot.to_string())
-            .or_insert(data)
-            .clone())
+        let opening = Instant::now();
+        let d = SplitTensors::new(split, &open_device(slot)?)?;
+        *data = Some(d.clone());
+        if tracing() {
+            eprintln!(
+                "{slot}: device opened and rows uploaded in {:.3} s",
+                opening.elapsed().as_secs_f64()
+            );
+        }
+        Ok(d)
     }
 }
 
@@ -131,6 +145,7 @@ pub(crate) struct Arrival {
     packs: Arc<Packs>,
     slot: String,
     counted: bool,
+    at: Instant,
 }
 
 impl Arrival {
@@ -180,6 +195,14 @@ impl Arrival {
         };
         drop(hub);
         packs.changed.notify_all();
+        if tracing() {
+            eprintln!(
+                "{}: a trial joined at {:.3} s, {:.3} s after it arrived",
+                self.slot,
+                packs.made.elapsed().as_secs_f64(),
+                self.at.elapsed().as_secs_f64()
+            );
+        }
         Member {
             token,
             hear,
@@ -256,7 +279,15 @@ impl Drop for Member {
     }
 }
 
-/// With `TUNE_PACK_TRACE` set, each pack's epoch on stderr, phase by phase: where a GPU's
+/// Whether `TUNE_PACK_TRACE` is set: see [`PackTrace`].
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TUNE_PACK_TRACE").is_some())
+}
+
+/// With `TUNE_PACK_TRACE` set, how long each slot took to open its device and upload the
+/// rows, when each trial joined a pack (since the objective was made, and since the trial
+/// arrived), and each pack's epoch on stderr, phase by phase: where a GPU's
 /// time goes between epochs (waiting for joiners, re-forming with the leavers out and the
 /// joiners in, its turn, training, the members' decisions and checkpoints).
 struct PackTrace {
@@ -270,7 +301,7 @@ impl PackTrace {
     fn new(id: u64) -> PackTrace {
         PackTrace {
             id,
-            on: std::env::var_os("TUNE_PACK_TRACE").is_some(),
+            on: tracing(),
             lap: Instant::now(),
             phases: Vec::new(),
         }

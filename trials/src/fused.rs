@@ -34,6 +34,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 
 use crate::config::{Activation, OptimizerKind};
+use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
 use crate::trainer::{epoch_order, Builtin, EpochReport, Trainer};
 use crate::TrialsError;
@@ -205,20 +206,12 @@ pub struct FusedTrainer {
     /// broadcast over it). A member without dense layer `i` has zeros there.
     vars: Vec<Var>,
     /// Per weight: the optimizer's slots (`[momentum]`, `[m, v]`, or `[momentum or m, v]` in
-    /// a pack of both), stacked the same way.
-    state: Vec<Vec<Tensor>>,
+    /// a pack of both), stacked the same way, then on a leading slot dimension:
+    /// `(slots, K, ...)`, as the fused update reads and writes them.
+    state: Vec<Tensor>,
     /// Per dense layer: which members have it, `(K, 1, 1)`, where some do not.
     has_layer: Vec<Option<Tensor>>,
-    /// Which members use SGD and which AdamW; `(K, 1, 1)`, 1 for AdamW, in a pack of both.
-    optimizers: Optimizers,
     device: Device,
-}
-
-#[derive(Clone)]
-enum Optimizers {
-    Sgd,
-    Adamw,
-    Both { adamw: Tensor },
 }
 
 impl FusedTrainer {
@@ -257,16 +250,6 @@ impl FusedTrainer {
         let shapes: Vec<(usize, usize)> = trainers.iter().map(Trainer::dense_shape).collect();
         let depth = shapes.iter().map(|s| s.0).max().unwrap_or(0);
         let width = shapes.iter().map(|s| s.1).max().unwrap_or(0);
-        let kinds: Vec<OptimizerKind> = trainers.iter().map(|t| t.optimizer.kind).collect();
-        let optimizers = if kinds.iter().all(|&k| k == OptimizerKind::Sgd) {
-            Optimizers::Sgd
-        } else if kinds.iter().all(|&k| k == OptimizerKind::Adamw) {
-            Optimizers::Adamw
-        } else {
-            Optimizers::Both {
-                adamw: per_member(&kinds, |&k| k == OptimizerKind::Adamw, &device)?,
-            }
-        };
         let slots = trainers
             .iter()
             .map(|t| t.optimizer.state[0].len())
@@ -292,7 +275,6 @@ impl FusedTrainer {
             vars: Vec::new(),
             state: Vec::new(),
             has_layer,
-            optimizers,
         };
         let mut vars = Vec::new();
         let mut state = Vec::new();
@@ -314,11 +296,10 @@ impl FusedTrainer {
             vars.push(Var::from_tensor(&stacked(&|t, j| {
                 Some(t.model.vars()[j].1.as_tensor().clone())
             })?)?);
-            state.push(
-                (0..slots)
-                    .map(|s| stacked(&|t, j| t.optimizer.state[j].get(s).cloned()))
-                    .collect::<candle_core::Result<Vec<_>>>()?,
-            );
+            let slots = (0..slots)
+                .map(|s| stacked(&|t, j| t.optimizer.state[j].get(s).cloned()))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            state.push(Tensor::stack(&slots, 0)?);
         }
         pack.vars = vars;
         pack.state = state;
@@ -433,7 +414,7 @@ impl FusedTrainer {
                     .collect()
             })
             .collect();
-        let coefficients = Coefficients::new(&self.members, &lrs, &self.device)?;
+        let coefficients = Coefficients::new(&self.members, &lrs, &ticks.lens, &self.device)?;
         let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
         for i in 0..ticks.count() {
             let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
@@ -460,7 +441,7 @@ impl FusedTrainer {
                     // one member's: each weight's gradient is then the unfused one, to the
                     // bit.
                     let loss = picked.sum_all()?.affine(-1.0 / rows as f64, 0.0)?;
-                    self.step(&loss.backward()?, &coefficients, i, (None, lens))?;
+                    self.step(&loss.backward()?, &coefficients, i, lens)?;
                     picked
                         .detach()
                         .reshape((members, rows))?
@@ -474,9 +455,7 @@ impl FusedTrainer {
                     // loss's, as alone; a member whose epoch has no update `i` sits it out.
                     let weights = m.weights.narrow(0, m.offsets[i], members * rows)?;
                     let weighted = (&picked * &weights.unsqueeze(1)?)?;
-                    let sits_out = lens.contains(&0).then(|| m.active.get(i)).transpose()?;
-                    let grads = weighted.sum_all()?.backward()?;
-                    self.step(&grads, &coefficients, i, (sits_out, lens))?;
+                    self.step(&weighted.sum_all()?.backward()?, &coefficients, i, lens)?;
                     weighted
                         .detach()
                         .reshape((members, rows))?
@@ -587,7 +566,7 @@ impl FusedTrainer {
             };
             var.set(&slice(&self.vars[p])?)?;
             for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
-                *slot = slice(&self.state[p][s])?;
+                *slot = slice(&self.state[p].get(s)?)?;
             }
         }
         Ok(())
@@ -660,153 +639,83 @@ impl FusedTrainer {
         sites
     }
 
-    /// Optimizer update `i` of the epoch for every member, with each member's coefficients
-    /// broadcast over its slice: the same operations, in the same order, as
-    /// [`crate::Optimizer::step`]. In a pack of SGD and AdamW members each weight is updated
-    /// both ways and each member keeps its own optimizer's result. Where some members sit
-    /// the update out (their epoch has fewer; `lens[k]` rows of member `k` in the batch, 0
-    /// for those), `active` `(K, 1, 1)` says which update: the others keep their weights and
-    /// state.
+    /// Optimizer update `i` of the epoch for every member, each weight's in one pass
+    /// ([`FusedStep`]) with each member's own coefficients: the same operations, in the same
+    /// order, as [`crate::Optimizer::step`]. A member with no rows in the tick (`lens[k]` 0:
+    /// its epoch has fewer updates) sits the update out, its weights and state kept.
     fn step(
         &mut self,
         grads: &GradStore,
         c: &Coefficients,
         i: usize,
-        (active, lens): (Option<Tensor>, &[usize]),
+        lens: &[usize],
     ) -> Result<(), TrialsError> {
         for (m, &len) in self.members.iter_mut().zip(lens) {
             m.optimizer.steps += u64::from(len > 0);
         }
-        let at = |t: &Tensor| t.get(i);
-        let (step, decayed, unbias2) = (at(&c.step)?, at(&c.decayed)?, at(&c.unbias2)?);
+        let op = FusedStep {
+            coefficients: c.values.get(i)?,
+            decay: c.decay,
+            nesterov: self.key.nesterov,
+        };
         for (j, var) in self.vars.iter().enumerate() {
-            let g = gradient(grads, var, j)?;
-            let p = var.as_tensor();
-            let state = &mut self.state[j];
-            let sgd = || -> candle_core::Result<(Tensor, Tensor)> {
-                let g = if c.decay {
-                    (&g + p.broadcast_mul(&c.weight_decay)?)?
-                } else {
-                    g.clone()
-                };
-                let buf = (state[0].broadcast_mul(&c.beta1)? + &g)?;
-                let update = if self.key.nesterov {
-                    (g + buf.broadcast_mul(&c.beta1)?)?
-                } else {
-                    buf.clone()
-                };
-                Ok(((p - update.broadcast_mul(&step)?)?, buf))
-            };
-            let adamw = || -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-                let kept = p.broadcast_mul(&decayed)?;
-                let m = (state[0].broadcast_mul(&c.beta1)? + g.broadcast_mul(&c.rest1)?)?;
-                let v = (state[1].broadcast_mul(&c.beta2)? + g.sqr()?.broadcast_mul(&c.rest2)?)?;
-                let denom = v.sqrt()?.broadcast_mul(&unbias2)?.broadcast_add(&c.eps)?;
-                let update = m.div(&denom)?.broadcast_mul(&step)?;
-                Ok(((kept - update)?, m, v))
-            };
-            let (new_p, slots) = match &self.optimizers {
-                Optimizers::Sgd => {
-                    let (p, buf) = sgd()?;
-                    (p, vec![buf])
-                }
-                Optimizers::Adamw => {
-                    let (p, m, v) = adamw()?;
-                    (p, vec![m, v])
-                }
-                Optimizers::Both { adamw: is_adamw } => {
-                    let (p_sgd, buf) = sgd()?;
-                    let (p_adamw, m, v) = adamw()?;
-                    let is_adamw = is_adamw.broadcast_as(p.shape())?;
-                    (
-                        is_adamw.where_cond(&p_adamw, &p_sgd)?,
-                        vec![
-                            is_adamw.where_cond(&m, &buf)?,
-                            is_adamw.where_cond(&v, &state[1])?,
-                        ],
-                    )
-                }
-            };
-            match &active {
-                None => {
-                    var.set(&new_p)?;
-                    *state = slots;
-                }
-                Some(active) => {
-                    let active = active.broadcast_as(p.shape())?;
-                    var.set(&active.where_cond(&new_p, p)?)?;
-                    for (slot, new) in state.iter_mut().zip(slots) {
-                        *slot = active.where_cond(&new, slot)?;
-                    }
-                }
-            }
+            // A gradient may be a transposed view (a matmul operand's); the op reads rows.
+            let g = gradient(grads, var, j)?.contiguous()?;
+            let out = var.as_tensor().apply_op3_no_bwd(&g, &self.state[j], &op)?;
+            var.set(&out.get(0)?)?;
+            self.state[j] = out.narrow(0, 1, out.dim(0)? - 1)?;
         }
         Ok(())
     }
 }
 
-/// The members' optimizer coefficients for one epoch, on the pack's device: `(K, 1, 1)`
-/// tensors for those fixed through the epoch, `(updates, K, 1, 1)` for those that change with
-/// each update (the learning rate's schedule, Adam's bias corrections). Each member's are
-/// its own optimizer's; those of the other optimizer are finite fillers, whose results a
-/// mixed pack discards.
+/// The members' optimizer coefficients for one epoch, on the pack's device: per update, one
+/// row of [`column`]s per member, `(updates, K, column::COUNT)`. Each member's are its own
+/// optimizer's; those of the other optimizer are unused.
 struct Coefficients {
-    /// SGD: whether any SGD member decays; its weight decay, and its momentum in `beta1`.
+    values: Tensor,
+    /// Whether any SGD member decays its weights.
     decay: bool,
-    weight_decay: Tensor,
-    beta1: Tensor,
-    rest1: Tensor,
-    beta2: Tensor,
-    rest2: Tensor,
-    eps: Tensor,
-    /// Per update: AdamW's `1 - lr * weight_decay`, its `1 / sqrt(1 - beta2^t)`, and the step
-    /// size (`lr / (1 - beta1^t)`; SGD's `lr`).
-    decayed: Tensor,
-    unbias2: Tensor,
-    step: Tensor,
 }
 
 impl Coefficients {
-    /// For an epoch whose update `i` has learning rates `lrs[i]`, one per member, starting
-    /// after each member's `optimizer.steps` updates.
+    /// For an epoch whose update `i` has learning rates `lrs[i]`, one per member, and gives
+    /// member `k` `lens[i][k]` rows (0: it sits the update out), starting after each
+    /// member's `optimizer.steps` updates.
     fn new(
         members: &[Trainer],
         lrs: &[Vec<f64>],
+        lens: &[Vec<usize>],
         device: &Device,
     ) -> candle_core::Result<Coefficients> {
-        let k = members.len();
         let sgd = |m: &Trainer| m.optimizer.kind == OptimizerKind::Sgd;
-        let fixed = |f: &dyn Fn(&Trainer) -> f64| {
-            let values: Vec<f32> = members.iter().map(|m| f(m) as f32).collect();
-            Tensor::from_vec(values, (k, 1, 1), device)
-        };
-        let per_update = |f: &dyn Fn(f64, &Trainer, i32) -> f64| {
-            let mut values = Vec::with_capacity(lrs.len() * k);
-            for (i, update) in lrs.iter().enumerate() {
-                for (m, &lr) in members.iter().zip(update) {
-                    let t = (m.optimizer.steps + 1 + i as u64) as i32;
-                    values.push(f(lr, m, t) as f32);
-                }
-            }
-            Tensor::from_vec(values, (lrs.len(), k, 1, 1), device)
-        };
-        Ok(Coefficients {
-            decay: members.iter().any(|m| sgd(m) && m.cfg.weight_decay > 0.0),
-            weight_decay: fixed(&|m| if sgd(m) { m.cfg.weight_decay } else { 0.0 })?,
-            beta1: fixed(&|m| if sgd(m) { m.cfg.momentum } else { m.cfg.beta1 })?,
-            rest1: fixed(&|m| 1.0 - m.cfg.beta1)?,
-            beta2: fixed(&|m| m.cfg.beta2)?,
-            rest2: fixed(&|m| 1.0 - m.cfg.beta2)?,
-            eps: fixed(&|m| m.cfg.eps)?,
-            decayed: per_update(&|lr, m, _| 1.0 - lr * m.cfg.weight_decay)?,
-            unbias2: per_update(&|_, m, t| 1.0 / (1.0 - m.cfg.beta2.powi(t)).sqrt())?,
-            step: per_update(&|lr, m, t| {
-                if sgd(m) {
+        let mut values = Vec::with_capacity(lrs.len() * members.len() * column::COUNT);
+        for (i, (update, lens)) in lrs.iter().zip(lens).enumerate() {
+            for ((m, &lr), &len) in members.iter().zip(update).zip(lens) {
+                let t = (m.optimizer.steps + 1 + i as u64) as i32;
+                let cfg = &m.cfg;
+                let mut row = [0f64; column::COUNT];
+                row[column::ADAMW] = if sgd(m) { 0.0 } else { 1.0 };
+                row[column::ACTIVE] = if len > 0 { 1.0 } else { 0.0 };
+                row[column::WEIGHT_DECAY] = if sgd(m) { cfg.weight_decay } else { 0.0 };
+                row[column::BETA1] = if sgd(m) { cfg.momentum } else { cfg.beta1 };
+                row[column::REST1] = 1.0 - cfg.beta1;
+                row[column::BETA2] = cfg.beta2;
+                row[column::REST2] = 1.0 - cfg.beta2;
+                row[column::EPS] = cfg.eps;
+                row[column::DECAYED] = 1.0 - lr * cfg.weight_decay;
+                row[column::UNBIAS2] = 1.0 / (1.0 - cfg.beta2.powi(t)).sqrt();
+                row[column::STEP] = if sgd(m) {
                     lr
                 } else {
-                    lr / (1.0 - m.cfg.beta1.powi(t))
-                }
-            })?,
+                    lr / (1.0 - cfg.beta1.powi(t))
+                };
+                values.extend(row.iter().map(|&v| v as f32));
+            }
+        }
+        Ok(Coefficients {
+            values: Tensor::from_vec(values, (lrs.len(), members.len(), column::COUNT), device)?,
+            decay: members.iter().any(|m| sgd(m) && m.cfg.weight_decay > 0.0),
         })
     }
 }
@@ -840,8 +749,6 @@ struct MaskedTicks {
     weights: Tensor,
     /// `(ticks, K)`: each member's rows in the tick.
     lens: Tensor,
-    /// `(ticks, K, 1, 1)`: 1 where the member updates.
-    active: Tensor,
     offsets: Vec<usize>,
 }
 
@@ -892,14 +799,12 @@ impl Ticks {
             }
         }
         let flat_lens: Vec<f32> = lens.iter().flatten().map(|&l| l as f32).collect();
-        let active: Vec<u8> = lens.iter().flatten().map(|&l| u8::from(l > 0)).collect();
         let total = idx.len();
         Ok(Ticks {
             batches: Batches::Masked(MaskedTicks {
                 idx: Tensor::from_vec(idx, total, device)?,
                 weights: Tensor::from_vec(weights, total, device)?,
                 lens: Tensor::from_vec(flat_lens, (count, k), device)?,
-                active: Tensor::from_vec(active, (count, k, 1, 1), device)?,
                 offsets,
             }),
             lens,
@@ -1209,7 +1114,9 @@ mod tests {
             Some((1, 10)),
         ];
         for (p, own) in own.iter().enumerate() {
-            for t in std::iter::once(pack.vars[p].as_tensor()).chain(&pack.state[p]) {
+            let slots = pack.state[p].dim(0).unwrap();
+            let state = (0..slots).map(|s| pack.state[p].get(s).unwrap());
+            for t in std::iter::once(pack.vars[p].as_tensor().clone()).chain(state) {
                 let member = t.get(1).unwrap().to_vec2::<f32>().unwrap();
                 for (r, row) in member.iter().enumerate() {
                     for (c, &x) in row.iter().enumerate() {
@@ -1315,9 +1222,7 @@ mod tests {
             };
             let pack = pack_after_an_epoch(Builtin::Cnn, &cfg, 2);
             for (j, slots) in pack.state.iter().enumerate() {
-                for (s, slot) in slots.iter().enumerate() {
-                    assert!(!slot.track_op(), "{optimizer:?}: weight {j}, slot {s}");
-                }
+                assert!(!slots.track_op(), "{optimizer:?}: weight {j}");
             }
         }
     }

@@ -35,8 +35,30 @@ pub fn driver_present() -> bool {
 
 #[cfg(feature = "cuda")]
 mod imp {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+
     use super::GpuInfo;
-    use candle_core::cuda_backend::cudarc::driver::{result, CudaContext};
+    use candle_core::cuda_backend::cudarc::driver::{result, CudaContext, DriverError};
+
+    /// GPU `ordinal`'s primary context, held for the rest of the process. Dropping the last
+    /// handle destroys a primary context, and making one takes a noticeable part of a second
+    /// on a large GPU: asking for free memory once per claimed slot made and destroyed it
+    /// each time (seen on an H200: the first 16 trials of a fused sweep started 2.5 s late),
+    /// and each unfused trial made it again after the one before it ended.
+    fn context(ordinal: usize) -> Result<Arc<CudaContext>, DriverError> {
+        static HELD: OnceLock<Mutex<HashMap<usize, Arc<CudaContext>>>> = OnceLock::new();
+        let mut held = HELD
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(ctx) = held.get(&ordinal) {
+            return Ok(ctx.clone());
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        held.insert(ordinal, ctx.clone());
+        Ok(ctx)
+    }
 
     pub fn driver_present() -> bool {
         // dlopen rather than a cudarc call: the same binary must start where there is no
@@ -64,7 +86,7 @@ mod imp {
             }
             (0..n as usize)
                 .map(|i| {
-                    let ctx = CudaContext::new(i).map_err(|e| format!("GPU {i}: {e}"))?;
+                    let ctx = context(i).map_err(|e| format!("GPU {i}: {e}"))?;
                     ctx.bind_to_thread().map_err(|e| format!("GPU {i}: {e}"))?;
                     let (free, total) =
                         result::mem_get_info().map_err(|e| format!("GPU {i}: {e}"))?;
@@ -84,7 +106,7 @@ mod imp {
             return None;
         }
         guarded(|| {
-            let ctx = CudaContext::new(ordinal).map_err(|e| e.to_string())?;
+            let ctx = context(ordinal).map_err(|e| e.to_string())?;
             ctx.bind_to_thread().map_err(|e| e.to_string())?;
             result::mem_get_info()
                 .map(|(free, _)| free as u64)
