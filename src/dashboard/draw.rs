@@ -495,8 +495,12 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
                 .map(|&(slot, id)| slot_line(slot, Some(id), "  ")),
         );
     }
+    // Wrapped: a GPU's line is longer than the panel is wide on a 160-column terminal (seen
+    // on an H200: its memory cut at "140.4 G").
     frame.render_widget(
-        Paragraph::new(lines).block(focused(" workers ".into(), false)),
+        Paragraph::new(lines)
+            .block(focused(" workers ".into(), false))
+            .wrap(Wrap { trim: false }),
         area,
     );
 }
@@ -909,6 +913,20 @@ mod tests {
             workers.contains("gpu 0 NVIDIA H100 · 91% busy · 10.0 / 80.0 GiB"),
             "{workers}"
         );
+    }
+
+    #[test]
+    fn a_narrow_workers_panel_wraps_a_gpus_line_rather_than_cut_it() {
+        let mut app = mixed();
+        app.board.apply(Update::Gpus(vec![tune_trials::GpuUse {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            busy_percent: 94,
+            memory_used_bytes: 12 << 30,
+            memory_total_bytes: 140 << 30,
+        }]));
+        let workers = panel(43, 8, |f, a| draw_workers(f, a, &app, T0));
+        assert!(workers.contains("140.0 GiB"), "{workers}");
     }
 
     #[test]

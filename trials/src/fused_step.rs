@@ -143,14 +143,17 @@ impl CustomOp3 for FusedStep {
         let coefficients = contiguous(coefficients.as_slice::<f32>()?, layout, "coefficients")?;
         let mut out = vec![0f32; (1 + slots) * numel];
         let (new_p, new_s) = out.split_at_mut(numel);
-        for e in 0..numel {
-            let c = &coefficients[e / per * column::COUNT..][..column::COUNT];
-            let state = [s[e], if slots > 1 { s[numel + e] } else { 0.0 }];
-            let [np, s0, s1] = update(c, self.decay, self.nesterov, p[e], g[e], state);
-            new_p[e] = np;
-            new_s[e] = s0;
-            if slots > 1 {
-                new_s[numel + e] = s1;
+        // Member by member, so that the coefficients and the branches on them stay put
+        // through each member's elements.
+        for (k, c) in coefficients.chunks_exact(column::COUNT).enumerate() {
+            for e in k * per..(k + 1) * per {
+                let state = [s[e], if slots > 1 { s[numel + e] } else { 0.0 }];
+                let [np, s0, s1] = update(c, self.decay, self.nesterov, p[e], g[e], state);
+                new_p[e] = np;
+                new_s[e] = s0;
+                if slots > 1 {
+                    new_s[numel + e] = s1;
+                }
             }
         }
         Ok((CpuStorage::F32(out), Self::out_shape(pl, slots)))
