@@ -112,6 +112,8 @@ fn train(
     if let Some(arrival) = arrival {
         if !trainer.finished() {
             let key = trainer.pack_key();
+            // The pack trains it on its own thread (see `Trainer::synchronize`).
+            trainer.synchronize()?;
             return train_in_pack(arrival.join(trainer, key), n_params, ctx);
         }
     }

@@ -123,10 +123,13 @@ pub struct SplitTensors {
 impl SplitTensors {
     /// Uploads `split`'s rows to `device`.
     pub fn new(split: &Split, device: &Device) -> Result<SplitTensors, TrialsError> {
-        Ok(SplitTensors {
+        let made = SplitTensors {
             train: tensors(&split.train, device)?,
             val: tensors(&split.val, device)?,
-        })
+        };
+        // Other threads read the rows (a slot's trials, its packs); see `Trainer::synchronize`.
+        device.synchronize()?;
+        Ok(made)
     }
 
     /// The device the rows are on.
@@ -350,7 +353,29 @@ impl Trainer {
     /// assert!(dir.path().join(CHECKPOINT_FILE).exists());
     /// ```
     pub fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
-        checkpoint::write_behind(dir, self.checkpoint(true)?)
+        let contents = self.checkpoint(true)?;
+        // The checkpoint thread reads the tensors: the copies just queued must be done.
+        self.synchronize()?;
+        checkpoint::write_behind(dir, contents)
+    }
+
+    /// Waits until the device has done the work this thread queued for the trainer, before
+    /// another thread (a pack's, the checkpoint writer) reads its tensors. On a GPU each
+    /// thread queues on a stream of its own (candle opens a device on the per-thread default
+    /// stream), which does not wait for another thread's, and an upload from host memory
+    /// may still be on its way when it returns. Nothing to wait for on CPU.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+    ///     .load(".".as_ref())
+    ///     .unwrap();
+    /// let cpu = candle_core::Device::Cpu;
+    /// let trainer = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 0).unwrap();
+    /// trainer.synchronize().unwrap(); // now another thread may train it
+    /// ```
+    pub fn synchronize(&self) -> Result<(), TrialsError> {
+        Ok(self.device.synchronize()?)
     }
 
     /// What the checkpoint holds; with `copy_weights`, copies of the weights, which the next
