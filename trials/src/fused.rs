@@ -10,10 +10,11 @@
 //! forward, its weights get exactly zero gradients and keep their zeros under both
 //! optimizers, and a member's own units compute what they compute alone (summed over extra
 //! zero terms, so within rounding rather than bit for bit). A pack also mixes SGD and AdamW
-//! members, each weight's update computed both ways and each member's taken, and batch
-//! sizes: update `i` of every member is one step of the pack, the shorter batches padded with
-//! rows whose loss weighs 0, and a member with fewer updates in its epoch sits the last ones
-//! out (its weights and state kept by a select).
+//! members, each member's slice of a weight updated by its own optimizer in the one pass
+//! that updates the weight (`crate::fused_step`), and batch sizes: update `i` of every
+//! member is one step of the pack, the shorter batches padded with rows whose loss weighs 0,
+//! and a member with fewer updates in its epoch sits the last ones out (its weights and
+//! state kept as they are).
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
