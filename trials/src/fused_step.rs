@@ -71,14 +71,11 @@ fn update(c: &[f32], decay: bool, nesterov: bool, p: f32, g: f32, s: [f32; 2]) -
     }
 }
 
-/// The contiguous elements of a tensor's storage, or an error naming `what`.
-fn contiguous<'a>(
-    values: &'a [f32],
-    layout: &Layout,
-    what: &str,
-) -> candle_core::Result<&'a [f32]> {
+/// Where a tensor's elements lie in its storage, which the op reads as one run, or an error
+/// naming `what`.
+fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
     match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&values[start..end]),
+        Some((start, end)) => Ok(start..end),
         None => candle_core::bail!("fused-step: {what} is not contiguous"),
     }
 }
@@ -133,14 +130,14 @@ impl CustomOp3 for FusedStep {
         sl: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (numel, per, slots) = self.sizes(pl, gl, sl)?;
-        let p = contiguous(p.as_slice::<f32>()?, pl, "the weight")?;
-        let g = contiguous(g.as_slice::<f32>()?, gl, "the gradient")?;
-        let s = contiguous(s.as_slice::<f32>()?, sl, "the optimizer state")?;
+        let p = &p.as_slice::<f32>()?[contiguous(pl, "the weight")?];
+        let g = &g.as_slice::<f32>()?[contiguous(gl, "the gradient")?];
+        let s = &s.as_slice::<f32>()?[contiguous(sl, "the optimizer state")?];
         let (storage, layout) = self.coefficients.storage_and_layout();
         let Storage::Cpu(coefficients) = &*storage else {
             candle_core::bail!("fused-step: coefficients on another device than the weight");
         };
-        let coefficients = contiguous(coefficients.as_slice::<f32>()?, layout, "coefficients")?;
+        let coefficients = &coefficients.as_slice::<f32>()?[contiguous(layout, "coefficients")?];
         let mut out = vec![0f32; (1 + slots) * numel];
         let (new_p, new_s) = out.split_at_mut(numel);
         // Member by member, so that the coefficients and the branches on them stay put
@@ -178,10 +175,7 @@ impl CustomOp3 for FusedStep {
             l: &Layout,
             what: &str,
         ) -> candle_core::Result<CudaView<'a, f32>> {
-            let Some((start, end)) = l.contiguous_offsets() else {
-                candle_core::bail!("fused-step: {what} is not contiguous");
-            };
-            Ok(t.as_cuda_slice::<f32>()?.slice(start..end))
+            Ok(t.as_cuda_slice::<f32>()?.slice(contiguous(l, what)?))
         }
         let device = p.device.clone();
         let (pv, gv, sv) = (
