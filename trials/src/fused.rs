@@ -203,15 +203,17 @@ pub struct FusedTrainer {
     /// output layer): the members' tensors stacked on a new leading dimension, padded with
     /// zeros to the pack's width. A bias `(out)` becomes `(K, 1, out)`, so it broadcasts over
     /// the batch; a convolution's kernel `(out, in, 3, 3)` becomes `(K, out, in * 9)`, its
-    /// im2col matrix (every weight of rank 3, so the members' coefficients `(K, 1, 1)`
-    /// broadcast over it). A member without dense layer `i` has zeros there.
-    vars: Vec<Var>,
+    /// im2col matrix. A member without dense layer `i` has zeros there. Plain tensors: the
+    /// pack computes its own gradients ([`FusedTrainer::backward`]).
+    weights: Vec<Tensor>,
     /// Per weight: the optimizer's slots (`[momentum]`, `[m, v]`, or `[momentum or m, v]` in
     /// a pack of both), stacked the same way, then on a leading slot dimension:
     /// `(slots, K, ...)`, as the fused update reads and writes them.
     state: Vec<Tensor>,
     /// Per dense layer: which members have it, `(K, 1, 1)`, where some do not.
     has_layer: Vec<Option<Tensor>>,
+    /// A scalar 0 on the device, broadcast where an operation needs zeros.
+    zero: Tensor,
     device: Device,
 }
 
@@ -266,6 +268,7 @@ impl FusedTrainer {
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let mut pack = FusedTrainer {
+            zero: Tensor::zeros((), DType::F32, &device)?,
             device,
             key,
             members: Vec::new(),
@@ -273,11 +276,11 @@ impl FusedTrainer {
             depth,
             width,
             convs: first.conv_vars(),
-            vars: Vec::new(),
+            weights: Vec::new(),
             state: Vec::new(),
             has_layer,
         };
-        let mut vars = Vec::new();
+        let mut weights = Vec::new();
         let mut state = Vec::new();
         for p in 0..pack.convs + 2 * (depth + 1) {
             let shape = pack.stacked_shape(first, p)?;
@@ -294,15 +297,15 @@ impl FusedTrainer {
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Tensor::stack(&parts, 0)
             };
-            vars.push(Var::from_tensor(&stacked(&|t, j| {
+            weights.push(stacked(&|t, j| {
                 Some(t.model.vars()[j].1.as_tensor().clone())
-            })?)?);
+            })?);
             let slots = (0..slots)
                 .map(|s| stacked(&|t, j| t.optimizer.state[j].get(s).cloned()))
                 .collect::<candle_core::Result<Vec<_>>>()?;
             state.push(Tensor::stack(&slots, 0)?);
         }
-        pack.vars = vars;
+        pack.weights = weights;
         pack.state = state;
         pack.members = trainers;
         Ok(pack)
@@ -395,7 +398,7 @@ impl FusedTrainer {
             .collect();
         // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
         // upload from pageable memory waits for the queue to drain.
-        let ticks = Ticks::new(&self.members, orders, n, &self.device)?;
+        let ticks = Ticks::new(&self.members, &orders, n, &self.device)?;
         let mut masks = if self.members.iter().any(|m| m.cfg.dropout > 0.0) {
             Some(DropoutMasks::new(self, &ticks)?)
         } else {
@@ -416,57 +419,44 @@ impl FusedTrainer {
             })
             .collect();
         let coefficients = Coefficients::new(&self.members, &lrs, &ticks.lens, &self.device)?;
-        let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
+        // Each row's class, and the loss's gradient at the rows' log-probabilities for the
+        // whole epoch: the row's weight at its class, 0 elsewhere, as the backward pass of
+        // candle's `nll` scatters it batch by batch.
+        let targets = y.index_select(&ticks.idx, 0)?;
+        let row_weights = ticks.weights.unsqueeze(1)?;
+        let at_log_probs = Tensor::zeros((ticks.idx.dim(0)?, classes), DType::F32, &self.device)?
+            .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
+        let minus_weights = row_weights.neg()?;
+        let mut log_prob_sums = Tensor::zeros(members, DType::F32, &self.device)?;
         for i in 0..ticks.count() {
             let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
-            let idx = match &ticks.batches {
-                // Uniform batches: a member's rows `i * batch_size ..`, the last batch shorter
-                // for every member alike.
-                Batches::Uniform { order, batch_size } => {
-                    order.narrow(1, i * batch_size, rows)?.flatten_all()?
-                }
-                Batches::Masked(m) => m.idx.narrow(0, m.offsets[i], members * rows)?,
-            };
+            let (at, len) = (ticks.offsets[i], members * rows);
             let bx = x
-                .index_select(&idx, 0)?
+                .index_select(&ticks.idx.narrow(0, at, len)?, 0)?
                 .reshape((members, rows, features))?;
-            let by = y.index_select(&idx, 0)?;
             let tick_masks = masks.as_mut().map(DropoutMasks::next).transpose()?;
-            let logits = self.forward(&bx, tick_masks.as_deref())?;
-            let log_probs =
-                candle_nn::ops::log_softmax(&logits.reshape((members * rows, classes))?, 1)?;
-            let picked = log_probs.gather(&by.unsqueeze(1)?, 1)?;
-            let member_losses = match &ticks.batches {
-                Batches::Uniform { .. } => {
-                    // The sum of the members' mean losses, scaled as candle's `nll` scales
-                    // one member's: each weight's gradient is then the unfused one, to the
-                    // bit.
-                    let loss = picked.sum_all()?.affine(-1.0 / rows as f64, 0.0)?;
-                    self.step(&loss.backward()?, &coefficients, i, lens)?;
-                    picked
-                        .detach()
-                        .reshape((members, rows))?
-                        .sum(1)?
-                        .affine(-1.0 / rows as f64, 0.0)?
-                        .affine(rows as f64, 0.0)?
-                }
-                Batches::Masked(m) => {
-                    // Members of other batch sizes: each row weighted by -1 / its member's
-                    // rows in the tick (0 for padding), so each member's gradient is its mean
-                    // loss's, as alone; a member whose epoch has no update `i` sits it out.
-                    let weights = m.weights.narrow(0, m.offsets[i], members * rows)?;
-                    let weighted = (&picked * &weights.unsqueeze(1)?)?;
-                    self.step(&weighted.sum_all()?.backward()?, &coefficients, i, lens)?;
-                    weighted
-                        .detach()
-                        .reshape((members, rows))?
-                        .sum(1)?
-                        .mul(&m.lens.get(i)?)?
-                }
+            let (logits, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
+            let softmax = LogSoftmax::new(&logits.reshape((len, classes))?)?;
+            let at_logits = softmax.backward(
+                &at_log_probs.narrow(0, at, len)?,
+                &minus_weights.narrow(0, at, len)?,
+                &self.zero,
+            )?;
+            let tape =
+                tape.ok_or_else(|| TrialsError::Train("a training pass kept no tape".into()))?;
+            let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
+            self.step(&grads, &coefficients, i, lens)?;
+            // Each member's summed log-probability of its own rows' classes.
+            let picked = softmax
+                .log_probs
+                .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
+            let picked = match &ticks.own {
+                Some(own) => picked.mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?,
+                None => picked,
             };
-            loss_sums = (loss_sums + member_losses)?;
+            log_prob_sums = (log_prob_sums + picked.reshape((members, rows))?.sum(1)?)?;
         }
-        let train_losses = loss_sums.to_vec1::<f32>()?;
+        let log_prob_sums = log_prob_sums.to_vec1::<f32>()?;
         let validation = self.evaluate()?;
         Ok(self
             .members
@@ -478,7 +468,7 @@ impl FusedTrainer {
                 let last = (m.steps_per_epoch() as usize).saturating_sub(1);
                 let lr = lrs.get(last).map_or(0.0, |l| l[k]);
                 m.end_epoch(
-                    train_losses[k] as f64 / n as f64,
+                    -(log_prob_sums[k] as f64) / n as f64,
                     val_loss,
                     val_accuracy,
                     lr,
@@ -496,7 +486,7 @@ impl FusedTrainer {
             .unsqueeze(0)?
             .broadcast_as((members, *n, features))?
             .contiguous()?;
-        let logits = self.forward(&xs, None)?;
+        let (logits, _) = self.forward(&xs, None, false)?;
         let ys = y.unsqueeze(0)?.broadcast_as((members, *n))?.contiguous()?;
         let log_probs =
             candle_nn::ops::log_softmax(&logits.reshape((members * n, self.key.classes))?, 1)?;
@@ -545,7 +535,7 @@ impl FusedTrainer {
     /// Copies member `k`'s slices of the packed weights and optimizer state into its own.
     fn write_back(&mut self, k: usize) -> Result<(), TrialsError> {
         let weights = self.members[k].model.vars().len();
-        let pack_weights: Vec<usize> = (0..self.vars.len())
+        let pack_weights: Vec<usize> = (0..self.weights.len())
             .filter(|&p| self.member_weight(k, p).is_some())
             .collect();
         debug_assert_eq!(pack_weights.len(), weights);
@@ -565,7 +555,7 @@ impl FusedTrainer {
                 }
                 t.reshape(var.shape())?.force_contiguous()
             };
-            var.set(&slice(&self.vars[p])?)?;
+            var.set(&slice(&self.weights[p])?)?;
             for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
                 *slot = slice(&self.state[p].get(s)?)?;
             }
@@ -573,47 +563,155 @@ impl FusedTrainer {
         Ok(())
     }
 
-    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; while training, the
-    /// tick's dropout `masks`, one per [`FusedTrainer::dropout_sites`]. Each member's part is
-    /// what its own model computes alone.
-    fn forward(&self, x: &Tensor, masks: Option<&[Tensor]>) -> candle_core::Result<Tensor> {
-        let layers: Vec<&[Var]> = self.vars.chunks(2).collect();
-        let (last, mut dense) = layers.split_last().expect("an output layer");
+    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; while training, with
+    /// the tick's dropout `masks`, one per [`FusedTrainer::dropout_sites`], and with what
+    /// [`FusedTrainer::backward`] needs kept (`tape`). Each member's part is what its own
+    /// model computes alone.
+    fn forward(
+        &self,
+        x: &Tensor,
+        masks: Option<&[Tensor]>,
+        tape: bool,
+    ) -> candle_core::Result<(Tensor, Option<Tape>)> {
         let mut masks = masks.map(|m| m.iter());
-        let mut drop = |h: Tensor| match masks.as_mut().and_then(Iterator::next) {
-            Some(mask) => h.mul(&mask.to_dtype(h.dtype())?),
-            None => Ok(h),
-        };
+        let mut next_mask = || masks.as_mut().and_then(Iterator::next).cloned();
+        let activation = self.key.activation;
         let mut h = x.clone();
+        let mut features = None;
         if let Some((c, height, width)) = self.key.image {
             // The CNN (crate::model::cnn): two convolutions, a 2x2 max-pool, then dense layers
-            // as the MLP's, with dropout after the pool and after the dense layer.
+            // as the MLP's, with dropout after the pool and after the dense layer. While
+            // training, candle's autograd tracks the convolutions: their kernels are `Var`s.
+            let kernels: Vec<Var> = if tape {
+                self.weights[..self.convs]
+                    .iter()
+                    .map(Var::from_tensor)
+                    .collect::<candle_core::Result<_>>()?
+            } else {
+                Vec::new()
+            };
+            let weights: Vec<&Tensor> = if tape {
+                kernels.iter().map(Var::as_tensor).collect()
+            } else {
+                self.weights[..self.convs].iter().collect()
+            };
             let (members, batch) = (x.dim(0)?, x.dim(1)?);
             h = h.reshape((members, batch, c, height, width))?;
-            for conv in &dense[..2] {
-                h = activate(&fused_conv3x3(&h, &conv[0], &conv[1])?, self.key.activation)?;
+            for conv in weights.chunks(2) {
+                h = activate(&fused_conv3x3(&h, conv[0], conv[1])?, activation)?;
             }
             let (channels, height, width) = (h.dim(2)?, h.dim(3)?, h.dim(4)?);
-            h = drop(
-                h.reshape((members * batch, channels, height, width))?
-                    .max_pool2d(2)?
-                    .reshape((members, batch, ()))?,
-            )?;
-            dense = &dense[2..];
+            h = h
+                .reshape((members * batch, channels, height, width))?
+                .max_pool2d(2)?
+                .reshape((members, batch, ()))?;
+            if let Some(mask) = next_mask() {
+                h = h.mul(&mask)?;
+            }
+            if tape {
+                features = Some((h.clone(), kernels));
+                h = h.detach();
+            }
         }
-        for (i, layer) in dense.iter().enumerate() {
-            let out = drop(activate(
-                &linear(&h, &layer[0], &layer[1])?,
-                self.key.activation,
-            )?)?;
+        let dense = &self.weights[self.convs..];
+        let mut layers = Vec::with_capacity(if tape { self.depth } else { 0 });
+        for i in 0..self.depth {
+            let z = linear(&h, &dense[2 * i], &dense[2 * i + 1])?;
+            let a = activate(&z, activation)?;
+            let mask = next_mask();
+            let out = match &mask {
+                Some(mask) => a.mul(mask)?,
+                None => a.clone(),
+            };
             // A member without this layer passes its activations through it.
-            h = match &self.has_layer[i] {
+            let next = match &self.has_layer[i] {
                 Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
                 None => out,
             };
+            if tape {
+                layers.push(DenseTape {
+                    input: h,
+                    z,
+                    a,
+                    mask,
+                });
+            }
+            h = next;
         }
         // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
-        linear(&h, &last[0], &last[1])
+        let logits = linear(&h, &dense[2 * self.depth], &dense[2 * self.depth + 1])?;
+        Ok((
+            logits,
+            tape.then(|| Tape {
+                features,
+                layers,
+                last: h,
+            }),
+        ))
+    }
+
+    /// Every weight's gradient, in the pack's order, from the gradient at the logits
+    /// `(K, batch, classes)` of the forward pass that kept `tape`. The dense layers' are the
+    /// operations candle's autograd does for them, in its order, so each member's gradient
+    /// is what it gets alone to the bit (on CPU), without what autograd adds around them:
+    /// a zero tensor and an addition for every operand of every operation, and the
+    /// gradients of the inputs, the dropout masks and the loss weights, which nothing reads.
+    /// For a layer of dropout, that was ~27 kernels where these are ~7, and a batch of
+    /// small kernels costs its launches. The CNN's convolutions go through autograd, from
+    /// their features' gradient.
+    fn backward(&self, tape: Tape, at_logits: &Tensor) -> Result<Vec<Tensor>, TrialsError> {
+        let mut grads = Vec::with_capacity(self.weights.len());
+        let last = self.weights.len() - 2;
+        let needs_input = |layer: usize| layer > 0 || tape.features.is_some();
+        let (at_w, at_b, mut at_h) = linear_backward(
+            &tape.last,
+            &self.weights[last],
+            at_logits,
+            needs_input(self.depth),
+        )?;
+        grads.extend([at_b, at_w]);
+        for (i, layer) in tape.layers.iter().enumerate().rev() {
+            let at_out =
+                at_h.ok_or_else(|| TrialsError::Train("no gradient reached a layer".into()))?;
+            // Where a member has no such layer, its activations passed it by: its gradient
+            // goes to the layer's input instead (`where_cond`'s two sides).
+            let (at_out, passed) = match &self.has_layer[i] {
+                Some(has) => {
+                    let has = has.broadcast_as(at_out.shape())?;
+                    let zero = self.zero.broadcast_as(at_out.shape())?;
+                    (
+                        has.where_cond(&at_out, &zero)?,
+                        Some(has.where_cond(&zero, &at_out)?),
+                    )
+                }
+                None => (at_out, None),
+            };
+            let at_a = match &layer.mask {
+                Some(mask) => at_out.mul(mask)?,
+                None => at_out,
+            };
+            let at_z =
+                activation_backward(&layer.z, &layer.a, &at_a, self.key.activation, &self.zero)?;
+            let w = self.convs + 2 * i;
+            let (at_w, at_b, at_input) =
+                linear_backward(&layer.input, &self.weights[w], &at_z, needs_input(i))?;
+            grads.extend([at_b, at_w]);
+            at_h = match (at_input, passed) {
+                (Some(at_input), Some(passed)) => Some((passed + at_input)?),
+                (at_input, _) => at_input,
+            };
+        }
+        if let Some((features, kernels)) = tape.features {
+            let at_features =
+                at_h.ok_or_else(|| TrialsError::Train("no gradient reached the features".into()))?;
+            let conv_grads = features.mul(&at_features)?.sum_all()?.backward()?;
+            for (j, kernel) in kernels.iter().enumerate().rev() {
+                // A gradient may be a transposed view (a matmul operand's); the update reads rows.
+                grads.push(gradient(&conv_grads, kernel, j)?.contiguous()?);
+            }
+        }
+        grads.reverse();
+        Ok(grads)
     }
 
     /// Where the forward pass drops units, in its order (the CNN's pooled maps, then each
@@ -625,7 +723,7 @@ impl FusedTrainer {
         let mut sites = Vec::with_capacity(self.depth + 1);
         if self.key.image.is_some() {
             // The first dense weight `(K, out, in)` reads the pooled maps.
-            let units = self.vars[self.convs].dims()[2];
+            let units = self.weights[self.convs].dims()[2];
             sites.push((units, rows.iter().map(|&r| (r, units)).collect()));
         }
         for i in 0..self.depth {
@@ -646,7 +744,7 @@ impl FusedTrainer {
     /// its epoch has fewer updates) sits the update out, its weights and state kept.
     fn step(
         &mut self,
-        grads: &GradStore,
+        grads: &[Tensor],
         c: &Coefficients,
         i: usize,
         lens: &[usize],
@@ -659,14 +757,126 @@ impl FusedTrainer {
             decay: c.decay,
             nesterov: self.key.nesterov,
         };
-        for (j, var) in self.vars.iter().enumerate() {
-            // A gradient may be a transposed view (a matmul operand's); the op reads rows.
-            let g = gradient(grads, var, j)?.contiguous()?;
-            let out = var.as_tensor().apply_op3_no_bwd(&g, &self.state[j], &op)?;
-            var.set(&out.get(0)?)?;
+        for (j, g) in grads.iter().enumerate() {
+            let out = self.weights[j].apply_op3_no_bwd(g, &self.state[j], &op)?;
+            // The new weight and state are views of the one output: nothing is copied.
+            self.weights[j] = out.get(0)?;
             self.state[j] = out.narrow(0, 1, out.dim(0)? - 1)?;
         }
         Ok(())
+    }
+}
+
+/// What a training tick's forward pass keeps for its backward pass.
+struct Tape {
+    /// The CNN's features (pooled, dropped out) as autograd tracks them back to its
+    /// convolutions' kernels.
+    features: Option<(Tensor, Vec<Var>)>,
+    layers: Vec<DenseTape>,
+    /// The output layer's input.
+    last: Tensor,
+}
+
+/// A dense layer's input, pre-activation, activation and dropout mask.
+struct DenseTape {
+    input: Tensor,
+    z: Tensor,
+    a: Tensor,
+    mask: Option<Tensor>,
+}
+
+/// The gradients of `z = x @ w^T + b` ([`linear`]) for `x (K, rows, in)`, `w (K, out, in)`
+/// and `b (K, 1, out)`, given `z`'s, `(K, rows, out)`: `w`'s, `b`'s and, where asked, `x`'s,
+/// as candle's autograd computes them.
+fn linear_backward(
+    x: &Tensor,
+    w: &Tensor,
+    at_z: &Tensor,
+    input: bool,
+) -> candle_core::Result<(Tensor, Tensor, Option<Tensor>)> {
+    let at_b = at_z.sum_keepdim(1)?;
+    let at_w = at_z.t()?.matmul(x)?;
+    let at_x = if input { Some(at_z.matmul(w)?) } else { None };
+    Ok((at_w, at_b, at_x))
+}
+
+/// The gradient at an activation's input `z`, given its output `a`'s: candle's autograd's
+/// formula for each, operation for operation.
+fn activation_backward(
+    z: &Tensor,
+    a: &Tensor,
+    at_a: &Tensor,
+    activation: Activation,
+    zero: &Tensor,
+) -> candle_core::Result<Tensor> {
+    match activation {
+        Activation::Relu => {
+            let zero = zero.broadcast_as(z.shape())?;
+            z.ge(&zero)?.where_cond(at_a, &zero)
+        }
+        // Autograd subtracts `at_a * (a^2 - 1)`; `1 - a^2` is its exact negation.
+        Activation::Tanh => at_a * (1. - a.sqr()?)?,
+        Activation::Gelu => {
+            let neg_half_square = (z.sqr()?.neg()? / 2.)?;
+            let scaled_exp_arg = (0.398942 * neg_half_square.exp()? * z)?;
+            let arg_scaled_sqrt = (z / 2f64.sqrt())?;
+            let erf_scaled_sqrt = (0.5 * arg_scaled_sqrt.erf()?)?;
+            let gelu_erf_grad = (0.5 + scaled_exp_arg + erf_scaled_sqrt)?;
+            at_a * gelu_erf_grad
+        }
+        Activation::Silu => {
+            let sigmoid_arg = (z.neg()?.exp()? + 1.)?.recip()?;
+            let silu_grad = (&sigmoid_arg * (1. - a)? + a)?;
+            at_a * silu_grad
+        }
+    }
+}
+
+/// A tick's log-softmax over its logits `(rows, classes)`, computed as candle's
+/// `log_softmax` computes it, with what its backward pass needs kept.
+struct LogSoftmax {
+    logits: Tensor,
+    max: Tensor,
+    exp: Tensor,
+    sum: Tensor,
+    log_probs: Tensor,
+}
+
+impl LogSoftmax {
+    fn new(logits: &Tensor) -> candle_core::Result<LogSoftmax> {
+        let max = logits.max_keepdim(1)?;
+        let diff = logits.broadcast_sub(&max)?;
+        let exp = diff.exp()?;
+        let sum = exp.sum_keepdim(1)?;
+        let log_probs = diff.broadcast_sub(&sum.log()?)?;
+        Ok(LogSoftmax {
+            logits: logits.clone(),
+            max,
+            exp,
+            sum,
+            log_probs,
+        })
+    }
+
+    /// The gradient at the logits, given the log-probabilities' `at_log_probs`, which holds
+    /// one value per row (at its class) and whose negated row sums are `minus_weights`
+    /// `(rows, 1)`: autograd's operations for `log_softmax`, less its additions to zeros.
+    fn backward(
+        &self,
+        at_log_probs: &Tensor,
+        minus_weights: &Tensor,
+        zero: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        // log_probs = diff - log(sum): the sum's gradient is -(row sum of at_log_probs) /
+        // sum, and the row sum of one value and zeros is that value, exactly.
+        let at_sum = minus_weights.div(&self.sum)?;
+        let at_diff = (at_log_probs + self.exp.broadcast_mul(&at_sum)?)?;
+        // diff = logits - max: the max takes -(row sum of at_diff), at the row's largest
+        // logit. Autograd adds the negated sum; subtracting it is the same to the bit.
+        let shape = self.logits.shape();
+        let row_sums = at_diff.sum_keepdim(1)?.broadcast_as(shape)?;
+        let at_max = self.logits.eq(&self.max.broadcast_as(shape)?)?;
+        at_diff - at_max.where_cond(&row_sums, &zero.broadcast_as(shape)?)?
     }
 }
 
@@ -730,26 +940,15 @@ struct Ticks {
     lens: Vec<Vec<usize>>,
     /// Per tick: rows per member in its batch.
     rows: Vec<usize>,
-    batches: Batches,
-}
-
-/// Where each tick's rows come from, on the device.
-enum Batches {
-    /// One batch size: the members' shuffles `(K, n)`, batch `i` at `i * batch_size`.
-    Uniform {
-        order: Tensor,
-        batch_size: usize,
-    },
-    Masked(MaskedTicks),
-}
-
-struct MaskedTicks {
-    /// Each tick's `(K * rows)` row indices, one tick after another from `offsets[i]`.
+    /// Each tick's `K * rows` row indices, member after member, one tick after another
+    /// from `offsets[i]`.
     idx: Tensor,
-    /// Each row's loss weight: -1 / its member's rows in the tick, 0 for padding.
+    /// Each row's loss weight: -1 / its member's rows in the tick (as `nll` scales a batch's
+    /// loss), 0 for padding.
     weights: Tensor,
-    /// `(ticks, K)`: each member's rows in the tick.
-    lens: Tensor,
+    /// Where some member's part of a tick is padded: 1 for a member's own row, 0 for
+    /// padding.
+    own: Option<Tensor>,
     offsets: Vec<usize>,
 }
 
@@ -757,7 +956,7 @@ impl Ticks {
     /// For members whose epochs shuffle the `n` rows as `orders`.
     fn new(
         members: &[Trainer],
-        orders: Vec<Vec<u32>>,
+        orders: &[Vec<u32>],
         n: usize,
         device: &Device,
     ) -> candle_core::Result<Ticks> {
@@ -775,19 +974,8 @@ impl Ticks {
             .iter()
             .map(|l| l.iter().copied().max().unwrap_or(0))
             .collect();
-        let k = members.len();
-        if sizes.iter().all(|&b| b == sizes[0]) {
-            let order = Tensor::from_vec(orders.concat(), (k, n), device)?;
-            return Ok(Ticks {
-                lens,
-                rows,
-                batches: Batches::Uniform {
-                    order,
-                    batch_size: sizes[0],
-                },
-            });
-        }
-        let (mut idx, mut weights, mut offsets) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut idx, mut weights, mut own, mut offsets) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, tick) in lens.iter().enumerate() {
             offsets.push(idx.len());
             for (m, &len) in tick.iter().enumerate() {
@@ -797,17 +985,21 @@ impl Ticks {
                 idx.resize(idx.len() + rows[i] - len, orders[m][0]);
                 weights.resize(weights.len() + len, (-1.0 / len as f64) as f32);
                 weights.resize(weights.len() + rows[i] - len, 0.0);
+                own.resize(own.len() + len, 1f32);
+                own.resize(own.len() + rows[i] - len, 0.0);
             }
         }
-        let flat_lens: Vec<f32> = lens.iter().flatten().map(|&l| l as f32).collect();
         let total = idx.len();
+        let padded = own.contains(&0.0);
         Ok(Ticks {
-            batches: Batches::Masked(MaskedTicks {
-                idx: Tensor::from_vec(idx, total, device)?,
-                weights: Tensor::from_vec(weights, total, device)?,
-                lens: Tensor::from_vec(flat_lens, (count, k), device)?,
-                offsets,
-            }),
+            idx: Tensor::from_vec(idx, total, device)?,
+            weights: Tensor::from_vec(weights, total, device)?,
+            own: if padded {
+                Some(Tensor::from_vec(own, total, device)?)
+            } else {
+                None
+            },
+            offsets,
             lens,
             rows,
         })
@@ -1117,7 +1309,7 @@ mod tests {
         for (p, own) in own.iter().enumerate() {
             let slots = pack.state[p].dim(0).unwrap();
             let state = (0..slots).map(|s| pack.state[p].get(s).unwrap());
-            for t in std::iter::once(pack.vars[p].as_tensor().clone()).chain(state) {
+            for t in std::iter::once(pack.weights[p].clone()).chain(state) {
                 let member = t.get(1).unwrap().to_vec2::<f32>().unwrap();
                 for (r, row) in member.iter().enumerate() {
                     for (c, &x) in row.iter().enumerate() {

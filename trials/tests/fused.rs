@@ -6,8 +6,8 @@
 
 use candle_core::Device;
 use tune_trials::{
-    Builtin, DataSpec, EpochReport, FusedTrainer, LrDecay, OptimizerKind, Split, TrainConfig,
-    Trainer,
+    Activation, Builtin, DataSpec, EpochReport, FusedTrainer, LrDecay, OptimizerKind, Split,
+    TrainConfig, Trainer,
 };
 
 fn digits() -> Split {
@@ -198,6 +198,51 @@ fn cnn_members_train_bit_for_bit_as_alone() {
         ),
     ];
     fused_near_alone(Builtin::Cnn, &split, &members, 2, 1e-5);
+}
+
+/// The pack computes its own gradients (autograd's operations, less the ones nobody reads),
+/// so each activation's derivative is checked: members of every activation, with dropout,
+/// of two depths (the shallower passing its activations through the deeper one's second
+/// layer), train bit for bit as alone.
+#[test]
+fn members_of_every_activation_and_depth_train_bit_for_bit_as_alone() {
+    let split = digits();
+    for activation in [
+        Activation::Relu,
+        Activation::Tanh,
+        Activation::Gelu,
+        Activation::Silu,
+    ] {
+        let base = TrainConfig {
+            activation,
+            width: 12,
+            depth: 2,
+            dropout: 0.2,
+            batch_size: 64,
+            ..TrainConfig::default()
+        };
+        let members = vec![
+            (base.clone(), 1),
+            (
+                TrainConfig {
+                    depth: 1,
+                    lr: 3e-3,
+                    ..base.clone()
+                },
+                2,
+            ),
+            (
+                TrainConfig {
+                    optimizer: OptimizerKind::Sgd,
+                    lr: 0.05,
+                    dropout: 0.0,
+                    ..base
+                },
+                3,
+            ),
+        ];
+        fused_equals_alone(Builtin::Mlp, &split, &members, 2);
+    }
 }
 
 #[test]

@@ -141,7 +141,7 @@ pub(crate) fn activate(x: &Tensor, a: Activation) -> candle_core::Result<Tensor>
 }
 
 /// `x @ w^T + b` for a `(batch, in)` input.
-pub(crate) fn linear(x: &Tensor, w: &Var, b: &Var) -> candle_core::Result<Tensor> {
+pub(crate) fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
     x.matmul(&w.t()?)?.broadcast_add(b)
 }
 
