@@ -1018,7 +1018,7 @@ impl Ticks {
 /// drawing overlaps the training of the chunk before.
 struct DropoutMasks {
     chunks: mpsc::Receiver<MaskChunk>,
-    /// Each member's scale of the units it keeps, `(K, 1, 1)`.
+    /// Each member's scale of the units it keeps, `(1, K, 1, 1)`.
     scales: Tensor,
     /// The drawn ticks' masks not yet used, one per dropout site.
     ready: VecDeque<Vec<Tensor>>,
@@ -1051,7 +1051,7 @@ impl DropoutMasks {
             .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
             .collect();
         let scales: Vec<f32> = dropouts.iter().map(Dropout::scale).collect();
-        let scales = Tensor::from_vec(scales, (dropouts.len(), 1, 1), &pack.device)?;
+        let scales = Tensor::from_vec(scales, (1, dropouts.len(), 1, 1), &pack.device)?;
         // Per tick: its rows and, per site, the units there and each member's part.
         let plan: Vec<_> = (0..ticks.count())
             .map(|t| (ticks.rows[t], pack.dropout_sites(&ticks.lens[t])))
@@ -1077,21 +1077,37 @@ impl DropoutMasks {
                 .recv()
                 .map_err(|_| candle_core::Error::Msg("the dropout masks ran out".into()))?;
             let total = chunk.keep.len();
-            let all = Tensor::from_vec(chunk.keep, total, self.scales.device())?;
-            let members = self.scales.dim(0)?;
-            let mut at = 0;
-            for (rows, units) in chunk.ticks {
-                let masks = units
-                    .iter()
-                    .map(|&u| {
-                        let keep = all.narrow(0, at, members * rows * u)?;
-                        at += members * rows * u;
-                        keep.reshape((members, rows, u))?
-                            .to_dtype(DType::F32)?
-                            .broadcast_mul(&self.scales)
-                    })
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                self.ready.push_back(masks);
+            let all =
+                Tensor::from_vec(chunk.keep, total, self.scales.device())?.to_dtype(DType::F32)?;
+            let members = self.scales.dim(1)?;
+            // Each site of each tick, `(rows, units)`, in the chunk's order. A run of equal
+            // ones (an MLP's sites, tick after tick) is scaled in one operation: a kernel
+            // per site and tick was a good part of a small pack's batch.
+            let blocks: Vec<(usize, usize)> = chunk
+                .ticks
+                .iter()
+                .flat_map(|(rows, units)| units.iter().map(move |&u| (*rows, u)))
+                .collect();
+            let mut masks = Vec::with_capacity(blocks.len());
+            let (mut at, mut b) = (0, 0);
+            while b < blocks.len() {
+                let run = blocks[b..].iter().take_while(|&&x| x == blocks[b]).count();
+                let (rows, units) = blocks[b];
+                let size = members * rows * units;
+                let scaled = all
+                    .narrow(0, at, run * size)?
+                    .reshape((run, members, rows, units))?
+                    .broadcast_mul(&self.scales)?;
+                for r in 0..run {
+                    masks.push(scaled.get(r)?);
+                }
+                at += run * size;
+                b += run;
+            }
+            let mut masks = masks.into_iter();
+            for (_, units) in chunk.ticks {
+                self.ready
+                    .push_back(masks.by_ref().take(units.len()).collect());
             }
         }
         self.ready
