@@ -18,11 +18,13 @@
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
-//! count and early stopping. The losses of the members are summed before the backward pass;
-//! since no weight is shared, each member's gradient is exactly what it would be alone, and
-//! the fused optimizer applies PyTorch's update with each member's own coefficients. On CPU
-//! a member of a pack whose members share their shape and optimizer trains bit for bit as it
-//! would unfused (a test holds it).
+//! count and early stopping. No weight is shared, so each member's gradient is what it
+//! would be alone, and the fused optimizer applies PyTorch's update with each member's own
+//! coefficients. The pack computes the gradients itself ([`FusedTrainer::backward`]): the
+//! operations candle's autograd does for an unfused trial, in its order, less the zero
+//! tensors, additions and unread gradients autograd adds around them, which were more than
+//! half of a batch's kernels. On CPU a member of a pack whose members share their shape
+//! trains bit for bit as it would unfused (tests hold it, for every activation).
 //!
 //! A pack is formed from [`Trainer`]s and gives them back with [`FusedTrainer::into_trainers`]:
 //! that is how a trial leaves (stopped, paused, checkpointed) and how a new one joins, at an
@@ -427,7 +429,7 @@ impl FusedTrainer {
         let at_log_probs = Tensor::zeros((ticks.idx.dim(0)?, classes), DType::F32, &self.device)?
             .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
         let minus_weights = row_weights.neg()?;
-        let mut log_prob_sums = Tensor::zeros(members, DType::F32, &self.device)?;
+        let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
         for i in 0..ticks.count() {
             let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
             let (at, len) = (ticks.offsets[i], members * rows);
@@ -446,17 +448,26 @@ impl FusedTrainer {
                 tape.ok_or_else(|| TrialsError::Train("a training pass kept no tape".into()))?;
             let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
             self.step(&grads, &coefficients, i, lens)?;
-            // Each member's summed log-probability of its own rows' classes.
+            // Each member's summed loss over its own rows. Of one batch size, as an unfused
+            // trial sums it (its batch's mean loss times its rows), to the bit.
             let picked = softmax
                 .log_probs
                 .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
-            let picked = match &ticks.own {
-                Some(own) => picked.mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?,
-                None => picked,
+            let tick_losses = match &ticks.own {
+                None => picked
+                    .reshape((members, rows))?
+                    .sum(1)?
+                    .affine(-1.0 / rows as f64, 0.0)?
+                    .affine(rows as f64, 0.0)?,
+                Some(own) => picked
+                    .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
+                    .reshape((members, rows))?
+                    .sum(1)?
+                    .neg()?,
             };
-            log_prob_sums = (log_prob_sums + picked.reshape((members, rows))?.sum(1)?)?;
+            loss_sums = (loss_sums + tick_losses)?;
         }
-        let log_prob_sums = log_prob_sums.to_vec1::<f32>()?;
+        let loss_sums = loss_sums.to_vec1::<f32>()?;
         let validation = self.evaluate()?;
         Ok(self
             .members
@@ -467,12 +478,7 @@ impl FusedTrainer {
                 // The learning rate of the member's last update of the epoch.
                 let last = (m.steps_per_epoch() as usize).saturating_sub(1);
                 let lr = lrs.get(last).map_or(0.0, |l| l[k]);
-                m.end_epoch(
-                    -(log_prob_sums[k] as f64) / n as f64,
-                    val_loss,
-                    val_accuracy,
-                    lr,
-                )
+                m.end_epoch(loss_sums[k] as f64 / n as f64, val_loss, val_accuracy, lr)
             })
             .collect())
     }
