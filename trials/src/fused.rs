@@ -444,8 +444,6 @@ impl FusedTrainer {
                 &minus_weights.narrow(0, at, len)?,
                 &self.zero,
             )?;
-            let tape =
-                tape.ok_or_else(|| TrialsError::Train("a training pass kept no tape".into()))?;
             let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
             self.step(&grads, &coefficients, i, lens)?;
             // Each member's summed loss over its own rows. Of one batch size, as an unfused
@@ -569,16 +567,16 @@ impl FusedTrainer {
         Ok(())
     }
 
-    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`; while training, with
-    /// the tick's dropout `masks`, one per [`FusedTrainer::dropout_sites`], and with what
-    /// [`FusedTrainer::backward`] needs kept (`tape`). Each member's part is what its own
-    /// model computes alone.
+    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`, and what
+    /// [`FusedTrainer::backward`] needs of the pass where it is `training` (with the tick's
+    /// dropout `masks`, one per [`FusedTrainer::dropout_sites`]). Each member's part is what
+    /// its own model computes alone.
     fn forward(
         &self,
         x: &Tensor,
         masks: Option<&[Tensor]>,
-        tape: bool,
-    ) -> candle_core::Result<(Tensor, Option<Tape>)> {
+        training: bool,
+    ) -> candle_core::Result<(Tensor, Tape)> {
         let mut masks = masks.map(|m| m.iter());
         let mut next_mask = || masks.as_mut().and_then(Iterator::next).cloned();
         let activation = self.key.activation;
@@ -588,7 +586,7 @@ impl FusedTrainer {
             // The CNN (crate::model::cnn): two convolutions, a 2x2 max-pool, then dense layers
             // as the MLP's, with dropout after the pool and after the dense layer. While
             // training, candle's autograd tracks the convolutions: their kernels are `Var`s.
-            let kernels: Vec<Var> = if tape {
+            let kernels: Vec<Var> = if training {
                 self.weights[..self.convs]
                     .iter()
                     .map(Var::from_tensor)
@@ -596,7 +594,7 @@ impl FusedTrainer {
             } else {
                 Vec::new()
             };
-            let weights: Vec<&Tensor> = if tape {
+            let weights: Vec<&Tensor> = if training {
                 kernels.iter().map(Var::as_tensor).collect()
             } else {
                 self.weights[..self.convs].iter().collect()
@@ -614,13 +612,13 @@ impl FusedTrainer {
             if let Some(mask) = next_mask() {
                 h = h.mul(&mask)?;
             }
-            if tape {
+            if training {
                 features = Some((h.clone(), kernels));
                 h = h.detach();
             }
         }
         let dense = &self.weights[self.convs..];
-        let mut layers = Vec::with_capacity(if tape { self.depth } else { 0 });
+        let mut layers = Vec::with_capacity(if training { self.depth } else { 0 });
         for i in 0..self.depth {
             let z = linear(&h, &dense[2 * i], &dense[2 * i + 1])?;
             let a = activate(&z, activation)?;
@@ -634,7 +632,7 @@ impl FusedTrainer {
                 Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
                 None => out,
             };
-            if tape {
+            if training {
                 layers.push(DenseTape {
                     input: h,
                     z,
@@ -646,14 +644,12 @@ impl FusedTrainer {
         }
         // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
         let logits = linear(&h, &dense[2 * self.depth], &dense[2 * self.depth + 1])?;
-        Ok((
-            logits,
-            tape.then(|| Tape {
-                features,
-                layers,
-                last: h,
-            }),
-        ))
+        let tape = Tape {
+            features,
+            layers,
+            last: h,
+        };
+        Ok((logits, tape))
     }
 
     /// Every weight's gradient, in the pack's order, from the gradient at the logits
@@ -773,7 +769,8 @@ impl FusedTrainer {
     }
 }
 
-/// What a training tick's forward pass keeps for its backward pass.
+/// What a training tick's forward pass keeps for its backward pass (outside training, only
+/// `last`).
 struct Tape {
     /// The CNN's features (pooled, dropped out) as autograd tracks them back to its
     /// convolutions' kernels.
@@ -793,7 +790,9 @@ struct DenseTape {
 
 /// The gradients of `z = x @ w^T + b` ([`linear`]) for `x (K, rows, in)`, `w (K, out, in)`
 /// and `b (K, 1, out)`, given `z`'s, `(K, rows, out)`: `w`'s, `b`'s and, where asked, `x`'s,
-/// as candle's autograd computes them.
+/// as candle's autograd computes them, but `w`'s as `at_z^T @ x` in one matmul where
+/// autograd transposes `x^T @ at_z` and copies it (the same sums in the same order: bit
+/// for bit on CPU, which the fused tests hold).
 fn linear_backward(
     x: &Tensor,
     w: &Tensor,
