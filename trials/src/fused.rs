@@ -1077,9 +1077,10 @@ impl DropoutMasks {
             .collect();
         // One chunk drawn ahead of the one in use.
         let (send, chunks) = mpsc::sync_channel(1);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         std::thread::Builder::new()
             .name("tune-dropout".into())
-            .spawn(move || draw_chunks(dropouts, &plan, &send))
+            .spawn(move || draw_chunks(dropouts, &plan, threads, &send))
             .map_err(candle_core::Error::wrap)?;
         Ok(DropoutMasks {
             chunks,
@@ -1136,60 +1137,100 @@ impl DropoutMasks {
 }
 
 /// The masks' thread: draws `plan`'s ticks in order, a chunk at a time, until done or the
-/// epoch no longer listens (it failed).
+/// epoch no longer listens (it failed). The members' streams are independent, so each
+/// chunk's members are drawn on up to `threads` threads: one thread drawing 16 members'
+/// masks took longer than a GPU takes to train the step they are for.
 fn draw_chunks(
     mut dropouts: Vec<Dropout>,
     plan: &[(usize, Vec<DropoutSite>)],
+    threads: usize,
     send: &mpsc::SyncSender<MaskChunk>,
 ) {
+    let per_thread = dropouts.len().div_ceil(threads.max(1)).max(1);
     let mut t = 0;
     while t < plan.len() {
-        let mut chunk = MaskChunk {
-            keep: Vec::new(),
-            ticks: Vec::new(),
-        };
-        let first = t;
-        while t < plan.len() && (t == first || chunk.keep.len() < MASK_CHUNK) {
+        let (first, mut size) = (t, 0);
+        while t < plan.len() && (t == first || size < MASK_CHUNK) {
             let (rows, sites) = &plan[t];
-            chunk
-                .ticks
-                .push((*rows, sites.iter().map(|s| s.0).collect()));
-            for (units, parts) in sites {
-                draw_site(&mut dropouts, &mut chunk.keep, *rows, *units, parts);
-            }
+            size += sites
+                .iter()
+                .map(|(units, parts)| parts.len() * rows * units)
+                .sum::<usize>();
             t += 1;
         }
+        let ticks = &plan[first..t];
+        let drawn: Option<Vec<Vec<u8>>> = std::thread::scope(|scope| {
+            let groups: Vec<_> = dropouts
+                .chunks_mut(per_thread)
+                .enumerate()
+                .map(|(g, group)| {
+                    scope.spawn(move || {
+                        group
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(i, d)| draw_member(d, g * per_thread + i, ticks))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut drawn = Vec::new();
+            for group in groups {
+                drawn.extend(group.join().ok()?);
+            }
+            Some(drawn)
+        });
+        // A drawing thread that panicked ends the epoch's masks: it fails ("ran out").
+        let Some(drawn) = drawn else { return };
+        // Tick after tick, site after site, member after member: `(K, rows, units)` a site.
+        let mut keep = Vec::with_capacity(size);
+        let mut at = vec![0; drawn.len()];
+        for (rows, sites) in ticks {
+            for (units, _) in sites {
+                let n = rows * units;
+                for (own, at) in drawn.iter().zip(&mut at) {
+                    keep.extend_from_slice(&own[*at..*at + n]);
+                    *at += n;
+                }
+            }
+        }
+        let chunk = MaskChunk {
+            keep,
+            ticks: ticks
+                .iter()
+                .map(|(rows, sites)| (*rows, sites.iter().map(|s| s.0).collect()))
+                .collect(),
+        };
         if send.send(chunk).is_err() {
             return;
         }
     }
 }
 
-/// Appends one site's mask `(K, rows, units)`: each member's `parts[k]` drawn, its padding
-/// 0, and 1 for a member that draws nothing (a part whose result is discarded).
-fn draw_site(
-    dropouts: &mut [Dropout],
-    keep: &mut Vec<u8>,
-    rows: usize,
-    units: usize,
-    parts: &[(usize, usize)],
-) {
-    for (d, &(own_rows, own_units)) in dropouts.iter_mut().zip(parts) {
-        if own_rows == 0 {
-            keep.resize(keep.len() + rows * units, 1);
-        } else if own_units == units {
-            d.extend_keep(keep, own_rows * units);
-            keep.resize(keep.len() + (rows - own_rows) * units, 0);
-        } else {
-            let mut own = Vec::with_capacity(own_rows * own_units);
-            d.extend_keep(&mut own, own_rows * own_units);
-            for row in own.chunks(own_units) {
-                keep.extend_from_slice(row);
-                keep.resize(keep.len() + units - own_units, 0);
+/// Member `k`'s part of every site of `ticks`, one `(rows, units)` block after another, in
+/// the order it draws them alone: its own rows and units drawn, its padding 0, and 1 where
+/// it draws nothing (a part whose result is discarded).
+fn draw_member(d: &mut Dropout, k: usize, ticks: &[(usize, Vec<DropoutSite>)]) -> Vec<u8> {
+    let mut keep = Vec::new();
+    for (rows, sites) in ticks {
+        for (units, parts) in sites {
+            let (rows, units, (own_rows, own_units)) = (*rows, *units, parts[k]);
+            if own_rows == 0 {
+                keep.resize(keep.len() + rows * units, 1);
+            } else if own_units == units {
+                d.extend_keep(&mut keep, own_rows * units);
+                keep.resize(keep.len() + (rows - own_rows) * units, 0);
+            } else {
+                let mut own = Vec::with_capacity(own_rows * own_units);
+                d.extend_keep(&mut own, own_rows * own_units);
+                for row in own.chunks(own_units) {
+                    keep.extend_from_slice(row);
+                    keep.resize(keep.len() + units - own_units, 0);
+                }
+                keep.resize(keep.len() + (rows - own_rows) * units, 0);
             }
-            keep.resize(keep.len() + (rows - own_rows) * units, 0);
         }
     }
+    keep
 }
 
 /// A `(K, 1, 1)` mask on `device`: 1 where `f` holds for member `k`'s item.
@@ -1477,6 +1518,54 @@ mod tests {
             differ,
             "an inexact pack matched its members alone to the bit"
         );
+    }
+
+    /// The members' masks drawn on several threads are, byte for byte, those drawn on one:
+    /// each member's stream in its own order, whatever the padding (widths, depths and
+    /// batch sizes mixed).
+    #[test]
+    fn masks_drawn_on_several_threads_are_those_drawn_on_one() {
+        let split = tenth_of_digits();
+        let members = (0..5)
+            .map(|i| {
+                let cfg = TrainConfig {
+                    width: [4, 8, 6][i % 3],
+                    depth: 1 + i % 2,
+                    batch_size: [16, 32][i % 2],
+                    dropout: [0.0, 0.3, 0.5][i % 3],
+                    ..TrainConfig::default()
+                };
+                Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, i as u64)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let pack = FusedTrainer::new(members).unwrap();
+        let n = pack.members[0].train.2;
+        let orders: Vec<Vec<u32>> = pack
+            .members
+            .iter()
+            .map(|m| epoch_order(m.seed, m.epoch, n))
+            .collect();
+        let ticks = Ticks::new(&pack.members, &orders, n, &Device::Cpu).unwrap();
+        let plan: Vec<_> = (0..ticks.count())
+            .map(|t| (ticks.rows[t], pack.dropout_sites(&ticks.lens[t])))
+            .collect();
+        let drawn = |threads: usize| {
+            let dropouts = pack
+                .members
+                .iter()
+                .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
+                .collect();
+            let (send, chunks) = mpsc::sync_channel(64);
+            draw_chunks(dropouts, &plan, threads, &send);
+            drop(send);
+            chunks.iter().map(|c| (c.keep, c.ticks)).collect::<Vec<_>>()
+        };
+        let one = drawn(1);
+        assert!(one.len() > 1, "the test's epoch spans several chunks");
+        for threads in [2, 3, 8] {
+            assert!(drawn(threads) == one, "{threads} threads");
+        }
     }
 
     #[test]
