@@ -6,8 +6,8 @@
 
 use candle_core::Device;
 use tune_trials::{
-    gpu, open_device, Builtin, DataSpec, EpochReport, FusedTrainer, OptimizerKind, Split,
-    TrainConfig, Trainer,
+    gpu, open_device, Activation, Builtin, DataSpec, EpochReport, FusedTrainer, OptimizerKind,
+    Split, TrainConfig, Trainer,
 };
 
 fn gpu_device() -> Option<Device> {
@@ -204,6 +204,22 @@ fn fused_packs_on_the_gpu_train_as_their_members_alone() {
                 (cfg, *seed)
             })
             .collect();
+        if builtin == Builtin::Mlp {
+            // A pack computes its own gradients, each activation's derivative its own code.
+            for activation in [Activation::Tanh, Activation::Gelu, Activation::Silu] {
+                let members: Vec<(TrainConfig, u64)> = mixed
+                    .iter()
+                    .map(|(cfg, seed)| {
+                        let cfg = TrainConfig {
+                            activation,
+                            ..cfg.clone()
+                        };
+                        (cfg, *seed)
+                    })
+                    .collect();
+                fused_pack_matches_alone(builtin, &shape, &members, &split, &dev);
+            }
+        }
         for members in [same, mixed] {
             fused_pack_matches_alone(builtin, &shape, &members, &split, &dev);
         }
