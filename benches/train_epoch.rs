@@ -17,7 +17,9 @@
 //! mixed rows are the MLPs the mlp-digits example searches (widths 32 to 256, depths 1 to 3,
 //! batch sizes 32 to 128, SGD and AdamW), padded in a pack to the widest, deepest and longest;
 //! the dropout rows add the example's dropout (rates 0 to 0.4), whose masks are drawn on the
-//! host.
+//! host. Beside the CPU times, the tensors candle made per trial-epoch (views included, so an
+//! upper bound on the kernels an epoch launches, and the same on every device): where a
+//! GPU's steps are launch-bound, this count is what the fused pack cuts.
 //!
 //! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
 //! CPU numbers are not the ones the README compares).
@@ -25,7 +27,7 @@
 use std::process::Command;
 use std::time::Instant;
 
-use candle_core::Device;
+use candle_core::{DType, Device, Tensor};
 use tune_trials::{Builtin, DataSpec, FusedTrainer, OptimizerKind, Split, TrainConfig, Trainer};
 
 /// Pack sizes of the fused rows.
@@ -115,18 +117,41 @@ fn mixed_member_with_dropout(i: usize) -> (TrainConfig, u64) {
     (TrainConfig { dropout, ..cfg }, seed)
 }
 
+/// How many tensors candle has made in this process (its ids count up from 1), read from a
+/// new tensor's id; `None` should its `Debug` form change.
+fn tensors_made() -> Option<u64> {
+    let probe = Tensor::zeros((), DType::F32, &Device::Cpu).ok()?;
+    format!("{:?}", probe.id())
+        .strip_prefix("TensorId(")?
+        .strip_suffix(')')?
+        .parse()
+        .ok()
+}
+
+/// A fused row's numbers on one device: ms per trial-epoch fused and unfused, and the
+/// tensors made per trial-epoch fused and unfused.
+struct FusedRow {
+    fused_ms: f64,
+    unfused_ms: f64,
+    fused_tensors: Option<u64>,
+    unfused_tensors: Option<u64>,
+}
+
 /// The i-th member of a bench's pack: its config and seed.
 type MemberOf<'a> = dyn Fn(usize) -> (TrainConfig, u64) + 'a;
 
-/// Milliseconds per trial-epoch of `k` members (`member(i)`) trained as one pack, and of the
-/// same members trained one after another.
-fn fused_ms(
+/// Milliseconds and tensors made per trial-epoch of `k` members (`member(i)`) trained as one
+/// pack, and of the same members trained one after another.
+fn fused_row(
     k: usize,
     builtin: Builtin,
     member: &MemberOf<'_>,
     split: &Split,
     device: &Device,
-) -> (f64, f64) {
+) -> FusedRow {
+    // Tensors made over one epoch, per trial (every epoch of a row makes as many).
+    let per_trial = |before: Option<u64>, after: Option<u64>| Some((after? - before?) / k as u64);
+    let (mut fused_tensors, mut unfused_tensors) = (None, None);
     let trainers = || -> Vec<Trainer> {
         (0..k)
             .map(|i| {
@@ -140,11 +165,13 @@ fn fused_ms(
     let fused = median(
         (0..epochs())
             .map(|_| {
-                let start = Instant::now();
+                let (start, made) = (Instant::now(), tensors_made());
                 for report in pack.train_epoch().expect("epoch") {
                     report.expect("member epoch");
                 }
-                start.elapsed().as_secs_f64() * 1e3 / k as f64
+                let ms = start.elapsed().as_secs_f64() * 1e3 / k as f64;
+                fused_tensors = per_trial(made, tensors_made());
+                ms
             })
             .collect(),
     );
@@ -155,15 +182,22 @@ fn fused_ms(
     let unfused = median(
         (0..epochs())
             .map(|_| {
-                let start = Instant::now();
+                let (start, made) = (Instant::now(), tensors_made());
                 for t in &mut alone {
                     t.train_epoch().expect("epoch");
                 }
-                start.elapsed().as_secs_f64() * 1e3 / k as f64
+                let ms = start.elapsed().as_secs_f64() * 1e3 / k as f64;
+                unfused_tensors = per_trial(made, tensors_made());
+                ms
             })
             .collect(),
     );
-    (fused, unfused)
+    FusedRow {
+        fused_ms: fused,
+        unfused_ms: unfused,
+        fused_tensors,
+        unfused_tensors,
+    }
 }
 
 fn main() {
@@ -243,8 +277,9 @@ fn main() {
     println!(
         "fused trials (HFTA): ms per trial-epoch, K trials as one pack beside the same K one after another"
     );
-    println!("| model | K | CPU fused | CPU unfused | unfused / fused | GPU fused | GPU unfused | unfused / fused |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| model | K | CPU fused | CPU unfused | unfused / fused | tensors fused | tensors unfused | GPU fused | GPU unfused | unfused / fused |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let count = |v: Option<u64>| v.map_or("-".into(), |n| n.to_string());
     let same = |builtin| move |i| member(&digits_shape(builtin), i);
     let rows: [(&str, Builtin, &MemberOf); 4] = [
         ("mlp", Builtin::Mlp, &same(Builtin::Mlp)),
@@ -258,18 +293,24 @@ fn main() {
     ];
     for (name, builtin, member) in rows {
         for k in PACKS {
-            let on_cpu = cpu_columns().then(|| fused_ms(k, builtin, member, &split, &Device::Cpu));
+            let on_cpu = cpu_columns().then(|| fused_row(k, builtin, member, &split, &Device::Cpu));
             let on_gpu = gpu_device
                 .as_ref()
-                .map(|d| fused_ms(k, builtin, member, &split, d));
+                .map(|d| fused_row(k, builtin, member, &split, d));
+            let (cpu, gpu) = (on_cpu.as_ref(), on_gpu.as_ref());
+            // Counted on CPU where its columns are, else on the GPU (whose packs leave out the
+            // few operations only bit-exactness needs).
+            let counted = cpu.or(gpu);
             println!(
-                "| {name} | {k} | {} | {} | {} | {} | {} | {} |",
-                ms2(on_cpu.map(|c| c.0)),
-                ms2(on_cpu.map(|c| c.1)),
-                ratio(on_cpu.map(|c| c.1), on_cpu.map(|c| c.0)),
-                ms2(on_gpu.map(|g| g.0)),
-                ms2(on_gpu.map(|g| g.1)),
-                ratio(on_gpu.map(|g| g.1), on_gpu.map(|g| g.0)),
+                "| {name} | {k} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                ms2(cpu.map(|c| c.fused_ms)),
+                ms2(cpu.map(|c| c.unfused_ms)),
+                ratio(cpu.map(|c| c.unfused_ms), cpu.map(|c| c.fused_ms)),
+                count(counted.and_then(|c| c.fused_tensors)),
+                count(counted.and_then(|c| c.unfused_tensors)),
+                ms2(gpu.map(|g| g.fused_ms)),
+                ms2(gpu.map(|g| g.unfused_ms)),
+                ratio(gpu.map(|g| g.unfused_ms), gpu.map(|g| g.fused_ms)),
             );
         }
     }
@@ -295,7 +336,8 @@ fn main() {
         println!("| K | fused | unfused | unfused / fused |");
         println!("| ---: | ---: | ---: | ---: |");
         for k in PACKS {
-            let (fused, alone) = fused_ms(k, Builtin::Mlp, &|i| member(&wide, i), &glyphs, device);
+            let row = fused_row(k, Builtin::Mlp, &|i| member(&wide, i), &glyphs, device);
+            let (fused, alone) = (row.fused_ms, row.unfused_ms);
             println!("| {k} | {fused:.2} | {alone:.2} | {:.2} |", alone / fused);
         }
     }
