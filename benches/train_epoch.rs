@@ -18,8 +18,9 @@
 //! batch sizes 32 to 128, SGD and AdamW), padded in a pack to the widest, deepest and longest;
 //! the dropout rows add the example's dropout (rates 0 to 0.4), whose masks are drawn on the
 //! host. Beside the CPU times, the tensors candle made per trial-epoch (views included, so an
-//! upper bound on the kernels an epoch launches, and the same on every device): where a
-//! GPU's steps are launch-bound, this count is what the fused pack cuts.
+//! upper bound on the kernels an epoch launches; the same on a GPU but for the few operations
+//! a GPU pack leaves out): where a GPU's steps are launch-bound, this count is what the fused
+//! pack cuts.
 //!
 //! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
 //! CPU numbers are not the ones the README compares).
