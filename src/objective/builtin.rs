@@ -17,7 +17,8 @@ use crate::error::TuneError;
 
 /// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
 /// taken from `workdir`. `trials_per_pack` above 1 fuses the trials of a slot that share a key; a
-/// GPU trains up to `trials_per_gpu` packs at once.
+/// GPU trains up to `trials_per_gpu` packs at once, and trains every trial in a pack (of one
+/// where `trials_per_pack` is 1, see [`trains_in_a_pack`]).
 pub(crate) fn builtin_objective(
     obj: &ObjectiveSpec,
     workdir: &Path,
@@ -54,7 +55,7 @@ pub(crate) fn builtin_objective(
         )));
     }
     let threads = threads_per_trial(cpu_slots);
-    let packs = (trials_per_pack > 1).then(|| Packs::new(trials_per_pack, trials_per_gpu, threads));
+    let packs = Packs::new(trials_per_pack, trials_per_gpu, threads);
     let checkpoints = SettleCheckpoints;
     Ok(Arc::new(move |ctx: &mut TrialContext| {
         // The objective owns it, so it drops (and waits for the writes) with the objective.
@@ -63,8 +64,8 @@ pub(crate) fn builtin_objective(
             Some(n) => rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .build()?
-                .install(|| train(builtin, &fixed, &split, packs.as_ref(), ctx)),
-            None => train(builtin, &fixed, &split, packs.as_ref(), ctx),
+                .install(|| train(builtin, &fixed, &split, &packs, ctx)),
+            None => train(builtin, &fixed, &split, &packs, ctx),
         }
     }))
 }
@@ -85,10 +86,11 @@ fn train(
     builtin: Builtin,
     fixed: &serde_json::Map<String, serde_json::Value>,
     split: &tune_trials::Split,
-    packs: Option<&Arc<Packs>>,
+    packs: &Arc<Packs>,
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
+    let packs = trains_in_a_pack(packs.size(), ctx.device()).then_some(packs);
     // Packs on this slot wait for the trial until it joins one or trains alone.
     let arrival = packs.map(|p| p.arrive(ctx.device()));
     let seed = cfg.seed.unwrap_or(ctx.id());
@@ -114,7 +116,8 @@ fn train(
             let key = trainer.pack_key();
             // The pack trains it on its own thread (see `Trainer::synchronize`).
             trainer.synchronize()?;
-            return train_in_pack(arrival.join(trainer, key), n_params, ctx);
+            let fused = packs.is_some_and(|p| p.size() > 1);
+            return train_in_pack(arrival.join(trainer, key), n_params, fused, ctx);
         }
     }
     while !trainer.finished() {
@@ -165,16 +168,27 @@ fn report(
     ctx.report(r.epoch, metrics)
 }
 
+/// Whether a trial on `slot` trains in a pack of at most `trials_per_pack`: always on a GPU,
+/// where a pack, even of one, computes its own gradients and updates its weights in a few
+/// fused kernels, while a trial alone goes through candle's autograd and optimizer, ~2.5x the
+/// kernel launches of a pack of one (README "Fused trials"); on CPU only where packs fuse,
+/// since there a pack of one is no faster (the bench's K = 1 rows).
+fn trains_in_a_pack(trials_per_pack: usize, slot: &str) -> bool {
+    trials_per_pack > 1 || super::pack::is_gpu(slot)
+}
+
 /// One trial trained in a pack: the loop of `train`, with the pack training each epoch and
-/// writing the checkpoints.
+/// writing the checkpoints. A trial of a sweep that `fused` reports how many trials its pack
+/// trained each epoch.
 fn train_in_pack(
     mut member: Member,
     n_params: f64,
+    fused: bool,
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     loop {
         let (r, trials) = member.next_epoch()?;
-        let heard = report(ctx, &r, n_params, Some(trials));
+        let heard = report(ctx, &r, n_params, fused.then_some(trials));
         let out = match heard {
             Ok(()) => member.decide(Decision::Continue(ctx.checkpoint_dir()?.to_path_buf()))?,
             Err(Stop::Paused) => {
@@ -222,5 +236,18 @@ pub unsafe fn share_cores_among_trials(spec: &crate::ExperimentSpec) {
     if builtin && std::env::var_os("RAYON_NUM_THREADS").is_none() {
         let threads = cores_per_slot(spec.resources.cpu_slots);
         std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_trains_every_trial_in_a_pack_and_a_cpu_slot_only_where_packs_fuse() {
+        assert!(trains_in_a_pack(1, "cuda:0"));
+        assert!(trains_in_a_pack(16, "cuda:1"));
+        assert!(!trains_in_a_pack(1, "cpu:0"));
+        assert!(trains_in_a_pack(4, "cpu:0"));
     }
 }

@@ -98,6 +98,11 @@ impl Packs {
         })
     }
 
+    /// Most trials in one pack.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
     fn hub(&self) -> MutexGuard<'_, Hub> {
         // A panic while holding the lock leaves counts that are still consistent (each change
         // is one statement), so a poisoned lock is taken over.
@@ -280,6 +285,11 @@ impl Drop for Member {
 }
 
 /// Whether `TUNE_PACK_TRACE` is set: see [`PackTrace`].
+/// Whether `slot` is a GPU (`cuda:N`) rather than a CPU slot.
+pub(super) fn is_gpu(slot: &str) -> bool {
+    slot.starts_with("cuda:")
+}
+
 fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("TUNE_PACK_TRACE").is_some())
@@ -447,11 +457,7 @@ impl Packs {
 
     /// Waits until the slot may train one more pack; the turn ends when the guard drops.
     fn take_turn(self: &Arc<Self>, slot: &str) -> Turn {
-        let at_once = if slot.starts_with("cuda:") {
-            self.per_gpu
-        } else {
-            1
-        };
+        let at_once = if is_gpu(slot) { self.per_gpu } else { 1 };
         let mut hub = self.hub();
         while hub.training.get(slot).is_some_and(|&n| n >= at_once) {
             hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
@@ -467,7 +473,7 @@ impl Packs {
     /// pack's joiners. `None` (and the pack closes) when it has no member and none joins.
     fn boundary(&self, id: u64, slot: &str, empty: bool) -> Option<Vec<Joiner>> {
         let mut hub = self.hub();
-        while hub.arriving.get(slot).is_some_and(|&n| n > 0) {
+        while self.waits_for_arrivals(&hub, id, slot) {
             hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
         }
         let at = hub.packs.iter().position(|p| p.id == id)?;
@@ -477,6 +483,17 @@ impl Packs {
             return None;
         }
         Some(joiners)
+    }
+
+    /// Whether pack `id` on `slot` waits at its boundary: trials are still arriving there and
+    /// it has room for them. A full pack (a pack of one, where nothing fuses) trains on.
+    fn waits_for_arrivals(&self, hub: &Hub, id: u64, slot: &str) -> bool {
+        let room = hub
+            .packs
+            .iter()
+            .find(|p| p.id == id)
+            .is_some_and(|p| p.size < self.size);
+        room && hub.arriving.get(slot).is_some_and(|&n| n > 0)
     }
 
     /// Takes `n` members that leave out of pack `id`'s count, making room for joiners. A
@@ -698,6 +715,34 @@ mod tests {
         // rather than in one of its own beside it.
         assert_eq!(leaver.join().unwrap(), 2, "the newcomer's pack");
         assert_eq!(stayer.join().unwrap(), 2, "the stayer's pack");
+    }
+
+    #[test]
+    fn a_pack_waits_for_trials_arriving_on_its_slot_only_while_it_has_room() {
+        let split = wine();
+        let key = trainer(&split, 0).pack_key();
+        let entry = |id, slot: &str, size| PackEntry {
+            id,
+            slot: slot.to_string(),
+            key: key.clone(),
+            size,
+            joiners: Vec::new(),
+            decisions: mpsc::channel().0,
+        };
+        let packs = Packs::new(2, 4, Some(1));
+        let mut hub = Hub::default();
+        hub.packs = vec![entry(1, "cuda:0", 1), entry(2, "cuda:0", 2)];
+        assert!(
+            !packs.waits_for_arrivals(&hub, 1, "cuda:0"),
+            "nobody arriving"
+        );
+        hub.arriving.insert("cuda:0".into(), 1);
+        assert!(packs.waits_for_arrivals(&hub, 1, "cuda:0"), "room for one");
+        // Full: the arriving trial cannot join it, so it trains on (as every pack of one does,
+        // a GPU's trials where nothing fuses).
+        assert!(!packs.waits_for_arrivals(&hub, 2, "cuda:0"), "full");
+        let ones = Packs::new(1, 4, Some(1));
+        assert!(!ones.waits_for_arrivals(&hub, 1, "cuda:0"), "a pack of one");
     }
 
     #[test]
