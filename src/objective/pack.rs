@@ -284,12 +284,12 @@ impl Drop for Member {
     }
 }
 
-/// Whether `TUNE_PACK_TRACE` is set: see [`PackTrace`].
 /// Whether `slot` is a GPU (`cuda:N`) rather than a CPU slot.
 pub(super) fn is_gpu(slot: &str) -> bool {
     slot.starts_with("cuda:")
 }
 
+/// Whether `TUNE_PACK_TRACE` is set: see [`PackTrace`].
 fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("TUNE_PACK_TRACE").is_some())
