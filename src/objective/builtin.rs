@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tune_trials::{
-    open_device, Builtin, DataSpec, EpochReport, TrainConfig, Trainer, TrialsError, CHECKPOINT_FILE,
+    open_device, Builtin, DataSpec, EpochReport, PackedMember, TrainConfig, Trainer, TrialsError,
+    CHECKPOINT_FILE,
 };
 
 use super::pack::{Decision, Member, Packs};
@@ -136,7 +137,7 @@ fn train(
 /// disk before this returns (it is resumed from it, or kept as the trial's last); a stopped
 /// one needs none. Whether a trial trains in a pack or alone, this is where it is decided.
 pub(super) fn save(
-    trainer: &Trainer,
+    trainer: &impl Checkpointed,
     dir: &Path,
     heard: &Result<(), Stop>,
 ) -> Result<(), TrialsError> {
@@ -144,6 +145,39 @@ pub(super) fn save(
         Ok(()) if !trainer.finished() => trainer.save_behind(dir),
         Ok(()) | Err(Stop::Paused) => trainer.save(dir),
         Err(_) => Ok(()),
+    }
+}
+
+/// A trial's model as [`save`] checkpoints it: a trainer alone, or a member of a pack.
+pub(super) trait Checkpointed {
+    fn finished(&self) -> bool;
+    /// On disk when this returns.
+    fn save(&self, dir: &Path) -> Result<(), TrialsError>;
+    /// Written behind training.
+    fn save_behind(&self, dir: &Path) -> Result<(), TrialsError>;
+}
+
+impl Checkpointed for Trainer {
+    fn finished(&self) -> bool {
+        Trainer::finished(self)
+    }
+    fn save(&self, dir: &Path) -> Result<(), TrialsError> {
+        Trainer::save(self, dir)
+    }
+    fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
+        Trainer::save_behind(self, dir)
+    }
+}
+
+impl Checkpointed for PackedMember<'_> {
+    fn finished(&self) -> bool {
+        PackedMember::finished(self)
+    }
+    fn save(&self, dir: &Path) -> Result<(), TrialsError> {
+        PackedMember::save(self, dir)
+    }
+    fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
+        PackedMember::save_behind(self, dir)
     }
 }
 

@@ -425,9 +425,14 @@ impl Packs {
                 trace.lap("train");
                 let trained = links.len();
                 leaving = match reports {
-                    Ok(reports) => {
-                        self.decide_epoch(id, &mut fused, &links, reports, &decisions, &mut trace)
-                    }
+                    Ok(reports) => self.decide_epoch(
+                        id,
+                        fused.as_ref(),
+                        &links,
+                        reports,
+                        &decisions,
+                        &mut trace,
+                    ),
                     Err(e) => {
                         // The pack itself failed (the device, most likely): so do its members.
                         self.shrink(id, links.len());
@@ -511,7 +516,7 @@ impl Packs {
     fn decide_epoch(
         &self,
         id: u64,
-        fused: &mut Option<FusedTrainer>,
+        fused: Option<&FusedTrainer>,
         links: &[Link],
         reports: Vec<Result<EpochReport, TrialsError>>,
         decisions: &mpsc::Receiver<(u64, Decision)>,
@@ -548,9 +553,9 @@ impl Packs {
             owed -= 1;
             let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Result<bool, String> {
                 let started = Instant::now();
-                let f = fused.as_mut().ok_or("the pack has no model")?;
+                let f = fused.ok_or("the pack has no model")?;
                 let member = f.member(k).map_err(|e| e.to_string())?;
-                super::builtin::save(member, dir, &heard).map_err(|e| e.to_string())?;
+                super::builtin::save(&member, dir, &heard).map_err(|e| e.to_string())?;
                 saving += started.elapsed();
                 Ok(member.finished())
             };

@@ -31,11 +31,13 @@
 //! epoch boundary.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::mpsc;
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 
+use crate::checkpoint;
 use crate::config::{Activation, OptimizerKind};
 use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
@@ -223,6 +225,40 @@ pub struct FusedTrainer {
     /// gradient (zero but for rounding) and the training loss's scaling batch by batch.
     exact: bool,
     device: Device,
+}
+
+/// A member of a [`FusedTrainer`] as its checkpoints see it ([`FusedTrainer::member`]).
+pub struct PackedMember<'a> {
+    pack: &'a FusedTrainer,
+    k: usize,
+}
+
+impl PackedMember<'_> {
+    /// Whether the member has trained all its epochs or stopped early ([`Trainer::finished`]).
+    pub fn finished(&self) -> bool {
+        self.pack.members[self.k].finished()
+    }
+
+    /// Writes the member's checkpoint into `dir`, as [`Trainer::save`] would unpacked: on
+    /// disk when this returns.
+    pub fn save(&self, dir: &Path) -> Result<(), TrialsError> {
+        checkpoint::write(dir, self.contents()?)
+    }
+
+    /// Queues the member's checkpoint of `dir` for the checkpoint thread, as
+    /// [`Trainer::save_behind`] does: its slices are copies, which the pack's next updates
+    /// leave alone.
+    pub fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
+        let contents = self.contents()?;
+        // The checkpoint thread reads the copies just queued on this thread's stream.
+        self.pack.device.synchronize()?;
+        checkpoint::write_behind(dir, contents)
+    }
+
+    fn contents(&self) -> Result<checkpoint::Contents, TrialsError> {
+        let (weights, state) = self.pack.member_slices(self.k)?;
+        self.pack.members[self.k].checkpoint_of(weights, &state)
+    }
 }
 
 impl FusedTrainer {
@@ -531,48 +567,73 @@ impl FusedTrainer {
         Ok(self.members)
     }
 
-    /// Member `k` as it stands now, its weights and optimizer state written back: what it
-    /// would be unpacked, to checkpoint (with [`Trainer::save`]) or inspect, while it stays
-    /// in the pack.
-    pub fn member(&mut self, k: usize) -> Result<&Trainer, TrialsError> {
+    /// Member `k` as it stands now, to checkpoint while it stays in the pack: what
+    /// [`Trainer::save`] and [`Trainer::save_behind`] write for it unpacked, bit for bit, from
+    /// one copy of each of its slices (writing them back into the member first cost three).
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
+    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+    ///     .load(".".as_ref())
+    ///     .unwrap();
+    /// let cpu = candle_core::Device::Cpu;
+    /// let trainers = (0..2)
+    ///     .map(|seed| Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, seed).unwrap())
+    ///     .collect();
+    /// let mut pack = FusedTrainer::new(trainers).unwrap();
+    /// pack.train_epoch().unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let member = pack.member(1).unwrap();
+    /// assert!(!member.finished());
+    /// member.save(dir.path()).unwrap(); // on disk now; `save_behind` queues it
+    /// ```
+    pub fn member(&self, k: usize) -> Result<PackedMember<'_>, TrialsError> {
         if k >= self.members.len() {
             return Err(TrialsError::Train(format!(
                 "member {k} of a pack of {}",
                 self.members.len()
             )));
         }
-        self.write_back(k)?;
-        Ok(&self.members[k])
+        Ok(PackedMember { pack: self, k })
     }
 
-    /// Copies member `k`'s slices of the packed weights and optimizer state into its own.
-    fn write_back(&mut self, k: usize) -> Result<(), TrialsError> {
-        let weights = self.members[k].model.vars().len();
-        let pack_weights: Vec<usize> = (0..self.weights.len())
-            .filter(|&p| self.member_weight(k, p).is_some())
-            .collect();
-        debug_assert_eq!(pack_weights.len(), weights);
-        let m = &mut self.members[k];
-        for (p, (j, (_, var))) in pack_weights
-            .into_iter()
-            .zip(m.model.vars().iter().enumerate())
-        {
+    /// Copies of member `k`'s slices of the packed weights (one per var of its model, in its
+    /// shapes) and optimizer state (its slots of each).
+    fn member_slices(&self, k: usize) -> Result<(Vec<Tensor>, Vec<Vec<Tensor>>), TrialsError> {
+        let m = &self.members[k];
+        let pack_weights = (0..self.weights.len()).filter(|&p| self.member_weight(k, p).is_some());
+        let (mut weights, mut state) = (Vec::new(), Vec::new());
+        for (p, (j, (_, var))) in pack_weights.zip(m.model.vars().iter().enumerate()) {
             let own = as_stacked(var.as_tensor())?.dims().to_vec();
-            // `force_contiguous` copies the member's slice alone; `copy` clones the whole
-            // storage (every member's), which cost 0.1-0.3 s and 64 MB per 1024x1024 weight
-            // of a 16-trial pack, per member and epoch (seen: 8 GB peak).
+            // `force_contiguous` copies the member's slice alone (`copy` clones the whole
+            // storage, every member's: 0.1-0.3 s and 64 MB per 1024x1024 weight of a
+            // 16-trial pack, per member and epoch, seen at 8 GB peak), and before the
+            // reshape, which would copy a padded (strided) slice once more.
             let slice = |t: &Tensor| -> candle_core::Result<Tensor> {
                 let mut t = t.narrow(0, k, 1)?;
                 for (d, &n) in own.iter().enumerate() {
                     t = t.narrow(d + 1, 0, n)?;
                 }
-                t.reshape(var.shape())?.force_contiguous()
+                t.force_contiguous()?.reshape(var.shape())
             };
-            var.set(&slice(&self.weights[p])?)?;
-            for (s, slot) in m.optimizer.state[j].iter_mut().enumerate() {
-                *slot = slice(&self.state[p].get(s)?)?;
-            }
+            weights.push(slice(&self.weights[p])?);
+            let slots = (0..m.optimizer.state[j].len())
+                .map(|s| slice(&self.state[p].get(s)?))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            state.push(slots);
         }
+        debug_assert_eq!(weights.len(), m.model.vars().len());
+        Ok((weights, state))
+    }
+
+    /// Copies member `k`'s slices of the packed weights and optimizer state into its own.
+    fn write_back(&mut self, k: usize) -> Result<(), TrialsError> {
+        let (weights, state) = self.member_slices(k)?;
+        let m = &mut self.members[k];
+        for ((_, var), w) in m.model.vars().iter().zip(&weights) {
+            var.set(w)?;
+        }
+        m.optimizer.state = state;
         Ok(())
     }
 

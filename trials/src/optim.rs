@@ -108,12 +108,18 @@ impl Optimizer {
 
     /// The state as named tensors, for a checkpoint.
     pub fn state_tensors(&self, vars: &NamedVars) -> Vec<(String, Tensor)> {
+        self.named(vars, &self.state)
+    }
+
+    /// `state` (this optimizer's, or copies of it) named as [`Optimizer::state_tensors`]
+    /// names it.
+    pub(crate) fn named(&self, vars: &NamedVars, state: &[Vec<Tensor>]) -> Vec<(String, Tensor)> {
         let slots: &[&str] = match self.kind {
             OptimizerKind::Sgd => &["momentum"],
             OptimizerKind::Adamw => &["m", "v"],
         };
         vars.iter()
-            .zip(&self.state)
+            .zip(state)
             .flat_map(|((name, _), state)| {
                 slots
                     .iter()

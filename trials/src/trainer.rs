@@ -381,21 +381,37 @@ impl Trainer {
     /// What the checkpoint holds; with `copy_weights`, copies of the weights, which the next
     /// update writes into in place (the optimizer's state is replaced, not written into).
     fn checkpoint(&self, copy_weights: bool) -> Result<checkpoint::Contents, TrialsError> {
-        let mut tensors = self
+        let weights = self
             .model
             .vars()
             .iter()
-            .map(|(n, v)| {
+            .map(|(_, v)| {
                 let t = v.as_tensor();
-                let t = if copy_weights {
+                Ok(if copy_weights {
                     t.force_contiguous()?.detach()
                 } else {
                     t.clone()
-                };
-                Ok((format!("model.{n}"), t))
+                })
             })
-            .collect::<Result<Vec<(String, Tensor)>, TrialsError>>()?;
-        tensors.extend(self.optimizer.state_tensors(self.model.vars()));
+            .collect::<Result<Vec<Tensor>, TrialsError>>()?;
+        self.checkpoint_of(weights, &self.optimizer.state)
+    }
+
+    /// The checkpoint of this trainer with `weights` (one per var, in order) and optimizer
+    /// `state` in place of its own: a packed member's, whose own are stale
+    /// ([`crate::FusedTrainer::member`]).
+    pub(crate) fn checkpoint_of(
+        &self,
+        weights: Vec<Tensor>,
+        state: &[Vec<Tensor>],
+    ) -> Result<checkpoint::Contents, TrialsError> {
+        let vars = self.model.vars();
+        let mut tensors: Vec<(String, Tensor)> = vars
+            .iter()
+            .zip(weights)
+            .map(|((n, _), t)| (format!("model.{n}"), t))
+            .collect();
+        tensors.extend(self.optimizer.named(vars, state));
         let cfg = serde_json::to_value(&self.cfg).expect("a config serialises");
         let arch: serde_json::Map<String, serde_json::Value> = ARCHITECTURE_KEYS
             .iter()

@@ -512,6 +512,12 @@ fn fused_near_alone(
 /// 8-unit member padded to 32 after 3 epochs), so within 1e-5 rather than bit for bit.
 #[test]
 fn members_of_other_widths_depths_batches_and_optimizers_train_as_alone() {
+    let members = mixed_members();
+    fused_near_alone(Builtin::Mlp, &digits(), &members, 3, 1e-5);
+}
+
+/// Four MLPs of other widths, depths, optimizers, dropout and weight decay.
+fn mixed_members() -> Vec<(TrainConfig, u64)> {
     let adamw = TrainConfig {
         epochs: 3,
         ..TrainConfig::default()
@@ -521,7 +527,7 @@ fn members_of_other_widths_depths_batches_and_optimizers_train_as_alone() {
         lr: 0.05,
         ..adamw.clone()
     };
-    let members = vec![
+    vec![
         (
             TrainConfig {
                 depth: 2,
@@ -562,8 +568,80 @@ fn members_of_other_widths_depths_batches_and_optimizers_train_as_alone() {
             },
             4,
         ),
-    ];
-    fused_near_alone(Builtin::Mlp, &digits(), &members, 3, 1e-5);
+    ]
+}
+
+/// A packed member's checkpoint, written from its slices of the pack (now or behind
+/// training), is the one its trainer writes unpacked, and, where members train bit for bit
+/// as alone (of one width), the one it writes trained alone: every tensor to the bit, the
+/// same metadata. Members of other widths (padded), depths and optimizers (an SGD member's
+/// one slot in a pack of AdamW's two).
+#[test]
+fn a_packed_members_checkpoint_is_its_unpacked_and_its_alone_checkpoint() {
+    let split = digits();
+    let one_width: Vec<(TrainConfig, u64)> = mixed_members()
+        .into_iter()
+        .map(|(cfg, seed)| (TrainConfig { width: 16, ..cfg }, seed))
+        .collect();
+    for (set, members) in [("mixed widths", mixed_members()), ("one width", one_width)] {
+        let mut pack = FusedTrainer::new(trainers_of(Builtin::Mlp, &split, &members)).unwrap();
+        let mut alone = trainers_of(Builtin::Mlp, &split, &members);
+        for _ in 0..2 {
+            pack.train_epoch().unwrap();
+            alone.iter_mut().for_each(|t| {
+                t.train_epoch().unwrap();
+            });
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = |k: usize, how: &str| tmp.path().join(format!("{k}-{how}"));
+        for k in 0..members.len() {
+            let member = pack.member(k).unwrap();
+            assert!(!member.finished());
+            member.save(&dir(k, "now")).unwrap();
+            member.save_behind(&dir(k, "behind")).unwrap();
+        }
+        assert!(pack.member(members.len()).is_err());
+        for (k, (t, a)) in pack.into_trainers().unwrap().iter().zip(&alone).enumerate() {
+            t.save(&dir(k, "unpacked")).unwrap();
+            a.save(&dir(k, "alone")).unwrap();
+            tune_trials::checkpoint::settle(&dir(k, "behind")).unwrap();
+            let read = |how| tune_trials::Checkpoint::read(&dir(k, how), &Device::Cpu).unwrap();
+            let want = read("unpacked");
+            assert_eq!(want.meta::<u64>("epoch").unwrap(), 2);
+            let against: &[&str] = if set == "one width" {
+                &["now", "behind", "alone"]
+            } else {
+                &["now", "behind"]
+            };
+            for &how in against {
+                let who = format!("{set}, member {k}, {how}");
+                let got = read(how);
+                assert_eq!(got.metadata, want.metadata, "{who}");
+                let mut names: Vec<&String> = got.tensors.keys().collect();
+                names.sort();
+                let mut want_names: Vec<&String> = want.tensors.keys().collect();
+                want_names.sort();
+                assert_eq!(names, want_names, "{who}");
+                for name in names {
+                    let bits = |c: &tune_trials::Checkpoint| -> (Vec<usize>, Vec<u32>) {
+                        let t = &c.tensors[name];
+                        let values: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+                        (
+                            t.dims().to_vec(),
+                            values.iter().map(|v| v.to_bits()).collect(),
+                        )
+                    };
+                    assert!(bits(&got) == bits(&want), "{who}: {name}");
+                }
+            }
+        }
+    }
+}
+
+/// The same mixed members with other batch sizes too, and of one width (bit for bit).
+#[test]
+fn mixed_members_of_other_batch_sizes_or_of_one_width_train_as_alone() {
+    let members = mixed_members();
     // Batch sizes too: 1,438 rows make 12, 23, 45 and 29 updates an epoch (the last batch of
     // each shorter), in 45 steps of the pack.
     let batches: Vec<(TrainConfig, u64)> = members
