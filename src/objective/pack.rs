@@ -735,8 +735,10 @@ mod tests {
             decisions: mpsc::channel().0,
         };
         let packs = Packs::new(2, 4, Some(1));
-        let mut hub = Hub::default();
-        hub.packs = vec![entry(1, "cuda:0", 1), entry(2, "cuda:0", 2)];
+        let mut hub = Hub {
+            packs: vec![entry(1, "cuda:0", 1), entry(2, "cuda:0", 2)],
+            ..Hub::default()
+        };
         assert!(
             !packs.waits_for_arrivals(&hub, 1, "cuda:0"),
             "nobody arriving"
