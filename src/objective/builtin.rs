@@ -39,6 +39,7 @@ pub(crate) fn builtin_objective(
     // The data is made before any trial runs, so on every core, whatever share of them
     // `RAYON_NUM_THREADS` gives each trial: the glyphs are drawn in parallel (on an H200's
     // machine, drawing them on one core idled the GPU for the sweep's first 2 s).
+    let drawing = std::time::Instant::now();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let split = rayon::ThreadPoolBuilder::new()
         .num_threads(cores)
@@ -48,6 +49,14 @@ pub(crate) fn builtin_objective(
             |pool| pool.install(|| data.load(workdir)),
         )
         .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?;
+    if super::pack::tracing() {
+        // Before any trial, the GPU idles: part of a sweep's first second there.
+        eprintln!(
+            "data `{}` made in {:.3} s",
+            split.train.name,
+            drawing.elapsed().as_secs_f64()
+        );
+    }
     let split = Arc::new(split);
     if builtin == Builtin::Cnn && split.train.image.is_none() {
         return Err(TuneError::Invalid(format!(
@@ -78,7 +87,15 @@ struct SettleCheckpoints;
 
 impl Drop for SettleCheckpoints {
     fn drop(&mut self) {
+        let settling = std::time::Instant::now();
         tune_trials::checkpoint::settle_all();
+        if super::pack::tracing() {
+            // After the last trial, the GPU idles: part of a sweep's last second there.
+            eprintln!(
+                "checkpoints settled in {:.3} s after the last trial",
+                settling.elapsed().as_secs_f64()
+            );
+        }
     }
 }
 

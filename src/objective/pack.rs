@@ -290,7 +290,7 @@ pub(super) fn is_gpu(slot: &str) -> bool {
 }
 
 /// Whether `TUNE_PACK_TRACE` is set: see [`PackTrace`].
-fn tracing() -> bool {
+pub(super) fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("TUNE_PACK_TRACE").is_some())
 }
@@ -392,22 +392,20 @@ impl Packs {
                 } else {
                     // Leavers out and joiners in, in one re-forming of the model. Should it
                     // fail, every member (joiners too) hears why.
-                    let mut trainers = fused.take().map_or(Ok(Vec::new()), |f| {
-                        Ok(staying(f.into_trainers()?, &leaving))
-                    });
                     links = staying(std::mem::take(&mut links), &leaving);
+                    let mut joining = Vec::with_capacity(joiners.len());
                     for j in joiners {
-                        if let Ok(trainers) = &mut trainers {
-                            trainers.push(j.trainer);
-                        }
+                        joining.push(j.trainer);
                         links.push(Link {
                             token: j.token,
                             tell: j.tell,
                         });
                     }
-                    trainers
-                        .and_then(FusedTrainer::new)
-                        .map(|f| fused = Some(f))
+                    match fused.take() {
+                        Some(f) => f.reform(&leaving, joining),
+                        None => FusedTrainer::new(joining),
+                    }
+                    .map(|f| fused = Some(f))
                 };
                 trace.lap("form");
                 let turn = self.take_turn(&slot);

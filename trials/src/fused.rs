@@ -268,36 +268,75 @@ impl FusedTrainer {
         let first = trainers
             .first()
             .ok_or_else(|| TrialsError::Train("a fused pack needs at least one trial".into()))?;
-        let key = first.fuse_key();
-        for (k, t) in trainers.iter().enumerate() {
-            if t.fuse_key() != key {
-                return Err(TrialsError::Train(format!(
-                    "member {k} has {:?}, the pack {key:?}: only trials of one key fuse",
-                    t.fuse_key()
-                )));
-            }
-            if t.finished() {
-                return Err(TrialsError::Train(format!(
-                    "member {k} has finished (epoch {}); a pack trains only unfinished trials",
-                    t.epoch
-                )));
-            }
-            let same = |a: &(Tensor, Tensor, usize),
-                        b: &(Tensor, Tensor, usize)|
-             -> Result<bool, TrialsError> {
-                Ok(same_values(&a.0, &b.0)? && same_values(&a.1, &b.1)?)
-            };
-            if k > 0 && !(same(&t.train, &first.train)? && same(&t.val, &first.val)?) {
-                return Err(TrialsError::Train(format!(
-                    "member {k} was made from different data than member 0; a pack trains on one split"
-                )));
-            }
+        check_members(first, trainers.iter().enumerate())?;
+        FusedTrainer::assemble(trainers, None)
+    }
+
+    /// The pack with the members flagged in `leaving` out and `joiners` in after the others:
+    /// bit for bit the pack [`FusedTrainer::new`] makes of the staying members unpacked
+    /// ([`FusedTrainer::into_trainers`]) followed by the joiners. The staying members' slices
+    /// are taken from this pack as they are rather than written back into their trainers and
+    /// padded again, and the leavers' are not written back at all: at an epoch boundary of a
+    /// 16-trial pack that was a few copies of every weight of every member.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
+    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+    ///     .load(".".as_ref())
+    ///     .unwrap();
+    /// let cpu = candle_core::Device::Cpu;
+    /// let trainer = |seed| Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, seed).unwrap();
+    /// let mut pack = FusedTrainer::new(vec![trainer(0), trainer(1)]).unwrap();
+    /// pack.train_epoch().unwrap();
+    /// // Member 0 was stopped; a new trial joins at its epoch 0.
+    /// let pack = pack.reform(&[true, false], vec![trainer(2)]).unwrap();
+    /// assert_eq!(pack.epochs(), vec![1, 0]);
+    /// ```
+    pub fn reform(
+        self,
+        leaving: &[bool],
+        joiners: Vec<Trainer>,
+    ) -> Result<FusedTrainer, TrialsError> {
+        if leaving.len() != self.members.len() {
+            return Err(TrialsError::Train(format!(
+                "{} members' leaving flags for a pack of {}",
+                leaving.len(),
+                self.members.len()
+            )));
         }
+        let from: Vec<usize> = (0..leaving.len()).filter(|&k| !leaving[k]).collect();
+        if from.is_empty() {
+            return FusedTrainer::new(joiners);
+        }
+        let mut members: Vec<Trainer> = Vec::with_capacity(from.len() + joiners.len());
+        let mut old = self;
+        // The trainers move to the new pack; `old` keeps the shapes and tensors they are read from.
+        let taken = std::mem::take(&mut old.members);
+        members.extend(
+            taken
+                .into_iter()
+                .enumerate()
+                .filter(|&(k, _)| !leaving[k])
+                .map(|(_, t)| t),
+        );
+        members.extend(joiners);
+        check_members(&members[0], members.iter().enumerate())?;
+        FusedTrainer::assemble(members, Some((&old, &from)))
+    }
+
+    /// The pack of `members` (checked), each member's weights and optimizer state from its
+    /// trainer, or, for the first members where `from` is given, from their slices of an
+    /// earlier pack (`from.1[i]` is member `i`'s place there).
+    fn assemble(
+        members: Vec<Trainer>,
+        from: Option<(&FusedTrainer, &[usize])>,
+    ) -> Result<FusedTrainer, TrialsError> {
+        let first = &members[0];
         let device = first.device.clone();
-        let shapes: Vec<(usize, usize)> = trainers.iter().map(Trainer::dense_shape).collect();
+        let shapes: Vec<(usize, usize)> = members.iter().map(Trainer::dense_shape).collect();
         let depth = shapes.iter().map(|s| s.0).max().unwrap_or(0);
         let width = shapes.iter().map(|s| s.1).max().unwrap_or(0);
-        let slots = trainers
+        let slots = members
             .iter()
             .map(|t| t.optimizer.state[0].len())
             .max()
@@ -315,7 +354,7 @@ impl FusedTrainer {
             zero: Tensor::zeros((), DType::F32, &device)?,
             exact: device.is_cpu(),
             device,
-            key,
+            key: first.fuse_key(),
             members: Vec::new(),
             shapes,
             depth,
@@ -325,34 +364,71 @@ impl FusedTrainer {
             state: Vec::new(),
             has_layer,
         };
+        // Member `k`'s weight `j` (`slot: None`) or optimizer slot, as `as_stacked` shapes
+        // it: from its earlier pack, or from its trainer.
+        let part =
+            |k: usize, j: usize, slot: Option<usize>| -> candle_core::Result<Option<Tensor>> {
+                let t = &members[k];
+                if let Some(s) = slot {
+                    if s >= t.optimizer.state[j].len() {
+                        return Ok(None);
+                    }
+                }
+                match from {
+                    Some((old, places)) if k < places.len() => {
+                        let place = places[k];
+                        let p = (0..old.weights.len())
+                            .find(|&p| old.member_weight(place, p) == Some(j))
+                            .ok_or_else(|| {
+                                candle_core::Error::Msg(format!(
+                                    "member {place}'s weight {j} is not in its pack"
+                                ))
+                            })?;
+                        let stacked = match slot {
+                            None => old.weights[p].clone(),
+                            Some(s) => old.state[p].get(s)?,
+                        };
+                        let own = as_stacked(t.model.vars()[j].1.as_tensor())?;
+                        let mut w = stacked.narrow(0, place, 1)?;
+                        for (d, &n) in own.dims().iter().enumerate() {
+                            w = w.narrow(d + 1, 0, n)?;
+                        }
+                        w.squeeze(0).map(Some)
+                    }
+                    _ => match slot {
+                        None => as_stacked(t.model.vars()[j].1.as_tensor()).map(Some),
+                        Some(s) => as_stacked(&t.optimizer.state[j][s]).map(Some),
+                    },
+                }
+            };
         let mut weights = Vec::new();
         let mut state = Vec::new();
         for p in 0..pack.convs + 2 * (depth + 1) {
             let shape = pack.stacked_shape(first, p)?;
-            let stacked = |get: &dyn Fn(&Trainer, usize) -> Option<Tensor>| {
-                let parts = trainers
-                    .iter()
-                    .enumerate()
-                    .map(
-                        |(k, t)| match pack.member_weight(k, p).and_then(|j| get(t, j)) {
-                            Some(w) => pad_to(&as_stacked(&w)?, &shape),
+            let stacked = |slot: Option<usize>| {
+                let parts = (0..members.len())
+                    .map(|k| {
+                        let got = match pack.member_weight(k, p) {
+                            Some(j) => part(k, j, slot)?,
+                            None => None,
+                        };
+                        match got {
+                            Some(w) => pad_to(&w, &shape),
                             None => Tensor::zeros(shape.as_slice(), DType::F32, &pack.device),
-                        },
-                    )
+                        }
+                    })
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Tensor::stack(&parts, 0)
             };
-            weights.push(stacked(&|t, j| {
-                Some(t.model.vars()[j].1.as_tensor().clone())
-            })?);
+            weights.push(stacked(None)?);
             let slots = (0..slots)
-                .map(|s| stacked(&|t, j| t.optimizer.state[j].get(s).cloned()))
+                .map(|s| stacked(Some(s)))
                 .collect::<candle_core::Result<Vec<_>>>()?;
             state.push(Tensor::stack(&slots, 0)?);
         }
         pack.weights = weights;
         pack.state = state;
-        pack.members = trainers;
+        pack.members = members;
         Ok(pack)
     }
 
@@ -1312,6 +1388,40 @@ fn as_stacked(w: &Tensor) -> candle_core::Result<Tensor> {
         2 => Ok(w.clone()),
         _ => w.flatten_from(1),
     }
+}
+
+/// Checks that `members` (numbered) may train in one pack with `first`: the same [`FuseKey`],
+/// the same split, none finished.
+fn check_members<'a>(
+    first: &Trainer,
+    members: impl Iterator<Item = (usize, &'a Trainer)>,
+) -> Result<(), TrialsError> {
+    let key = first.fuse_key();
+    for (k, t) in members {
+        if t.fuse_key() != key {
+            return Err(TrialsError::Train(format!(
+                "member {k} has {:?}, the pack {key:?}: only trials of one key fuse",
+                t.fuse_key()
+            )));
+        }
+        if t.finished() {
+            return Err(TrialsError::Train(format!(
+                "member {k} has finished (epoch {}); a pack trains only unfinished trials",
+                t.epoch
+            )));
+        }
+        let same = |a: &(Tensor, Tensor, usize),
+                    b: &(Tensor, Tensor, usize)|
+         -> Result<bool, TrialsError> {
+            Ok(same_values(&a.0, &b.0)? && same_values(&a.1, &b.1)?)
+        };
+        if k > 0 && !(same(&t.train, &first.train)? && same(&t.val, &first.val)?) {
+            return Err(TrialsError::Train(format!(
+                "member {k} was made from different data than member 0; a pack trains on one split"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `w` with zeros after its values, up to `shape` (of the same rank, no dimension smaller).

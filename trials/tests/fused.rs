@@ -6,8 +6,8 @@
 
 use candle_core::Device;
 use tune_trials::{
-    Activation, Builtin, DataSpec, EpochReport, FusedTrainer, LrDecay, OptimizerKind, Split,
-    TrainConfig, Trainer,
+    Activation, Builtin, Checkpoint, DataSpec, EpochReport, FusedTrainer, LrDecay, OptimizerKind,
+    Split, TrainConfig, Trainer,
 };
 
 fn digits() -> Split {
@@ -605,7 +605,7 @@ fn a_packed_members_checkpoint_is_its_unpacked_and_its_alone_checkpoint() {
             t.save(&dir(k, "unpacked")).unwrap();
             a.save(&dir(k, "alone")).unwrap();
             tune_trials::checkpoint::settle(&dir(k, "behind")).unwrap();
-            let read = |how| tune_trials::Checkpoint::read(&dir(k, how), &Device::Cpu).unwrap();
+            let read = |how| Checkpoint::read(&dir(k, how), &Device::Cpu).unwrap();
             let want = read("unpacked");
             assert_eq!(want.meta::<u64>("epoch").unwrap(), 2);
             let against: &[&str] = if set == "one width" {
@@ -614,24 +614,121 @@ fn a_packed_members_checkpoint_is_its_unpacked_and_its_alone_checkpoint() {
                 &["now", "behind"]
             };
             for &how in against {
-                let who = format!("{set}, member {k}, {how}");
-                let got = read(how);
-                assert_eq!(got.metadata, want.metadata, "{who}");
-                let mut names: Vec<&String> = got.tensors.keys().collect();
-                names.sort();
-                let mut want_names: Vec<&String> = want.tensors.keys().collect();
-                want_names.sort();
-                assert_eq!(names, want_names, "{who}");
-                for name in names {
-                    let bits = |c: &tune_trials::Checkpoint| -> (Vec<usize>, Vec<u32>) {
-                        let t = &c.tensors[name];
-                        let values: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-                        (
-                            t.dims().to_vec(),
-                            values.iter().map(|v| v.to_bits()).collect(),
-                        )
-                    };
-                    assert!(bits(&got) == bits(&want), "{who}: {name}");
+                assert_same_checkpoint(&read(how), &want, &format!("{set}, member {k}, {how}"));
+            }
+        }
+    }
+}
+
+/// Asserts that two checkpoints hold the same metadata and tensors, to the bit.
+fn assert_same_checkpoint(got: &Checkpoint, want: &Checkpoint, who: &str) {
+    assert_eq!(got.metadata, want.metadata, "{who}");
+    let mut names: Vec<&String> = got.tensors.keys().collect();
+    names.sort();
+    let mut want_names: Vec<&String> = want.tensors.keys().collect();
+    want_names.sort();
+    assert_eq!(names, want_names, "{who}");
+    for name in names {
+        let bits = |c: &Checkpoint| -> (Vec<usize>, Vec<u32>) {
+            let t = &c.tensors[name];
+            let values: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+            (
+                t.dims().to_vec(),
+                values.iter().map(|v| v.to_bits()).collect(),
+            )
+        };
+        assert!(bits(got) == bits(want), "{who}: {name}");
+    }
+}
+
+/// Re-forming a pack at a boundary (leavers out, joiners in, from the pack's own tensors) makes
+/// the pack that packing the staying members unpacked and the joiners anew makes: the same
+/// members' checkpoints to the bit, and the same next epoch. With the widest member leaving
+/// (the pack narrows), the deepest leaving while a wider one joins, only SGD members staying
+/// while an AdamW one joins (the optimizer slots grow), and everyone leaving.
+#[test]
+fn a_reformed_pack_is_the_pack_made_anew_of_its_members() {
+    let split = digits();
+    let members = mixed_members();
+    let joiner = |i: usize| -> Trainer {
+        let (cfg, seed) = match i {
+            0 => (
+                TrainConfig {
+                    depth: 3,
+                    width: 40,
+                    ..members[0].0.clone()
+                },
+                10,
+            ),
+            _ => (members[0].0.clone(), 11),
+        };
+        trainer(&split, &cfg, seed)
+    };
+    let cases: [(&str, [bool; 4], Vec<usize>); 5] = [
+        ("nobody leaves or joins", [false; 4], vec![]),
+        ("the widest leaves", [false, false, false, true], vec![]),
+        (
+            "the deepest leaves, a wider joins",
+            [false, false, true, false],
+            vec![0],
+        ),
+        (
+            "SGD stays, AdamW joins",
+            [true, false, true, false],
+            vec![1],
+        ),
+        ("everyone leaves, two join", [true; 4], vec![0, 1]),
+    ];
+    for (case, leaving, joining) in cases {
+        let trained = || {
+            let mut pack = FusedTrainer::new(trainers_of(Builtin::Mlp, &split, &members)).unwrap();
+            pack.train_epoch().unwrap();
+            pack
+        };
+        let reformed = trained()
+            .reform(&leaving, joining.iter().map(|&i| joiner(i)).collect())
+            .unwrap();
+        let mut anew: Vec<Trainer> = trained()
+            .into_trainers()
+            .unwrap()
+            .into_iter()
+            .zip(leaving)
+            .filter(|(_, leaves)| !leaves)
+            .map(|(t, _)| t)
+            .collect();
+        anew.extend(joining.iter().map(|&i| joiner(i)));
+        let anew = FusedTrainer::new(anew).unwrap();
+        let mut packs = [reformed, anew];
+        assert_eq!(packs[0].epochs(), packs[1].epochs(), "{case}");
+        let tmp = tempfile::tempdir().unwrap();
+        for round in 0..2 {
+            for (p, pack) in packs.iter().enumerate() {
+                for k in 0..pack.epochs().len() {
+                    let dir = tmp.path().join(format!("{round}-{p}-{k}"));
+                    pack.member(k).unwrap().save(&dir).unwrap();
+                }
+            }
+            for k in 0..packs[0].epochs().len() {
+                let read = |p: usize| {
+                    let dir = tmp.path().join(format!("{round}-{p}-{k}"));
+                    Checkpoint::read(&dir, &Device::Cpu).unwrap()
+                };
+                let who = format!("{case}, round {round}, member {k}");
+                assert_same_checkpoint(&read(0), &read(1), &who);
+            }
+            if round == 0 {
+                let [a, b] = &mut packs;
+                let (a, b) = (a.train_epoch().unwrap(), b.train_epoch().unwrap());
+                for (k, (a, b)) in a.iter().zip(&b).enumerate() {
+                    let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+                    let who = format!("{case}, member {k}");
+                    assert_eq!(
+                        (a.epoch, a.lr, a.val_loss),
+                        (b.epoch, b.lr, b.val_loss),
+                        "{who}"
+                    );
+                    assert_eq!(a.val_accuracy, b.val_accuracy, "{who}");
+                    assert_eq!(a.train_loss, b.train_loss, "{who}");
                 }
             }
         }
