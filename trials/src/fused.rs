@@ -265,10 +265,7 @@ impl FusedTrainer {
     /// Packs `trainers`, which must share a [`FuseKey`] and have been made from the same
     /// split. A member that has finished cannot be packed.
     pub fn new(trainers: Vec<Trainer>) -> Result<FusedTrainer, TrialsError> {
-        let first = trainers
-            .first()
-            .ok_or_else(|| TrialsError::Train("a fused pack needs at least one trial".into()))?;
-        check_members(first, trainers.iter().enumerate())?;
+        check_members(&trainers)?;
         FusedTrainer::assemble(trainers, None)
     }
 
@@ -320,7 +317,7 @@ impl FusedTrainer {
                 .map(|(_, t)| t),
         );
         members.extend(joiners);
-        check_members(&members[0], members.iter().enumerate())?;
+        check_members(&members)?;
         FusedTrainer::assemble(members, Some((&old, &from)))
     }
 
@@ -389,11 +386,9 @@ impl FusedTrainer {
                             Some(s) => old.state[p].get(s)?,
                         };
                         let own = as_stacked(t.model.vars()[j].1.as_tensor())?;
-                        let mut w = stacked.narrow(0, place, 1)?;
-                        for (d, &n) in own.dims().iter().enumerate() {
-                            w = w.narrow(d + 1, 0, n)?;
-                        }
-                        w.squeeze(0).map(Some)
+                        member_view(&stacked, place, own.dims())?
+                            .squeeze(0)
+                            .map(Some)
                     }
                     _ => match slot {
                         None => as_stacked(t.model.vars()[j].1.as_tensor()).map(Some),
@@ -686,11 +681,9 @@ impl FusedTrainer {
             // 16-trial pack, per member and epoch, seen at 8 GB peak), and before the
             // reshape, which would copy a padded (strided) slice once more.
             let slice = |t: &Tensor| -> candle_core::Result<Tensor> {
-                let mut t = t.narrow(0, k, 1)?;
-                for (d, &n) in own.iter().enumerate() {
-                    t = t.narrow(d + 1, 0, n)?;
-                }
-                t.force_contiguous()?.reshape(var.shape())
+                member_view(t, k, &own)?
+                    .force_contiguous()?
+                    .reshape(var.shape())
             };
             weights.push(slice(&self.weights[p])?);
             let slots = (0..m.optimizer.state[j].len())
@@ -1390,14 +1383,26 @@ fn as_stacked(w: &Tensor) -> candle_core::Result<Tensor> {
     }
 }
 
-/// Checks that `members` (numbered) may train in one pack with `first`: the same [`FuseKey`],
-/// the same split, none finished.
-fn check_members<'a>(
-    first: &Trainer,
-    members: impl Iterator<Item = (usize, &'a Trainer)>,
-) -> Result<(), TrialsError> {
+/// Member `k`'s part of a stacked weight or optimizer slot `(K, ...)`, a view `(1, own...)`:
+/// its own dims `own` of the pack's (padded) ones.
+fn member_view(stacked: &Tensor, k: usize, own: &[usize]) -> candle_core::Result<Tensor> {
+    let mut t = stacked.narrow(0, k, 1)?;
+    for (d, &n) in own.iter().enumerate() {
+        t = t.narrow(d + 1, 0, n)?;
+    }
+    Ok(t)
+}
+
+/// Checks that `members` may train in one pack: the same [`FuseKey`], the same split, none
+/// finished.
+fn check_members(members: &[Trainer]) -> Result<(), TrialsError> {
+    let Some(first) = members.first() else {
+        return Err(TrialsError::Train(
+            "a fused pack needs at least one trial".into(),
+        ));
+    };
     let key = first.fuse_key();
-    for (k, t) in members {
+    for (k, t) in members.iter().enumerate() {
         if t.fuse_key() != key {
             return Err(TrialsError::Train(format!(
                 "member {k} has {:?}, the pack {key:?}: only trials of one key fuse",
