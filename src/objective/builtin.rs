@@ -7,8 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tune_trials::{
-    open_device, Builtin, DataSpec, EpochReport, PackedMember, TrainConfig, Trainer, TrialsError,
-    CHECKPOINT_FILE,
+    open_device, Builtin, DataSpec, EpochReport, TrainConfig, Trainer, CHECKPOINT_FILE,
 };
 
 use super::pack::{Decision, Member, Packs};
@@ -143,59 +142,35 @@ fn train(
         let heard = report(ctx, &r, n_params, None);
         // The checkpoint follows the decision, as the command protocol's does: a paused
         // trial resumes after the epoch it reported, a stopped one needs none.
-        save(&trainer, ctx.checkpoint_dir()?, &heard)?;
+        match checkpoint_after(&heard, trainer.finished()) {
+            Some(Written::Behind) => trainer.save_behind(ctx.checkpoint_dir()?)?,
+            Some(Written::Now) => trainer.save(ctx.checkpoint_dir()?)?,
+            None => {}
+        }
         heard?;
     }
     Ok(())
 }
 
-/// Checkpoints `trainer` into `dir` after a report was `heard`: a trial going on has its
-/// checkpoint written behind the next epoch's training; a paused or finished one has it on
-/// disk before this returns (it is resumed from it, or kept as the trial's last); a stopped
-/// one needs none. Whether a trial trains in a pack or alone, this is where it is decided.
-pub(super) fn save(
-    trainer: &impl Checkpointed,
-    dir: &Path,
-    heard: &Result<(), Stop>,
-) -> Result<(), TrialsError> {
+/// When a trial's checkpoint is written after a report was `heard`: a trial going on has it
+/// written behind the next epoch's training; a paused or finished one has it on disk before
+/// the trial goes on (it is resumed from it, or kept as the trial's last); a stopped one needs
+/// none. Whether a trial trains in a pack or alone, this is where it is decided.
+pub(super) fn checkpoint_after(heard: &Result<(), Stop>, finished: bool) -> Option<Written> {
     match heard {
-        Ok(()) if !trainer.finished() => trainer.save_behind(dir),
-        Ok(()) | Err(Stop::Paused) => trainer.save(dir),
-        Err(_) => Ok(()),
+        Ok(()) if !finished => Some(Written::Behind),
+        Ok(()) | Err(Stop::Paused) => Some(Written::Now),
+        Err(_) => None,
     }
 }
 
-/// A trial's model as [`save`] checkpoints it: a trainer alone, or a member of a pack.
-pub(super) trait Checkpointed {
-    fn finished(&self) -> bool;
-    /// On disk when this returns.
-    fn save(&self, dir: &Path) -> Result<(), TrialsError>;
-    /// Written behind training.
-    fn save_behind(&self, dir: &Path) -> Result<(), TrialsError>;
-}
-
-impl Checkpointed for Trainer {
-    fn finished(&self) -> bool {
-        Trainer::finished(self)
-    }
-    fn save(&self, dir: &Path) -> Result<(), TrialsError> {
-        Trainer::save(self, dir)
-    }
-    fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
-        Trainer::save_behind(self, dir)
-    }
-}
-
-impl Checkpointed for PackedMember<'_> {
-    fn finished(&self) -> bool {
-        PackedMember::finished(self)
-    }
-    fn save(&self, dir: &Path) -> Result<(), TrialsError> {
-        PackedMember::save(self, dir)
-    }
-    fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
-        PackedMember::save_behind(self, dir)
-    }
+/// When a checkpoint is written: see [`checkpoint_after`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Written {
+    /// Queued for the process's checkpoint threads ([`tune_trials::checkpoint::write_behind`]).
+    Behind,
+    /// On disk before the trial goes on ([`tune_trials::checkpoint::write`]).
+    Now,
 }
 
 /// Reports an epoch of a built-in trainable; a trial trained in a pack adds how many trials

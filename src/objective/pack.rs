@@ -13,10 +13,12 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use tune_trials::checkpoint::{self, Contents};
 use tune_trials::{
     open_device, EpochReport, FusedTrainer, PackKey, Split, SplitTensors, Trainer, TrialsError,
 };
 
+use super::builtin::{checkpoint_after, Written};
 use super::{BoxError, Stop};
 
 /// The packs of one sweep's built-in objective, on every slot.
@@ -72,8 +74,11 @@ struct Joiner {
 enum FromPack {
     /// The member's epoch, or the error that ends it, and how many trials the pack trained.
     Epoch(Result<EpochReport, String>, usize),
-    /// The checkpoint asked for is written (or why not), and whether the member has finished.
-    Saved(Result<bool, String>),
+    /// The answer to a decision (or why the checkpoint asked for failed): whether the member
+    /// has left the pack, and the checkpoint its trial writes before it goes on, where one
+    /// must be on disk by then (a paused or finished member's). The trial writes it while
+    /// the pack trains on; one written behind training is queued already.
+    Saved(Result<(bool, Option<Contents>), String>),
 }
 
 /// What a member tells its pack after each epoch, once its report is decided on.
@@ -264,11 +269,21 @@ impl Member {
     /// count: the trial started in its place finds the room and joins the same pack.
     pub(crate) fn decide(&mut self, decision: Decision) -> Result<bool, BoxError> {
         self.owes_decision = false;
+        let dir = match &decision {
+            Decision::Continue(dir) | Decision::Pause(dir) => Some(dir.clone()),
+            Decision::Leave => None,
+        };
         if self.decide.send((self.token, decision)).is_err() {
             return Err("the pack this trial trained in has ended".into());
         }
         match self.hear.recv() {
-            Ok(FromPack::Saved(saved)) => saved.map_err(Into::into),
+            Ok(FromPack::Saved(Ok((left, now)))) => {
+                if let (Some(contents), Some(dir)) = (now, dir) {
+                    checkpoint::write(&dir, contents)?;
+                }
+                Ok(left)
+            }
+            Ok(FromPack::Saved(Err(e))) => Err(e.into()),
             Ok(FromPack::Epoch(..)) => Err("a pack trained on before a checkpoint".into()),
             Err(_) => Err("the pack this trial trained in has ended".into()),
         }
@@ -549,20 +564,27 @@ impl Packs {
                 continue;
             };
             owed -= 1;
-            let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Result<bool, String> {
+            // Whether the member has finished, and the checkpoint its trial writes now.
+            type Saved = Result<(bool, Option<Contents>), String>;
+            let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Saved {
                 let started = Instant::now();
                 let f = fused.ok_or("the pack has no model")?;
                 let member = f.member(k).map_err(|e| e.to_string())?;
-                super::builtin::save(&member, dir, &heard).map_err(|e| e.to_string())?;
+                let finished = member.finished();
+                let now = match checkpoint_after(&heard, finished) {
+                    Some(Written::Behind) => member.save_behind(dir).map(|()| None),
+                    Some(Written::Now) => member.checkpoint().map(Some),
+                    None => Ok(None),
+                };
                 saving += started.elapsed();
-                Ok(member.finished())
+                now.map(|now| (finished, now)).map_err(|e| e.to_string())
             };
             let saved = match &decision {
                 Decision::Continue(dir) => save(dir, Ok(())),
-                Decision::Pause(dir) => save(dir, Err(Stop::Paused)).map(|_| true),
-                Decision::Leave => Ok(true),
+                Decision::Pause(dir) => save(dir, Err(Stop::Paused)).map(|(_, now)| (true, now)),
+                Decision::Leave => Ok((true, None)),
             };
-            leaving[k] = !matches!(saved, Ok(false));
+            leaving[k] = !matches!(saved, Ok((false, _)));
             if leaving[k] {
                 self.shrink(id, 1);
             }

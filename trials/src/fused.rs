@@ -249,10 +249,17 @@ impl PackedMember<'_> {
     /// [`Trainer::save_behind`] does: its slices are copies, which the pack's next updates
     /// leave alone.
     pub fn save_behind(&self, dir: &Path) -> Result<(), TrialsError> {
+        checkpoint::write_behind(dir, self.checkpoint()?)
+    }
+
+    /// The member's checkpoint, as [`save`](Self::save) writes it: copies of its slices, done
+    /// on the device, so another thread may write them (with [`checkpoint::write`]) while the
+    /// pack trains on.
+    pub fn checkpoint(&self) -> Result<checkpoint::Contents, TrialsError> {
         let contents = self.contents()?;
-        // The checkpoint thread reads the copies just queued on this thread's stream.
+        // Another thread reads the copies just queued on this thread's stream.
         self.pack.device.synchronize()?;
-        checkpoint::write_behind(dir, contents)
+        Ok(contents)
     }
 
     fn contents(&self) -> Result<checkpoint::Contents, TrialsError> {
