@@ -203,9 +203,9 @@ impl Writer {
 }
 
 /// Queues `contents` as the checkpoint of `dir` and returns: one of the process's checkpoint
-/// threads serialises it (copying its tensors off a GPU) and writes it as [`write()`] does, unless a
-/// newer one for `dir` comes first. An error is that of an earlier write to `dir` that
-/// failed. See [`Contents`] for the tensors it may hold.
+/// threads serialises it (copying its tensors off a GPU) and writes it as [`write()`] does,
+/// unless a newer one for `dir` comes first. An error is that of an earlier write to `dir`
+/// that failed. See [`Contents`] for the tensors it may hold.
 pub fn write_behind(dir: &Path, contents: Contents) -> Result<(), TrialsError> {
     writer().queue(dir, contents)
 }
