@@ -55,8 +55,9 @@ fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
     assert_matches_trained_alone(t, Builtin::Mlp, &wine, &fixed);
 }
 
-/// [`assert_matches_uninterrupted`] for a trial of `builtin` on `data` with the `fixed` keys.
-fn assert_matches_trained_alone(t: &Json, builtin: Builtin, data: &DataSpec, fixed: &Json) {
+/// The exported trial `t` of `builtin` on `data` with the `fixed` keys, trained alone from the
+/// start.
+fn trainer_alone(t: &Json, builtin: Builtin, data: &DataSpec, fixed: &Json) -> Trainer {
     let split = data.load(".".as_ref()).unwrap();
     let mut params = Params::default();
     for (k, v) in t["params"].as_object().unwrap() {
@@ -69,7 +70,13 @@ fn assert_matches_trained_alone(t: &Json, builtin: Builtin, data: &DataSpec, fix
     }
     let cfg = TrainConfig::from_parts(fixed.as_object().unwrap(), &params).unwrap();
     let id = t["id"].as_u64().unwrap();
-    let mut trainer = Trainer::new(builtin, cfg, &split, &candle_core::Device::Cpu, id).unwrap();
+    Trainer::new(builtin, cfg, &split, &candle_core::Device::Cpu, id).unwrap()
+}
+
+/// [`assert_matches_uninterrupted`] for a trial of `builtin` on `data` with the `fixed` keys.
+fn assert_matches_trained_alone(t: &Json, builtin: Builtin, data: &DataSpec, fixed: &Json) {
+    let id = t["id"].as_u64().unwrap();
+    let mut trainer = trainer_alone(t, builtin, data, fixed);
     let mut expected = Vec::new();
     while !trainer.finished() {
         expected.push(trainer.train_epoch().unwrap());
@@ -94,25 +101,74 @@ fn assert_matches_trained_alone(t: &Json, builtin: Builtin, data: &DataSpec, fix
     }
 }
 
+/// A completed trial's checkpoint in the sweep's folder `run` holds the model of its last
+/// report, bit for bit: the trial trained alone to that epoch, every tensor and counter. ASHA
+/// ends a trial at `max_t` with `Complete`, which the trial hears as a stop; its last epoch
+/// must still be kept.
+fn assert_completed_with_its_last_checkpoint(run: &Path, t: &Json, epochs: u64) {
+    let id = t["id"].as_u64().unwrap();
+    assert_eq!(t["status"], "completed", "trial {id}");
+    let folder = run.join("trials").join(id.to_string());
+    let kept = tune_trials::checkpoint::Checkpoint::read(&folder, &candle_core::Device::Cpu)
+        .unwrap_or_else(|e| panic!("trial {id}: {e}"));
+    let wine = DataSpec {
+        dataset: Some("wine".into()),
+        ..DataSpec::default()
+    };
+    let fixed = serde_json::json!({"batch_size": 16, "width": 12, "epochs": epochs});
+    let mut alone = trainer_alone(t, Builtin::Mlp, &wine, &fixed);
+    for _ in 0..t["results"].as_array().unwrap().len() {
+        alone.train_epoch().unwrap();
+    }
+    let saved = tempfile::tempdir().unwrap();
+    alone.save(saved.path()).unwrap();
+    let want =
+        tune_trials::checkpoint::Checkpoint::read(saved.path(), &candle_core::Device::Cpu).unwrap();
+    assert_eq!(kept.metadata, want.metadata, "trial {id}");
+    let mut names: Vec<&String> = want.tensors.keys().collect();
+    names.sort();
+    let kept_names: std::collections::BTreeSet<&String> = kept.tensors.keys().collect();
+    assert_eq!(kept_names, names.iter().copied().collect(), "trial {id}");
+    for name in names {
+        let bits = |t: &candle_core::Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.into_iter().map(f32::to_bits).collect()
+        };
+        assert!(
+            bits(&kept.tensors[name]) == bits(&want.tensors[name]),
+            "trial {id}: {name} differs from the trial trained alone"
+        );
+    }
+}
+
 #[test]
 fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
-    let trials = sweep(
+    // ASHA completes the best trials at max_t, two epochs before their own end.
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = spec(
+        tmp.path(),
         "samples = 10\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1",
-        "epochs = 8",
+        "epochs = 10",
     );
+    let run = tmp.path().join("run");
+    run_ok(&mut tune_run(&spec, &run));
+    let trials = export_json(&run);
     assert_eq!(trials.len(), 10);
     let mut stopped = 0;
     for t in &trials {
         let s = dense_steps(t);
         match t["status"].as_str().unwrap() {
-            "completed" => assert_eq!(s.len(), 8),
+            "completed" => {
+                assert_eq!(s.len(), 8);
+                assert_completed_with_its_last_checkpoint(&run, t, 10);
+            }
             "stopped" => {
                 assert!(s.len() < 8);
                 stopped += 1
             }
             other => panic!("trial {}: {other}", t["id"]),
         }
-        assert_matches_uninterrupted(t, 8);
+        assert_matches_uninterrupted(t, 10);
     }
     assert!(stopped >= 4, "{stopped} stopped");
     let best = trials.iter().filter_map(|t| {
@@ -383,7 +439,8 @@ fn fused_trials_under_asha_train_as_if_alone() {
     let mut text = std::fs::read_to_string(&spec).unwrap();
     text.push_str("depth = { int = [1, 3] }\n");
     std::fs::write(&spec, text).unwrap();
-    let trials = run_in_packs_of_4(&spec, &tmp.path().join("run"));
+    let run = tmp.path().join("run");
+    let trials = run_in_packs_of_4(&spec, &run);
     assert_eq!(trials.len(), 12);
     let depths: std::collections::BTreeSet<i64> = trials
         .iter()
@@ -402,7 +459,10 @@ fn fused_trials_under_asha_train_as_if_alone() {
         );
         let trained = dense_steps(t).len();
         match t["status"].as_str().unwrap() {
-            "completed" => assert_eq!(trained, 8, "trial {}", t["id"]),
+            "completed" => {
+                assert_eq!(trained, 8, "trial {}", t["id"]);
+                assert_completed_with_its_last_checkpoint(&run, t, 8);
+            }
             _ => assert!(trained < 8, "trial {}", t["id"]),
         }
         assert_matches_uninterrupted(t, 8);

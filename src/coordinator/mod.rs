@@ -794,7 +794,7 @@ impl Coordinator {
             }
             Decision::Complete => {
                 self.settle(id, Status::Completed, None)?;
-                Heard::Stop
+                Heard::Complete
             }
         };
         Ok(heard)

@@ -511,8 +511,19 @@ fn a_stopped_trial_stays_stopped_whatever_its_run_does_while_winding_down() {
 #[test]
 fn a_complete_decision_ends_the_trial_as_completed() {
     let sweep = Sweep::new(1).scheduler(Scripted::default().at(0, 2, Decision::Complete));
-    let ran = sweep.run(report_steps(5, |_, step| 1.0 / step as f64));
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let heard_in = heard.clone();
+    let ran = sweep.run(move |ctx| {
+        for step in 1..=5 {
+            let answer = ctx.report(step, [("loss", 1.0 / step as f64)]);
+            heard_in.lock().unwrap().push(answer);
+            answer?;
+        }
+        Ok(())
+    });
     ran.result.as_ref().unwrap();
+    // The trial hears that it completed, not that it was stopped: it keeps what it trained.
+    assert_eq!(*heard.lock().unwrap(), [Ok(()), Err(Stop::Completed)]);
     assert_eq!(ran.trial(0).status, Status::Completed);
     assert_eq!(ran.steps(0), [1, 2]);
     assert_eq!(ran.summary.unwrap().best, Some((0, 0.5)));

@@ -48,14 +48,12 @@ pub(crate) fn builtin_objective(
             |pool| pool.install(|| data.load(workdir)),
         )
         .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?;
-    if super::pack::tracing() {
-        // Before any trial, the GPU idles: part of a sweep's first second there.
-        eprintln!(
-            "data `{}` made in {:.3} s",
-            split.train.name,
-            drawing.elapsed().as_secs_f64()
-        );
-    }
+    // Before any trial, the GPU idles: part of a sweep's first second there.
+    super::pack::trace(format_args!(
+        "data `{}` made in {:.3} s",
+        split.train.name,
+        drawing.elapsed().as_secs_f64()
+    ));
     let split = Arc::new(split);
     if builtin == Builtin::Cnn && split.train.image.is_none() {
         return Err(TuneError::Invalid(format!(
@@ -88,13 +86,11 @@ impl Drop for SettleCheckpoints {
     fn drop(&mut self) {
         let settling = std::time::Instant::now();
         tune_trials::checkpoint::settle_all();
-        if super::pack::tracing() {
-            // After the last trial, the GPU idles: part of a sweep's last second there.
-            eprintln!(
-                "checkpoints settled in {:.3} s after the last trial",
-                settling.elapsed().as_secs_f64()
-            );
-        }
+        // After the last trial, the GPU idles: part of a sweep's last second there.
+        super::pack::trace(format_args!(
+            "checkpoints settled in {:.3} s after the last trial",
+            settling.elapsed().as_secs_f64()
+        ));
     }
 }
 
@@ -153,14 +149,15 @@ fn train(
 }
 
 /// When a trial's checkpoint is written after a report was `heard`: a trial going on has it
-/// written behind the next epoch's training; a paused or finished one has it on disk before
-/// the trial goes on (it is resumed from it, or kept as the trial's last); a stopped one needs
-/// none. Whether a trial trains in a pack or alone, this is where it is decided.
+/// written behind the next epoch's training; a paused one, one that trained all its epochs and
+/// one the scheduler completes (ASHA at `max_t`) have it on disk before the trial goes on (it
+/// is resumed from it, or kept as the trial's last, the model of its last report); a stopped
+/// one needs none. Whether a trial trains in a pack or alone, this is where it is decided.
 pub(super) fn checkpoint_after(heard: &Result<(), Stop>, finished: bool) -> Option<Written> {
     match heard {
         Ok(()) if !finished => Some(Written::Behind),
-        Ok(()) | Err(Stop::Paused) => Some(Written::Now),
-        Err(_) => None,
+        Ok(()) | Err(Stop::Paused | Stop::Completed) => Some(Written::Now),
+        Err(Stop::Scheduler | Stop::Interrupted | Stop::TimedOut) => None,
     }
 }
 
@@ -219,6 +216,9 @@ fn train_in_pack(
             Ok(()) => member.decide(Decision::Continue(ctx.checkpoint_dir()?.to_path_buf()))?,
             Err(Stop::Paused) => {
                 member.decide(Decision::Pause(ctx.checkpoint_dir()?.to_path_buf()))?
+            }
+            Err(Stop::Completed) => {
+                member.decide(Decision::Complete(ctx.checkpoint_dir()?.to_path_buf()))?
             }
             Err(_) => member.decide(Decision::Leave)?,
         };

@@ -98,6 +98,7 @@ impl TrialContext {
             {
                 Some(Heard::Continue) => None,
                 Some(Heard::Stop) => Some(Stop::Scheduler),
+                Some(Heard::Complete) => Some(Stop::Completed),
                 Some(Heard::Pause) => Some(Stop::Paused),
                 None => Some(Stop::Interrupted),
             }
@@ -132,12 +133,12 @@ pub(super) fn launch(f: Arc<ObjectiveFn>, job: Job) {
             Ok(Ok(())) if ctx.deadline.is_some_and(|d| Instant::now() > d) => timed_out(),
             Ok(Ok(())) => match ctx.stopped {
                 Some(Stop::Interrupted) => Outcome::Interrupted,
-                Some(Stop::Scheduler | Stop::Paused) => Outcome::Stopped,
+                Some(Stop::Scheduler | Stop::Completed | Stop::Paused) => Outcome::Stopped,
                 Some(Stop::TimedOut) => timed_out(),
                 None => Outcome::Returned,
             },
             Ok(Err(e)) => match e.downcast_ref::<Stop>() {
-                Some(Stop::Scheduler | Stop::Paused) => Outcome::Stopped,
+                Some(Stop::Scheduler | Stop::Completed | Stop::Paused) => Outcome::Stopped,
                 Some(Stop::Interrupted) => Outcome::Interrupted,
                 Some(Stop::TimedOut) => timed_out(),
                 None => Outcome::Failed(e.to_string()),

@@ -30,6 +30,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum Stop {
     #[error("the scheduler stopped this trial")]
     Scheduler,
+    /// The trial has the whole budget the scheduler gives it (ASHA's `max_t`): it ends as
+    /// completed. Keep what it trained (a built-in trainable writes its last checkpoint).
+    #[error("the scheduler completed this trial")]
+    Completed,
     /// Checkpoint into `checkpoint_dir` and return: the trial is resumed later with
     /// `restore_dir` pointing at that checkpoint.
     #[error("the scheduler paused this trial")]
@@ -68,6 +72,8 @@ pub(crate) enum Heard {
     /// Checkpoint and end this run; the trial runs again later.
     Pause,
     Stop,
+    /// End: the trial has the scheduler's whole budget.
+    Complete,
 }
 
 impl Heard {
@@ -76,7 +82,8 @@ impl Heard {
         match self {
             Heard::Continue => "continue\n",
             Heard::Pause => "pause\n",
-            Heard::Stop => "stop\n",
+            // The protocol's commands know no "complete": both end the run.
+            Heard::Stop | Heard::Complete => "stop\n",
         }
     }
 }

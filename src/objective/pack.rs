@@ -87,6 +87,8 @@ pub(crate) enum Decision {
     Continue(PathBuf),
     /// Checkpoint into the folder and leave.
     Pause(PathBuf),
+    /// Checkpoint into the folder, the trial's last, and leave.
+    Complete(PathBuf),
     /// Leave without a checkpoint (stopped, interrupted, timed out).
     Leave,
 }
@@ -140,12 +142,10 @@ impl Packs {
         let opening = Instant::now();
         let d = SplitTensors::new(split, &open_device(slot)?)?;
         *data = Some(d.clone());
-        if tracing() {
-            eprintln!(
-                "{slot}: device opened and rows uploaded in {:.3} s",
-                opening.elapsed().as_secs_f64()
-            );
-        }
+        trace(format_args!(
+            "{slot}: device opened and rows uploaded in {:.3} s",
+            opening.elapsed().as_secs_f64()
+        ));
         Ok(d)
     }
 }
@@ -205,14 +205,12 @@ impl Arrival {
         };
         drop(hub);
         packs.changed.notify_all();
-        if tracing() {
-            eprintln!(
-                "{}: a trial joined at {:.3} s, {:.3} s after it arrived",
-                self.slot,
-                packs.made.elapsed().as_secs_f64(),
-                self.at.elapsed().as_secs_f64()
-            );
-        }
+        trace(format_args!(
+            "{}: a trial joined at {:.3} s, {:.3} s after it arrived",
+            self.slot,
+            packs.made.elapsed().as_secs_f64(),
+            self.at.elapsed().as_secs_f64()
+        ));
         Member {
             token,
             hear,
@@ -270,7 +268,9 @@ impl Member {
     pub(crate) fn decide(&mut self, decision: Decision) -> Result<bool, BoxError> {
         self.owes_decision = false;
         let dir = match &decision {
-            Decision::Continue(dir) | Decision::Pause(dir) => Some(dir.clone()),
+            Decision::Continue(dir) | Decision::Pause(dir) | Decision::Complete(dir) => {
+                Some(dir.clone())
+            }
             Decision::Leave => None,
         };
         if self.decide.send((self.token, decision)).is_err() {
@@ -308,6 +308,18 @@ pub(super) fn is_gpu(slot: &str) -> bool {
 pub(super) fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("TUNE_PACK_TRACE").is_some())
+}
+
+/// With `TUNE_PACK_TRACE` set, prints `line` on stderr after `@` and the wall-clock time
+/// (Unix seconds): `scripts/gpu-fuse-check` places the lines among the GPU's busy samples,
+/// which nvidia-smi stamps with the same clock.
+pub(super) fn trace(line: std::fmt::Arguments) {
+    if tracing() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        eprintln!("@{now:.3} {line}");
+    }
 }
 
 /// With `TUNE_PACK_TRACE` set, how long each slot took to open its device and upload the
@@ -352,11 +364,11 @@ impl PackTrace {
                 .drain(..)
                 .map(|(what, took)| format!("{what} {:.3}", took.as_secs_f64()))
                 .collect();
-            eprintln!(
+            trace(format_args!(
                 "pack {} ({trials} trials), s: {}",
                 self.id,
                 phases.join(", ")
-            );
+            ));
         }
     }
 }
@@ -582,6 +594,9 @@ impl Packs {
             let saved = match &decision {
                 Decision::Continue(dir) => save(dir, Ok(())),
                 Decision::Pause(dir) => save(dir, Err(Stop::Paused)).map(|(_, now)| (true, now)),
+                Decision::Complete(dir) => {
+                    save(dir, Err(Stop::Completed)).map(|(_, now)| (true, now))
+                }
                 Decision::Leave => Ok((true, None)),
             };
             leaving[k] = !matches!(saved, Ok((false, _)));

@@ -74,6 +74,7 @@ impl Heard {
             Heard::Continue => "continue",
             Heard::Pause => "pause",
             Heard::Stop => "stop",
+            Heard::Complete => "complete",
         }
     }
 
@@ -81,6 +82,7 @@ impl Heard {
         match text {
             "continue" => Heard::Continue,
             "pause" => Heard::Pause,
+            "complete" => Heard::Complete,
             // Anything else ends the run: the safe reading of a decision not understood.
             _ => Heard::Stop,
         }
@@ -305,7 +307,7 @@ mod tests {
         ] {
             assert_eq!(Outcome::from_text(&o.to_text()), o);
         }
-        for h in [Heard::Continue, Heard::Pause, Heard::Stop] {
+        for h in [Heard::Continue, Heard::Pause, Heard::Stop, Heard::Complete] {
             assert_eq!(Heard::parse(h.as_str()), h);
         }
         assert_eq!(Heard::parse("garbled"), Heard::Stop);
