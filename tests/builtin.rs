@@ -23,13 +23,25 @@ fn spec(dir: &Path, top: &str, objective: &str) -> PathBuf {
     path
 }
 
-/// Runs a sweep of `spec(top, objective)` to the end and returns its export.
-fn sweep(top: &str, objective: &str) -> Vec<Json> {
+/// A sweep run to the end: its folder (gone with `_tmp`) and its export.
+struct Swept {
+    _tmp: tempfile::TempDir,
+    run: PathBuf,
+    trials: Vec<Json>,
+}
+
+/// Runs a sweep of `spec(top, objective)` to the end.
+fn sweep(top: &str, objective: &str) -> Swept {
     let tmp = tempfile::tempdir().unwrap();
     let spec = spec(tmp.path(), top, objective);
-    let dir = tmp.path().join("run");
-    run_ok(&mut tune_run(&spec, &dir));
-    export_json(&dir)
+    let run = tmp.path().join("run");
+    run_ok(&mut tune_run(&spec, &run));
+    let trials = export_json(&run);
+    Swept {
+        _tmp: tmp,
+        run,
+        trials,
+    }
 }
 
 /// The trial's steps, checked to be 1, 2, .. with none repeated or skipped.
@@ -189,10 +201,11 @@ fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
 #[test]
 fn builtin_trials_paused_and_resumed_by_hyperband_train_as_if_never_paused() {
     // max_t 9, eta 3: brackets of 9, 5 and 3 trials with milestones at 1 and 3.
-    let trials = sweep(
+    let swept = sweep(
         "samples = 17\nseed = 2\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 2",
         "epochs = 9",
     );
+    let trials = &swept.trials;
     let resumed = trials
         .iter()
         .filter(|t| t["attempts"].as_u64().unwrap() > 1)
@@ -203,10 +216,17 @@ fn builtin_trials_paused_and_resumed_by_hyperband_train_as_if_never_paused() {
         resumed >= 2,
         "only {resumed} trials were paused and resumed"
     );
-    for t in &trials {
+    let mut completed = 0;
+    for t in trials {
         dense_steps(t);
         assert_matches_uninterrupted(t, 9);
+        if t["status"] == "completed" {
+            assert_completed_with_its_last_checkpoint(&swept.run, t, 9);
+            completed += 1;
+        }
     }
+    // Each of the three brackets completes at least one trial at max_t.
+    assert!(completed >= 3, "{completed} completed");
 }
 
 #[test]
@@ -257,6 +277,7 @@ fn kill_resume_and_check(spec: &Path, dir: &Path, kills: &[String], trials: usiz
         );
         assert_eq!(dense_steps(t).len() as u64, epochs, "trial {}", t["id"]);
         assert_matches_uninterrupted(t, epochs);
+        assert_completed_with_its_last_checkpoint(dir, t, epochs);
     }
 }
 
@@ -379,7 +400,8 @@ fn pbt_exploits_continue_builtin_trials_from_their_sources_checkpoints() {
     let trials = sweep(
         "samples = 6\nseed = 4\n[scheduler]\nkind = \"pbt\"\nperturbation_interval = 2\n[resources]\ncpu_slots = 3",
         "epochs = 10",
-    );
+    )
+    .trials;
     let mut continued = 0;
     for t in &trials {
         assert_eq!(
@@ -519,10 +541,11 @@ fn fused_cnn_trials_train_as_if_alone() {
 
 #[test]
 fn fused_trials_paused_by_hyperband_and_killed_train_as_if_alone() {
-    let trials = sweep(
+    let swept = sweep(
         "samples = 17\nseed = 2\n[scheduler]\nkind = \"hyperband\"\nmax_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 1\nfuse = 3",
         "epochs = 9",
     );
+    let trials = &swept.trials;
     let resumed = trials
         .iter()
         .filter(|t| t["attempts"].as_u64().unwrap() > 1)
@@ -531,10 +554,17 @@ fn fused_trials_paused_by_hyperband_and_killed_train_as_if_alone() {
         resumed >= 2,
         "only {resumed} trials were paused and resumed"
     );
-    for t in &trials {
+    let mut completed = 0;
+    for t in trials {
         dense_steps(t);
         assert_matches_uninterrupted(t, 9);
+        if t["status"] == "completed" {
+            assert_completed_with_its_last_checkpoint(&swept.run, t, 9);
+            completed += 1;
+        }
     }
+    // Each of the three brackets completes at least one trial at max_t.
+    assert!(completed >= 3, "{completed} completed");
 
     let tmp = tempfile::tempdir().unwrap();
     let spec = spec(
