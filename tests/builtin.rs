@@ -59,12 +59,18 @@ fn dense_steps(t: &Json) -> Vec<u64> {
 /// Trains the trial's params without any pause and checks that every exported result equals
 /// that run's epoch.
 fn assert_matches_uninterrupted(t: &Json, epochs: u64) {
+    let (wine, fixed) = wine_spec(epochs);
+    assert_matches_trained_alone(t, Builtin::Mlp, &wine, &fixed);
+}
+
+/// The data and fixed keys of [`spec`]'s sweeps (its `FIXED`), with `epochs`.
+fn wine_spec(epochs: u64) -> (DataSpec, Json) {
     let wine = DataSpec {
         dataset: Some("wine".into()),
         ..DataSpec::default()
     };
     let fixed = serde_json::json!({"batch_size": 16, "width": 12, "epochs": epochs});
-    assert_matches_trained_alone(t, Builtin::Mlp, &wine, &fixed);
+    (wine, fixed)
 }
 
 /// The exported trial `t` of `builtin` on `data` with the `fixed` keys, trained alone from the
@@ -123,11 +129,7 @@ fn assert_completed_with_its_last_checkpoint(run: &Path, t: &Json, epochs: u64) 
     let folder = run.join("trials").join(id.to_string());
     let kept = tune_trials::checkpoint::Checkpoint::read(&folder, &candle_core::Device::Cpu)
         .unwrap_or_else(|e| panic!("trial {id}: {e}"));
-    let wine = DataSpec {
-        dataset: Some("wine".into()),
-        ..DataSpec::default()
-    };
-    let fixed = serde_json::json!({"batch_size": 16, "width": 12, "epochs": epochs});
+    let (wine, fixed) = wine_spec(epochs);
     let mut alone = trainer_alone(t, Builtin::Mlp, &wine, &fixed);
     for _ in 0..t["results"].as_array().unwrap().len() {
         alone.train_epoch().unwrap();
@@ -137,10 +139,14 @@ fn assert_completed_with_its_last_checkpoint(run: &Path, t: &Json, epochs: u64) 
     let want =
         tune_trials::checkpoint::Checkpoint::read(saved.path(), &candle_core::Device::Cpu).unwrap();
     assert_eq!(kept.metadata, want.metadata, "trial {id}");
-    let mut names: Vec<&String> = want.tensors.keys().collect();
-    names.sort();
-    let kept_names: std::collections::BTreeSet<&String> = kept.tensors.keys().collect();
-    assert_eq!(kept_names, names.iter().copied().collect(), "trial {id}");
+    let names: std::collections::BTreeSet<&String> = want.tensors.keys().collect();
+    assert_eq!(
+        kept.tensors
+            .keys()
+            .collect::<std::collections::BTreeSet<_>>(),
+        names,
+        "trial {id}"
+    );
     for name in names {
         let bits = |t: &candle_core::Tensor| -> Vec<u32> {
             let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -156,23 +162,19 @@ fn assert_completed_with_its_last_checkpoint(run: &Path, t: &Json, epochs: u64) 
 #[test]
 fn a_builtin_sweep_exports_per_epoch_curves_and_asha_stops_some() {
     // ASHA completes the best trials at max_t, two epochs before their own end.
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = spec(
-        tmp.path(),
+    let swept = sweep(
         "samples = 10\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\nreduction_factor = 2\nmax_t = 8\n[resources]\ncpu_slots = 1",
         "epochs = 10",
     );
-    let run = tmp.path().join("run");
-    run_ok(&mut tune_run(&spec, &run));
-    let trials = export_json(&run);
+    let trials = &swept.trials;
     assert_eq!(trials.len(), 10);
     let mut stopped = 0;
-    for t in &trials {
+    for t in trials {
         let s = dense_steps(t);
         match t["status"].as_str().unwrap() {
             "completed" => {
                 assert_eq!(s.len(), 8);
-                assert_completed_with_its_last_checkpoint(&run, t, 10);
+                assert_completed_with_its_last_checkpoint(&swept.run, t, 10);
             }
             "stopped" => {
                 assert!(s.len() < 8);
