@@ -78,7 +78,9 @@ enum Command {
         #[arg(env = "TUNE_STORE", hide_env_values = true)]
         url: String,
         /// Serve only this experiment (the spec's `name`), and exit once its sweep is finished;
-        /// default: every experiment in the database, until stopped.
+        /// default: every experiment in the database, until stopped. Only a worker serving
+        /// one sweep fuses its built-in trials (`[resources] fuse`): each slot then holds
+        /// that many, trained as one model.
         #[arg(long)]
         experiment: Option<String>,
         /// Trials run at once on CPU (default: one per core).

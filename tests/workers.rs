@@ -883,3 +883,103 @@ fn one_worker_without_an_experiment_serves_every_sweep_in_the_database_until_sto
         assert!(tmp.path().join("w").join(name).join("trials").is_dir());
     }
 }
+
+/// A worker serving one sweep fuses its built-in trials as a local slot does: its one slot
+/// holds the sweep's `fuse = 4` trials, trained as one model, and each trial is still exactly
+/// the trial trained alone (the same sweep run here unfused, bit for bit).
+#[test]
+fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let spec_with = |fuse: u32, folder: &str| {
+        let dir = tmp.path().join(folder);
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = dir.join("space.toml");
+        std::fs::write(
+            &spec,
+            format!(
+                "name = \"t\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 8\nseed = 3\n\
+                 [resources]\ncpu_slots = 1\nfuse = {fuse}\n[objective]\nbuiltin = \"mlp\"\n\
+                 dataset = \"wine\"\nbatch_size = 16\nwidth = 12\nepochs = 3\n[space]\n\
+                 lr = {{ loguniform = [1e-3, 1e-1] }}\ndropout = {{ uniform = [0.0, 0.3] }}\n\
+                 optimizer = {{ choice = [\"sgd\", \"adamw\"] }}\n"
+            ),
+        )
+        .unwrap();
+        spec
+    };
+    let spec = spec_with(4, "fused");
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    // The pack holds its first epoch until all four trials of the worker's one slot have
+    // joined it, so that the next epoch trains them together whatever the machine's load.
+    let go = tmp.path().join("go");
+    let log = tmp.path().join("worker.err");
+    let mut cmd = worker(&url, 1, "15", &tmp.path().join("w"));
+    cmd.env("TUNE_PACK_TRACE", "1")
+        .env(
+            "TUNE_FAILPOINTS",
+            format!("pack.epoch=wait-{}", go.display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let w = Proc(Some(cmd.spawn().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.matches("a trial joined").count() >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "four trials never joined: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish(w, "the worker");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("tune worker: up to 4 trials per slot train as one fused model"),
+        "{said}"
+    );
+    let fused = by_id(export_in(&url));
+    assert_eq!(fused.len(), 8);
+    let mut largest = 0.0f64;
+    for t in fused.values() {
+        assert_eq!(t["status"], "completed", "{t}");
+        assert_eq!(steps(t), [1, 2, 3], "{t}");
+        for r in t["results"].as_array().unwrap() {
+            let k = r["trials_in_pack"].as_f64().unwrap();
+            assert!((1.0..=4.0).contains(&k), "{t}");
+            largest = largest.max(k);
+        }
+    }
+    assert_eq!(
+        largest, 4.0,
+        "no epoch trained all four trials of the slot together"
+    );
+    // The same sweep on this machine, each trial alone: the same params (random search is a
+    // function of seed and id) and the same epochs, to the bit.
+    let alone_dir = tmp.path().join("alone-run");
+    run_ok(&mut tune_run(&spec_with(1, "alone"), &alone_dir));
+    let alone = by_id(export_json(&alone_dir));
+    assert_eq!(alone.len(), 8);
+    for (id, t) in &fused {
+        let a = &alone[id];
+        assert_eq!(t["params"], a["params"], "trial {id}");
+        let (rf, ra) = (
+            t["results"].as_array().unwrap(),
+            a["results"].as_array().unwrap(),
+        );
+        assert_eq!(rf.len(), ra.len(), "trial {id}");
+        for (f, a) in rf.iter().zip(ra) {
+            for key in ["step", "val_loss", "val_accuracy", "train_loss", "lr"] {
+                assert_eq!(f[key], a[key], "trial {id}, {key}: {f} against {a}");
+            }
+        }
+    }
+}

@@ -140,20 +140,34 @@ impl Worker {
         F: Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync + 'static,
     {
         let f: Arc<crate::objective::ObjectiveFn> = Arc::new(objective);
-        self.serve(Box::new(move |_, _| Ok(Objective::Closure(f.clone()))))
+        // A closure trains each trial alone: its sweep's `fuse` does not apply.
+        self.serve(
+            Box::new(move |_, _, _| Ok(Objective::Closure(f.clone()))),
+            false,
+        )
     }
 
     /// Runs each experiment's own `[objective]` (its command, or its built-in trainable).
+    /// A worker serving one sweep ([`Worker::experiment`]) fuses its built-in trials as a
+    /// local slot does: its `[resources] fuse`, `"auto"` judged by this machine's GPUs, lets
+    /// each of the worker's slots hold that many trials, trained as one model.
     pub fn run_spec(self) -> Result<WorkerSummary, TuneError> {
         let (grace, slots) = (self.grace, self.resources.cpu_slots);
-        self.serve(Box::new(move |spec, dir| {
-            // Remote workers train each trial alone so far: their pool is the worker's, and
-            // packs would need its slots sized per sweep.
-            crate::tuner::spec_objective(spec, dir, grace, slots, 1)
-        }))
+        self.serve(
+            Box::new(move |spec, dir, trials_per_pack| {
+                crate::tuner::spec_objective(spec, dir, grace, slots, trials_per_pack)
+            }),
+            true,
+        )
     }
 
-    fn serve(self, objective_of: Box<ObjectiveOf>) -> Result<WorkerSummary, TuneError> {
+    /// Serves trials with the objectives `objective_of` makes; `fuses`: whether they may
+    /// train in packs (built-in trainables), as the sweep's `fuse` says.
+    fn serve(
+        self,
+        objective_of: Box<ObjectiveOf>,
+        fuses: bool,
+    ) -> Result<WorkerSummary, TuneError> {
         if self.lease < Duration::from_millis(200) {
             return Err(TuneError::Invalid(format!(
                 "the worker's lease must be at least 0.2 s; found {} s",
@@ -256,6 +270,7 @@ impl Worker {
             only,
             pool,
             objective_of,
+            fuses,
             experiments: HashMap::new(),
             running: HashMap::new(),
             pending: HashMap::new(),
@@ -277,8 +292,9 @@ impl Worker {
     }
 }
 
-/// How a worker gets the objective of an experiment, from its spec and trial folder.
-type ObjectiveOf = dyn Fn(&ExperimentSpec, &Path) -> Result<Objective, TuneError> + Send;
+/// How a worker gets the objective of an experiment, from its spec, its trial folder and the
+/// trials each slot holds (more than 1: trained in packs, see [`Worker::run_spec`]).
+type ObjectiveOf = dyn Fn(&ExperimentSpec, &Path, usize) -> Result<Objective, TuneError> + Send;
 
 /// An attempt, as the worker knows it: (experiment id, trial, attempt).
 type Key = (i64, TrialId, u32);
@@ -289,6 +305,20 @@ struct Served {
     dir: PathBuf,
     /// Why its trials cannot run here (its spec has no objective a worker can run).
     objective: Result<Objective, String>,
+    /// Trials per slot, trained as one model (1: each alone).
+    trials_per_pack: usize,
+}
+
+/// How many trials of a sweep each of a worker's slots holds, trained as one fused model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Packing {
+    /// The worker serves this sweep only, and its pool is sized for it: the sweep's `fuse`.
+    Sized { on_gpu: bool },
+    /// The worker serves every sweep, one trial per slot: its pool is shared by sweeps whose
+    /// `fuse` may differ.
+    Shared { on_gpu: bool },
+    /// Its objective (a closure) trains each trial alone.
+    Never,
 }
 
 struct Running {
@@ -338,6 +368,8 @@ struct WorkerState<'a> {
     only: Option<i64>,
     pool: Pool,
     objective_of: Box<ObjectiveOf>,
+    /// Whether its objectives may train trials in packs (see [`Worker::run_spec`]).
+    fuses: bool,
     experiments: HashMap<i64, Served>,
     running: HashMap<Key, Running>,
     /// Reports sent and waiting for the decision: report id -> (attempt, answer).
@@ -364,6 +396,26 @@ impl WorkerState<'_> {
         mut rx: mpsc::UnboundedReceiver<(Key, WorkerMsg)>,
         mut wake: mpsc::UnboundedReceiver<Option<(i64, Heard)>>,
     ) -> Result<WorkerSummary, TuneError> {
+        if let Some(e) = self.only {
+            // Its sweep's `fuse` sizes the pool before the slots are told to the coordinator.
+            let packing = match self.fuses {
+                true => Packing::Sized {
+                    on_gpu: self.pool.on_gpu(),
+                },
+                false => Packing::Never,
+            };
+            let served =
+                serve_experiment(&mut self.db, e, self.settings, &*self.objective_of, packing)
+                    .map_err(|e| self.err(e))?;
+            if served.trials_per_pack > 1 {
+                self.pool.pack_trials(served.trials_per_pack);
+                eprintln!(
+                    "tune worker: up to {} trials per slot train as one fused model",
+                    served.trials_per_pack
+                );
+            }
+            self.experiments.insert(e, served);
+        }
         let slots = self.pool.slots().len() as i32;
         let lease = self.settings.lease.as_secs_f64();
         self.db
@@ -610,9 +662,20 @@ impl WorkerState<'_> {
             let token: i64 = row.get(3);
             let job: &str = row.get(4);
             if !self.experiments.contains_key(&experiment) {
-                let served =
-                    serve_experiment(&mut self.db, experiment, self.settings, &*self.objective_of)
-                        .map_err(|e| self.err(e))?;
+                let packing = match self.fuses {
+                    true => Packing::Shared {
+                        on_gpu: self.pool.on_gpu(),
+                    },
+                    false => Packing::Never,
+                };
+                let served = serve_experiment(
+                    &mut self.db,
+                    experiment,
+                    self.settings,
+                    &*self.objective_of,
+                    packing,
+                )
+                .map_err(|e| self.err(e))?;
                 self.experiments.insert(experiment, served);
             }
             let served = &self.experiments[&experiment];
@@ -836,6 +899,7 @@ fn serve_experiment(
     id: i64,
     settings: &Worker,
     objective_of: &ObjectiveOf,
+    packing: Packing,
 ) -> Result<Served, postgres::Error> {
     let row = db.query_one(
         "SELECT name, meta FROM tune_experiments WHERE id = $1",
@@ -844,11 +908,21 @@ fn serve_experiment(
     let name: String = row.get(0);
     let meta: Option<String> = row.get(1);
     let own = settings.dir.join(&name);
+    let mut trials_per_pack = 1;
     let (dir, objective) = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
         Some(Ok(meta)) => {
             // `[store] checkpoints`: the sweep's shared folder, else this worker's own.
             let dir = meta.spec.trials_folder(&own);
-            let objective = objective_of(&meta.spec, &dir).map_err(|e| e.to_string());
+            match packing {
+                Packing::Sized { on_gpu } => trials_per_pack = meta.spec.trials_per_pack(on_gpu),
+                Packing::Shared { on_gpu } if meta.spec.trials_per_pack(on_gpu) > 1 => eprintln!(
+                    "tune worker: trials of {name:?} train alone here, one per slot: a worker \
+                     fuses only the sweep it serves alone (--experiment {name})"
+                ),
+                Packing::Shared { .. } | Packing::Never => {}
+            }
+            let objective =
+                objective_of(&meta.spec, &dir, trials_per_pack).map_err(|e| e.to_string());
             (dir, objective)
         }
         Some(Err(e)) => (
@@ -861,6 +935,7 @@ fn serve_experiment(
         name,
         dir,
         objective,
+        trials_per_pack,
     })
 }
 
