@@ -1170,6 +1170,9 @@ fn print_status(
                 running.join(", ")
             }
         )?;
+        for g in &w.gpus {
+            writeln!(out, "    {}", g.line())?;
+        }
     }
     let columns: String = objectives
         .iter()

@@ -324,13 +324,19 @@ fn status_watch_and_export_name_the_worker_of_each_trial_and_result() {
     );
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
-    let w = spawn(worker(&url, 2, "15", &tmp.path().join("w")));
+    // This machine has no GPU: the worker publishes the one the test gives it, as it would
+    // its NVML sample.
+    let gpu = r#"[{"index":0,"name":"NVIDIA H200","busy_percent":87,"memory_used_bytes":3221225472,"memory_total_bytes":150323855360}]"#;
+    let mut cmd = worker(&url, 2, "15", &tmp.path().join("w"));
+    cmd.env("TUNE_TEST_GPU_USE", gpu);
+    let w = spawn(cmd);
     let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     wait_until(
         &mut db,
         "SELECT count(*) = 2 FROM tune_reports WHERE heard IS NOT NULL",
         "both trials decided at step 1",
     );
+    let gpu_line = "gpu 0 NVIDIA H200 · 87% busy · 3.0 / 140.0 GiB";
     let id: String = db
         .query_one("SELECT id FROM tune_workers", &[])
         .unwrap()
@@ -342,13 +348,15 @@ fn status_watch_and_export_name_the_worker_of_each_trial_and_result() {
     assert!(status.contains("coordinator: "), "{status}");
     assert!(
         status.contains(&format!("  {id} 2 slots, serving t, last heartbeat "))
-            && status.contains("running trials: 0, 1"),
+            && status.contains(&format!("running trials: 0, 1\n    {gpu_line}\n")),
         "{status}"
     );
     // Not a terminal: one frame of the dashboard, read from the database.
     let out = run_ok(tune().args(["watch", "t", "--store", &url]));
     let frame = String::from_utf8_lossy(&out.stdout);
     assert!(frame.contains(&format!("{id} · 2/2 busy")), "{frame}");
+    // (The panel may wrap the line's end.)
+    assert!(frame.contains("  gpu 0 NVIDIA H200 · 87% busy"), "{frame}");
     assert!(
         frame.lines().next().unwrap().ends_with("· running"),
         "{frame}"

@@ -494,6 +494,11 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
             busy.iter()
                 .map(|&(slot, id)| slot_line(slot, Some(id), "  ")),
         );
+        // Its GPUs' use at its last heartbeat, after its slots as a local GPU's is, while
+        // that heartbeat is recent.
+        if let Some(w) = b.remote.iter().find(|w| w.id == name && w.live) {
+            lines.extend(w.gpus.iter().map(|g| Line::from(format!("  {}", g.line()))));
+        }
     }
     // Wrapped: a GPU's line is longer than the panel is wide on a 160-column terminal (seen
     // on an H200: its memory cut at "140.4 G").
@@ -948,15 +953,24 @@ mod tests {
             heartbeat_at,
             live,
             running: Vec::new(),
+            gpus: vec![tune_trials::GpuUse {
+                index: 1,
+                name: "NVIDIA H200".into(),
+                busy_percent: 88,
+                memory_used_bytes: 3 << 30,
+                memory_total_bytes: 140 << 30,
+            }],
         };
         app.board.apply(Update::Workers(vec![
             info("gpu7:42", 2, T0 - 1500, true),
             info("late:7", 1, T0 - 20_000, false),
         ]));
-        let workers = panel(60, 9, |f, a| draw_workers(f, a, &app, T0));
+        let workers = panel(60, 10, |f, a| draw_workers(f, a, &app, T0));
         for line in [
             "cpu:0   trial 4 step 1",
             "gpu7:42 · 1/2 busy · heartbeat 1.5s ago",
+            // Its GPUs, as its heartbeat said; a lost worker's are not shown.
+            "  gpu 1 NVIDIA H200 · 88% busy · 3.0 / 140.0 GiB",
             "  cuda:1  trial 5 step 0",
             "late:7 · lost: no heartbeat for 20s",
             // A worker no longer listed (it exited) that a trial still names.
@@ -965,6 +979,7 @@ mod tests {
         ] {
             assert!(workers.contains(line), "{line:?} in {workers}");
         }
+        assert_eq!(workers.matches("NVIDIA H200").count(), 1, "{workers}");
         // The trials table names each remote trial's worker.
         let text = render_to_string(&mut app, 120, 40, T0);
         let row = text.lines().find(|l| l.contains("│5 ")).unwrap();

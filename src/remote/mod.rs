@@ -167,6 +167,9 @@ pub struct WorkerInfo {
     pub live: bool,
     /// The experiment's trials it runs now.
     pub running: Vec<tune_search::TrialId>,
+    /// Its machine's GPUs' use at its last heartbeat (NVML's; none without a driver).
+    #[serde(default)]
+    pub gpus: Vec<tune_trials::GpuUse>,
 }
 
 /// The workers of experiment `$1` (registered and not yet exited), as [`worker_from_row`]
@@ -175,7 +178,8 @@ pub(crate) const WORKERS_SQL: &str = "SELECT w.id, w.slots, e.name,
         extract(epoch FROM now() - w.heartbeat_at)::float8,
         w.heartbeat_at > now() - make_interval(secs => w.lease_s),
         coalesce((SELECT array_agg(a.trial ORDER BY a.trial) FROM tune_attempts a
-                  WHERE a.worker = w.id AND a.state = 'running' AND a.experiment = $1), '{}')
+                  WHERE a.worker = w.id AND a.state = 'running' AND a.experiment = $1), '{}'),
+        w.gpus
      FROM tune_workers w LEFT JOIN tune_experiments e ON e.id = w.experiment
      WHERE w.experiment IS NULL OR w.experiment = $1 ORDER BY w.id";
 
@@ -192,6 +196,12 @@ pub(crate) fn worker_from_row(r: &postgres::Row) -> WorkerInfo {
             .into_iter()
             .map(|t| t as tune_search::TrialId)
             .collect(),
+        // Written by the worker itself as JSON; a worker of another version may write what
+        // this one cannot read, which shows as no GPUs rather than an error.
+        gpus: r
+            .get::<_, Option<String>>(6)
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
     }
 }
 

@@ -292,6 +292,19 @@ impl Worker {
     }
 }
 
+/// This machine's GPUs' use now as JSON, for `tune_workers.gpus`; `None` without a driver.
+/// Builds with the `failpoints` feature (the tests') take it from `TUNE_TEST_GPU_USE` where
+/// that is set: the test machines have no GPU.
+fn gpus_now() -> Option<String> {
+    #[cfg(feature = "failpoints")]
+    if let Some(given) = std::env::var_os("TUNE_TEST_GPU_USE") {
+        return given.into_string().ok();
+    }
+    tune_trials::gpu_use()
+        .filter(|gpus| !gpus.is_empty())
+        .and_then(|gpus| serde_json::to_string(&gpus).ok())
+}
+
 /// How a worker gets the objective of an experiment, from its spec, its trial folder and the
 /// trials each slot holds (more than 1: trained in packs, see [`Worker::run_spec`]).
 type ObjectiveOf = dyn Fn(&ExperimentSpec, &Path, usize) -> Result<Objective, TuneError> + Send;
@@ -420,10 +433,11 @@ impl WorkerState<'_> {
         let lease = self.settings.lease.as_secs_f64();
         self.db
             .execute(
-                "INSERT INTO tune_workers (id, experiment, slots, lease_s) VALUES ($1, $2, $3, $4)
+                "INSERT INTO tune_workers (id, experiment, slots, lease_s, gpus)
+                 VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (id) DO UPDATE SET experiment = $2, slots = $3, lease_s = $4,
-                     started_at = now(), heartbeat_at = now()",
-                &[&self.me, &self.only, &slots, &lease],
+                     started_at = now(), heartbeat_at = now(), gpus = $5",
+                &[&self.me, &self.only, &slots, &lease, &gpus_now()],
             )
             .map_err(|e| self.err(e))?;
         let mut stop = self.settings.stop.0.subscribe();
@@ -540,8 +554,8 @@ impl WorkerState<'_> {
         let renewed = self
             .db
             .execute(
-                "UPDATE tune_workers SET heartbeat_at = now() WHERE id = $1",
-                &[&self.me],
+                "UPDATE tune_workers SET heartbeat_at = now(), gpus = $2 WHERE id = $1",
+                &[&self.me, &gpus_now()],
             )
             .and_then(|_| {
                 self.db.query(

@@ -98,6 +98,11 @@ DROP INDEX tune_attempts_offered;
 CREATE INDEX tune_attempts_offered ON tune_attempts (experiment, offered_at)
     WHERE state = 'offered';
 "#,
+    // Each worker's GPUs' use (JSON, NVML's), renewed with its heartbeat: what `tune status`
+    // and the dashboard show of the GPUs trials run on elsewhere.
+    r#"
+ALTER TABLE tune_workers ADD COLUMN gpus text;
+"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment
