@@ -425,3 +425,33 @@ fn asynchronous_hyperband_runs_brackets_of_the_promotion_variant() {
     }
     assert!(!text.contains("bracket 1 rung t=1:"), "{text}");
 }
+
+/// A command objective learns the step at which the scheduler completes it
+/// (`TUNE_COMPLETES_AT`, ASHA's `max_t`), to save that step's checkpoint before reporting it;
+/// under a scheduler that completes no trial early the variable is not set.
+#[test]
+fn a_command_objective_is_told_the_step_its_scheduler_completes_it_at() {
+    let tmp = tempfile::tempdir().unwrap();
+    // `{{` and `}}` are literal braces in a command's arguments.
+    let command = r#"echo "{{\"loss\": ${{TUNE_COMPLETES_AT:--1}}}}""#;
+    for (scheduler, want) in [
+        ("[scheduler]\nkind = \"asha\"\nmax_t = 7\ngrace_period = 1\n", 7.0),
+        ("", -1.0),
+    ] {
+        let dir = tmp.path().join(if want > 0.0 { "asha" } else { "fifo" });
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = dir.join("space.toml");
+        std::fs::write(
+            &spec,
+            format!(
+                "name = \"t\"\nmetric = \"loss\"\nsamples = 1\n{scheduler}[objective]\n\
+                 command = [\"sh\", \"-c\", {command:?}]\n[space]\nx = {{ uniform = [0.0, 1.0] }}\n"
+            ),
+        )
+        .unwrap();
+        let run = dir.join("run");
+        run_ok(&mut tune_run(&spec, &run));
+        let trials = export_json(&run);
+        assert_eq!(trials[0]["value"], want, "{}", trials[0]);
+    }
+}

@@ -216,6 +216,10 @@ impl Scheduler for Asha {
         crate::merged_milestones((0..self.brackets.len()).map(|b| self.milestones(b)))
     }
 
+    fn completes_at(&self) -> Option<u64> {
+        self.config.stop_last_trials.then_some(self.config.max_t)
+    }
+
     fn describe(&self) -> Vec<String> {
         let q = (1.0 - 1.0 / self.config.reduction_factor.max(2) as f64) * 100.0;
         let mut lines = Vec::new();

@@ -154,6 +154,10 @@ impl Scheduler for AshaPromotion {
         crate::merged_milestones((0..self.brackets.len()).map(|b| self.milestones(b)))
     }
 
+    fn completes_at(&self) -> Option<u64> {
+        Some(self.max_t)
+    }
+
     fn describe(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for (b, ladder) in self.brackets.iter().enumerate() {

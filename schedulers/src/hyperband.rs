@@ -287,6 +287,10 @@ impl Scheduler for HyperBand {
         crate::merged_milestones((0..=self.s_max).map(|s| self.shape(s).1))
     }
 
+    fn completes_at(&self) -> Option<u64> {
+        Some(self.config.max_t)
+    }
+
     fn describe(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .brackets

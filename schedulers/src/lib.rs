@@ -93,6 +93,21 @@ pub trait Scheduler: Send {
     fn rungs(&self) -> Vec<u64> {
         Vec::new()
     }
+
+    /// The step at which this scheduler ends every trial that reaches it with `Complete`
+    /// (ASHA's and HyperBand's `max_t`), where there is one: a trial can keep the checkpoint
+    /// of that step before reporting it, so that its last model is on disk by the time its
+    /// completion is.
+    ///
+    /// ```
+    /// use tune_schedulers::{Asha, AshaConfig, Fifo, Mode, Scheduler};
+    /// let asha = Asha::new(AshaConfig { max_t: 9, ..Default::default() }, Mode::Min, 0);
+    /// assert_eq!(asha.completes_at(), Some(9));
+    /// assert_eq!(Fifo.completes_at(), None);
+    /// ```
+    fn completes_at(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Every milestone of every bracket, ascending, each once.

@@ -569,6 +569,7 @@ impl Coordinator {
             trial_dir: trial_dir(&self.plan.trials, id),
             restore_dir: self.in_flight.get(&id).and_then(|r| r.restore_dir.clone()),
             timeout: self.plan.timeout,
+            completes_at: self.scheduler.completes_at(),
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
         };
@@ -591,6 +592,7 @@ impl Coordinator {
                     timeout_s: job.timeout.map(|d| d.as_secs_f64()),
                     last_step: t.last_step(),
                     exploited,
+                    completes_at: job.completes_at,
                 };
                 bridge.offer(id, job.attempt, &offer);
             }

@@ -130,15 +130,20 @@ fn train(
             // The pack trains it on its own thread (see `Trainer::synchronize`).
             trainer.synchronize()?;
             let fused = packs.is_some_and(|p| p.size() > 1);
-            return train_in_pack(arrival.join(trainer, key), n_params, fused, ctx);
+            let member = arrival.join(trainer, key, ctx.completes_at());
+            return train_in_pack(member, n_params, fused, ctx);
         }
     }
     while !trainer.finished() {
         let r = trainer.train_epoch()?;
+        let early = written_before_report(r.epoch, ctx.completes_at());
+        if early {
+            trainer.save(ctx.checkpoint_dir()?)?;
+        }
         let heard = report(ctx, &r, n_params, None);
         // The checkpoint follows the decision, as the command protocol's does: a paused
         // trial resumes after the epoch it reported, a stopped one needs none.
-        match checkpoint_after(&heard, trainer.finished()) {
+        match checkpoint_after(&heard, trainer.finished(), early) {
             Some(Written::Behind) => trainer.save_behind(ctx.checkpoint_dir()?)?,
             Some(Written::Now) => trainer.save(ctx.checkpoint_dir()?)?,
             None => {}
@@ -148,13 +153,28 @@ fn train(
     Ok(())
 }
 
-/// When a trial's checkpoint is written after a report was `heard`: a trial going on has it
+/// Whether the checkpoint of `epoch` is written before the epoch is reported: at the step
+/// where the scheduler completes every trial (`completes_at`, ASHA's and HyperBand's
+/// `max_t`). The coordinator stores the completion before the trial hears it, so a checkpoint
+/// written after the decision could be lost to a `kill -9` in between, and a completed trial
+/// is never run again.
+pub(super) fn written_before_report(epoch: u64, completes_at: Option<u64>) -> bool {
+    completes_at == Some(epoch)
+}
+
+/// When a trial's checkpoint is written after a report was `heard` (none where it was
+/// written `before` the report, see [`written_before_report`]): a trial going on has it
 /// written behind the next epoch's training; a paused one, one that trained all its epochs and
 /// one the scheduler completes (ASHA at `max_t`) have it on disk before the trial goes on (it
 /// is resumed from it, or kept as the trial's last, the model of its last report); a stopped
 /// one needs none. Whether a trial trains in a pack or alone, this is where it is decided.
-pub(super) fn checkpoint_after(heard: &Result<(), Stop>, finished: bool) -> Option<Written> {
+pub(super) fn checkpoint_after(
+    heard: &Result<(), Stop>,
+    finished: bool,
+    before: bool,
+) -> Option<Written> {
     match heard {
+        _ if before => None,
         Ok(()) if !finished => Some(Written::Behind),
         Ok(()) | Err(Stop::Paused | Stop::Completed) => Some(Written::Now),
         Err(Stop::Scheduler | Stop::Interrupted | Stop::TimedOut) => None,
@@ -210,7 +230,10 @@ fn train_in_pack(
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     loop {
-        let (r, trials) = member.next_epoch()?;
+        let (r, trials, last) = member.next_epoch()?;
+        if let Some(contents) = last {
+            tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
+        }
         let heard = report(ctx, &r, n_params, fused.then_some(trials));
         let out = match heard {
             Ok(()) => member.decide(Decision::Continue(ctx.checkpoint_dir()?.to_path_buf()))?,

@@ -33,6 +33,7 @@ pub struct TrialContext {
     trial_dir: PathBuf,
     restore_dir: Option<PathBuf>,
     deadline: Option<Instant>,
+    completes_at: Option<u64>,
     tx: mpsc::UnboundedSender<WorkerMsg>,
     shutdown: watch::Receiver<bool>,
     stopped: Option<Stop>,
@@ -68,6 +69,14 @@ impl TrialContext {
     /// the `checkpoint_dir` of its previous run.
     pub fn restore_dir(&self) -> Option<&Path> {
         self.restore_dir.as_deref()
+    }
+
+    /// The step at which the scheduler ends every trial that reaches it as completed (ASHA's
+    /// and HyperBand's `max_t`), if it does. A trial that keeps checkpoints can write that
+    /// step's before reporting it: its completion is durable once the report is answered,
+    /// and a `kill -9` right after would otherwise leave it without its last model.
+    pub fn completes_at(&self) -> Option<u64> {
+        self.completes_at
     }
 
     /// Reports metrics at `step` and waits until the result is durable and decided on.
@@ -121,6 +130,7 @@ pub(super) fn launch(f: Arc<ObjectiveFn>, job: Job) {
             trial_dir: job.trial_dir,
             restore_dir: job.restore_dir,
             deadline: timeout.map(|t| started + t),
+            completes_at: job.completes_at,
             tx: job.tx,
             shutdown: job.shutdown,
             stopped: None,

@@ -140,6 +140,12 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
         .env("TUNE_EXPERIMENT_DIR", &obj.experiment_dir)
         .env_remove("TUNE_RESTORE_DIR")
         .envs(job.restore_dir.iter().map(|d| ("TUNE_RESTORE_DIR", d)))
+        .env_remove("TUNE_COMPLETES_AT")
+        .envs(
+            job.completes_at
+                .iter()
+                .map(|s| ("TUNE_COMPLETES_AT", s.to_string())),
+        )
         // Python buffers a piped stdout; unbuffered, each report arrives when printed.
         .env("PYTHONUNBUFFERED", "1")
         // A trial on a GPU sees only its own (as device 0), as with Ray Tune.

@@ -61,6 +61,10 @@ pub(crate) struct Job {
     /// The checkpoint to continue from (a paused or interrupted trial that left one).
     pub restore_dir: Option<PathBuf>,
     pub timeout: Option<Duration>,
+    /// The step at which the scheduler completes every trial that reaches it, if it does
+    /// (`Scheduler::completes_at`): a built-in trial writes that step's checkpoint before
+    /// reporting it.
+    pub completes_at: Option<u64>,
     pub tx: mpsc::UnboundedSender<WorkerMsg>,
     pub shutdown: watch::Receiver<bool>,
 }

@@ -18,7 +18,7 @@ use tune_trials::{
     open_device, EpochReport, FusedTrainer, PackKey, Split, SplitTensors, Trainer, TrialsError,
 };
 
-use super::builtin::{checkpoint_after, Written};
+use super::builtin::{checkpoint_after, written_before_report, Written};
 use super::{BoxError, Stop};
 
 /// The packs of one sweep's built-in objective, on every slot.
@@ -68,12 +68,16 @@ struct Joiner {
     token: u64,
     trainer: Trainer,
     tell: mpsc::Sender<FromPack>,
+    /// The step its scheduler completes it at ([`written_before_report`]).
+    completes_at: Option<u64>,
 }
 
 /// What a pack tells a member.
 enum FromPack {
-    /// The member's epoch, or the error that ends it, and how many trials the pack trained.
-    Epoch(Result<EpochReport, String>, usize),
+    /// The member's epoch, or the error that ends it, how many trials the pack trained, and
+    /// the checkpoint its trial writes before reporting the epoch, where one must be on disk
+    /// by then (at the step its scheduler completes it).
+    Epoch(Result<EpochReport, String>, usize, Option<Contents>),
     /// The answer to a decision (or why the checkpoint asked for failed): whether the member
     /// has left the pack, and the checkpoint its trial writes before it goes on, where one
     /// must be on disk by then (a paused or finished member's). The trial writes it while
@@ -160,8 +164,14 @@ pub(crate) struct Arrival {
 
 impl Arrival {
     /// Puts `trainer` (of key `key`, unfinished) into an open pack of its slot and key
-    /// with room, or a new one; it trains from the pack's next epoch on.
-    pub(crate) fn join(mut self, trainer: Trainer, key: PackKey) -> Member {
+    /// with room, or a new one; it trains from the pack's next epoch on. `completes_at`: the
+    /// step its scheduler completes it at, whose checkpoint its trial writes before reporting.
+    pub(crate) fn join(
+        mut self,
+        trainer: Trainer,
+        key: PackKey,
+        completes_at: Option<u64>,
+    ) -> Member {
         let packs = self.packs.clone();
         let (tell, hear) = mpsc::channel();
         let mut hub = packs.hub();
@@ -172,6 +182,7 @@ impl Arrival {
             token,
             trainer,
             tell,
+            completes_at,
         };
         let open = hub
             .packs
@@ -248,14 +259,18 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    /// The member's next epoch, trained in the pack, and how many trials the pack trained.
-    pub(crate) fn next_epoch(&mut self) -> Result<(EpochReport, usize), BoxError> {
+    /// The member's next epoch, trained in the pack, how many trials the pack trained, and
+    /// the checkpoint to write before reporting it, where one is due then
+    /// ([`written_before_report`]).
+    pub(crate) fn next_epoch(
+        &mut self,
+    ) -> Result<(EpochReport, usize, Option<Contents>), BoxError> {
         match self.hear.recv() {
-            Ok(FromPack::Epoch(Ok(report), trials)) => {
+            Ok(FromPack::Epoch(Ok(report), trials, last)) => {
                 self.owes_decision = true;
-                Ok((report, trials))
+                Ok((report, trials, last))
             }
-            Ok(FromPack::Epoch(Err(e), _)) => Err(e.into()),
+            Ok(FromPack::Epoch(Err(e), ..)) => Err(e.into()),
             Ok(FromPack::Saved(_)) => Err("a pack answered a checkpoint nobody asked for".into()),
             Err(_) => Err("the pack this trial trained in has ended".into()),
         }
@@ -392,6 +407,7 @@ impl Drop for Turn {
 struct Link {
     token: u64,
     tell: mpsc::Sender<FromPack>,
+    completes_at: Option<u64>,
 }
 
 impl Packs {
@@ -426,6 +442,7 @@ impl Packs {
                         links.push(Link {
                             token: j.token,
                             tell: j.tell,
+                            completes_at: j.completes_at,
                         });
                     }
                     match fused.take() {
@@ -462,7 +479,7 @@ impl Packs {
                         // The pack itself failed (the device, most likely): so do its members.
                         self.shrink(id, links.len());
                         for link in &links {
-                            let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0));
+                            let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0, None));
                         }
                         vec![true; links.len()]
                     }
@@ -548,24 +565,43 @@ impl Packs {
         trace: &mut PackTrace,
     ) -> Vec<bool> {
         let mut leaving = vec![false; links.len()];
+        // Whose checkpoint went with its report ([`written_before_report`]).
+        let mut before = vec![false; links.len()];
         let mut saving = Duration::ZERO;
         let mut owed = 0;
         let trained = links.len();
-        for ((link, report), leaves) in links.iter().zip(reports).zip(&mut leaving) {
+        for (k, (link, report)) in links.iter().zip(reports).enumerate() {
+            let early = report
+                .as_ref()
+                .is_ok_and(|r| written_before_report(r.epoch, link.completes_at));
+            let started = Instant::now();
+            let (report, last) = match fused.filter(|_| early).map(|f| f.member(k)) {
+                Some(member) => match member.and_then(|m| m.checkpoint()) {
+                    Ok(contents) => (report, Some(contents)),
+                    Err(e) => (Err(e), None),
+                },
+                None => (report, None),
+            };
+            saving += started.elapsed();
+            before[k] = last.is_some();
             let failed = report.is_err();
             if failed {
                 self.shrink(id, 1);
             }
             let heard = link
                 .tell
-                .send(FromPack::Epoch(report.map_err(|e| e.to_string()), trained))
+                .send(FromPack::Epoch(
+                    report.map_err(|e| e.to_string()),
+                    trained,
+                    last,
+                ))
                 .is_ok();
             if !heard && !failed {
                 // Its trial is gone already.
                 self.shrink(id, 1);
             }
-            *leaves = failed || !heard;
-            owed += usize::from(!*leaves);
+            leaving[k] = failed || !heard;
+            owed += usize::from(!leaving[k]);
         }
         while owed > 0 {
             // The hub's entry holds a sender, so this waits for a member rather than failing.
@@ -583,7 +619,7 @@ impl Packs {
                 let f = fused.ok_or("the pack has no model")?;
                 let member = f.member(k).map_err(|e| e.to_string())?;
                 let finished = member.finished();
-                let now = match checkpoint_after(&heard, finished) {
+                let now = match checkpoint_after(&heard, finished, before[k]) {
                     Some(Written::Behind) => member.save_behind(dir).map(|()| None),
                     Some(Written::Now) => member.checkpoint().map(Some),
                     None => Ok(None),
@@ -661,16 +697,22 @@ mod tests {
                 std::thread::spawn(move || {
                     let t = trainer(&split, i);
                     let key = t.pack_key();
-                    let mut member = arrival.join(t, key);
+                    // Member 2's scheduler completes it at its last epoch: the pack hands
+                    // it that checkpoint with the report, to be written before reporting.
+                    let mut member = arrival.join(t, key, (i == 2).then_some(3));
                     let mut heard = Vec::new();
                     loop {
-                        let (report, trials) = member.next_epoch().unwrap();
+                        let (report, trials, last) = member.next_epoch().unwrap();
+                        assert_eq!(last.is_some(), i == 2 && report.epoch == 3, "member {i}");
                         heard.push((report, trials));
                         if i == 0 {
                             // Ends without deciding, as a failing trial would: it leaves.
                             return heard;
                         }
                         std::fs::create_dir_all(&dir).unwrap();
+                        if let Some(contents) = last {
+                            checkpoint::write(&dir, contents).unwrap();
+                        }
                         if member.decide(Decision::Continue(dir.clone())).unwrap() {
                             return heard;
                         }
@@ -700,7 +742,8 @@ mod tests {
                 );
             }
             if i > 0 {
-                // The pack wrote the last checkpoint: it restores to the trial trained alone.
+                // The last checkpoint, the pack's (or, for member 2, the one that came with
+                // its report): it restores to the trial trained alone.
                 let mut restored = trainer(&split, i);
                 restored.restore(&tmp.path().join(i.to_string())).unwrap();
                 assert_eq!(restored.epoch(), 3);
@@ -721,16 +764,16 @@ mod tests {
             std::thread::spawn(move || {
                 let t = trainer(&split, 0);
                 let key = t.pack_key();
-                let mut member = arrival.join(t, key);
+                let mut member = arrival.join(t, key, None);
                 member.next_epoch().unwrap();
                 // Stopped by the scheduler, and a new trial starts in its place.
                 assert!(member.decide(Decision::Leave).unwrap());
                 let arrival = packs.arrive("cpu:0");
                 let t = trainer(&split, 2);
                 let key = t.pack_key();
-                let mut newcomer = arrival.join(t, key);
+                let mut newcomer = arrival.join(t, key, None);
                 joined.send(()).unwrap();
-                let (_, trials) = newcomer.next_epoch().unwrap();
+                let (_, trials, _) = newcomer.next_epoch().unwrap();
                 newcomer.decide(Decision::Leave).unwrap();
                 trials
             })
@@ -740,13 +783,13 @@ mod tests {
             std::thread::spawn(move || {
                 let t = trainer(&split, 1);
                 let key = t.pack_key();
-                let mut member = arrival.join(t, key);
+                let mut member = arrival.join(t, key, None);
                 member.next_epoch().unwrap();
                 // The pack is still deciding its epoch when the newcomer joins.
                 has_joined.recv().unwrap();
                 std::fs::create_dir_all(&dir).unwrap();
                 assert!(!member.decide(Decision::Continue(dir)).unwrap());
-                let (_, trials) = member.next_epoch().unwrap();
+                let (_, trials, _) = member.next_epoch().unwrap();
                 member.decide(Decision::Leave).unwrap();
                 trials
             })
@@ -841,7 +884,7 @@ mod tests {
             .zip(trainers)
             .map(|(a, t)| {
                 let key = t.pack_key();
-                a.join(t, key)
+                a.join(t, key, None)
             })
             .collect();
         let sizes: Vec<usize> = hold.iter_mut().map(|m| m.next_epoch().unwrap().1).collect();

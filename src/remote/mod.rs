@@ -66,6 +66,10 @@ pub(crate) struct Offer {
     pub last_step: Option<u64>,
     /// It goes on from another trial's checkpoint (population-based training).
     pub exploited: bool,
+    /// The step the scheduler completes trials at ([`crate::objective::Job::completes_at`]);
+    /// an offer of an older coordinator has none.
+    #[serde(default)]
+    pub completes_at: Option<u64>,
 }
 
 impl Heard {

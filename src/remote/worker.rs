@@ -748,6 +748,7 @@ impl WorkerState<'_> {
                         restore_dir: Some(trial_dir.clone()).filter(|_| restored),
                         trial_dir,
                         timeout: offer.timeout_s.map(Duration::from_secs_f64),
+                        completes_at: offer.completes_at,
                         tx: job_tx.clone(),
                         shutdown: shutdown_rx,
                     };
