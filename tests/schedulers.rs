@@ -435,7 +435,10 @@ fn a_command_objective_is_told_the_step_its_scheduler_completes_it_at() {
     // `{{` and `}}` are literal braces in a command's arguments.
     let command = r#"echo "{{\"loss\": ${{TUNE_COMPLETES_AT:--1}}}}""#;
     for (scheduler, want) in [
-        ("[scheduler]\nkind = \"asha\"\nmax_t = 7\ngrace_period = 1\n", 7.0),
+        (
+            "[scheduler]\nkind = \"asha\"\nmax_t = 7\ngrace_period = 1\n",
+            7.0,
+        ),
         ("", -1.0),
     ] {
         let dir = tmp.path().join(if want > 0.0 { "asha" } else { "fifo" });

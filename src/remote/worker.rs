@@ -399,6 +399,16 @@ struct WorkerState<'a> {
 }
 
 impl WorkerState<'_> {
+    /// How the trials of the sweeps it serves pack onto its slots.
+    fn packing(&self) -> Packing {
+        let on_gpu = self.pool.on_gpu();
+        match (self.fuses, self.only) {
+            (false, _) => Packing::Never,
+            (true, Some(_)) => Packing::Sized { on_gpu },
+            (true, None) => Packing::Shared { on_gpu },
+        }
+    }
+
     fn err(&self, e: postgres::Error) -> TuneError {
         TuneError::Store(db_error(&self.location, e))
     }
@@ -411,12 +421,7 @@ impl WorkerState<'_> {
     ) -> Result<WorkerSummary, TuneError> {
         if let Some(e) = self.only {
             // Its sweep's `fuse` sizes the pool before the slots are told to the coordinator.
-            let packing = match self.fuses {
-                true => Packing::Sized {
-                    on_gpu: self.pool.on_gpu(),
-                },
-                false => Packing::Never,
-            };
+            let packing = self.packing();
             let served =
                 serve_experiment(&mut self.db, e, self.settings, &*self.objective_of, packing)
                     .map_err(|e| self.err(e))?;
@@ -676,12 +681,7 @@ impl WorkerState<'_> {
             let token: i64 = row.get(3);
             let job: &str = row.get(4);
             if !self.experiments.contains_key(&experiment) {
-                let packing = match self.fuses {
-                    true => Packing::Shared {
-                        on_gpu: self.pool.on_gpu(),
-                    },
-                    false => Packing::Never,
-                };
+                let packing = self.packing();
                 let served = serve_experiment(
                     &mut self.db,
                     experiment,
