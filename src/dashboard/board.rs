@@ -278,13 +278,16 @@ impl Board {
             }
         }
         if trial.status == Status::Running {
-            // A remote worker's slot is known once a trial runs on it.
+            // A remote worker's slot is known once a trial runs on it, and holds as many as
+            // run there at once (GPU shares, a pack of fused trials).
             if let Some(device) = trial
                 .device
                 .as_ref()
                 .filter(|d| split_remote_slot(d).is_some())
             {
-                if !self.header.slots.contains(device) {
+                let free = (0..self.header.slots.len())
+                    .any(|i| &self.header.slots[i] == device && self.workers[i].is_none());
+                if !free {
                     self.header.slots.push(device.clone());
                     self.workers.push(None);
                 }

@@ -411,55 +411,56 @@ pub(crate) fn draw_curves(
 pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
     let b = &app.board;
     let slots = || b.header.slots.iter().zip(&b.workers);
-    let slot_line = |slot: &str, trial: Option<TrialId>, indent: &str| {
-        Line::from(match trial.and_then(|id| b.trial(id)) {
-            Some(t) => format!(
-                "{indent}{slot:<7} trial {} step {}",
-                t.trial.id,
-                t.results.last().map_or(0, |r| r.step)
-            ),
-            None => format!("{indent}{slot:<7} idle"),
-        })
-    };
-    // A local slot named more than once holds several trials: a GPU's shares, or a pack of
-    // fused trials (`fuse`). One line each, with every trial running there.
-    let mut local: Vec<(&str, Vec<TrialId>, usize)> = Vec::new();
-    for (slot, &trial) in slots().filter(|(slot, _)| split_remote_slot(slot).is_none()) {
-        let at = match local.iter().position(|(s, _, _)| *s == slot.as_str()) {
-            Some(at) => at,
-            None => {
-                local.push((slot, Vec::new(), 0));
-                local.len() - 1
-            }
+    // A slot named more than once holds several trials: a GPU's shares, or a pack of fused
+    // trials (`fuse`), here or on a remote worker. One line each, with every trial running
+    // there, after how many of its places are busy (a remote worker's places per slot are
+    // not known here).
+    let slot_lines = |slots: Vec<(&str, Option<TrialId>)>, places: bool, indent: &str| {
+        let mut grouped: Vec<(&str, Vec<TrialId>, usize)> = Vec::new();
+        for (slot, trial) in slots {
+            let at = match grouped.iter().position(|(s, _, _)| *s == slot) {
+                Some(at) => at,
+                None => {
+                    grouped.push((slot, Vec::new(), 0));
+                    grouped.len() - 1
+                }
+            };
+            grouped[at].1.extend(trial);
+            grouped[at].2 += 1;
+        }
+        let each = |id: TrialId| {
+            b.trial(id).map(|t| {
+                format!(
+                    "trial {} step {}",
+                    t.trial.id,
+                    t.results.last().map_or(0, |r| r.step)
+                )
+            })
         };
-        local[at].1.extend(trial);
-        local[at].2 += 1;
-    }
-    let mut lines: Vec<Line> = local
-        .iter()
-        .map(|(slot, trials, places)| match (trials.as_slice(), places) {
-            (&[], _) => slot_line(slot, None, ""),
-            (&[one], 1) => slot_line(slot, Some(one), ""),
-            (trials, places) => {
-                let each: Vec<String> = trials
-                    .iter()
-                    .filter_map(|&id| b.trial(id))
-                    .map(|t| {
-                        format!(
-                            "trial {} step {}",
-                            t.trial.id,
-                            t.results.last().map_or(0, |r| r.step)
-                        )
-                    })
-                    .collect();
-                Line::from(format!(
-                    "{slot:<7} {}/{places}: {}",
-                    trials.len(),
-                    each.join(" · ")
-                ))
-            }
-        })
+        grouped
+            .into_iter()
+            .map(|(slot, trials, n)| {
+                let text = match (trials.as_slice(), n) {
+                    (&[], _) => "idle".to_string(),
+                    (&[one], n) if n == 1 || !places => each(one).unwrap_or_else(|| "idle".into()),
+                    (trials, n) => {
+                        let listed: Vec<String> =
+                            trials.iter().filter_map(|&id| each(id)).collect();
+                        match places {
+                            true => format!("{}/{n}: {}", trials.len(), listed.join(" · ")),
+                            false => format!("{}: {}", trials.len(), listed.join(" · ")),
+                        }
+                    }
+                };
+                Line::from(format!("{indent}{slot:<7} {text}"))
+            })
+            .collect::<Vec<Line>>()
+    };
+    let local: Vec<(&str, Option<TrialId>)> = slots()
+        .filter(|(slot, _)| split_remote_slot(slot).is_none())
+        .map(|(slot, &trial)| (slot.as_str(), trial))
         .collect();
+    let mut lines: Vec<Line> = slot_lines(local, true, "");
     lines.extend(b.gpus.iter().map(|g| Line::from(g.line())));
     // Remote workers: those serving now, then any only a trial's device names (it exited).
     let mut names: Vec<&str> = b.remote.iter().map(|w| w.id.as_str()).collect();
@@ -471,10 +472,10 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
         }
     }
     for name in names {
-        let busy: Vec<(&str, TrialId)> = slots()
+        let busy: Vec<(&str, Option<TrialId>)> = slots()
             .filter_map(|(slot, &trial)| {
                 let (worker, local) = split_remote_slot(slot)?;
-                (worker == name).then_some((local, trial?))
+                (worker == name).then_some((local, Some(trial?)))
             })
             .collect();
         let age = |w: &WorkerInfo| now.saturating_sub(w.heartbeat_at) as f64 / 1000.0;
@@ -490,10 +491,7 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
             None => format!("{name} · gone"),
         };
         lines.push(Line::from(title));
-        lines.extend(
-            busy.iter()
-                .map(|&(slot, id)| slot_line(slot, Some(id), "  ")),
-        );
+        lines.extend(slot_lines(busy, false, "  "));
         // Its GPUs' use at its last heartbeat, after its slots as a local GPU's is, while
         // that heartbeat is recent.
         if let Some(w) = b.remote.iter().find(|w| w.id == name && w.live) {
@@ -946,6 +944,9 @@ mod tests {
         };
         app.board.apply(on(5, "gpu7:42/cuda:1"));
         app.board.apply(on(6, "old:9/cpu:0"));
+        // A worker whose slot holds a pack of fused trials.
+        app.board.apply(on(7, "pack:3/cpu:0"));
+        app.board.apply(on(8, "pack:3/cpu:0"));
         let info = |id: &str, slots, heartbeat_at, live| WorkerInfo {
             id: id.into(),
             slots,
@@ -964,8 +965,9 @@ mod tests {
         app.board.apply(Update::Workers(vec![
             info("gpu7:42", 2, T0 - 1500, true),
             info("late:7", 1, T0 - 20_000, false),
+            info("pack:3", 4, T0 - 1000, true),
         ]));
-        let workers = panel(60, 10, |f, a| draw_workers(f, a, &app, T0));
+        let workers = panel(60, 14, |f, a| draw_workers(f, a, &app, T0));
         for line in [
             "cpu:0   trial 4 step 1",
             "gpu7:42 · 1/2 busy · heartbeat 1.5s ago",
@@ -976,10 +978,12 @@ mod tests {
             // A worker no longer listed (it exited) that a trial still names.
             "old:9 · gone",
             "  cpu:0   trial 6 step 0",
+            "pack:3 · 2/4 busy · heartbeat 1.0s ago",
+            "  cpu:0   2: trial 7 step 0 · trial 8 step 0",
         ] {
             assert!(workers.contains(line), "{line:?} in {workers}");
         }
-        assert_eq!(workers.matches("NVIDIA H200").count(), 1, "{workers}");
+        assert_eq!(workers.matches("NVIDIA H200").count(), 2, "{workers}");
         // The trials table names each remote trial's worker.
         let text = render_to_string(&mut app, 120, 40, T0);
         let row = text.lines().find(|l| l.contains("│5 ")).unwrap();
