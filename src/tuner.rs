@@ -505,7 +505,8 @@ impl Tuner {
                 Box::new(tune_trials::gpu::free_bytes),
             )?;
             let pack = spec.trials_per_pack(pool.on_gpu());
-            if pack > 1 {
+            // A coordinator that runs no trial itself (`--slots 0`) packs none.
+            if pack > 1 && !pool.slots().is_empty() {
                 pool.pack_trials(pack);
                 let packs = format!("up to {pack} trials per slot train as one fused model");
                 note = Some(match note {

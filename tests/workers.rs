@@ -947,6 +947,12 @@ fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
     std::fs::write(&go, "").unwrap();
     let out = finish(coord, "the coordinator");
     assert!(out.status.success(), "{}", stderr(&out));
+    // The coordinator runs no trial itself (`--slots 0`), so it packs none.
+    assert!(
+        !stderr(&out).contains("trials per slot"),
+        "{}",
+        stderr(&out)
+    );
     let out = finish(w, "the worker");
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(out.status.success(), "{said}");
