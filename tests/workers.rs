@@ -997,3 +997,51 @@ fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
         }
     }
 }
+
+/// A worker serving every sweep keeps one trial per slot, whatever a sweep's `fuse` (its slots
+/// are shared by sweeps that may differ), and says so.
+#[test]
+fn a_worker_serving_every_sweep_trains_each_trial_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 3\nseed = 3\n\
+         [resources]\nfuse = 4\n[objective]\nbuiltin = \"mlp\"\ndataset = \"wine\"\n\
+         batch_size = 16\nwidth = 12\nepochs = 2\n[space]\nlr = { loguniform = [1e-3, 1e-1] }\n",
+    )
+    .unwrap();
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let mut serving = tune();
+    serving
+        .args(["worker", &url, "--slots", "1", "--lease", "15", "--dir"])
+        .arg(tmp.path().join("w"));
+    let serving = spawn(serving);
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+    unsafe { libc::kill(serving.id() as i32, libc::SIGTERM) };
+    let out = finish(serving, "the worker");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("trials of \"t\" train alone here, one per slot"),
+        "{}",
+        stderr(&out)
+    );
+    let trials = export_in(&url);
+    assert_eq!(trials.len(), 3);
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "{t}");
+        // Trained alone: no pack to report.
+        assert!(
+            t["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r.get("trials_in_pack").is_none()),
+            "{t}"
+        );
+    }
+}
