@@ -6,7 +6,7 @@ mod common;
 mod pg_server;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -899,24 +899,7 @@ fn one_worker_without_an_experiment_serves_every_sweep_in_the_database_until_sto
 fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let url = pg_server::fresh_database();
-    let spec_with = |fuse: u32, folder: &str| {
-        let dir = tmp.path().join(folder);
-        std::fs::create_dir_all(&dir).unwrap();
-        let spec = dir.join("space.toml");
-        std::fs::write(
-            &spec,
-            format!(
-                "name = \"t\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 8\nseed = 3\n\
-                 [resources]\ncpu_slots = 1\nfuse = {fuse}\n[objective]\nbuiltin = \"mlp\"\n\
-                 dataset = \"wine\"\nbatch_size = 16\nwidth = 12\nepochs = 3\n[space]\n\
-                 lr = {{ loguniform = [1e-3, 1e-1] }}\ndropout = {{ uniform = [0.0, 0.3] }}\n\
-                 optimizer = {{ choice = [\"sgd\", \"adamw\"] }}\n"
-            ),
-        )
-        .unwrap();
-        spec
-    };
-    let spec = spec_with(4, "fused");
+    let spec = wine_sweep(&tmp.path().join("fused"), 4, "");
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
     // The pack holds its first epoch until all four trials of the worker's one slot have
@@ -978,11 +961,37 @@ fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
     );
     // The same sweep on this machine, each trial alone: the same params (random search is a
     // function of seed and id) and the same epochs, to the bit.
-    let alone_dir = tmp.path().join("alone-run");
-    run_ok(&mut tune_run(&spec_with(1, "alone"), &alone_dir));
-    let alone = by_id(export_json(&alone_dir));
-    assert_eq!(alone.len(), 8);
-    for (id, t) in &fused {
+    assert_each_as_the_sweep_alone(&fused, &tmp.path().join("alone"));
+}
+
+/// The spec of 8 mlp trials on wine, 3 epochs each, with `fuse`, and `extra` top-level
+/// settings, in the folder `dir`.
+fn wine_sweep(dir: &Path, fuse: u32, extra: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let spec = dir.join("space.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"t\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 8\nseed = 3\n{extra}\n\
+             [resources]\ncpu_slots = 1\nfuse = {fuse}\n[objective]\nbuiltin = \"mlp\"\n\
+             dataset = \"wine\"\nbatch_size = 16\nwidth = 12\nepochs = 3\n[space]\n\
+             lr = {{ loguniform = [1e-3, 1e-1] }}\ndropout = {{ uniform = [0.0, 0.3] }}\n\
+             optimizer = {{ choice = [\"sgd\", \"adamw\"] }}\n"
+        ),
+    )
+    .unwrap();
+    spec
+}
+
+/// Runs [`wine_sweep`] here, unfused, in `dir`, and checks that each of `trials` (its
+/// export elsewhere) has the same params and every epoch the same, to the bit: random search
+/// suggests by seed and id, and a fused trial trains as it does alone.
+fn assert_each_as_the_sweep_alone(trials: &BTreeMap<u64, serde_json::Value>, dir: &Path) {
+    let run = dir.join("run");
+    run_ok(&mut tune_run(&wine_sweep(dir, 1, ""), &run));
+    let alone = by_id(export_json(&run));
+    assert_eq!(alone.len(), trials.len());
+    for (id, t) in trials {
         let a = &alone[id];
         assert_eq!(t["params"], a["params"], "trial {id}");
         let (rf, ra) = (
@@ -996,6 +1005,53 @@ fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
             }
         }
     }
+}
+
+/// A worker killed in the middle of a pack loses all its trials to another worker, which
+/// trains them on (in a pack of its own, from the sweep's shared checkpoints): every epoch
+/// is stored once and is the trial's trained alone.
+#[test]
+fn a_fused_worker_killed_mid_pack_loses_its_trials_to_another_and_each_trains_as_if_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let shared = tmp.path().join("shared");
+    let spec = wine_sweep(
+        &tmp.path().join("fused"),
+        4,
+        &format!(
+            "max_failures = 1\n[store]\ncheckpoints = {:?}",
+            shared.display().to_string()
+        ),
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    // Worker A dies (SIGKILL) as its pack is about to train its third epoch; its lease (3 s)
+    // decides how soon B takes its trials. B starts once A holds some.
+    let mut a = worker(&url, 1, "3", &tmp.path().join("a"));
+    a.env("TUNE_FAILPOINTS", "pack.epoch=kill@3");
+    let a = spawn(a);
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    wait_until(
+        &mut db,
+        "SELECT EXISTS (SELECT 1 FROM tune_attempts WHERE state <> 'offered')",
+        "A claimed a trial",
+    );
+    let b = spawn(worker(&url, 1, "15", &tmp.path().join("b")));
+    let out = finish(coord, "the coordinator");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (a, b) = (finish(a, "worker A"), finish(b, "worker B"));
+    assert!(killed(&a), "{}", stderr(&a));
+    assert!(b.status.success(), "{}", stderr(&b));
+    let trials = by_id(export_in(&url));
+    assert_eq!(trials.len(), 8);
+    let mut retried = 0;
+    for t in trials.values() {
+        assert_eq!(t["status"], "completed", "{t}");
+        assert_eq!(steps(t), [1, 2, 3], "{t}");
+        retried += usize::from(t["attempts"].as_u64().unwrap() > 1);
+    }
+    assert!(retried >= 1, "no trial of the killed worker ran again");
+    assert_each_as_the_sweep_alone(&trials, &tmp.path().join("alone"));
 }
 
 /// A worker serving every sweep keeps one trial per slot, whatever a sweep's `fuse` (its slots
