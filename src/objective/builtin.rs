@@ -231,10 +231,17 @@ fn train_in_pack(
 ) -> Result<(), super::BoxError> {
     loop {
         let (r, trials, last) = member.next_epoch()?;
+        let left = last.is_some();
         if let Some(contents) = last {
             tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
         }
         let heard = report(ctx, &r, n_params, fused.then_some(trials));
+        if left {
+            // Its scheduler completes it at this epoch, whose checkpoint it has written: it
+            // left the pack with the report, and the pack trains on without waiting for it.
+            heard?;
+            return Ok(());
+        }
         let out = match heard {
             Ok(()) => member.decide(Decision::Continue(ctx.checkpoint_dir()?.to_path_buf()))?,
             Err(Stop::Paused) => {

@@ -261,7 +261,8 @@ pub(crate) struct Member {
 impl Member {
     /// The member's next epoch, trained in the pack, how many trials the pack trained, and
     /// the checkpoint to write before reporting it, where one is due then
-    /// ([`written_before_report`]).
+    /// ([`written_before_report`]): with that, the member has left the pack, and owes it no
+    /// decision.
     pub(crate) fn next_epoch(
         &mut self,
     ) -> Result<(EpochReport, usize, Option<Contents>), BoxError> {
@@ -596,13 +597,18 @@ impl Packs {
                     last,
                 ))
                 .is_ok();
-            if !heard && !failed {
-                // Its trial is gone already.
+            if !failed && (!heard || before[k]) {
+                // Its trial is gone already, or it leaves with this report: its scheduler
+                // completes it at this epoch, so the pack goes on without waiting for its
+                // trial to write the checkpoint and hear the decision.
                 self.shrink(id, 1);
             }
-            leaving[k] = failed || !heard;
+            leaving[k] = failed || !heard || before[k];
             owed += usize::from(!leaving[k]);
         }
+        // Whose decision the pack waits for (a member that left ends without one, or its
+        // drop says `Leave`, which nobody needs).
+        let mut owes: Vec<bool> = leaving.iter().map(|&l| !l).collect();
         while owed > 0 {
             // The hub's entry holds a sender, so this waits for a member rather than failing.
             let Ok((token, decision)) = decisions.recv() else {
@@ -611,6 +617,9 @@ impl Packs {
             let Some(k) = links.iter().position(|l| l.token == token) else {
                 continue;
             };
+            if !std::mem::take(&mut owes[k]) {
+                continue;
+            }
             owed -= 1;
             // Whether the member has finished, and the checkpoint its trial writes now.
             type Saved = Result<(bool, Option<Contents>), String>;
@@ -619,7 +628,8 @@ impl Packs {
                 let f = fused.ok_or("the pack has no model")?;
                 let member = f.member(k).map_err(|e| e.to_string())?;
                 let finished = member.finished();
-                let now = match checkpoint_after(&heard, finished, before[k]) {
+                // (A member whose checkpoint went with its report decides nothing here.)
+                let now = match checkpoint_after(&heard, finished, false) {
                     Some(Written::Behind) => member.save_behind(dir).map(|()| None),
                     Some(Written::Now) => member.checkpoint().map(Some),
                     None => Ok(None),
@@ -711,7 +721,9 @@ mod tests {
                         }
                         std::fs::create_dir_all(&dir).unwrap();
                         if let Some(contents) = last {
+                            // It has left the pack: nothing to decide.
                             checkpoint::write(&dir, contents).unwrap();
+                            return heard;
                         }
                         if member.decide(Decision::Continue(dir.clone())).unwrap() {
                             return heard;
@@ -750,6 +762,44 @@ mod tests {
                 assert_eq!(restored.evaluate().unwrap(), alone.evaluate().unwrap());
             }
         }
+    }
+
+    #[test]
+    fn a_member_that_leaves_with_its_last_checkpoint_does_not_hold_up_its_pack() {
+        let split = wine();
+        let tmp = tempfile::tempdir().unwrap();
+        let packs = Packs::new(2, 1, Some(1));
+        let arrivals = [packs.arrive("cpu:0"), packs.arrive("cpu:0")];
+        let [first, second] = arrivals;
+        let (t0, t1) = (trainer(&split, 0), trainer(&split, 1));
+        let key = t0.pack_key();
+        // Its scheduler completes member 0 at epoch 1; member 1 trains on.
+        let mut completed = first.join(t0, key.clone(), Some(1));
+        let mut going_on = second.join(t1, key, None);
+        let (_, trials, last) = completed.next_epoch().unwrap();
+        assert_eq!(trials, 2);
+        assert!(last.is_some(), "the checkpoint comes with the report");
+        // Member 0 neither decides nor ends (its trial is writing the checkpoint, waiting
+        // for its report's answer): the pack trains member 1's next epoch all the same.
+        going_on.next_epoch().unwrap();
+        assert!(!going_on
+            .decide(Decision::Continue(tmp.path().to_path_buf()))
+            .unwrap());
+        let (tx, rx) = mpsc::channel();
+        let next = std::thread::spawn(move || {
+            let got = going_on
+                .next_epoch()
+                .map(|(r, trials, _)| (r.epoch, trials));
+            tx.send(got.map_err(|e| e.to_string())).unwrap();
+            going_on
+        });
+        // A pack that waited for member 0 would never train again (a generous bound, so
+        // that a hang fails the test rather than stalling the suite).
+        let got = rx.recv_timeout(Duration::from_secs(120));
+        assert_eq!(got.unwrap().unwrap(), (2, 1), "epoch 2, in a pack of one");
+        drop(completed);
+        let mut going_on = next.join().unwrap();
+        assert!(going_on.decide(Decision::Leave).unwrap());
     }
 
     #[test]
