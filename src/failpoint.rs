@@ -33,6 +33,9 @@ pub const POINTS: &[&str] = &[
     // A pack of fused trials (src/objective/pack.rs), before it trains an epoch: `error` fails
     // the pack as a device error would.
     "pack.epoch",
+    // A built-in trial (src/objective/builtin.rs) at the step its scheduler completes it at,
+    // between writing that epoch's checkpoint and reporting the epoch.
+    "checkpoint.before-report",
 ];
 
 /// Acts as `TUNE_FAILPOINTS` says for `point`, if anything.

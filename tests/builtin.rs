@@ -256,37 +256,50 @@ fn a_builtin_sweep_killed_and_resumed_trains_as_if_never_killed() {
 }
 
 /// A trial that ASHA completes at `max_t` is completed in the store before the trial hears
-/// it, and a completed trial never runs again: its last checkpoint must be on disk by then.
-/// Killed right after the coordinator stored the completion (before it answered), the trial
-/// keeps the model of its last report, alone and in a pack.
+/// it, and a completed trial never runs again: its last checkpoint must be on disk by then,
+/// so it is written before the epoch is reported. Killed right after the coordinator stored
+/// the completion (before it answered), the trial keeps the model of its last report; killed
+/// between that checkpoint and the report, the resumed run reports the epoch again rather
+/// than skip it. Alone and in a pack.
 #[test]
 fn a_trial_completed_just_before_a_kill_keeps_its_last_checkpoint() {
     for fuse in [1, 2] {
-        let tmp = tempfile::tempdir().unwrap();
-        // One trial on one slot: acknowledgement n answers its report of epoch n, and ASHA
-        // completes it at epoch 4, two before its own end.
-        let spec = spec(
-            tmp.path(),
-            &format!(
-                "samples = 1\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\n\
-                 reduction_factor = 2\nmax_t = 4\n[resources]\ncpu_slots = 1\nfuse = {fuse}"
-            ),
-            "epochs = 6",
-        );
-        let dir = tmp.path().join("killed");
-        let out = tune_run(&spec, &dir)
-            .env("TUNE_FAILPOINTS", "ack.before=kill@4")
-            .stdout(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(killed(&out), "fuse {fuse}: not killed: {}", stderr(&out));
-        run_ok(tune().arg("resume").arg(&dir));
-        let exported = export_json(&dir);
-        assert_eq!(exported.len(), 1);
-        let t = &exported[0];
-        assert_eq!(t["attempts"], 1, "fuse {fuse}: completed, never run again");
-        assert_eq!(dense_steps(t).len(), 4, "fuse {fuse}");
-        assert_completed_with_its_last_checkpoint(&dir, t, 6);
+        // (the kill, and the attempts the trial then took)
+        for (kill, attempts) in [
+            ("ack.before=kill@4", 1),
+            ("checkpoint.before-report=kill", 2),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            // One trial on one slot: acknowledgement n answers its report of epoch n, and
+            // ASHA completes it at epoch 4, two before its own end.
+            let spec = spec(
+                tmp.path(),
+                &format!(
+                    "samples = 1\nseed = 5\n[scheduler]\nkind = \"asha\"\ngrace_period = 1\n\
+                     reduction_factor = 2\nmax_t = 4\n[resources]\ncpu_slots = 1\nfuse = {fuse}"
+                ),
+                "epochs = 6",
+            );
+            let dir = tmp.path().join("killed");
+            let out = tune_run(&spec, &dir)
+                .env("TUNE_FAILPOINTS", kill)
+                .stdout(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                killed(&out),
+                "fuse {fuse}, {kill}: not killed: {}",
+                stderr(&out)
+            );
+            run_ok(tune().arg("resume").arg(&dir));
+            let exported = export_json(&dir);
+            assert_eq!(exported.len(), 1);
+            let t = &exported[0];
+            assert_eq!(t["attempts"], attempts, "fuse {fuse}, {kill}");
+            assert_eq!(dense_steps(t).len(), 4, "fuse {fuse}, {kill}");
+            assert_matches_uninterrupted(t, 6);
+            assert_completed_with_its_last_checkpoint(&dir, t, 6);
+        }
     }
 }
 

@@ -124,6 +124,16 @@ fn train(
         }
     }
     let n_params = trainer.parameter_count() as f64;
+    // A checkpoint written before its epoch was reported (at the step where the scheduler
+    // completes the trial) outlives a run killed before that report was kept: the epoch is
+    // reported again, as the checkpoint kept it, rather than skipped. (Had the report been
+    // kept, the trial would be completed and not run again.)
+    if let Some(r) = trainer
+        .last_report()
+        .filter(|r| written_before_report(r.epoch, ctx.completes_at()))
+    {
+        report(ctx, &r, n_params, None)?;
+    }
     if let Some(arrival) = arrival {
         if !trainer.finished() {
             let key = trainer.pack_key();
@@ -139,6 +149,7 @@ fn train(
         let early = written_before_report(r.epoch, ctx.completes_at());
         if early {
             trainer.save(ctx.checkpoint_dir()?)?;
+            written_early()?;
         }
         let heard = report(ctx, &r, n_params, None);
         // The checkpoint follows the decision, as the command protocol's does: a paused
@@ -160,6 +171,12 @@ fn train(
 /// is never run again.
 pub(super) fn written_before_report(epoch: u64, completes_at: Option<u64>) -> bool {
     completes_at == Some(epoch)
+}
+
+/// After a checkpoint [`written_before_report`], before the report: where a test kills
+/// the run between the two (the `checkpoint.before-report` failure point).
+fn written_early() -> Result<(), super::BoxError> {
+    crate::failpoint::hit("checkpoint.before-report").map_err(|e| e.into())
 }
 
 /// When a trial's checkpoint is written after a report was `heard` (none where it was
@@ -234,6 +251,7 @@ fn train_in_pack(
         let left = last.is_some();
         if let Some(contents) = last {
             tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
+            written_early()?;
         }
         let heard = report(ctx, &r, n_params, fused.then_some(trials));
         if left {

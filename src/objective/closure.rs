@@ -73,8 +73,10 @@ impl TrialContext {
 
     /// The step at which the scheduler ends every trial that reaches it as completed (ASHA's
     /// and HyperBand's `max_t`), if it does. A trial that keeps checkpoints can write that
-    /// step's before reporting it: its completion is durable once the report is answered,
-    /// and a `kill -9` right after would otherwise leave it without its last model.
+    /// step's before reporting it: its completion is durable once the report is kept, and a
+    /// `kill -9` right after would otherwise leave it without its last model. Restored from
+    /// such a checkpoint, it must report that step again before going on (the run that wrote
+    /// it may have died before its report was kept), or the step is skipped.
     pub fn completes_at(&self) -> Option<u64> {
         self.completes_at
     }

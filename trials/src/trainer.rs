@@ -51,7 +51,7 @@ impl Builtin {
 }
 
 /// What one epoch measured.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EpochReport {
     /// 1 after the first epoch.
     pub epoch: u64,
@@ -91,6 +91,8 @@ pub struct Trainer {
     pub(crate) early: Option<EarlyStopping>,
     pub(crate) epoch: u64,
     pub(crate) stopped_early: bool,
+    /// What its last epoch measured, kept in its checkpoints too ([`Trainer::last_report`]).
+    pub(crate) last_report: Option<EpochReport>,
     pub(crate) train: (Tensor, Tensor, usize),
     pub(crate) val: (Tensor, Tensor, usize),
     pub(crate) device: Device,
@@ -214,6 +216,7 @@ impl Trainer {
             optimizer,
             epoch: 0,
             stopped_early: false,
+            last_report: None,
             train: tensors.train.clone(),
             val: tensors.val.clone(),
             device: device.clone(),
@@ -224,6 +227,29 @@ impl Trainer {
     /// Epochs trained so far.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// What the last epoch trained measured, restored with a checkpoint (`None` before the
+    /// first epoch, and from a checkpoint written before tune 2026-11-28). A run that saves
+    /// an epoch's checkpoint before reporting the epoch, then dies before the report is
+    /// kept, can report it again from here rather than skip it.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+    ///     .load(".".as_ref())
+    ///     .unwrap();
+    /// let cpu = candle_core::Device::Cpu;
+    /// let mut trainer = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 1).unwrap();
+    /// let report = trainer.train_epoch().unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// trainer.save(dir.path()).unwrap();
+    /// let mut restored = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 1).unwrap();
+    /// restored.restore(dir.path()).unwrap();
+    /// assert_eq!(restored.last_report(), Some(report));
+    /// ```
+    pub fn last_report(&self) -> Option<EpochReport> {
+        self.last_report
     }
 
     /// All `epochs` trained, or early stopping ended the trial.
@@ -303,14 +329,16 @@ impl Trainer {
                 self.epoch, self.cfg.lr
             )));
         }
-        Ok(EpochReport {
+        let report = EpochReport {
             epoch: self.epoch,
             train_loss,
             val_loss,
             val_accuracy,
             lr,
             stop_early,
-        })
+        };
+        self.last_report = Some(report);
+        Ok(report)
     }
 
     /// Mean cross-entropy and accuracy on the validation rows (no dropout).
@@ -437,6 +465,10 @@ impl Trainer {
         if let Some(es) = &self.early {
             meta.insert("early_stopping".into(), serde_json::to_string(es).unwrap());
         }
+        if let Some(report) = &self.last_report {
+            // JSON writes each f64 so that it reads back to the bit.
+            meta.insert("report".into(), serde_json::to_string(report).unwrap());
+        }
         Ok(checkpoint::Contents {
             tensors,
             metadata: meta,
@@ -478,6 +510,13 @@ impl Trainer {
             self.optimizer = Optimizer::new(&self.cfg, self.model.vars())?;
         }
         self.epoch = ck.meta("epoch")?;
+        self.last_report = match ck.metadata.get("report") {
+            Some(saved) => Some(
+                serde_json::from_str(saved)
+                    .map_err(|e| TrialsError::Checkpoint(format!("{}: report: {e}", ck.path())))?,
+            ),
+            None => None,
+        };
         if let (Some(es), Some(saved)) = (&mut self.early, ck.metadata.get("early_stopping")) {
             let saved: EarlyStopping = serde_json::from_str(saved).map_err(|e| {
                 TrialsError::Checkpoint(format!("{}: early_stopping: {e}", ck.path()))
