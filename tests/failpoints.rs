@@ -23,8 +23,9 @@ fn a_kill_at_any_failure_point_resumes_to_the_uninterrupted_sweep() {
         if *point == "exploit.copy" {
             continue; // HyperBand copies no checkpoint: see the PBT test below.
         }
-        if *point == "pack.epoch" {
-            continue; // Only packs of built-in trials reach it: tests/builtin.rs kills there.
+        if ["pack.epoch", "checkpoint.before-report"].contains(point) {
+            // Only built-in trials reach them: tests/builtin.rs kills there.
+            continue;
         }
         let case = tempfile::tempdir().unwrap();
         let spec = hyperband_band(case.path());
