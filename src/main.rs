@@ -355,7 +355,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                     .map_err(|e| TuneError::Invalid(format!("{}: {e}", spec.display())))?;
             }
             // SAFETY: tune has started no thread yet.
-            unsafe { tune::share_cores_among_trials(&parsed) };
+            unsafe { tune::share_cores_among_trials(&parsed, slots) };
             let dir = dir.unwrap_or_else(|| Path::new("runs").join(&parsed.name));
             match &at {
                 StoreLocation::Folder => {
@@ -408,7 +408,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             if let Ok(text) = std::fs::read_to_string(&frozen) {
                 if let Ok(spec) = ExperimentSpec::from_toml(&text, &frozen) {
                     // SAFETY: tune has started no thread yet.
-                    unsafe { tune::share_cores_among_trials(&spec) };
+                    unsafe { tune::share_cores_among_trials(&spec, slots) };
                 }
             }
             if let Some(n) = samples {

@@ -471,9 +471,10 @@ impl Tuner {
 
     /// Runs the sweep with the spec's `[objective]`: its `command`, or its `builtin` trainable.
     pub fn fit_spec(self) -> Result<TuneResult, TuneError> {
-        let grace = self.grace;
+        let (grace, local_slots) = (self.grace, self.local_slots);
         self.run(move |spec, dir, pack| {
-            spec_objective(spec, dir, grace, spec.resources.cpu_slots, pack)
+            let slots = local_slots.unwrap_or(spec.resources.cpu_slots);
+            spec_objective(spec, dir, grace, slots, pack)
         })
     }
 
