@@ -380,6 +380,32 @@ fn bad_builtin_specs_exit_2_with_the_key_and_leave_nothing() {
             "missing.csv: cannot read the file",
         ),
         ("builtin = \"mlp\"", "", "needs `dataset"),
+        // The data's settings are judged with the spec, before any data is made.
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"\nval_fraction = 1.5",
+            "",
+            "[objective] `val_fraction`: expected a number between 0 and 1, found 1.5",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"\nval_fraction = 0.001",
+            "",
+            "[objective] `val_fraction`: 178 rows are too few to hold out 0.001 for validation",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"glyphs\"\nclasses = 12",
+            "",
+            "[objective] `classes`: glyphs draws 2 to 10 shapes, found 12",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"spirals\"\nsamples = 5",
+            "",
+            "[objective] `samples`: a synthetic dataset needs samples >= 10, found 5",
+        ),
+        (
+            "builtin = \"mlp\"\ndataset = \"wine\"\ncsv = \"wine.csv\"",
+            "",
+            "[objective] `csv`: give either `dataset` or `csv`, not both",
+        ),
         (
             "command = [\"true\"]\ndataset = \"wine\"",
             "",

@@ -1101,3 +1101,63 @@ fn a_worker_serving_every_sweep_trains_each_trial_alone() {
         );
     }
 }
+
+/// A coordinator that runs no trial (`--slots 0`) makes no data (its trace says when data is
+/// made): its workers make their own. A CSV it still reads, so that a missing file is one
+/// clear error there rather than one in every trial.
+#[test]
+fn a_coordinator_without_slots_leaves_making_the_data_to_its_workers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 2\nseed = 3\n\
+         [objective]\nbuiltin = \"mlp\"\ndataset = \"wine\"\nbatch_size = 16\nwidth = 12\n\
+         epochs = 2\n[space]\nlr = { loguniform = [1e-3, 1e-1] }\n",
+    )
+    .unwrap();
+    let mut coord = coordinator(&spec, &url, &tmp.path().join("c"));
+    coord.env("TUNE_PACK_TRACE", "1");
+    let mut coord = spawn(coord);
+    wait_for_experiment(&url, &mut coord);
+    let mut w = worker(&url, 1, "15", &tmp.path().join("w"));
+    w.env("TUNE_PACK_TRACE", "1");
+    let w = spawn(w);
+    let coordinated = finish(coord, "the coordinator");
+    assert!(coordinated.status.success(), "{}", stderr(&coordinated));
+    let worked = finish(w, "the worker");
+    assert!(worked.status.success(), "{}", stderr(&worked));
+    assert!(
+        stderr(&worked).contains("data `wine` made in"),
+        "{}",
+        stderr(&worked)
+    );
+    assert!(
+        !stderr(&coordinated).contains("data `"),
+        "{}",
+        stderr(&coordinated)
+    );
+    let trials = export_in(&url);
+    assert_eq!(trials.len(), 2);
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "{t}");
+        assert_eq!(t["results"].as_array().unwrap().len(), 2, "{t}");
+    }
+    // A CSV that is not there.
+    let missing = tmp.path().join("missing.toml");
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("name = \"t\"", "name = \"m\"")
+        .replace("dataset = \"wine\"", "csv = \"wine.csv\"");
+    std::fs::write(&missing, text).unwrap();
+    let out = coordinator(&missing, &url, &tmp.path().join("m"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("wine.csv: cannot read the file"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -35,6 +35,20 @@ pub(crate) fn builtin_objective(
         .map_err(|e: toml::de::Error| {
             TuneError::Invalid(format!("[objective] {}", e.message().trim()))
         })?;
+    let invalid = |e: tune_trials::TrialsError| TuneError::Invalid(format!("[objective] {e}"));
+    data.check_for(builtin).map_err(invalid)?;
+    if cpu_slots == 0 {
+        // A coordinator whose trials all run on `tune worker`s (`--slots 0`) makes no data
+        // (the glyphs: 82 MB, 0.6 s on 2 cores): each worker makes its own. A CSV is still
+        // read, so that a missing or bad file fails here rather than in every trial: workers
+        // read it at the same absolute path (the spec's folder, where the sweep was created).
+        if data.csv.is_some() {
+            data.load(workdir).map_err(invalid)?;
+        }
+        return Ok(Arc::new(|_: &mut TrialContext| {
+            Err("this process runs no trial (0 local slots)".into())
+        }));
+    }
     // The data is made before any trial runs, so on every core, whatever share of them
     // `RAYON_NUM_THREADS` gives each trial: the glyphs are drawn in parallel (on an H200's
     // machine, drawing them on one core idled the GPU for the sweep's first 2 s).
@@ -47,7 +61,7 @@ pub(crate) fn builtin_objective(
             |_| data.load(workdir),
             |pool| pool.install(|| data.load(workdir)),
         )
-        .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?;
+        .map_err(invalid)?;
     // Before any trial, the GPU idles: part of a sweep's first second there.
     super::pack::trace(format_args!(
         "data `{}` made in {:.3} s",
@@ -55,12 +69,6 @@ pub(crate) fn builtin_objective(
         drawing.elapsed().as_secs_f64()
     ));
     let split = Arc::new(split);
-    if builtin == Builtin::Cnn && split.train.image.is_none() {
-        return Err(TuneError::Invalid(format!(
-            "[objective] `builtin`: the cnn trains on images; dataset `{}` has plain feature rows (use \"mlp\")",
-            split.train.name
-        )));
-    }
     let threads = threads_per_trial(cpu_slots);
     let packs = Packs::new(trials_per_pack, trials_per_gpu, threads);
     let checkpoints = SettleCheckpoints;

@@ -96,7 +96,7 @@ impl ObjectiveSpec {
         let name = self.builtin.as_deref().unwrap_or_default();
         let problem =
             |section, key: &str, message: String| (section, FieldError::new(key, message));
-        name.parse::<Builtin>().map_err(|e| {
+        let builtin = name.parse::<Builtin>().map_err(|e| {
             problem(
                 "objective",
                 "builtin",
@@ -127,16 +127,13 @@ impl ObjectiveSpec {
             one.try_into::<DataSpec>()
                 .map_err(|e| problem("objective", key, e.message().trim().to_string()))?;
         }
-        if !self.options.contains_key("dataset") && !self.options.contains_key("csv") {
-            return Err(problem(
-                "objective",
-                "builtin",
-                format!(
-                    "a built-in trainable needs `dataset = \"...\"` (one of {}) or `csv = \"file.csv\"`",
-                    tune_trials::DATASETS.join(", ")
-                ),
-            ));
-        }
+        let spec: DataSpec = toml::Value::Table(data)
+            .try_into()
+            .map_err(|e| problem("objective", "builtin", e.message().trim().to_string()))?;
+        spec.check_for(builtin).map_err(|e| match e {
+            tune_trials::TrialsError::Key { key, message } => problem("objective", key, message),
+            other => problem("objective", "dataset", other.to_string()),
+        })?;
         for (key, value) in &fixed {
             let one = serde_json::Map::from_iter([(key.clone(), value.clone())]);
             TrainConfig::from_parts(&one, &Params::default())

@@ -46,6 +46,9 @@ pub enum TrialsError {
     /// A key or value of the trainable's configuration.
     #[error("{0}")]
     Config(String),
+    /// The value of one `[objective]` key, named so that a spec's error can point at it.
+    #[error("{key}: {message}")]
+    Key { key: &'static str, message: String },
     /// The data could not be read or used.
     #[error("{0}")]
     Data(String),

@@ -103,37 +103,113 @@ pub const DATA_KEYS: [&str; 8] = [
 ];
 
 impl DataSpec {
-    /// Loads the data (a relative `csv` path is taken from `base`), splits it and
-    /// standardises both parts with the training part's statistics.
-    pub fn load(&self, base: &std::path::Path) -> Result<Split, TrialsError> {
+    /// Checks every setting that can be judged without the rows themselves (a CSV file is
+    /// judged when it is read): which data, the generator's settings, and a validation share
+    /// that leaves rows on both sides of the split. An error names its key.
+    ///
+    /// ```
+    /// use tune_trials::{DataSpec, TrialsError};
+    /// let spec = DataSpec { dataset: Some("glyphs".into()), classes: 12, ..DataSpec::default() };
+    /// assert!(matches!(spec.check(), Err(TrialsError::Key { key: "classes", .. })));
+    /// ```
+    pub fn check(&self) -> Result<(), TrialsError> {
+        let key = |key, message| Err(TrialsError::Key { key, message });
         if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
-            return Err(TrialsError::Config(format!(
-                "val_fraction: expected a number between 0 and 1, found {}",
-                self.val_fraction
-            )));
+            return key(
+                "val_fraction",
+                format!(
+                    "expected a number between 0 and 1, found {}",
+                    self.val_fraction
+                ),
+            );
         }
-        let data = match (&self.dataset, &self.csv) {
+        let rows = match (&self.dataset, &self.csv) {
             (Some(_), Some(_)) => {
-                return Err(TrialsError::Config(
-                    "give either `dataset` or `csv`, not both".into(),
-                ))
+                return key("csv", "give either `dataset` or `csv`, not both".into())
             }
             (None, None) => {
-                return Err(TrialsError::Config(format!(
-                    "a built-in trainable needs `dataset` (one of {}) or `csv = \"file.csv\"`",
-                    DATASETS.join(", ")
-                )))
+                return key(
+                    "dataset",
+                    format!(
+                        "a built-in trainable needs `dataset` (one of {}) or `csv = \"file.csv\"`",
+                        DATASETS.join(", ")
+                    ),
+                )
             }
-            (None, Some(path)) => read_csv(&base.join(path), self.target.as_deref())?,
+            (None, Some(_)) => return Ok(()),
             (Some(name), None) => match name.as_str() {
-                "spirals" => spirals(self.samples, self.classes, self.noise, self.split_seed)?,
-                "blobs" => blobs(self.samples, self.classes, self.noise, self.split_seed)?,
-                "glyphs" => glyphs(self.samples, self.classes, self.noise, self.split_seed)?,
-                _ => Dataset::builtin(name)?,
+                "spirals" | "blobs" => {
+                    synthetic::check(self.samples, self.classes, self.noise)?;
+                    self.samples
+                }
+                "glyphs" => {
+                    synthetic::check_glyphs(self.samples, self.classes, self.noise)?;
+                    self.samples
+                }
+                // Shipped in the binary, and small: milliseconds to count.
+                _ => Dataset::builtin(name)?.len(),
             },
+        };
+        held_out(rows, self.val_fraction)
+            .map(drop)
+            .map_err(|message| TrialsError::Key {
+                key: "val_fraction",
+                message,
+            })
+    }
+
+    /// [`DataSpec::check`], and that the data suits `builtin`: the cnn trains on images (the
+    /// digits, the glyphs), not on a CSV's or a generator's plain feature rows.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, DataSpec};
+    /// let wine = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() };
+    /// assert!(wine.check_for(Builtin::Mlp).is_ok() && wine.check_for(Builtin::Cnn).is_err());
+    /// ```
+    pub fn check_for(&self, builtin: crate::Builtin) -> Result<(), TrialsError> {
+        self.check()?;
+        let images =
+            self.csv.is_none() && matches!(self.dataset.as_deref(), Some("digits" | "glyphs"));
+        if builtin == crate::Builtin::Cnn && !images {
+            return Err(TrialsError::Key {
+                key: "builtin",
+                message: format!(
+                    "the cnn trains on images (dataset \"digits\" or \"glyphs\"); {} has plain feature rows (use \"mlp\")",
+                    match (&self.csv, &self.dataset) {
+                        (Some(csv), _) => format!("csv \"{}\"", csv.display()),
+                        (None, dataset) => format!("dataset \"{}\"", dataset.as_deref().unwrap_or_default()),
+                    }
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Loads the data (a relative `csv` path is taken from `base`), splits it and
+    /// standardises both parts with the training part's statistics, after [`DataSpec::check`].
+    pub fn load(&self, base: &std::path::Path) -> Result<Split, TrialsError> {
+        self.check()?;
+        let data = match (&self.csv, self.dataset.as_deref().unwrap_or_default()) {
+            (Some(path), _) => read_csv(&base.join(path), self.target.as_deref())?,
+            (None, "spirals") => spirals(self.samples, self.classes, self.noise, self.split_seed)?,
+            (None, "blobs") => blobs(self.samples, self.classes, self.noise, self.split_seed)?,
+            (None, "glyphs") => glyphs(self.samples, self.classes, self.noise, self.split_seed)?,
+            (None, name) => Dataset::builtin(name)?,
         };
         data.split(self.val_fraction, self.split_seed)
     }
+}
+
+/// The rows of `rows` that `val_fraction` holds out for validation, or why that leaves one
+/// side empty.
+fn held_out(rows: usize, val_fraction: f64) -> Result<usize, String> {
+    let n_val = ((rows as f64) * val_fraction).round() as usize;
+    if n_val == 0 || n_val >= rows {
+        return Err(format!(
+            "{rows} rows are too few to hold out {val_fraction} for validation"
+        ));
+    }
+    Ok(n_val)
 }
 
 impl Dataset {
@@ -158,10 +234,13 @@ impl Dataset {
             ),
             other => {
                 let hint = tune_search::did_you_mean_hint(other, DATASETS);
-                return Err(TrialsError::Config(format!(
-                    "dataset: expected one of {}, found \"{other}\"{hint}",
-                    DATASETS.join(", ")
-                )));
+                return Err(TrialsError::Key {
+                    key: "dataset",
+                    message: format!(
+                        "expected one of {}, found \"{other}\"{hint}",
+                        DATASETS.join(", ")
+                    ),
+                });
             }
         };
         let mut data = csv::parse_sklearn(name, &text)?;
@@ -181,13 +260,8 @@ impl Dataset {
     /// training part's per-feature mean and standard deviation.
     pub fn split(&self, val_fraction: f64, seed: u64) -> Result<Split, TrialsError> {
         let n = self.len();
-        let n_val = ((n as f64) * val_fraction).round() as usize;
-        if n_val == 0 || n_val >= n {
-            return Err(TrialsError::Data(format!(
-                "{}: {n} rows are too few to hold out {val_fraction} for validation",
-                self.name
-            )));
-        }
+        let n_val = held_out(n, val_fraction)
+            .map_err(|e| TrialsError::Data(format!("{}: {e}", self.name)))?;
         let mut order: Vec<usize> = (0..n).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
         let (val_rows, train_rows) = order.split_at(n_val);

@@ -14,11 +14,41 @@ fn standard_normal(rng: &mut ChaCha8Rng) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
-fn check(samples: usize, classes: usize, noise: f64) -> Result<(), TrialsError> {
-    if samples < 10 || classes < 2 || !(noise >= 0.0 && noise.is_finite()) {
-        return Err(TrialsError::Config(format!(
-            "a synthetic dataset needs samples >= 10, classes >= 2 and noise >= 0; found samples = {samples}, classes = {classes}, noise = {noise}"
-        )));
+/// What every generator needs of its settings; [`check_glyphs`] adds the glyphs' own.
+pub(super) fn check(samples: usize, classes: usize, noise: f64) -> Result<(), TrialsError> {
+    let key = |key, message| Err(TrialsError::Key { key, message });
+    if samples < 10 {
+        return key(
+            "samples",
+            format!("a synthetic dataset needs samples >= 10, found {samples}"),
+        );
+    }
+    if classes < 2 {
+        return key(
+            "classes",
+            format!("a synthetic dataset needs classes >= 2, found {classes}"),
+        );
+    }
+    if !(noise >= 0.0 && noise.is_finite()) {
+        return key(
+            "noise",
+            format!("a synthetic dataset needs noise >= 0, found {noise}"),
+        );
+    }
+    Ok(())
+}
+
+/// [`check`], and at most one class per shape of [`GLYPH_SHAPES`].
+pub(super) fn check_glyphs(samples: usize, classes: usize, noise: f64) -> Result<(), TrialsError> {
+    check(samples, classes, noise)?;
+    if classes > GLYPH_SHAPES.len() {
+        return Err(TrialsError::Key {
+            key: "classes",
+            message: format!(
+                "glyphs draws 2 to {} shapes, found {classes}",
+                GLYPH_SHAPES.len()
+            ),
+        });
     }
     Ok(())
 }
@@ -119,13 +149,7 @@ pub fn glyphs(
     noise: f64,
     seed: u64,
 ) -> Result<Dataset, TrialsError> {
-    check(samples, classes, noise)?;
-    if classes > GLYPH_SHAPES.len() {
-        return Err(TrialsError::Config(format!(
-            "classes: glyphs draws 2 to {} shapes, found {classes}",
-            GLYPH_SHAPES.len()
-        )));
-    }
+    check_glyphs(samples, classes, noise)?;
     let side = GLYPH_SIDE;
     let mut x = vec![0.0f32; side * side * samples];
     let y: Vec<u32> = (0..samples).map(|i| (i % classes) as u32).collect();
