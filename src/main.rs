@@ -1153,7 +1153,8 @@ fn print_status(
         let running: Vec<String> = w.running.iter().map(|t| t.to_string()).collect();
         writeln!(
             out,
-            "  {} {} slot{}, serving {}, last heartbeat {:.1} s ago{}, running trials: {}",
+            // A fused worker's slot holds a pack: what it tells the coordinator is its trials.
+            "  {} {} trial{} at once, serving {}, last heartbeat {:.1} s ago{}, running trials: {}",
             w.id,
             w.slots,
             if w.slots == 1 { "" } else { "s" },

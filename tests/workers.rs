@@ -273,7 +273,7 @@ fn a_killed_coordinator_is_resumed_elsewhere_while_workers_keep_their_trials() {
     let status = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         status
-            .matches(" 3 slots, serving t, last heartbeat ")
+            .matches(" 3 trials at once, serving t, last heartbeat ")
             .count(),
         2,
         "{status}"
@@ -347,8 +347,9 @@ fn status_watch_and_export_name_the_worker_of_each_trial_and_result() {
     assert!(status.contains("running now"), "{status}");
     assert!(status.contains("coordinator: "), "{status}");
     assert!(
-        status.contains(&format!("  {id} 2 slots, serving t, last heartbeat "))
-            && status.contains(&format!("running trials: 0, 1\n    {gpu_line}\n")),
+        status.contains(&format!(
+            "  {id} 2 trials at once, serving t, last heartbeat "
+        )) && status.contains(&format!("running trials: 0, 1\n    {gpu_line}\n")),
         "{status}"
     );
     // Not a terminal: one frame of the dashboard, read from the database.
