@@ -372,8 +372,8 @@ impl PackTrace {
         }
     }
 
-    /// Prints the epoch's phases, for a pack that trained `trials`.
-    fn end_epoch(&mut self, trials: usize) {
+    /// Prints the epoch's phases, for a pack that trained `trials` in `steps` optimizer steps.
+    fn end_epoch(&mut self, trials: usize, steps: u64) {
         if self.on {
             let phases: Vec<String> = self
                 .phases
@@ -381,7 +381,7 @@ impl PackTrace {
                 .map(|(what, took)| format!("{what} {:.3}", took.as_secs_f64()))
                 .collect();
             trace(format_args!(
-                "pack {} ({trials} trials), s: {}",
+                "pack {} ({trials} trials, {steps} steps), s: {}",
                 self.id,
                 phases.join(", ")
             ));
@@ -453,6 +453,7 @@ impl Packs {
                     .map(|f| fused = Some(f))
                 };
                 trace.lap("form");
+                let steps = fused.as_ref().map_or(0, FusedTrainer::steps_per_epoch);
                 let turn = self.take_turn(&slot);
                 trace.lap("turn");
                 let reports = formed
@@ -486,7 +487,7 @@ impl Packs {
                     }
                 };
                 trace.lap("decide");
-                trace.end_epoch(trained);
+                trace.end_epoch(trained, steps);
             }
         };
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match threads {

@@ -185,6 +185,8 @@ impl Trainer {
 ///     })
 ///     .collect();
 /// let mut pack = FusedTrainer::new(trainers).unwrap();
+/// // 142 training rows in batches of 64: 3 optimizer steps an epoch, each one pass of all 3.
+/// assert_eq!(pack.steps_per_epoch(), 3);
 /// let reports = pack.train_epoch().unwrap(); // one report per member, in order
 /// assert_eq!(reports.len(), 3);
 /// assert!(reports.iter().all(|r| r.as_ref().unwrap().epoch == 1));
@@ -493,6 +495,16 @@ impl FusedTrainer {
     /// Each member's epochs trained so far.
     pub fn epochs(&self) -> Vec<u64> {
         self.members.iter().map(Trainer::epoch).collect()
+    }
+
+    /// The optimizer steps of the pack's next epoch: its members' most (a member of fewer, a
+    /// larger batch, sits the last ones out), each one pass of the fused model.
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.members
+            .iter()
+            .map(Trainer::steps_per_epoch)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Trains one epoch of every member, each over its own shuffle of the rows, then
