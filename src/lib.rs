@@ -55,7 +55,8 @@ mod warm_start;
 
 pub use error::TuneError;
 pub use objective::{
-    share_cores_among_trials, BoxError, IntoMetrics, ObjectiveFn, Stop, TrialContext,
+    share_cores_among_trials, share_cores_among_worker_slots, BoxError, IntoMetrics, ObjectiveFn,
+    Stop, TrialContext,
 };
 pub use observer::{Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 pub use pool::Slot;

@@ -444,6 +444,12 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
                     "--wait: expected a number of seconds, 0 or more, found {wait}"
                 )));
             }
+            // SAFETY: tune has started no thread yet.
+            unsafe {
+                tune::share_cores_among_worker_slots(
+                    slots.unwrap_or_else(|| tune::Resources::default().cpu_slots),
+                )
+            };
             let mut worker = tune::remote::Worker::new(url)
                 .dir(dir)
                 .lease(Duration::from_secs_f64(lease))

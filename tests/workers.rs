@@ -1162,3 +1162,42 @@ fn a_coordinator_without_slots_leaves_making_the_data_to_its_workers() {
         stderr(&out)
     );
 }
+
+/// A worker gives each of its slots its share of the cores for its built-in trainables
+/// (`RAYON_NUM_THREADS`), which a command objective's process does not inherit: it sees the
+/// variable as the worker's user left it.
+#[test]
+fn a_workers_command_trials_see_rayon_num_threads_as_the_user_left_it() {
+    for user in [None, Some("5")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let url = pg_server::fresh_database();
+        let spec = tmp.path().join("space.toml");
+        std::fs::write(
+            &spec,
+            "name = \"t\"\nmetric = \"threads\"\nsamples = 1\n[objective]\n\
+             command = [\"sh\", \"-c\", \"echo threads: $((RAYON_NUM_THREADS + 0))\"]\n\
+             [space]\nx = { uniform = [0.0, 1.0] }\n",
+        )
+        .unwrap();
+        let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+        wait_for_experiment(&url, &mut coord);
+        let mut w = worker(&url, 2, "15", &tmp.path().join("w"));
+        match user {
+            Some(n) => w.env("RAYON_NUM_THREADS", n),
+            None => w.env_remove("RAYON_NUM_THREADS"),
+        };
+        let w = spawn(w);
+        let out = finish(coord, "the coordinator");
+        assert!(out.status.success(), "{}", stderr(&out));
+        let out = finish(w, "the worker");
+        assert!(out.status.success(), "{}", stderr(&out));
+        let trials = export_in(&url);
+        let seen = &trials[0]["results"][0]["threads"];
+        assert_eq!(
+            seen,
+            &serde_json::json!(user.map_or(0.0, |n| n.parse::<f64>().unwrap())),
+            "{}",
+            trials[0]
+        );
+    }
+}

@@ -327,10 +327,49 @@ fn share_of(cores: usize, slots: usize) -> usize {
 pub unsafe fn share_cores_among_trials(spec: &crate::ExperimentSpec, local_slots: Option<usize>) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if let Some(threads) = rayon_threads(spec, local_slots, cores) {
-        if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-            std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-        }
+        // SAFETY: as this function's contract.
+        unsafe { set_rayon_threads(threads) };
     }
+}
+
+/// [`share_cores_among_trials`] for `tune worker`, which learns its sweeps only once it runs:
+/// each of its `slots` gets its share of the cores, whatever it trains. A command objective's
+/// process gets the environment without it, as the user left it (ran on 2 cores, a worker's
+/// 2 slots of the mlp-digits example trained 2.3-3.0 s in all with one thread each, against
+/// 2.5-3.6 s without).
+///
+/// ```
+/// // SAFETY: first thing in `main`, before any thread.
+/// unsafe { tune::share_cores_among_worker_slots(4) };
+/// ```
+///
+/// # Safety
+/// As [`share_cores_among_trials`]: no other thread may be running.
+pub unsafe fn share_cores_among_worker_slots(slots: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: as this function's contract.
+    unsafe { set_rayon_threads(share_of(cores, slots)) };
+}
+
+/// Whether tune itself set `RAYON_NUM_THREADS` (for its built-in trainables), which a command
+/// objective's process then does not inherit.
+static RAYON_SET_BY_TUNE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `RAYON_NUM_THREADS` to `threads` unless the user set it.
+///
+/// # Safety
+/// It writes the process environment: no other thread may be running.
+unsafe fn set_rayon_threads(threads: usize) {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        // SAFETY: as this function's contract.
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
+        RAYON_SET_BY_TUNE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether `RAYON_NUM_THREADS` is tune's own (see [`share_cores_among_worker_slots`]).
+pub(crate) fn rayon_set_by_tune() -> bool {
+    RAYON_SET_BY_TUNE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The `RAYON_NUM_THREADS` that [`share_cores_among_trials`] sets on a machine of `cores`.

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::{Params, TrialId};
 
 pub(crate) use builtin::builtin_objective;
-pub use builtin::share_cores_among_trials;
+pub use builtin::{share_cores_among_trials, share_cores_among_worker_slots};
 pub use closure::{ObjectiveFn, TrialContext};
 pub(crate) use command::CommandObjective;
 
