@@ -53,9 +53,8 @@ pub(crate) fn builtin_objective(
     // `RAYON_NUM_THREADS` gives each trial: the glyphs are drawn in parallel (on an H200's
     // machine, drawing them on one core idled the GPU for the sweep's first 2 s).
     let drawing = std::time::Instant::now();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let split = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores)
+        .num_threads(cores())
         .build()
         .map_or_else(
             |_| data.load(workdir),
@@ -298,8 +297,12 @@ fn threads_per_trial(cpu_slots: usize) -> Option<usize> {
 }
 
 fn cores_per_slot(cpu_slots: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    share_of(cores, cpu_slots)
+    share_of(cores(), cpu_slots)
+}
+
+/// The cores this process may use.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Each of `slots`' share of `cores`, at least one (`slots` 0, a coordinator that runs no
@@ -325,8 +328,7 @@ fn share_of(cores: usize, slots: usize) -> usize {
 /// It writes the process environment: no other thread may be running (call it first thing
 /// in `main`), or one reading the environment at the same time is undefined behaviour.
 pub unsafe fn share_cores_among_trials(spec: &crate::ExperimentSpec, local_slots: Option<usize>) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(threads) = rayon_threads(spec, local_slots, cores) {
+    if let Some(threads) = rayon_threads(spec, local_slots, cores()) {
         // SAFETY: as this function's contract.
         unsafe { set_rayon_threads(threads) };
     }
@@ -346,9 +348,8 @@ pub unsafe fn share_cores_among_trials(spec: &crate::ExperimentSpec, local_slots
 /// # Safety
 /// As [`share_cores_among_trials`]: no other thread may be running.
 pub unsafe fn share_cores_among_worker_slots(slots: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // SAFETY: as this function's contract.
-    unsafe { set_rayon_threads(share_of(cores, slots)) };
+    unsafe { set_rayon_threads(cores_per_slot(slots)) };
 }
 
 /// Whether tune itself set `RAYON_NUM_THREADS` (for its built-in trainables), which a command
