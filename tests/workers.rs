@@ -1110,14 +1110,7 @@ fn a_worker_serving_every_sweep_trains_each_trial_alone() {
 fn a_coordinator_without_slots_leaves_making_the_data_to_its_workers() {
     let tmp = tempfile::tempdir().unwrap();
     let url = pg_server::fresh_database();
-    let spec = tmp.path().join("space.toml");
-    std::fs::write(
-        &spec,
-        "name = \"t\"\nmetric = \"val_loss\"\nmode = \"min\"\nsamples = 2\nseed = 3\n\
-         [objective]\nbuiltin = \"mlp\"\ndataset = \"wine\"\nbatch_size = 16\nwidth = 12\n\
-         epochs = 2\n[space]\nlr = { loguniform = [1e-3, 1e-1] }\n",
-    )
-    .unwrap();
+    let spec = wine_sweep(tmp.path(), 1, "");
     let mut coord = coordinator(&spec, &url, &tmp.path().join("c"));
     coord.env("TUNE_PACK_TRACE", "1");
     let mut coord = spawn(coord);
@@ -1140,10 +1133,10 @@ fn a_coordinator_without_slots_leaves_making_the_data_to_its_workers() {
         stderr(&coordinated)
     );
     let trials = export_in(&url);
-    assert_eq!(trials.len(), 2);
+    assert_eq!(trials.len(), 8);
     for t in &trials {
         assert_eq!(t["status"], "completed", "{t}");
-        assert_eq!(t["results"].as_array().unwrap().len(), 2, "{t}");
+        assert_eq!(t["results"].as_array().unwrap().len(), 3, "{t}");
     }
     // A CSV that is not there.
     let missing = tmp.path().join("missing.toml");
