@@ -82,6 +82,13 @@ fn finish(mut proc: Proc, what: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// [`finish`], and the process must have exited 0 (else its stderr is the failure).
+fn finish_ok(proc: Proc, what: &str) -> Output {
+    let out = finish(proc, what);
+    assert!(out.status.success(), "{what}: {}", stderr(&out));
+    out
+}
+
 /// Waits until the coordinator has created experiment `t` (workers started before it exit:
 /// the experiment they name does not exist).
 fn wait_for_experiment(url: &str, coordinator: &mut Child) {
@@ -146,8 +153,7 @@ fn eight_workers_race_for_1000_one_step_trials_and_each_runs_exactly_once() {
     let workers: Vec<Proc> = (0..8)
         .map(|i| spawn(worker(&url, 1, "15", &tmp.path().join(format!("w{i}")))))
         .collect();
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
     let mut ran = 0;
     for (i, w) in workers.into_iter().enumerate() {
         let out = finish(w, "a worker");
@@ -206,8 +212,7 @@ fn a_worker_killed_mid_trial_loses_it_to_another_worker_and_nothing_is_stored_tw
     );
     let mut workers = vec![a];
     workers.extend((0..2).map(|i| spawn(worker(&url, 1, "15", &tmp.path().join(format!("w{i}"))))));
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
     let outs: Vec<Output> = workers.into_iter().map(|w| finish(w, "a worker")).collect();
     assert_eq!(outs.iter().filter(|o| killed(o)).count(), 1);
     assert!(outs
@@ -295,8 +300,7 @@ fn a_killed_coordinator_is_resumed_elsewhere_while_workers_keep_their_trials() {
     );
     assert!(out.status.success());
     for w in workers {
-        let out = finish(w, "a worker");
-        assert!(out.status.success(), "{}", stderr(&out));
+        finish_ok(w, "a worker");
     }
     let trials = by_id(export_in(&url));
     assert_eq!(trials.len(), 6);
@@ -375,10 +379,8 @@ fn status_watch_and_export_name_the_worker_of_each_trial_and_result() {
     assert_eq!(rows, 2, "{frame}");
 
     std::fs::write(&hold, "").unwrap();
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = finish(w, "the worker");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
+    finish_ok(w, "the worker");
     let trials = export_in(&url);
     assert_eq!(trials.len(), 2);
     for t in &trials {
@@ -429,10 +431,8 @@ fn a_worker_started_before_its_coordinator_waits_for_the_experiment() {
         assert_eq!(made, 0);
     }
     let coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = finish(w, "the worker");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
+    let out = finish_ok(w, "the worker");
     assert_eq!(attempts_ran(&out), 3);
 }
 
@@ -479,10 +479,8 @@ fn a_coordinator_that_loses_its_database_ends_resumable_and_its_workers_trial_is
     let resumed = spawn(resume);
     // Before or after the new coordinator has started: step 2's report waits for it either way.
     std::fs::write(&hold, "").unwrap();
-    let out = finish(resumed, "the resumed coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = finish(w, "the worker");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(resumed, "the resumed coordinator");
+    finish_ok(w, "the worker");
     let trials = export_in(&url);
     assert_eq!(trials[0]["status"], "completed", "{}", trials[0]);
     assert_eq!(trials[0]["attempts"], 1, "{}", trials[0]);
@@ -725,8 +723,7 @@ fn a_worker_cut_off_past_its_lease_has_its_late_writes_refused_and_its_trial_run
         "B claimed the retry",
     );
     proxy.pause(false);
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
     let (a, b) = (finish(a, "worker A"), finish(b, "worker B"));
     assert!(a.status.success(), "{}", stderr(&a));
     assert!(b.status.success(), "{}", stderr(&b));
@@ -792,12 +789,10 @@ fn sweep_on_workers(
     let workers: Vec<Proc> = (0..count)
         .map(|i| spawn(worker(&url, slots, "15", &own.join(format!("worker-{i}")))))
         .collect();
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
     let mut ran = 0;
     for w in workers {
-        let out = finish(w, "a worker");
-        assert!(out.status.success(), "{}", stderr(&out));
+        let out = finish_ok(w, "a worker");
         ran += attempts_ran(&out);
     }
     // The trial folders are in the shared folder, none in the workers' own.
@@ -875,14 +870,12 @@ fn one_worker_without_an_experiment_serves_every_sweep_in_the_database_until_sto
         .arg(tmp.path().join("w"));
     let serving = spawn(serving);
     for c in coordinators {
-        let out = finish(c, "a coordinator");
-        assert!(out.status.success(), "{}", stderr(&out));
+        finish_ok(c, "a coordinator");
     }
     // Both sweeps are done; the worker serves on until told to stop, then exits cleanly.
     // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     unsafe { libc::kill(serving.id() as i32, libc::SIGTERM) };
-    let out = finish(serving, "the worker");
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish_ok(serving, "the worker");
     assert_eq!(attempts_ran(&out), 12);
     for name in ["t", "u"] {
         let out = run_ok(tune().args(["export", name, "--store", &url, "--format", "json"]));
@@ -929,8 +922,7 @@ fn a_worker_fuses_the_built_in_trials_of_its_sweep_each_as_if_alone() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::write(&go, "").unwrap();
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish_ok(coord, "the coordinator");
     // The coordinator runs no trial itself (`--slots 0`), so it packs none.
     assert!(
         !stderr(&out).contains("trials per slot"),
@@ -1038,8 +1030,7 @@ fn a_fused_worker_killed_mid_pack_loses_its_trials_to_another_and_each_trains_as
         "A claimed a trial",
     );
     let b = spawn(worker(&url, 1, "15", &tmp.path().join("b")));
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
     let (a, b) = (finish(a, "worker A"), finish(b, "worker B"));
     assert!(killed(&a), "{}", stderr(&a));
     assert!(b.status.success(), "{}", stderr(&b));
@@ -1076,12 +1067,10 @@ fn a_worker_serving_every_sweep_trains_each_trial_alone() {
         .args(["worker", &url, "--slots", "1", "--lease", "15", "--dir"])
         .arg(tmp.path().join("w"));
     let serving = spawn(serving);
-    let out = finish(coord, "the coordinator");
-    assert!(out.status.success(), "{}", stderr(&out));
+    finish_ok(coord, "the coordinator");
     // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     unsafe { libc::kill(serving.id() as i32, libc::SIGTERM) };
-    let out = finish(serving, "the worker");
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = finish_ok(serving, "the worker");
     assert!(
         stderr(&out).contains("trials of \"t\" train alone here, one per slot"),
         "{}",
@@ -1118,10 +1107,8 @@ fn a_coordinator_without_slots_leaves_making_the_data_to_its_workers() {
     let mut w = worker(&url, 1, "15", &tmp.path().join("w"));
     w.env("TUNE_PACK_TRACE", "1");
     let w = spawn(w);
-    let coordinated = finish(coord, "the coordinator");
-    assert!(coordinated.status.success(), "{}", stderr(&coordinated));
-    let worked = finish(w, "the worker");
-    assert!(worked.status.success(), "{}", stderr(&worked));
+    let coordinated = finish_ok(coord, "the coordinator");
+    let worked = finish_ok(w, "the worker");
     assert!(
         stderr(&worked).contains("data `wine` made in"),
         "{}",
@@ -1180,10 +1167,8 @@ fn a_workers_command_trials_see_rayon_num_threads_as_the_user_left_it() {
             None => w.env_remove("RAYON_NUM_THREADS"),
         };
         let w = spawn(w);
-        let out = finish(coord, "the coordinator");
-        assert!(out.status.success(), "{}", stderr(&out));
-        let out = finish(w, "the worker");
-        assert!(out.status.success(), "{}", stderr(&out));
+        finish_ok(coord, "the coordinator");
+        finish_ok(w, "the worker");
         let trials = export_in(&url);
         let seen = &trials[0]["results"][0]["threads"];
         assert_eq!(
