@@ -29,7 +29,14 @@ use std::process::Command;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use tune_trials::{Builtin, DataSpec, FusedTrainer, OptimizerKind, Split, TrainConfig, Trainer};
+use tune_trials::{Builtin, DataSpec, FusedTrainer, Split, TrainConfig, Trainer};
+
+#[path = "common/packs.rs"]
+mod packs;
+use packs::{
+    digits_shape, glyphs_data, glyphs_shape, member, mixed_member, mixed_member_with_dropout,
+    MemberOf,
+};
 
 /// Pack sizes of the fused rows.
 const PACKS: [usize; 3] = [1, 4, 16];
@@ -68,56 +75,6 @@ fn epoch_ms(builtin: Builtin, split: &Split, device: &Device) -> f64 {
     median(times)
 }
 
-/// The i-th of K trials of `shape`: the hyperparameters a sweep varies differ.
-fn member(shape: &TrainConfig, i: usize) -> (TrainConfig, u64) {
-    let cfg = TrainConfig {
-        epochs: 1000,
-        lr: 1e-3 * (1.0 + i as f64 * 0.37),
-        weight_decay: 1e-4 * (i % 5) as f64,
-        beta1: 0.85 + 0.01 * (i % 10) as f64,
-        ..shape.clone()
-    };
-    (cfg, i as u64)
-}
-
-/// The digits model of the bench: the MLP's 2 hidden layers of 128, the CNN's 16 and 32
-/// filters and 64 dense units.
-fn digits_shape(builtin: Builtin) -> TrainConfig {
-    TrainConfig {
-        depth: 2,
-        width: if builtin == Builtin::Mlp { 128 } else { 64 },
-        channels: 16,
-        batch_size: 64,
-        ..TrainConfig::default()
-    }
-}
-
-/// The i-th of K MLPs of the mlp-digits example's shapes (width 32 to 256, depth 1 to 3,
-/// batch 32, 64 or 128, SGD or AdamW), which a pack pads to the widest, deepest and longest
-/// and updates both ways.
-fn mixed_member(i: usize) -> (TrainConfig, u64) {
-    const WIDTHS: [usize; 7] = [32, 45, 64, 90, 128, 181, 256];
-    let shape = TrainConfig {
-        depth: 1 + i % 3,
-        width: WIDTHS[i % WIDTHS.len()],
-        optimizer: if i.is_multiple_of(2) {
-            OptimizerKind::Adamw
-        } else {
-            OptimizerKind::Sgd
-        },
-        batch_size: [32, 64, 128][(i + i / 3) % 3],
-        ..TrainConfig::default()
-    };
-    member(&shape, i)
-}
-
-/// [`mixed_member`] with dropout at rate 0, 0.1, .. 0.4, as the mlp-digits example searches it.
-fn mixed_member_with_dropout(i: usize) -> (TrainConfig, u64) {
-    let (cfg, seed) = mixed_member(i);
-    let dropout = 0.1 * (i % 5) as f64;
-    (TrainConfig { dropout, ..cfg }, seed)
-}
-
 /// How many tensors candle has made in this process (its ids count up from 1), read from a
 /// new tensor's id; `None` should its `Debug` form change.
 fn tensors_made() -> Option<u64> {
@@ -137,9 +94,6 @@ struct FusedRow {
     fused_tensors: Option<u64>,
     unfused_tensors: Option<u64>,
 }
-
-/// The i-th member of a bench's pack: its config and seed.
-type MemberOf<'a> = dyn Fn(usize) -> (TrainConfig, u64) + 'a;
 
 /// Milliseconds and tensors made per trial-epoch of `k` members (`member(i)`) trained as one
 /// pack, and of the same members trained one after another.
@@ -317,21 +271,8 @@ fn main() {
     }
     // The GPU-sized workload (examples/glyphs): seconds per epoch on CPU, so GPU only.
     if let Some(device) = &gpu_device {
-        let glyphs = DataSpec {
-            dataset: Some("glyphs".into()),
-            samples: 20_000,
-            classes: 10,
-            noise: 0.3,
-            ..DataSpec::default()
-        }
-        .load(".".as_ref())
-        .expect("glyphs");
-        let wide = TrainConfig {
-            depth: 3,
-            width: 1024,
-            batch_size: 256,
-            ..TrainConfig::default()
-        };
+        let glyphs = glyphs_data().load(".".as_ref()).expect("glyphs");
+        let wide = glyphs_shape();
         println!();
         println!("fused 3x1024 MLPs on glyphs (16,000 rows, batch 256), GPU: ms per trial-epoch");
         println!("| K | fused | unfused | unfused / fused |");

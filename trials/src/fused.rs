@@ -563,41 +563,46 @@ impl FusedTrainer {
             .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
         let minus_weights = row_weights.neg()?;
         let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
+        let device = self.device.clone();
         for i in 0..ticks.count() {
             let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
             let (at, len) = (ticks.offsets[i], members * rows);
-            let bx = x
-                .index_select(&ticks.idx.narrow(0, at, len)?, 0)?
-                .reshape((members, rows, features))?;
             let tick_masks = masks.as_mut().map(DropoutMasks::next).transpose()?;
-            let (logits, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
-            let softmax = LogSoftmax::new(&logits.reshape((len, classes))?)?;
-            let at_logits = softmax.backward(
-                &at_log_probs.narrow(0, at, len)?,
-                &minus_weights.narrow(0, at, len)?,
-                &self.zero,
-                self.exact,
-            )?;
-            let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
-            self.step(&grads, &coefficients, i, lens)?;
-            // Each member's summed loss over its own rows. Of one batch size and `exact`, as
-            // an unfused trial sums it (its batch's mean loss times its rows), to the bit.
-            let picked = softmax
-                .log_probs
-                .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
-            let tick_losses = match &ticks.own {
-                None if self.exact => picked
-                    .reshape((members, rows))?
-                    .sum(1)?
-                    .affine(-1.0 / rows as f64, 0.0)?
-                    .affine(rows as f64, 0.0)?,
-                None => picked.reshape((members, rows))?.sum(1)?.neg()?,
-                Some(own) => picked
-                    .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
-                    .reshape((members, rows))?
-                    .sum(1)?
-                    .neg()?,
-            };
+            // The masks' upload is the tick's only host data but for layouts.
+            let tick_losses = with_layouts_cached(&device, || {
+                let bx = x
+                    .index_select(&ticks.idx.narrow(0, at, len)?, 0)?
+                    .reshape((members, rows, features))?;
+                let (logits, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
+                let softmax = LogSoftmax::new(&logits.reshape((len, classes))?)?;
+                let at_logits = softmax.backward(
+                    &at_log_probs.narrow(0, at, len)?,
+                    &minus_weights.narrow(0, at, len)?,
+                    &self.zero,
+                    self.exact,
+                )?;
+                let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
+                self.step(&grads, &coefficients, i, lens)?;
+                // Each member's summed loss over its own rows. Of one batch size and `exact`, as
+                // an unfused trial sums it (its batch's mean loss times its rows), to the bit.
+                let picked = softmax
+                    .log_probs
+                    .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
+                let tick_losses = match &ticks.own {
+                    None if self.exact => picked
+                        .reshape((members, rows))?
+                        .sum(1)?
+                        .affine(-1.0 / rows as f64, 0.0)?
+                        .affine(rows as f64, 0.0)?,
+                    None => picked.reshape((members, rows))?.sum(1)?.neg()?,
+                    Some(own) => picked
+                        .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
+                        .reshape((members, rows))?
+                        .sum(1)?
+                        .neg()?,
+                };
+                Ok::<_, TrialsError>(tick_losses)
+            })?;
             loss_sums = (loss_sums + tick_losses)?;
         }
         let loss_sums = loss_sums.to_vec1::<f32>()?;
@@ -618,34 +623,36 @@ impl FusedTrainer {
 
     /// Each member's mean cross-entropy and accuracy on the validation rows.
     pub fn evaluate(&self) -> Result<Vec<(f64, f64)>, TrialsError> {
-        let members = self.members.len();
-        let (x, y, n) = &self.members[0].val;
-        let features = x.dim(1)?;
-        let xs = x
-            .unsqueeze(0)?
-            .broadcast_as((members, *n, features))?
-            .contiguous()?;
-        let (logits, _) = self.forward(&xs, None, false)?;
-        let ys = y.unsqueeze(0)?.broadcast_as((members, *n))?.contiguous()?;
-        let log_probs =
-            candle_nn::ops::log_softmax(&logits.reshape((members * n, self.key.classes))?, 1)?;
-        let losses = log_probs
-            .gather(&ys.flatten_all()?.unsqueeze(1)?, 1)?
-            .reshape((members, *n))?
-            .sum(1)?
-            .affine(-1.0 / *n as f64, 0.0)?
-            .to_vec1::<f32>()?;
-        let hits = logits
-            .argmax(D::Minus1)?
-            .eq(&ys)?
-            .to_dtype(DType::F32)?
-            .sum(1)?
-            .to_vec1::<f32>()?;
-        Ok(losses
-            .iter()
-            .zip(&hits)
-            .map(|(&l, &h)| (l as f64, h as f64 / *n as f64))
-            .collect())
+        with_layouts_cached(&self.device, || {
+            let members = self.members.len();
+            let (x, y, n) = &self.members[0].val;
+            let features = x.dim(1)?;
+            let xs = x
+                .unsqueeze(0)?
+                .broadcast_as((members, *n, features))?
+                .contiguous()?;
+            let (logits, _) = self.forward(&xs, None, false)?;
+            let ys = y.unsqueeze(0)?.broadcast_as((members, *n))?.contiguous()?;
+            let log_probs =
+                candle_nn::ops::log_softmax(&logits.reshape((members * n, self.key.classes))?, 1)?;
+            let losses = log_probs
+                .gather(&ys.flatten_all()?.unsqueeze(1)?, 1)?
+                .reshape((members, *n))?
+                .sum(1)?
+                .affine(-1.0 / *n as f64, 0.0)?
+                .to_vec1::<f32>()?;
+            let hits = logits
+                .argmax(D::Minus1)?
+                .eq(&ys)?
+                .to_dtype(DType::F32)?
+                .sum(1)?
+                .to_vec1::<f32>()?;
+            Ok(losses
+                .iter()
+                .zip(&hits)
+                .map(|(&l, &h)| (l as f64, h as f64 / *n as f64))
+                .collect())
+        })
     }
 
     /// Unpacks: each member gets its weights and optimizer state back and goes on alone (or
@@ -1493,6 +1500,24 @@ fn gradient(grads: &GradStore, var: &Var, j: usize) -> Result<Tensor, TrialsErro
         .get(var)
         .map(Tensor::detach)
         .ok_or_else(|| TrialsError::Train(format!("no gradient reached fused weight {j}")))
+}
+
+/// `f`, with candle keeping the layouts (dimensions and strides) its CUDA kernels read on
+/// the device once per layout rather than uploading them for each operation: every
+/// reduction, gather, select and strided operand uploads its layout, ~28 uploads (each an
+/// allocation, a copy and a free) of a 45-step pack's step. Only around operations whose
+/// host data are layouts: candle keeps every small upload made meanwhile, by its bytes, for
+/// the rest of the process. (The `cuda` build's candle synchronizes after each upload it
+/// keeps, so the other threads training on the device find it there.)
+fn with_layouts_cached<T>(device: &Device, f: impl FnOnce() -> T) -> T {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cuda) => {
+            let _kept = cuda.enable_cuda_graph_htod_cache();
+            f()
+        }
+        _ => f(),
+    }
 }
 
 fn same_values(a: &Tensor, b: &Tensor) -> Result<bool, TrialsError> {
