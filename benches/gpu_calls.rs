@@ -11,8 +11,10 @@
 //! goal is 4x), one 128-128 shape, and the glyphs example's 3x1024 MLP. Each is timed over
 //! `TUNE_BENCH_EPOCHS` (default 5) epochs after a warm-up epoch, a step being one update of
 //! the pack (its members' most per epoch); an epoch's uploads and validation are counted in
-//! its steps. Under the null driver the time is the host's alone: the real driver's calls
-//! cost more, a few microseconds each, and a GPU runs the kernels behind.
+//! its steps. Each pack trains on the device as tune opens it (`open_device`) and again on
+//! candle's default one, whose allocations each make and destroy two CUDA events. Under the
+//! null driver the time is the host's alone: the real driver's calls cost more, up to a few
+//! microseconds each, and a GPU runs the kernels behind.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -154,12 +156,13 @@ fn main() {
         ),
         ("mlp 3x1024, glyphs", &same(glyphs_shape()), &glyphs),
     ];
-    for (name, member, split) in rows {
-        let row = measure(member, split, &device);
+    // Beside the device as tune opens it, candle's own, which gives each allocation two CUDA
+    // events (see `open_device`): what turning them off saves.
+    let candle_default = Device::new_cuda(0).expect("cuda:0 as candle opens it");
+    let summary = |row: &Row| {
         let total: f64 = row.calls.iter().flatten().map(|(_, n)| n).sum();
-        println!();
-        println!(
-            "{name}: {:.1} us per step over {} steps{}",
+        format!(
+            "{:.1} us per step over {} steps{}",
             row.micros_per_step,
             row.steps,
             if null_driver {
@@ -167,7 +170,14 @@ fn main() {
             } else {
                 String::new()
             }
-        );
+        )
+    };
+    for (name, member, split) in rows {
+        let row = measure(member, split, &device);
+        let with_events = measure(member, split, &candle_default);
+        println!();
+        println!("{name}: {}", summary(&row));
+        println!("  with candle's events: {}", summary(&with_events));
         for (call, n) in row.calls.iter().flatten() {
             println!("  {n:>8.2}  {call}");
         }
