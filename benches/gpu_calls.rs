@@ -57,7 +57,7 @@ fn api_calls() -> Option<BTreeMap<String, u64>> {
             String::from_utf8_lossy(&buf)
                 .lines()
                 .filter_map(|l| {
-                    let (name, n) = l.split_once(' ')?;
+                    let (name, n) = l.rsplit_once(' ')?;
                     Some((name.to_string(), n.parse().ok()?))
                 })
                 .collect(),
@@ -160,7 +160,15 @@ fn main() {
     // events (see `open_device`): what turning them off saves.
     let candle_default = Device::new_cuda(0).expect("cuda:0 as candle opens it");
     let summary = |row: &Row| {
-        let total: f64 = row.calls.iter().flatten().map(|(_, n)| n).sum();
+        // The null driver also counts each kernel by name ("kernel <name>"), which are launches
+        // already counted.
+        let total: f64 = row
+            .calls
+            .iter()
+            .flatten()
+            .filter(|(name, _)| !name.starts_with("kernel "))
+            .map(|(_, n)| n)
+            .sum();
         format!(
             "{:.1} us per step over {} steps{}",
             row.micros_per_step,

@@ -29,6 +29,7 @@ static int slot(const char *name) {
     n = atomic_load(&used);
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], name) == 0) { atomic_flag_clear(&lock); return i; }
+    if (n == MAX_NAMES) { atomic_flag_clear(&lock); return MAX_NAMES - 1; }
     names[n] = name;
     atomic_store(&used, n + 1);
     atomic_flag_clear(&lock);
@@ -168,8 +169,18 @@ SIMPLE(cuGraphDestroy, void *g)
 // Modules and launches.
 CUresult cuModuleLoadData(void **m, const void *image) { COUNT(); *m = handle(); return 0; }
 SIMPLE(cuModuleUnload, void *m)
+// candle looks its kernel up before each launch: counted by name too ("kernel <name>").
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
-    COUNT(); *f = handle(); return 0;
+    COUNT();
+    char key[160];
+    snprintf(key, sizeof key, "kernel %s", name);
+    int n = atomic_load(&used), s = -1;
+    for (int i = 0; i < n && s < 0; i++)
+        if (strcmp(names[i], key) == 0) s = i;
+    if (s < 0) s = slot(strdup(key));
+    atomic_fetch_add_explicit(&counts[s], 1, memory_order_relaxed);
+    *f = handle();
+    return 0;
 }
 CUresult cuFuncGetAttribute(int *v, int attr, void *f) { COUNT(); *v = 1024; return 0; }
 SIMPLE(cuFuncSetAttribute, void *f, int attr, int v)

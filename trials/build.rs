@@ -1,13 +1,19 @@
-//! With the `cuda` feature: compiles the fused optimizer step's kernel (src/fused_step.cu) to
-//! PTX with the toolkit's nvcc (`CUDA_HOME`, as scripts/build-cuda sets it), for the compute
-//! capability in `CUDA_COMPUTE_CAP` (default 80; the driver JIT-compiles PTX for newer GPUs).
+//! With the `cuda` feature: compiles the fused pack's kernels (src/fused_step.cu, the
+//! optimizer step; src/fused_loss.cu, the loss and its gradient) to PTX with the toolkit's
+//! nvcc (`CUDA_HOME`, as scripts/build-cuda sets it), for the compute capability in
+//! `CUDA_COMPUTE_CAP` (default 80; the driver JIT-compiles PTX for newer GPUs).
 //! Without the feature there is nothing to build.
 
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The kernels in src/, each compiled to `$OUT_DIR/<name>.ptx`.
+const KERNELS: [&str; 2] = ["fused_step", "fused_loss"];
+
 fn main() {
-    println!("cargo::rerun-if-changed=src/fused_step.cu");
+    for kernel in KERNELS {
+        println!("cargo::rerun-if-changed=src/{kernel}.cu");
+    }
     println!("cargo::rerun-if-env-changed=CUDA_HOME");
     println!("cargo::rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -18,17 +24,19 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from("nvcc"));
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".into());
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let status = Command::new(&nvcc)
-        .args(["--ptx", "-O3", "--fmad=false"])
-        .arg(format!("-arch=compute_{cap}"))
-        .arg("src/fused_step.cu")
-        .arg("-o")
-        .arg(out.join("fused_step.ptx"))
-        .status()
-        .unwrap_or_else(|e| panic!("running {} for the `cuda` feature: {e}", nvcc.display()));
-    assert!(
-        status.success(),
-        "{} could not compile src/fused_step.cu ({status})",
-        nvcc.display()
-    );
+    for kernel in KERNELS {
+        let status = Command::new(&nvcc)
+            .args(["--ptx", "-O3", "--fmad=false"])
+            .arg(format!("-arch=compute_{cap}"))
+            .arg(format!("src/{kernel}.cu"))
+            .arg("-o")
+            .arg(out.join(format!("{kernel}.ptx")))
+            .status()
+            .unwrap_or_else(|e| panic!("running {} for the `cuda` feature: {e}", nvcc.display()));
+        assert!(
+            status.success(),
+            "{} could not compile src/{kernel}.cu ({status})",
+            nvcc.display()
+        );
+    }
 }

@@ -39,6 +39,7 @@ use candle_core::{DType, Device, Tensor, Var, D};
 
 use crate::checkpoint;
 use crate::config::{Activation, OptimizerKind};
+use crate::fused_loss::SoftmaxLoss;
 use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
 use crate::trainer::{epoch_order, Builtin, EpochReport, Trainer};
@@ -569,41 +570,61 @@ impl FusedTrainer {
             let (at, len) = (ticks.offsets[i], members * rows);
             let tick_masks = masks.as_mut().map(DropoutMasks::next).transpose()?;
             // The masks' upload is the tick's only host data but for layouts.
-            let tick_losses = with_layouts_cached(&device, || {
+            loss_sums = with_layouts_cached(&device, || {
                 let bx = x
                     .index_select(&ticks.idx.narrow(0, at, len)?, 0)?
                     .reshape((members, rows, features))?;
-                let (logits, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
-                let softmax = LogSoftmax::new(&logits.reshape((len, classes))?)?;
-                let at_logits = softmax.backward(
-                    &at_log_probs.narrow(0, at, len)?,
-                    &minus_weights.narrow(0, at, len)?,
-                    &self.zero,
-                    self.exact,
-                )?;
+                let (scores, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
+                let bias = self.output_bias();
+                let (at_logits, loss_sums) = if self.exact {
+                    let logits = scores.broadcast_add(bias)?.reshape((len, classes))?;
+                    let softmax = LogSoftmax::new(&logits)?;
+                    let at_logits = softmax.backward(
+                        &at_log_probs.narrow(0, at, len)?,
+                        &minus_weights.narrow(0, at, len)?,
+                        &self.zero,
+                    )?;
+                    // Each member's summed loss over its own rows: as an unfused trial sums
+                    // it (its batch's mean loss times its rows), to the bit.
+                    let picked = softmax
+                        .log_probs
+                        .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
+                    let tick_losses = match &ticks.own {
+                        None => picked
+                            .reshape((members, rows))?
+                            .sum(1)?
+                            .affine(-1.0 / rows as f64, 0.0)?
+                            .affine(rows as f64, 0.0)?,
+                        Some(own) => picked
+                            .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
+                            .reshape((members, rows))?
+                            .sum(1)?
+                            .neg()?,
+                    };
+                    (at_logits, (&loss_sums + tick_losses)?)
+                } else {
+                    // One kernel for the ~15 above, within rounding of them.
+                    let op = SoftmaxLoss {
+                        bias: bias.reshape((members, classes))?,
+                        targets: targets.narrow(0, at, len)?,
+                        weights: ticks.weights.narrow(0, at, len)?,
+                        own: ticks
+                            .own
+                            .as_ref()
+                            .map(|o| o.narrow(0, at, len))
+                            .transpose()?,
+                        losses: loss_sums.clone(),
+                    };
+                    let out = scores.reshape((len, classes))?.apply_op1_no_bwd(&op)?;
+                    (
+                        out.narrow(0, 0, len * classes)?,
+                        out.narrow(0, len * classes, members)?,
+                    )
+                };
                 let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
                 self.step(&grads, &coefficients, i, lens)?;
-                // Each member's summed loss over its own rows. Of one batch size and `exact`, as
-                // an unfused trial sums it (its batch's mean loss times its rows), to the bit.
-                let picked = softmax
-                    .log_probs
-                    .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
-                let tick_losses = match &ticks.own {
-                    None if self.exact => picked
-                        .reshape((members, rows))?
-                        .sum(1)?
-                        .affine(-1.0 / rows as f64, 0.0)?
-                        .affine(rows as f64, 0.0)?,
-                    None => picked.reshape((members, rows))?.sum(1)?.neg()?,
-                    Some(own) => picked
-                        .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
-                        .reshape((members, rows))?
-                        .sum(1)?
-                        .neg()?,
-                };
-                Ok::<_, TrialsError>(tick_losses)
+                Ok::<_, TrialsError>(loss_sums)
             })?;
-            loss_sums = (loss_sums + tick_losses)?;
         }
         let loss_sums = loss_sums.to_vec1::<f32>()?;
         let validation = self.evaluate()?;
@@ -631,7 +652,8 @@ impl FusedTrainer {
                 .unsqueeze(0)?
                 .broadcast_as((members, *n, features))?
                 .contiguous()?;
-            let (logits, _) = self.forward(&xs, None, false)?;
+            let (scores, _) = self.forward(&xs, None, false)?;
+            let logits = scores.broadcast_add(self.output_bias())?;
             let ys = y.unsqueeze(0)?.broadcast_as((members, *n))?.contiguous()?;
             let log_probs =
                 candle_nn::ops::log_softmax(&logits.reshape((members * n, self.key.classes))?, 1)?;
@@ -732,10 +754,16 @@ impl FusedTrainer {
         Ok(())
     }
 
-    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)`, and what
-    /// [`FusedTrainer::backward`] needs of the pass where it is `training` (with the tick's
-    /// dropout `masks`, one per [`FusedTrainer::dropout_sites`]). Each member's part is what
-    /// its own model computes alone.
+    /// The output layer's bias, `(K, 1, classes)`, which [`FusedTrainer::forward`] leaves out.
+    fn output_bias(&self) -> &Tensor {
+        &self.weights[self.weights.len() - 1]
+    }
+
+    /// Logits `(K, batch, classes)` of inputs `(K, batch, features)` but for the output
+    /// layer's bias ([`FusedTrainer::output_bias`]: a GPU pack adds it in the loss's kernel),
+    /// and what [`FusedTrainer::backward`] needs of the pass where it is `training` (with the
+    /// tick's dropout `masks`, one per [`FusedTrainer::dropout_sites`]). Each member's part is
+    /// what its own model computes alone.
     fn forward(
         &self,
         x: &Tensor,
@@ -807,14 +835,15 @@ impl FusedTrainer {
             }
             h = next;
         }
-        // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`.
-        let logits = linear(&h, &dense[2 * self.depth], &dense[2 * self.depth + 1])?;
+        // `t()` transposes the last two dimensions: one `(K, batch, in) @ (K, in, out)`. The
+        // output layer's bias is the caller's to add (`linear` adds it after the product too).
+        let scores = h.matmul(&dense[2 * self.depth].t()?)?;
         let tape = Tape {
             features,
             layers,
             last: h,
         };
-        Ok((logits, tape))
+        Ok((scores, tape))
     }
 
     /// Every weight's gradient, in the pack's order, from the gradient at the logits
@@ -1030,22 +1059,19 @@ impl LogSoftmax {
 
     /// The gradient at the logits, given the log-probabilities' `at_log_probs`, which holds
     /// one value per row (at its class) and whose negated row sums are `minus_weights`
-    /// `(rows, 1)`: autograd's operations for `log_softmax`, less its additions to zeros;
-    /// where not `exact`, less the max's share too, which is zero but for rounding.
+    /// `(rows, 1)`: autograd's operations for `log_softmax`, less its additions to zeros,
+    /// bit for bit. (A pack that need not be exact computes the same less the max's share,
+    /// zero but for rounding, in one kernel: [`SoftmaxLoss`].)
     fn backward(
         &self,
         at_log_probs: &Tensor,
         minus_weights: &Tensor,
         zero: &Tensor,
-        exact: bool,
     ) -> candle_core::Result<Tensor> {
         // log_probs = diff - log(sum): the sum's gradient is -(row sum of at_log_probs) /
         // sum, and the row sum of one value and zeros is that value, exactly.
         let at_sum = minus_weights.div(&self.sum)?;
         let at_diff = (at_log_probs + self.exp.broadcast_mul(&at_sum)?)?;
-        if !exact {
-            return Ok(at_diff);
-        }
         // diff = logits - max: the max takes -(row sum of at_diff), at the row's largest
         // logit. Autograd adds the negated sum; subtracting it is the same to the bit.
         let shape = self.logits.shape();

@@ -1,0 +1,344 @@
+//! A GPU pack's loss and its gradient at the logits as one custom op: for each row, the
+//! output layer's bias, the log-softmax, the gradient of the weighted `nll` at the logits,
+//! and the member's summed loss, where the same written with tensor operations takes ~15
+//! kernels a step (an addition, a max, two subtractions, an exp, a sum, a log, a division, a
+//! product and an addition for the gradient; a gather, a product, a sum, a negation and an
+//! addition for the loss). The formulas are those of the pack's inexact path
+//! (`LogSoftmax::backward` without the max's share, the loss summed without the batch's
+//! scaling), which a GPU pack takes anyway: a member's values are its own alone within
+//! rounding, not bit for bit, so only a pack that is not exact uses it.
+
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor};
+
+/// For logits `(K * rows, classes)` before the output layer's bias, member after member:
+/// `(K * rows * classes + K)` values, the gradient at the logits (row after row) and then
+/// each member's running loss, `losses` plus the tick's `-sum(log p(target) * own)` over its
+/// rows. All f32, contiguous.
+pub(crate) struct SoftmaxLoss {
+    /// `(K, classes)`: the output layer's bias.
+    pub bias: Tensor,
+    /// `(K * rows)` u32: each row's class.
+    pub targets: Tensor,
+    /// `(K * rows)`: each row's loss weight (-1 / its member's rows; 0 for padding).
+    pub weights: Tensor,
+    /// `(K * rows)`: 1 for a member's own row, 0 for padding; `None` where none is padded.
+    pub own: Option<Tensor>,
+    /// `(K)`: each member's loss so far this epoch.
+    pub losses: Tensor,
+}
+
+#[cfg(feature = "cuda")]
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_loss.ptx"));
+
+/// Row `g`'s gradient into `at` and its loss term (`log p(target)`, times `own`): the CUDA
+/// kernel's (fused_loss.cu) arithmetic, in its order.
+#[inline]
+fn row(z: &[f32], bias: &[f32], target: usize, weight: f32, own: f32, at: &mut [f32]) -> f32 {
+    let logit = |c: usize| z[c] + bias[c];
+    let max = (0..z.len()).map(logit).fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for c in 0..z.len() {
+        sum += (logit(c) - max).exp();
+    }
+    let scale = -weight / sum;
+    for (c, a) in at.iter_mut().enumerate() {
+        let hit = if c == target { weight } else { 0.0 };
+        *a = hit + (logit(c) - max).exp() * scale;
+    }
+    ((logit(target) - max) - sum.ln()) * own
+}
+
+/// The elements of a contiguous tensor's storage, or an error naming `what`.
+fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(start..end),
+        None => candle_core::bail!("softmax-loss: {what} is not contiguous"),
+    }
+}
+
+impl SoftmaxLoss {
+    /// `(K, rows, classes)` for logits laid out as `l`, checked against the other inputs.
+    fn sizes(&self, l: &Layout) -> candle_core::Result<(usize, usize, usize)> {
+        let (members, classes) = (self.losses.elem_count(), self.bias.dim(1)?);
+        let &[n, c] = l.dims() else {
+            candle_core::bail!(
+                "softmax-loss: logits {:?} are not (rows, classes)",
+                l.dims()
+            );
+        };
+        let fits = |t: &Tensor| t.elem_count() == n;
+        if members == 0
+            || c != classes
+            || n % members != 0
+            || self.bias.elem_count() != members * classes
+            || !fits(&self.targets)
+            || !fits(&self.weights)
+            || self.own.as_ref().is_some_and(|o| !fits(o))
+        {
+            candle_core::bail!(
+                "softmax-loss: logits {:?}, bias {:?}, targets {:?}, weights {:?}, losses {:?} do not fit",
+                l.dims(),
+                self.bias.dims(),
+                self.targets.dims(),
+                self.weights.dims(),
+                self.losses.dims()
+            );
+        }
+        Ok((members, n / members, classes))
+    }
+}
+
+impl CustomOp1 for SoftmaxLoss {
+    fn name(&self) -> &'static str {
+        "softmax-loss"
+    }
+
+    fn cpu_fwd(&self, z: &CpuStorage, zl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (members, rows, classes) = self.sizes(zl)?;
+        let z = &z.as_slice::<f32>()?[contiguous(zl, "the logits")?];
+        fn cpu<T: candle_core::WithDType>(t: &Tensor, what: &str) -> candle_core::Result<Vec<T>> {
+            let (storage, layout) = t.storage_and_layout();
+            let Storage::Cpu(s) = &*storage else {
+                candle_core::bail!("softmax-loss: {what} on another device than the logits");
+            };
+            Ok(s.as_slice::<T>()?[contiguous(layout, what)?].to_vec())
+        }
+        let bias = cpu::<f32>(&self.bias, "the bias")?;
+        let targets = cpu::<u32>(&self.targets, "the targets")?;
+        let weights = cpu::<f32>(&self.weights, "the weights")?;
+        let own = self
+            .own
+            .as_ref()
+            .map(|o| cpu::<f32>(o, "own"))
+            .transpose()?;
+        let losses = cpu::<f32>(&self.losses, "the losses")?;
+        let n = members * rows;
+        let mut out = vec![0f32; n * classes + members];
+        let (at, new_losses) = out.split_at_mut(n * classes);
+        for k in 0..members {
+            let mut sum = 0f32;
+            for g in k * rows..(k + 1) * rows {
+                let target = targets[g] as usize;
+                if target >= classes {
+                    candle_core::bail!("softmax-loss: row {g}'s class {target} of {classes}");
+                }
+                sum += row(
+                    &z[g * classes..(g + 1) * classes],
+                    &bias[k * classes..(k + 1) * classes],
+                    target,
+                    weights[g],
+                    own.as_ref().map_or(1.0, |o| o[g]),
+                    &mut at[g * classes..(g + 1) * classes],
+                );
+            }
+            new_losses[k] = losses[k] - sum;
+        }
+        Ok((CpuStorage::F32(out), Shape::from(n * classes + members)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        z: &candle_core::CudaStorage,
+        zl: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::cuda_backend::cudarc::driver::{
+            CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+        };
+        use candle_core::cuda_backend::WrapErr;
+
+        let (members, rows, classes) = self.sizes(zl)?;
+        fn view<'a, T: DeviceRepr + candle_core::cuda_backend::CudaDType>(
+            s: &'a candle_core::CudaStorage,
+            l: &Layout,
+            what: &str,
+        ) -> candle_core::Result<CudaView<'a, T>> {
+            Ok(s.as_cuda_slice::<T>()?.slice(contiguous(l, what)?))
+        }
+        let device = z.device.clone();
+        let zv = view::<f32>(z, zl, "the logits")?;
+        // Each input's storage, held while the kernel's arguments borrow it.
+        let held: Vec<_> = [
+            Some(&self.bias),
+            Some(&self.targets),
+            Some(&self.weights),
+            self.own.as_ref(),
+            Some(&self.losses),
+        ]
+        .into_iter()
+        .flatten()
+        .map(Tensor::storage_and_layout)
+        .collect();
+        let cuda = |i: usize, what: &str| -> candle_core::Result<&candle_core::CudaStorage> {
+            match &*held[i].0 {
+                Storage::Cuda(s) => Ok(s),
+                _ => candle_core::bail!("softmax-loss: {what} on another device than the logits"),
+            }
+        };
+        let bias = view::<f32>(cuda(0, "the bias")?, held[0].1, "the bias")?;
+        let targets = view::<u32>(cuda(1, "the targets")?, held[1].1, "the targets")?;
+        let weights = view::<f32>(cuda(2, "the weights")?, held[2].1, "the weights")?;
+        let own = match self.own {
+            Some(_) => Some(view::<f32>(cuda(3, "own")?, held[3].1, "own")?),
+            None => None,
+        };
+        let last = held.len() - 1;
+        let losses = view::<f32>(cuda(last, "the losses")?, held[last].1, "the losses")?;
+        let func = device.get_or_load_custom_func("softmax_loss_f32", "tune_fused_loss", PTX)?;
+        let n = members * rows;
+        // SAFETY: the kernel writes every element of `out`.
+        let out = unsafe { device.alloc::<f32>(n * classes + members)? };
+        let (rows_arg, classes_arg, has_own) =
+            (rows as u32, classes as u32, u32::from(own.is_some()));
+        let mut builder = func.builder();
+        builder
+            .arg(&rows_arg)
+            .arg(&classes_arg)
+            .arg(&has_own)
+            .arg(&zv)
+            .arg(&bias)
+            .arg(&targets)
+            .arg(&weights);
+        // Without padding the kernel reads no `own`: any pointer will do.
+        match &own {
+            Some(own) => builder.arg(own),
+            None => builder.arg(&weights),
+        };
+        builder.arg(&losses).arg(&out);
+        let config = LaunchConfig {
+            grid_dim: (members as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match the kernel's signature in fused_loss.cu.
+        unsafe { builder.launch(config) }.w()?;
+        Ok((
+            candle_core::CudaStorage::wrap_cuda_slice(out, device),
+            Shape::from(n * classes + members),
+        ))
+    }
+}
+
+/// Threads per member in the CUDA kernel: `THREADS` in fused_loss.cu.
+#[cfg(feature = "cuda")]
+const THREADS: u32 = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, D};
+
+    /// The op against the same written with candle's operations (as the pack's inexact path
+    /// wrote it before): two members of 3 rows, 4 classes, the second member's last row
+    /// padding.
+    #[test]
+    fn the_op_is_the_tensor_operations_within_rounding() {
+        let cpu = Device::Cpu;
+        let (members, rows, classes) = (2, 3, 4);
+        let n = members * rows;
+        let z: Vec<f32> = (0..n * classes)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.7)
+            .collect();
+        let z = Tensor::from_vec(z, (n, classes), &cpu).unwrap();
+        let bias = Tensor::new(&[[0.1f32, -0.2, 0.3, 0.0], [1.0, 0.5, -1.0, 2.0]], &cpu).unwrap();
+        let targets = Tensor::new(&[0u32, 3, 2, 1, 1, 0], &cpu).unwrap();
+        let own = Tensor::new(&[1f32, 1., 1., 1., 1., 0.], &cpu).unwrap();
+        let weights = Tensor::new(&[-1f32 / 3., -1. / 3., -1. / 3., -0.5, -0.5, 0.], &cpu).unwrap();
+        let losses = Tensor::new(&[0.25f32, 1.5], &cpu).unwrap();
+        let op = SoftmaxLoss {
+            bias: bias.clone(),
+            targets: targets.clone(),
+            weights: weights.clone(),
+            own: Some(own.clone()),
+            losses: losses.clone(),
+        };
+        let out = z.apply_op1_no_bwd(&op).unwrap();
+        let at = out
+            .narrow(0, 0, n * classes)
+            .unwrap()
+            .reshape((n, classes))
+            .unwrap();
+        let new_losses = out.narrow(0, n * classes, members).unwrap();
+
+        // The same with tensor operations.
+        let logits = z
+            .reshape((members, rows, classes))
+            .unwrap()
+            .broadcast_add(&bias.unsqueeze(1).unwrap())
+            .unwrap()
+            .reshape((n, classes))
+            .unwrap();
+        let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let probs = log_probs.exp().unwrap();
+        let hits = Tensor::zeros((n, classes), DType::F32, &cpu)
+            .unwrap()
+            .scatter_add(
+                &targets.unsqueeze(1).unwrap(),
+                &weights.unsqueeze(1).unwrap(),
+                1,
+            )
+            .unwrap();
+        let want_at =
+            (hits - probs.broadcast_mul(&weights.unsqueeze(1).unwrap()).unwrap()).unwrap();
+        let picked = log_probs
+            .gather(&targets.unsqueeze(1).unwrap(), 1)
+            .unwrap()
+            .squeeze(1)
+            .unwrap()
+            .mul(&own)
+            .unwrap()
+            .reshape((members, rows))
+            .unwrap()
+            .sum(1)
+            .unwrap();
+        let want_losses = (losses - picked).unwrap();
+        let gap = |a: &Tensor, b: &Tensor| {
+            (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        };
+        assert!(
+            gap(&at, &want_at) <= 1e-6,
+            "gradient: {}",
+            gap(&at, &want_at)
+        );
+        assert!(
+            gap(&new_losses, &want_losses) <= 1e-5,
+            "losses: {:?} against {:?}",
+            new_losses.to_vec1::<f32>().unwrap(),
+            want_losses.to_vec1::<f32>().unwrap()
+        );
+        // A padded row neither pulls on the logits nor counts in the loss.
+        let padded = at.get(n - 1).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(padded, vec![0.0; classes]);
+    }
+
+    #[test]
+    fn mismatched_inputs_are_an_error_not_a_panic() {
+        let cpu = Device::Cpu;
+        let op = SoftmaxLoss {
+            bias: Tensor::zeros((2, 4), DType::F32, &cpu).unwrap(),
+            targets: Tensor::zeros(6, DType::U32, &cpu).unwrap(),
+            weights: Tensor::zeros(5, DType::F32, &cpu).unwrap(),
+            own: None,
+            losses: Tensor::zeros(2, DType::F32, &cpu).unwrap(),
+        };
+        let z = Tensor::zeros((6, 4), DType::F32, &cpu).unwrap();
+        let err = z.apply_op1_no_bwd(&op).unwrap_err().to_string();
+        assert!(err.contains("do not fit"), "{err}");
+        let op = SoftmaxLoss {
+            weights: Tensor::zeros(6, DType::F32, &cpu).unwrap(),
+            targets: Tensor::new(&[0u32, 1, 2, 3, 4, 0], &cpu).unwrap(),
+            ..op
+        };
+        let err = z.apply_op1_no_bwd(&op).unwrap_err().to_string();
+        assert!(err.contains("class 4 of 4"), "{err}");
+    }
+}
