@@ -1,14 +1,14 @@
 //! With the `cuda` feature: compiles the fused pack's kernels (src/fused_step.cu, the
-//! optimizer step; src/fused_loss.cu, the loss and its gradient) to PTX with the toolkit's
-//! nvcc (`CUDA_HOME`, as scripts/build-cuda sets it), for the compute capability in
-//! `CUDA_COMPUTE_CAP` (default 80; the driver JIT-compiles PTX for newer GPUs).
-//! Without the feature there is nothing to build.
+//! optimizer step; src/fused_loss.cu, the loss and its gradient; src/fused_dense.cu, the
+//! dense layers around their matmuls) to PTX with the toolkit's nvcc (`CUDA_HOME`, as
+//! scripts/build-cuda sets it), for the compute capability in `CUDA_COMPUTE_CAP` (default 80;
+//! the driver JIT-compiles PTX for newer GPUs). Without the feature there is nothing to build.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 /// The kernels in src/, each compiled to `$OUT_DIR/<name>.ptx`.
-const KERNELS: [&str; 2] = ["fused_step", "fused_loss"];
+const KERNELS: [&str; 3] = ["fused_step", "fused_loss", "fused_dense"];
 
 fn main() {
     for kernel in KERNELS {

@@ -39,6 +39,7 @@ use candle_core::{DType, Device, Tensor, Var, D};
 
 use crate::checkpoint;
 use crate::config::{Activation, OptimizerKind};
+use crate::fused_dense::{DenseBackward, DenseForward};
 use crate::fused_loss::SoftmaxLoss;
 use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
@@ -754,6 +755,13 @@ impl FusedTrainer {
         Ok(())
     }
 
+    /// Whether the dense layers' work around their matmuls is one kernel each way
+    /// ([`DenseForward`], [`DenseBackward`]): for ReLU layers where the pack need not be
+    /// exact (on a GPU).
+    fn fuses_layers(&self) -> bool {
+        !self.exact && self.key.activation == Activation::Relu
+    }
+
     /// The output layer's bias, `(K, 1, classes)`, which [`FusedTrainer::forward`] leaves out.
     fn output_bias(&self) -> &Tensor {
         &self.weights[self.weights.len() - 1]
@@ -813,17 +821,29 @@ impl FusedTrainer {
         let dense = &self.weights[self.convs..];
         let mut layers = Vec::with_capacity(if training { self.depth } else { 0 });
         for i in 0..self.depth {
-            let z = linear(&h, &dense[2 * i], &dense[2 * i + 1])?;
-            let a = activate(&z, activation)?;
             let mask = next_mask();
-            let out = match &mask {
-                Some(mask) => a.mul(mask)?,
-                None => a.clone(),
-            };
-            // A member without this layer passes its activations through it.
-            let next = match &self.has_layer[i] {
-                Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
-                None => out,
+            let (z, a, next) = if self.fuses_layers() {
+                let op = DenseForward {
+                    bias: dense[2 * i + 1].clone(),
+                    mask: mask.clone(),
+                    has: self.has_layer[i].clone(),
+                    input: h.clone(),
+                };
+                let out = h.matmul(&dense[2 * i].t()?)?.apply_op1_no_bwd(&op)?;
+                (out.get(0)?, None, out.get(1)?)
+            } else {
+                let z = linear(&h, &dense[2 * i], &dense[2 * i + 1])?;
+                let a = activate(&z, activation)?;
+                let out = match &mask {
+                    Some(mask) => a.mul(mask)?,
+                    None => a.clone(),
+                };
+                // A member without this layer passes its activations through it.
+                let next = match &self.has_layer[i] {
+                    Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
+                    None => out,
+                };
+                (z, Some(a), next)
             };
             if training {
                 layers.push(DenseTape {
@@ -866,9 +886,27 @@ impl FusedTrainer {
             needs_input(self.depth),
         )?;
         grads.extend([at_b, at_w]);
+        // The fused layers' pass-through gradient, which the next layer down adds first.
+        let mut carried = None;
         for (i, layer) in tape.layers.iter().enumerate().rev() {
             let at_out =
                 at_h.ok_or_else(|| TrialsError::Train("no gradient reached a layer".into()))?;
+            if self.fuses_layers() {
+                let op = DenseBackward {
+                    carried: carried.take(),
+                    z: layer.z.clone(),
+                    mask: layer.mask.clone(),
+                    has: self.has_layer[i].clone(),
+                };
+                let out = at_out.apply_op1_no_bwd(&op)?;
+                let w = self.convs + 2 * i;
+                let (at_w, at_b, at_input) =
+                    linear_backward(&layer.input, &self.weights[w], &out.get(0)?, needs_input(i))?;
+                grads.extend([at_b, at_w]);
+                carried = self.has_layer[i].as_ref().map(|_| out.get(1)).transpose()?;
+                at_h = at_input;
+                continue;
+            }
             // Where a member has no such layer, its activations passed it by: its gradient
             // goes to the layer's input instead (`where_cond`'s two sides).
             let (at_out, passed) = match &self.has_layer[i] {
@@ -886,8 +924,12 @@ impl FusedTrainer {
                 Some(mask) => at_out.mul(mask)?,
                 None => at_out,
             };
-            let at_z =
-                activation_backward(&layer.z, &layer.a, &at_a, self.key.activation, &self.zero)?;
+            let a = layer.a.as_ref().ok_or_else(|| {
+                TrialsError::Train(
+                    "a fused layer's activations reached the unfused backward".into(),
+                )
+            })?;
+            let at_z = activation_backward(&layer.z, a, &at_a, self.key.activation, &self.zero)?;
             let w = self.convs + 2 * i;
             let (at_w, at_b, at_input) =
                 linear_backward(&layer.input, &self.weights[w], &at_z, needs_input(i))?;
@@ -896,6 +938,10 @@ impl FusedTrainer {
                 (Some(at_input), Some(passed)) => Some((passed + at_input)?),
                 (at_input, _) => at_input,
             };
+        }
+        // As the unfused layers add it: where the layer's input has a gradient.
+        if let (Some(passed), Some(at_input)) = (carried, &at_h) {
+            at_h = Some((passed + at_input)?);
         }
         if let Some((features, kernels)) = tape.features {
             let at_features =
@@ -974,11 +1020,12 @@ struct Tape {
     last: Tensor,
 }
 
-/// A dense layer's input, pre-activation, activation and dropout mask.
+/// A dense layer's input, pre-activation, activation (but where the layer is fused: its
+/// backward reads `z` alone) and dropout mask.
 struct DenseTape {
     input: Tensor,
     z: Tensor,
-    a: Tensor,
+    a: Option<Tensor>,
     mask: Option<Tensor>,
 }
 

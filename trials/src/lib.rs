@@ -19,6 +19,7 @@ mod data;
 mod device;
 mod early_stopping;
 mod fused;
+mod fused_dense;
 mod fused_loss;
 mod fused_step;
 pub mod gpu;

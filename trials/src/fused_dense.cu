@@ -1,0 +1,47 @@
+// A GPU pack's dense ReLU layers around their matmuls (src/fused_dense.rs): one pass over a
+// layer's (K, rows, width) elements each way. `per_member` is rows * width; each optional
+// input comes with a flag, and an absent one's pointer is not read. The arithmetic is
+// `forward` and `backward` in fused_dense.rs, operation for operation.
+#include <stdint.h>
+
+// Out: z (numel), then the layer's output (numel).
+extern "C" __global__ void dense_forward_f32(
+    const uint64_t numel, const uint64_t per_member, const uint64_t width,
+    const uint32_t with_bias, const uint32_t with_mask, const uint32_t with_has,
+    const uint32_t with_input,
+    const float *product, const float *bias, const float *mask, const uint8_t *has,
+    const float *input, float *out)
+{
+    for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < numel;
+         e += (uint64_t)blockDim.x * gridDim.x) {
+        const uint64_t k = e / per_member;
+        const float z = product[e] + (with_bias ? bias[k * width + e % width] : 0.0f);
+        const float a = z > 0.0f ? z : 0.0f;
+        const float o = with_mask ? a * mask[e] : a;
+        const int keeps = !with_has || has[k] != 0;
+        out[e] = z;
+        out[numel + e] = keeps ? o : (with_input ? input[e] : 0.0f);
+    }
+}
+
+// Out: the gradient at z (numel), then, with `has`, the gradient passed down (numel).
+extern "C" __global__ void dense_backward_f32(
+    const uint64_t numel, const uint64_t per_member, const uint64_t width,
+    const uint32_t with_carried, const uint32_t with_z, const uint32_t with_mask,
+    const uint32_t with_has,
+    const float *at_x, const float *carried, const float *z, const float *mask,
+    const uint8_t *has, float *out)
+{
+    for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < numel;
+         e += (uint64_t)blockDim.x * gridDim.x) {
+        const uint64_t k = e / per_member;
+        const float total = with_carried ? carried[e] + at_x[e] : at_x[e];
+        const int keeps = !with_has || has[k] != 0;
+        const float at_out = keeps ? total : 0.0f;
+        const float at_a = with_mask ? at_out * mask[e] : at_out;
+        out[e] = (!with_z || z[e] >= 0.0f) ? at_a : 0.0f;
+        if (with_has) {
+            out[numel + e] = keeps ? 0.0f : total;
+        }
+    }
+}
