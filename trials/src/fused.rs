@@ -426,11 +426,13 @@ impl FusedTrainer {
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 Tensor::stack(&parts, 0)
             };
-            weights.push(stacked(None)?);
+            // Stacking one part returns it as it is: a view of an earlier pack's wider weight,
+            // which a GPU's matmuls and update cannot read.
+            weights.push(stacked(None)?.contiguous()?);
             let slots = (0..slots)
                 .map(|s| stacked(Some(s)))
                 .collect::<candle_core::Result<Vec<_>>>()?;
-            state.push(Tensor::stack(&slots, 0)?);
+            state.push(Tensor::stack(&slots, 0)?.contiguous()?);
         }
         pack.weights = weights;
         pack.state = state;
@@ -1744,6 +1746,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A pack that re-forms around one narrower member holds its weights and state
+    /// contiguous, not as views of the wider pack's: a GPU's matmuls and update read only
+    /// contiguous tensors (found under scripts/null-cuda: such a trial failed in cuBLAS).
+    #[test]
+    fn a_pack_reformed_around_a_narrower_member_holds_contiguous_tensors() {
+        let split = tenth_of_digits();
+        let config = |width| TrainConfig {
+            width,
+            epochs: 3,
+            ..TrainConfig::default()
+        };
+        let members = [16, 8]
+            .iter()
+            .enumerate()
+            .map(|(seed, &w)| {
+                Trainer::new(Builtin::Mlp, config(w), &split, &Device::Cpu, seed as u64)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let mut pack = FusedTrainer::new(members).unwrap();
+        pack.train_epoch().unwrap();
+        let mut pack = pack.reform(&[true, false], Vec::new()).unwrap();
+        assert_eq!(pack.width, 8);
+        for (p, t) in pack.weights.iter().chain(&pack.state).enumerate() {
+            assert!(
+                t.is_contiguous(),
+                "tensor {p} of the re-formed pack: {:?}",
+                t.layout()
+            );
+        }
+        pack.train_epoch().unwrap();
     }
 
     /// What a GPU pack leaves out (the log-softmax max's gradient, the loss's scaling batch
