@@ -225,8 +225,9 @@ pub struct FusedTrainer {
     /// Whether a member's arithmetic is its unfused arithmetic to the bit, as on CPU (what
     /// lets a resumed sweep decide as the uninterrupted one whichever trials share a pack).
     /// On a GPU, whose batched matmuls round otherwise than one trial's anyway, the pack
-    /// leaves out what serves only that, 6 of a step's ~65 kernels: the log-softmax max's
-    /// gradient (zero but for rounding) and the training loss's scaling batch by batch.
+    /// leaves out what serves only that (the log-softmax max's gradient, zero but for
+    /// rounding, and the training loss's scaling batch by batch) and fuses the elementwise
+    /// work into fewer kernels ([`SoftmaxLoss`], [`DenseForward`], [`DenseBackward`]).
     exact: bool,
     device: Device,
 }
@@ -997,16 +998,15 @@ impl FusedTrainer {
             m.optimizer.steps += u64::from(len > 0);
         }
         let op = FusedStep {
-            coefficients: c.values.get(i)?,
+            weights: &self.weights,
+            grads,
+            states: &self.state,
             decay: c.decay,
             nesterov: self.key.nesterov,
         };
-        for (j, g) in grads.iter().enumerate() {
-            let out = self.weights[j].apply_op3_no_bwd(g, &self.state[j], &op)?;
-            // The new weight and state are views of the one output: nothing is copied.
-            self.weights[j] = out.get(0)?;
-            self.state[j] = out.narrow(0, 1, out.dim(0)? - 1)?;
-        }
+        let out = c.values.get(i)?.apply_op1_no_bwd(&op)?;
+        // The new weights and states are views of the one output: nothing is copied.
+        (self.weights, self.state) = FusedStep::split(&out, &self.weights, &self.state)?;
         Ok(())
     }
 }

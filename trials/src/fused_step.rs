@@ -1,12 +1,13 @@
 //! A fused pack's optimizer update as one custom op: each weight's new value and optimizer
-//! state in one pass over it (one kernel on a GPU), where the same update written with
-//! tensor operations takes ~15 passes for AdamW and ~6 for SGD, each a kernel launch and a
-//! trip through memory. Each member's coefficients are its own; the arithmetic is
+//! state in one pass over it, every weight of the pack in one kernel launch on a GPU, where
+//! the same update written with tensor operations takes ~15 passes per weight for AdamW and
+//! ~6 for SGD, each a kernel launch and a trip through memory. Each member's coefficients
+//! are its own; the arithmetic is
 //! [`crate::Optimizer::step`]'s, the same f32 operations in the same order (no fused
 //! multiply-adds: the CUDA kernel is compiled with `--fmad=false`), so a member's update is
 //! what it would be alone, bit for bit on CPU.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor};
 
 /// The columns of [`FusedStep::coefficients`], one row per member. Kept in step with
 /// `fused_step.cu`.
@@ -34,12 +35,16 @@ pub(crate) mod column {
     pub const COUNT: usize = 11;
 }
 
-/// One update of a stacked weight `p` `(K, ...)` from its gradient `g`, with its optimizer
-/// `state` `(slots, K, ...)` (slot 0 SGD's momentum or AdamW's m, slot 1 AdamW's v), all
-/// contiguous f32. Gives `(1 + slots, K, ...)`: the new weight, then the new state.
-pub(crate) struct FusedStep {
-    /// `(K, column::COUNT)`: each member's coefficients for this update.
-    pub coefficients: Tensor,
+/// One update of every stacked weight of a pack at once, applied to the members'
+/// coefficients `(K, column::COUNT)`: weight `j`, `weights[j]` `(K, ...)`, from its gradient
+/// `grads[j]` with its optimizer state `states[j]` `(slots, K, ...)` (slot 0 SGD's momentum
+/// or AdamW's m, slot 1 AdamW's v), all contiguous f32. Gives one flat tensor: for each
+/// weight in turn, its new value and then its new state ([`FusedStep::split`] takes them
+/// apart). One kernel launch for the whole pack rather than one per weight.
+pub(crate) struct FusedStep<'a> {
+    pub weights: &'a [Tensor],
+    pub grads: &'a [Tensor],
+    pub states: &'a [Tensor],
     /// Whether any SGD member decays its weights (the unfused SGD adds `p * weight_decay` to
     /// the gradient only then).
     pub decay: bool,
@@ -80,149 +85,249 @@ fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Rang
     }
 }
 
-impl FusedStep {
-    /// `(numel, per member, slots)` of a weight laid out as `p` with state `s`, checked.
-    fn sizes(
-        &self,
-        p: &Layout,
-        g: &Layout,
-        s: &Layout,
-    ) -> candle_core::Result<(usize, usize, usize)> {
-        let numel = p.shape().elem_count();
-        let members = p.dims().first().copied().unwrap_or(0);
-        let slots = s.dims().first().copied().unwrap_or(0);
-        if g.shape() != p.shape()
-            || members == 0
-            || !(1..=2).contains(&slots)
-            || s.shape().elem_count() != slots * numel
-            || self.coefficients.dims() != [members, column::COUNT]
+/// Weight `j`'s place in the op: its elements, elements per member, optimizer slots, and
+/// where its new value starts in the output.
+#[derive(Clone, Copy)]
+struct Part {
+    numel: usize,
+    per: usize,
+    slots: usize,
+    at: usize,
+}
+
+impl FusedStep<'_> {
+    /// Each weight's [`Part`], checked against its gradient, state and the coefficients
+    /// `(K, COUNT)`, and the output's length.
+    fn parts(&self, coefficients: &Layout) -> candle_core::Result<(Vec<Part>, usize)> {
+        let members = coefficients.dims().first().copied().unwrap_or(0);
+        if coefficients.dims() != [members, column::COUNT]
+            || self.grads.len() != self.weights.len()
+            || self.states.len() != self.weights.len()
         {
             candle_core::bail!(
-                "fused-step: weight {:?}, gradient {:?}, state {:?}, coefficients {:?} do not fit",
-                p.dims(),
-                g.dims(),
-                s.dims(),
-                self.coefficients.dims()
+                "fused-step: {} weights, {} gradients, {} states, coefficients {:?} do not fit",
+                self.weights.len(),
+                self.grads.len(),
+                self.states.len(),
+                coefficients.dims()
             );
         }
-        Ok((numel, numel / members, slots))
+        let mut at = 0;
+        let mut parts = Vec::with_capacity(self.weights.len());
+        for ((p, g), s) in self.weights.iter().zip(self.grads).zip(self.states) {
+            let numel = p.elem_count();
+            let slots = s.dims().first().copied().unwrap_or(0);
+            if g.shape() != p.shape()
+                || p.dims().first() != Some(&members)
+                || members == 0
+                || !(1..=2).contains(&slots)
+                || s.elem_count() != slots * numel
+            {
+                candle_core::bail!(
+                    "fused-step: weight {:?}, gradient {:?}, state {:?}, coefficients {:?} do not fit",
+                    p.dims(),
+                    g.dims(),
+                    s.dims(),
+                    coefficients.dims()
+                );
+            }
+            parts.push(Part {
+                numel,
+                per: numel / members,
+                slots,
+                at,
+            });
+            at += (1 + slots) * numel;
+        }
+        Ok((parts, at))
     }
 
-    fn out_shape(p: &Layout, slots: usize) -> Shape {
-        let mut dims = vec![1 + slots];
-        dims.extend_from_slice(p.dims());
-        Shape::from(dims)
+    /// The op's output taken apart: each weight's new value and new state, in the shapes of
+    /// `weights` and `states` (views of the one output: nothing is copied).
+    pub fn split(
+        out: &Tensor,
+        weights: &[Tensor],
+        states: &[Tensor],
+    ) -> candle_core::Result<(Vec<Tensor>, Vec<Tensor>)> {
+        let mut at = 0;
+        let mut new_weights = Vec::with_capacity(weights.len());
+        let mut new_states = Vec::with_capacity(states.len());
+        for (p, s) in weights.iter().zip(states) {
+            let (numel, state) = (p.elem_count(), s.elem_count());
+            new_weights.push(out.narrow(0, at, numel)?.reshape(p.shape())?);
+            new_states.push(out.narrow(0, at + numel, state)?.reshape(s.shape())?);
+            at += numel + state;
+        }
+        Ok((new_weights, new_states))
     }
 }
 
-impl CustomOp3 for FusedStep {
+impl CustomOp1 for FusedStep<'_> {
     fn name(&self) -> &'static str {
         "fused-step"
     }
 
-    fn cpu_fwd(
-        &self,
-        p: &CpuStorage,
-        pl: &Layout,
-        g: &CpuStorage,
-        gl: &Layout,
-        s: &CpuStorage,
-        sl: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (numel, per, slots) = self.sizes(pl, gl, sl)?;
-        let p = &p.as_slice::<f32>()?[contiguous(pl, "the weight")?];
-        let g = &g.as_slice::<f32>()?[contiguous(gl, "the gradient")?];
-        let s = &s.as_slice::<f32>()?[contiguous(sl, "the optimizer state")?];
-        let (storage, layout) = self.coefficients.storage_and_layout();
-        let Storage::Cpu(coefficients) = &*storage else {
-            candle_core::bail!("fused-step: coefficients on another device than the weight");
-        };
-        let coefficients = &coefficients.as_slice::<f32>()?[contiguous(layout, "coefficients")?];
-        let mut out = vec![0f32; (1 + slots) * numel];
-        let (new_p, new_s) = out.split_at_mut(numel);
-        // Member by member, so that the coefficients and the branches on them stay put
-        // through each member's elements.
-        for (k, c) in coefficients.chunks_exact(column::COUNT).enumerate() {
-            for e in k * per..(k + 1) * per {
-                let state = [s[e], if slots > 1 { s[numel + e] } else { 0.0 }];
-                let [np, s0, s1] = update(c, self.decay, self.nesterov, p[e], g[e], state);
-                new_p[e] = np;
-                new_s[e] = s0;
-                if slots > 1 {
-                    new_s[numel + e] = s1;
+    fn cpu_fwd(&self, c: &CpuStorage, cl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (parts, total) = self.parts(cl)?;
+        let coefficients = &c.as_slice::<f32>()?[contiguous(cl, "coefficients")?];
+        let mut out = vec![0f32; total];
+        for (j, part) in parts.iter().enumerate() {
+            let held =
+                [&self.weights[j], &self.grads[j], &self.states[j]].map(Tensor::storage_and_layout);
+            let mut read = Vec::with_capacity(3);
+            for ((storage, layout), what) in
+                held.iter()
+                    .zip(["the weight", "the gradient", "the optimizer state"])
+            {
+                let Storage::Cpu(s) = &**storage else {
+                    candle_core::bail!(
+                        "fused-step: {what} on another device than the coefficients"
+                    );
+                };
+                read.push(&s.as_slice::<f32>()?[contiguous(layout, what)?]);
+            }
+            let (p, g, s) = (read[0], read[1], read[2]);
+            let Part {
+                numel,
+                per,
+                slots,
+                at,
+            } = *part;
+            let (new_p, new_s) = out[at..at + (1 + slots) * numel].split_at_mut(numel);
+            // Member by member, so that the coefficients and the branches on them stay put
+            // through each member's elements.
+            for (k, c) in coefficients.chunks_exact(column::COUNT).enumerate() {
+                for e in k * per..(k + 1) * per {
+                    let state = [s[e], if slots > 1 { s[numel + e] } else { 0.0 }];
+                    let [np, s0, s1] = update(c, self.decay, self.nesterov, p[e], g[e], state);
+                    new_p[e] = np;
+                    new_s[e] = s0;
+                    if slots > 1 {
+                        new_s[numel + e] = s1;
+                    }
                 }
             }
         }
-        Ok((CpuStorage::F32(out), Self::out_shape(pl, slots)))
+        Ok((CpuStorage::F32(out), Shape::from(total)))
     }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
         &self,
-        p: &candle_core::CudaStorage,
-        pl: &Layout,
-        g: &candle_core::CudaStorage,
-        gl: &Layout,
-        s: &candle_core::CudaStorage,
-        sl: &Layout,
+        c: &candle_core::CudaStorage,
+        cl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::cudarc::driver::{
+            DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+        };
         use candle_core::cuda_backend::WrapErr;
 
-        let (numel, per, slots) = self.sizes(pl, gl, sl)?;
-        fn view<'a>(
-            t: &'a candle_core::CudaStorage,
-            l: &Layout,
-            what: &str,
-        ) -> candle_core::Result<CudaView<'a, f32>> {
-            Ok(t.as_cuda_slice::<f32>()?.slice(contiguous(l, what)?))
+        /// The kernel's `Tensors` (fused_step.cu): a launch's weights, by value.
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Tensors {
+            p: [u64; MAX_TENSORS],
+            g: [u64; MAX_TENSORS],
+            s: [u64; MAX_TENSORS],
+            numel: [u64; MAX_TENSORS],
+            per: [u64; MAX_TENSORS],
+            at: [u64; MAX_TENSORS],
+            slots: [u32; MAX_TENSORS],
         }
-        let device = p.device.clone();
-        let (pv, gv, sv) = (
-            view(p, pl, "the weight")?,
-            view(g, gl, "the gradient")?,
-            view(s, sl, "the optimizer state")?,
-        );
-        let (storage, layout) = self.coefficients.storage_and_layout();
-        let Storage::Cuda(coefficients) = &*storage else {
-            candle_core::bail!("fused-step: coefficients on another device than the weight");
-        };
-        let cv = view(coefficients, layout, "coefficients")?;
+        // SAFETY: plain old data, laid out as the kernel's struct.
+        unsafe impl DeviceRepr for Tensors {}
+
+        let (parts, total) = self.parts(cl)?;
+        let device = c.device.clone();
+        let stream = device.cuda_stream();
+        let cv = c
+            .as_cuda_slice::<f32>()?
+            .slice(contiguous(cl, "coefficients")?);
+        let held: Vec<_> = [self.weights, self.grads, self.states]
+            .iter()
+            .map(|ts| {
+                ts.iter()
+                    .map(Tensor::storage_and_layout)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut views = Vec::with_capacity(3);
+        for (kind, what) in held
+            .iter()
+            .zip(["a weight", "a gradient", "an optimizer state"])
+        {
+            let mut of_kind = Vec::with_capacity(kind.len());
+            for (storage, layout) in kind {
+                let Storage::Cuda(s) = &**storage else {
+                    candle_core::bail!(
+                        "fused-step: {what} on another device than the coefficients"
+                    );
+                };
+                of_kind.push(s.as_cuda_slice::<f32>()?.slice(contiguous(layout, what)?));
+            }
+            views.push(of_kind);
+        }
         let func = device.get_or_load_custom_func("fused_step_f32", "tune_fused_step", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
-        let out = unsafe { device.alloc::<f32>((1 + slots) * numel)? };
-        let (numel_arg, per_arg) = (numel as u64, per as u64);
-        let (slots_arg, decay, nesterov) = (
-            slots as u32,
-            u32::from(self.decay),
-            u32::from(self.nesterov),
-        );
-        let mut builder = func.builder();
-        builder
-            .arg(&numel_arg)
-            .arg(&per_arg)
-            .arg(&slots_arg)
-            .arg(&decay)
-            .arg(&nesterov)
-            .arg(&pv)
-            .arg(&gv)
-            .arg(&sv)
-            .arg(&cv)
-            .arg(&out);
-        let blocks = numel.div_ceil(256).min(65_535) as u32;
-        let config = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the arguments match the kernel's signature in fused_step.cu.
-        unsafe { builder.launch(config) }.w()?;
+        let out = unsafe { device.alloc::<f32>(total)? };
+        let (decay, nesterov) = (u32::from(self.decay), u32::from(self.nesterov));
+        for first in (0..parts.len()).step_by(MAX_TENSORS) {
+            let chunk = &parts[first..parts.len().min(first + MAX_TENSORS)];
+            let mut tensors = Tensors {
+                p: [0; MAX_TENSORS],
+                g: [0; MAX_TENSORS],
+                s: [0; MAX_TENSORS],
+                numel: [0; MAX_TENSORS],
+                per: [0; MAX_TENSORS],
+                at: [0; MAX_TENSORS],
+                slots: [0; MAX_TENSORS],
+            };
+            // The pointers' guards live until the launch is queued.
+            let mut guards = Vec::with_capacity(3 * chunk.len());
+            for (i, part) in chunk.iter().enumerate() {
+                let j = first + i;
+                let (p, gp) = views[0][j].device_ptr(&stream);
+                let (g, gg) = views[1][j].device_ptr(&stream);
+                let (s, gs) = views[2][j].device_ptr(&stream);
+                guards.extend([gp, gg, gs]);
+                tensors.p[i] = p;
+                tensors.g[i] = g;
+                tensors.s[i] = s;
+                tensors.numel[i] = part.numel as u64;
+                tensors.per[i] = part.per as u64;
+                tensors.at[i] = part.at as u64;
+                tensors.slots[i] = part.slots as u32;
+            }
+            let largest = chunk.iter().map(|p| p.numel).max().unwrap_or(0);
+            let count = chunk.len() as u32;
+            let mut builder = func.builder();
+            builder
+                .arg(&count)
+                .arg(&decay)
+                .arg(&nesterov)
+                .arg(&tensors)
+                .arg(&cv)
+                .arg(&out);
+            let config = LaunchConfig {
+                grid_dim: (largest.div_ceil(256).clamp(1, 4_096) as u32, count, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match the kernel's signature in fused_step.cu.
+            unsafe { builder.launch(config) }.w()?;
+            drop(guards);
+        }
         Ok((
             candle_core::CudaStorage::wrap_cuda_slice(out, device),
-            Self::out_shape(pl, slots),
+            Shape::from(total),
         ))
     }
 }
+
+/// Weights per launch: `MAX_TENSORS` in fused_step.cu (a pack has 2 per dense layer and 4
+/// for a cnn's convolutions; more take another launch).
+#[cfg(feature = "cuda")]
+const MAX_TENSORS: usize = 32;
 
 #[cfg(test)]
 mod tests {
@@ -318,12 +423,46 @@ mod tests {
                 s.iter_mut().skip(numel).for_each(|v| *v = v.abs()); // v >= 0
                 let s = Tensor::from_vec(s, (slots, k, 3, 5), &cpu).unwrap();
                 let coefficients = Tensor::from_vec(rows.concat(), (k, COUNT), &cpu).unwrap();
+                // The weight twice over, as a pack of two weights: each its own part.
+                let (ps, gs, ss) = (
+                    [p.clone(), p.clone()],
+                    [(&g * 0.5).unwrap(), g.clone()],
+                    [s.clone(), s.clone()],
+                );
                 let op = FusedStep {
-                    coefficients,
+                    weights: &ps,
+                    grads: &gs,
+                    states: &ss,
                     decay,
                     nesterov,
                 };
-                let out = p.apply_op3_no_bwd(&g, &s, &op).unwrap();
+                let flat = coefficients.apply_op1_no_bwd(&op).unwrap();
+                let (new_p, new_s) = FusedStep::split(&flat, &ps, &ss).unwrap();
+                assert_eq!(new_p[1].dims(), [k, 3, 5]);
+                assert_eq!(new_s[1].dims(), [slots, k, 3, 5]);
+                let half = composed(
+                    &rows[0],
+                    decay,
+                    nesterov,
+                    &p.get(0).unwrap(),
+                    &(&g * 0.5).unwrap().get(0).unwrap(),
+                    &(0..slots)
+                        .map(|j| s.get(j).unwrap().get(0).unwrap())
+                        .collect::<Vec<_>>(),
+                );
+                assert_eq!(
+                    new_p[0]
+                        .get(0)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap(),
+                    half[0].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    "the first weight is updated from its own gradient"
+                );
+                let out =
+                    Tensor::cat(&[new_p[1].unsqueeze(0).unwrap(), new_s[1].clone()], 0).unwrap();
                 assert_eq!(out.dims(), [1 + slots, k, 3, 5]);
                 for (m, c) in rows.iter().enumerate() {
                     let at = |t: &Tensor| t.get(m).unwrap();
@@ -348,16 +487,21 @@ mod tests {
     #[test]
     fn mismatched_shapes_are_an_error_not_a_panic() {
         let cpu = Device::Cpu;
-        let p = Tensor::zeros((2, 3), DType::F32, &cpu).unwrap();
-        let g = Tensor::zeros((2, 4), DType::F32, &cpu).unwrap();
-        let s = Tensor::zeros((1, 2, 3), DType::F32, &cpu).unwrap();
+        let p = [Tensor::zeros((2, 3), DType::F32, &cpu).unwrap()];
+        let g = [Tensor::zeros((2, 4), DType::F32, &cpu).unwrap()];
+        let s = [Tensor::zeros((1, 2, 3), DType::F32, &cpu).unwrap()];
         let coefficients = Tensor::zeros((2, column::COUNT), DType::F32, &cpu).unwrap();
         let op = FusedStep {
-            coefficients,
+            weights: &p,
+            grads: &g,
+            states: &s,
             decay: false,
             nesterov: false,
         };
-        let err = p.apply_op3_no_bwd(&g, &s, &op).unwrap_err().to_string();
+        let err = coefficients.apply_op1_no_bwd(&op).unwrap_err().to_string();
         assert!(err.contains("do not fit"), "{err}");
+        let op = FusedStep { grads: &[], ..op };
+        let err = coefficients.apply_op1_no_bwd(&op).unwrap_err().to_string();
+        assert!(err.contains("1 weights, 0 gradients"), "{err}");
     }
 }
