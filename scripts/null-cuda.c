@@ -2,8 +2,9 @@
 // of tune on a machine without a GPU, to see what the host does for each step of a pack (the
 // CUDA API calls, by name, and the host's own time). Device memory is host memory, so copies
 // move real bytes; kernels, GEMMs and random draws do nothing, so every value the GPU would
-// compute is garbage. Built and used by scripts/null-cuda; read by benches/gpu_calls.rs
-// through `null_cuda_calls`.
+// compute is garbage, but for tune's own kernels, which NULL_CUDA_RUN_KERNELS=1 runs on the
+// host (null-cuda-kernels.cpp). Built and used by scripts/null-cuda; read by
+// benches/gpu_calls.rs through `null_cuda_calls`.
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdint.h>
@@ -179,13 +180,22 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
         if (strcmp(names[i], key) == 0) s = i;
     if (s < 0) s = slot(strdup(key));
     atomic_fetch_add_explicit(&counts[s], 1, memory_order_relaxed);
-    *f = handle();
+    *f = strdup(name); // the handle is its name, for cuLaunchKernel
     return 0;
 }
 CUresult cuFuncGetAttribute(int *v, int attr, void *f) { COUNT(); *v = 1024; return 0; }
 SIMPLE(cuFuncSetAttribute, void *f, int attr, int v)
-SIMPLE(cuLaunchKernel, void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-       unsigned bz, unsigned shared, void *s, void **params, void **extra)
+// tune's own kernels, compiled for the host (null-cuda-kernels.cpp), run where asked.
+int null_cuda_run(const char *name, unsigned gx, unsigned gy, unsigned bx, void **params);
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared, void *s, void **params,
+                        void **extra) {
+    COUNT();
+    static int run = -1;
+    if (run < 0) run = getenv("NULL_CUDA_RUN_KERNELS") != NULL;
+    if (run) null_cuda_run((const char *)f, gx, gy, bx, params);
+    return 0;
+}
 CUresult cuGetErrorString(CUresult e, const char **s) { COUNT(); *s = "null-cuda"; return 0; }
 CUresult cuGetErrorName(CUresult e, const char **s) { COUNT(); *s = "NULL_CUDA"; return 0; }
 

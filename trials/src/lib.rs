@@ -23,6 +23,8 @@ mod fused_dense;
 mod fused_loss;
 mod fused_step;
 pub mod gpu;
+#[cfg(all(test, feature = "cuda"))]
+mod kernel_tests;
 mod model;
 mod nvml;
 mod optim;
