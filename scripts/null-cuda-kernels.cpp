@@ -5,6 +5,7 @@
 // GPU, which a test compares with the op's CPU path. Each CUDA thread of a block is a host
 // thread (a block's __syncthreads is a barrier); blocks run one after another.
 #include <barrier>
+#include <mutex>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,7 +26,11 @@ static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 #include "../trials/src/fused_loss.cu"
 #include "../trials/src/fused_dense.cu"
 
+// One launch at a time: the grid, the block and its barrier are the process's.
+static std::mutex one_launch;
+
 template <class Kernel> static void run(dim3 grid, dim3 block, Kernel kernel) {
+    std::lock_guard<std::mutex> only(one_launch);
     gridDim = grid;
     blockDim = block;
     for (unsigned by = 0; by < grid.y; by++) {
