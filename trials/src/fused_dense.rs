@@ -64,12 +64,8 @@ fn values<T: candle_core::WithDType>(t: &Tensor) -> candle_core::Result<Vec<T>> 
     t.flatten_all()?.to_vec1::<T>()
 }
 
-/// The elements of a contiguous tensor's storage, or an error naming `what`.
 fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(start..end),
-        None => candle_core::bail!("fused dense layer: {what} is not contiguous"),
-    }
+    crate::fused_step::contiguous_run("fused dense layer", layout, what)
 }
 
 /// `(K, per member, width)` of a layer laid out as `l` `(K, rows, width)`, with `same`

@@ -48,12 +48,8 @@ fn row(z: &[f32], bias: &[f32], target: usize, weight: f32, own: f32, at: &mut [
     ((logit(target) - max) - sum.ln()) * own
 }
 
-/// The elements of a contiguous tensor's storage, or an error naming `what`.
 fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(start..end),
-        None => candle_core::bail!("softmax-loss: {what} is not contiguous"),
-    }
+    crate::fused_step::contiguous_run("softmax-loss", layout, what)
 }
 
 impl SoftmaxLoss {

@@ -76,13 +76,21 @@ fn update(c: &[f32], decay: bool, nesterov: bool, p: f32, g: f32, s: [f32; 2]) -
     }
 }
 
-/// Where a tensor's elements lie in its storage, which the op reads as one run, or an error
-/// naming `what`.
-fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
+/// Where a tensor's elements lie in its storage, which a pack's custom op (named `op`) reads
+/// as one run, or an error naming `what`.
+pub(crate) fn contiguous_run(
+    op: &str,
+    layout: &Layout,
+    what: &str,
+) -> candle_core::Result<std::ops::Range<usize>> {
     match layout.contiguous_offsets() {
         Some((start, end)) => Ok(start..end),
-        None => candle_core::bail!("fused-step: {what} is not contiguous"),
+        None => candle_core::bail!("{op}: {what} is not contiguous"),
     }
+}
+
+fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
+    contiguous_run("fused-step", layout, what)
 }
 
 /// Weight `j`'s place in the op: its elements, elements per member, optimizer slots, and
