@@ -20,11 +20,18 @@ static dim3 blockDim, gridDim;
 static std::barrier<> *block_barrier;
 static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 #define __global__
+#define __device__
 #define __shared__ static
+static inline float __uint_as_float(uint32_t x) {
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
 
 #include "../trials/src/fused_step.cu"
 #include "../trials/src/fused_loss.cu"
 #include "../trials/src/fused_dense.cu"
+#include "../trials/src/fused_dropout.cu"
 
 // One launch at a time: the grid, the block and its barrier are the process's.
 static std::mutex one_launch;
@@ -83,6 +90,11 @@ extern "C" int null_cuda_run(const char *name, unsigned gx, unsigned gy, unsigne
                                ARG(6, uint32_t), ARG(7, const float *), ARG(8, const float *),
                                ARG(9, const float *), ARG(10, const float *),
                                ARG(11, const uint8_t *), ARG(12, float *));
+        });
+    } else if (strcmp(name, "dropout_masks_f32") == 0) {
+        run(grid, block, [=] {
+            dropout_masks_f32(ARG(0, uint32_t), ARG(1, uint32_t), ARG(2, uint64_t),
+                              ARG(3, const uint32_t *), ARG(4, float *));
         });
     } else {
         return 0;

@@ -1,6 +1,6 @@
 //! With the `cuda` feature: compiles the fused pack's kernels (src/fused_step.cu, the
 //! optimizer step; src/fused_loss.cu, the loss and its gradient; src/fused_dense.cu, the
-//! dense layers around their matmuls) to PTX with the toolkit's nvcc (`CUDA_HOME`, as
+//! dense layers around their matmuls; src/fused_dropout.cu, the dropout masks) to PTX with the toolkit's nvcc (`CUDA_HOME`, as
 //! scripts/build-cuda sets it), for the compute capability in `CUDA_COMPUTE_CAP` (default 80;
 //! the driver JIT-compiles PTX for newer GPUs). Without the feature there is nothing to build.
 
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The kernels in src/, each compiled to `$OUT_DIR/<name>.ptx`.
-const KERNELS: [&str; 3] = ["fused_step", "fused_loss", "fused_dense"];
+const KERNELS: [&str; 4] = ["fused_step", "fused_loss", "fused_dense", "fused_dropout"];
 
 fn main() {
     for kernel in KERNELS {

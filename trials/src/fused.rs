@@ -30,9 +30,7 @@
 //! that is how a trial leaves (stopped, paused, checkpointed) and how a new one joins, at an
 //! epoch boundary.
 
-use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::mpsc;
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -40,6 +38,7 @@ use candle_core::{DType, Device, Tensor, Var, D};
 use crate::checkpoint;
 use crate::config::{Activation, OptimizerKind};
 use crate::fused_dense::{DenseBackward, DenseForward};
+use crate::fused_dropout::{DropoutMasks, DropoutSite, MaskPlan};
 use crate::fused_loss::SoftmaxLoss;
 use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
@@ -540,7 +539,13 @@ impl FusedTrainer {
         // upload from pageable memory waits for the queue to drain.
         let ticks = Ticks::new(&self.members, &orders, n, &self.device)?;
         let mut masks = if self.members.iter().any(|m| m.cfg.dropout > 0.0) {
-            Some(DropoutMasks::new(self, &ticks)?)
+            let (dropouts, plan) = self.dropout_plan(&ticks);
+            Some(DropoutMasks::new(
+                dropouts,
+                plan,
+                &self.device,
+                self.device.is_cuda(),
+            )?)
         } else {
             None
         };
@@ -964,6 +969,19 @@ impl FusedTrainer {
     /// member `k` `rows[k]` rows, `(rows, units)`, its own rows and units (the rest are
     /// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without
     /// rows in the tick: its part is discarded).
+    /// The members' dropouts at the start of their epochs, and the masks `ticks` need.
+    fn dropout_plan(&self, ticks: &Ticks) -> (Vec<Dropout>, MaskPlan) {
+        let dropouts = self
+            .members
+            .iter()
+            .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
+            .collect();
+        let plan = (0..ticks.count())
+            .map(|t| (ticks.rows[t], self.dropout_sites(&ticks.lens[t])))
+            .collect();
+        (dropouts, plan)
+    }
+
     fn dropout_sites(&self, rows: &[usize]) -> Vec<DropoutSite> {
         let mut sites = Vec::with_capacity(self.depth + 1);
         if self.key.image.is_some() {
@@ -1258,210 +1276,6 @@ impl Ticks {
     fn count(&self) -> usize {
         self.rows.len()
     }
-}
-
-/// An epoch's dropout masks, each member's drawn as it draws them alone (batch by batch,
-/// layer by layer, from its own stream) on a thread of their own, a chunk of ticks at a
-/// time, as bytes (1: kept), and uploaded one chunk in one piece, then scaled on the device
-/// by each member's `1 / (1 - p)`. On a GPU an upload from the host waits for the queue to
-/// drain: one per batch and layer idled it while the host drew the next mask; now the
-/// drawing overlaps the training of the chunk before.
-struct DropoutMasks {
-    chunks: mpsc::Receiver<MaskChunk>,
-    /// Each member's scale of the units it keeps, `(1, K, 1, 1)`.
-    scales: Tensor,
-    /// The drawn ticks' masks not yet used, one per dropout site.
-    ready: VecDeque<Vec<Tensor>>,
-}
-
-/// A place where the forward pass drops units: the units there, and each member's part of
-/// them, `(rows, units)` ([`FusedTrainer::dropout_sites`]).
-type DropoutSite = (usize, Vec<(usize, usize)>);
-
-/// Consecutive ticks' masks: the values, site after site and tick after tick, and each
-/// tick's rows and its sites' units.
-struct MaskChunk {
-    keep: Vec<u8>,
-    ticks: Vec<(usize, Vec<usize>)>,
-}
-
-/// The most mask values a chunk draws beyond its first tick (8 MB); a few ticks' in the
-/// crate's tests, so that their epochs cross chunks.
-#[cfg(not(test))]
-const MASK_CHUNK: usize = 1 << 23;
-#[cfg(test)]
-const MASK_CHUNK: usize = 1 << 10;
-
-impl DropoutMasks {
-    /// Starts drawing the masks of `pack`'s epoch of `ticks`.
-    fn new(pack: &FusedTrainer, ticks: &Ticks) -> candle_core::Result<DropoutMasks> {
-        let dropouts: Vec<Dropout> = pack
-            .members
-            .iter()
-            .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
-            .collect();
-        let scales: Vec<f32> = dropouts.iter().map(Dropout::scale).collect();
-        let scales = Tensor::from_vec(scales, (1, dropouts.len(), 1, 1), &pack.device)?;
-        // Per tick: its rows and, per site, the units there and each member's part.
-        let plan: Vec<_> = (0..ticks.count())
-            .map(|t| (ticks.rows[t], pack.dropout_sites(&ticks.lens[t])))
-            .collect();
-        // One chunk drawn ahead of the one in use.
-        let (send, chunks) = mpsc::sync_channel(1);
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        std::thread::Builder::new()
-            .name("tune-dropout".into())
-            .spawn(move || draw_chunks(dropouts, &plan, threads, &send))
-            .map_err(candle_core::Error::wrap)?;
-        Ok(DropoutMasks {
-            chunks,
-            scales,
-            ready: VecDeque::new(),
-        })
-    }
-
-    /// The next tick's masks, `(K, rows, units)` per site.
-    fn next(&mut self) -> candle_core::Result<Vec<Tensor>> {
-        if self.ready.is_empty() {
-            let chunk = self
-                .chunks
-                .recv()
-                .map_err(|_| candle_core::Error::Msg("the dropout masks ran out".into()))?;
-            let total = chunk.keep.len();
-            let all =
-                Tensor::from_vec(chunk.keep, total, self.scales.device())?.to_dtype(DType::F32)?;
-            let members = self.scales.dim(1)?;
-            // Each site of each tick, `(rows, units)`, in the chunk's order. A run of equal
-            // ones (an MLP's sites, tick after tick) is scaled in one operation: a kernel
-            // per site and tick was a good part of a small pack's batch.
-            let blocks: Vec<(usize, usize)> = chunk
-                .ticks
-                .iter()
-                .flat_map(|(rows, units)| units.iter().map(move |&u| (*rows, u)))
-                .collect();
-            let mut masks = Vec::with_capacity(blocks.len());
-            let (mut at, mut b) = (0, 0);
-            while b < blocks.len() {
-                let run = blocks[b..].iter().take_while(|&&x| x == blocks[b]).count();
-                let (rows, units) = blocks[b];
-                let size = members * rows * units;
-                let scaled = all
-                    .narrow(0, at, run * size)?
-                    .reshape((run, members, rows, units))?
-                    .broadcast_mul(&self.scales)?;
-                for r in 0..run {
-                    masks.push(scaled.get(r)?);
-                }
-                at += run * size;
-                b += run;
-            }
-            let mut masks = masks.into_iter();
-            for (_, units) in chunk.ticks {
-                self.ready
-                    .push_back(masks.by_ref().take(units.len()).collect());
-            }
-        }
-        self.ready
-            .pop_front()
-            .ok_or_else(|| candle_core::Error::Msg("an empty chunk of dropout masks".into()))
-    }
-}
-
-/// The masks' thread: draws `plan`'s ticks in order, a chunk at a time, until done or the
-/// epoch no longer listens (it failed). The members' streams are independent, so each
-/// chunk's members are drawn on up to `threads` threads: one thread drawing 16 members'
-/// masks took longer than a GPU takes to train the step they are for.
-fn draw_chunks(
-    mut dropouts: Vec<Dropout>,
-    plan: &[(usize, Vec<DropoutSite>)],
-    threads: usize,
-    send: &mpsc::SyncSender<MaskChunk>,
-) {
-    let per_thread = dropouts.len().div_ceil(threads.max(1)).max(1);
-    let mut t = 0;
-    while t < plan.len() {
-        let (first, mut size) = (t, 0);
-        while t < plan.len() && (t == first || size < MASK_CHUNK) {
-            let (rows, sites) = &plan[t];
-            size += sites
-                .iter()
-                .map(|(units, parts)| parts.len() * rows * units)
-                .sum::<usize>();
-            t += 1;
-        }
-        let ticks = &plan[first..t];
-        let drawn: Option<Vec<Vec<u8>>> = std::thread::scope(|scope| {
-            let groups: Vec<_> = dropouts
-                .chunks_mut(per_thread)
-                .enumerate()
-                .map(|(g, group)| {
-                    scope.spawn(move || {
-                        group
-                            .iter_mut()
-                            .enumerate()
-                            .map(|(i, d)| draw_member(d, g * per_thread + i, ticks))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let mut drawn = Vec::new();
-            for group in groups {
-                drawn.extend(group.join().ok()?);
-            }
-            Some(drawn)
-        });
-        // A drawing thread that panicked ends the epoch's masks: it fails ("ran out").
-        let Some(drawn) = drawn else { return };
-        // Tick after tick, site after site, member after member: `(K, rows, units)` a site.
-        let mut keep = Vec::with_capacity(size);
-        let mut at = vec![0; drawn.len()];
-        for (rows, sites) in ticks {
-            for (units, _) in sites {
-                let n = rows * units;
-                for (own, at) in drawn.iter().zip(&mut at) {
-                    keep.extend_from_slice(&own[*at..*at + n]);
-                    *at += n;
-                }
-            }
-        }
-        let chunk = MaskChunk {
-            keep,
-            ticks: ticks
-                .iter()
-                .map(|(rows, sites)| (*rows, sites.iter().map(|s| s.0).collect()))
-                .collect(),
-        };
-        if send.send(chunk).is_err() {
-            return;
-        }
-    }
-}
-
-/// Member `k`'s part of every site of `ticks`, one `(rows, units)` block after another, in
-/// the order it draws them alone: its own rows and units drawn, its padding 0, and 1 where
-/// it draws nothing (a part whose result is discarded).
-fn draw_member(d: &mut Dropout, k: usize, ticks: &[(usize, Vec<DropoutSite>)]) -> Vec<u8> {
-    let mut keep = Vec::new();
-    for (rows, sites) in ticks {
-        for (units, parts) in sites {
-            let (rows, units, (own_rows, own_units)) = (*rows, *units, parts[k]);
-            if own_rows == 0 {
-                keep.resize(keep.len() + rows * units, 1);
-            } else if own_units == units {
-                d.extend_keep(&mut keep, own_rows * units);
-                keep.resize(keep.len() + (rows - own_rows) * units, 0);
-            } else {
-                let mut own = Vec::with_capacity(own_rows * own_units);
-                d.extend_keep(&mut own, own_rows * own_units);
-                for row in own.chunks(own_units) {
-                    keep.extend_from_slice(row);
-                    keep.resize(keep.len() + units - own_units, 0);
-                }
-                keep.resize(keep.len() + (rows - own_rows) * units, 0);
-            }
-        }
-    }
-    keep
 }
 
 /// A `(K, 1, 1)` mask on `device`: 1 where `f` holds for member `k`'s item.
@@ -1848,11 +1662,10 @@ mod tests {
         );
     }
 
-    /// The members' masks drawn on several threads are, byte for byte, those drawn on one:
-    /// each member's stream in its own order, whatever the padding (widths, depths and
-    /// batch sizes mixed).
+    /// A pack's masks drawn on the host are those its device draws ([`DropoutMasks`] on a
+    /// GPU), to the bit, whatever the padding (widths, depths and batch sizes mixed).
     #[test]
-    fn masks_drawn_on_several_threads_are_those_drawn_on_one() {
+    fn a_packs_masks_drawn_on_the_device_are_those_drawn_on_the_host() {
         let split = tenth_of_digits();
         let members = (0..5)
             .map(|i| {
@@ -1875,25 +1688,13 @@ mod tests {
             .map(|m| epoch_order(m.seed, m.epoch, n))
             .collect();
         let ticks = Ticks::new(&pack.members, &orders, n, &Device::Cpu).unwrap();
-        let plan: Vec<_> = (0..ticks.count())
-            .map(|t| (ticks.rows[t], pack.dropout_sites(&ticks.lens[t])))
-            .collect();
-        let drawn = |threads: usize| {
-            let dropouts = pack
-                .members
-                .iter()
-                .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
-                .collect();
-            let (send, chunks) = mpsc::sync_channel(64);
-            draw_chunks(dropouts, &plan, threads, &send);
-            drop(send);
-            chunks.iter().map(|c| (c.keep, c.ticks)).collect::<Vec<_>>()
+        let masks = |on_device| {
+            let (dropouts, plan) = pack.dropout_plan(&ticks);
+            crate::fused_dropout::tests::masks(dropouts, plan, &Device::Cpu, on_device)
         };
-        let one = drawn(1);
-        assert!(one.len() > 1, "the test's epoch spans several chunks");
-        for threads in [2, 3, 8] {
-            assert!(drawn(threads) == one, "{threads} threads");
-        }
+        let host = masks(false);
+        assert!(host.len() > 10, "{} masks", host.len());
+        assert!(host == masks(true));
     }
 
     #[test]

@@ -195,3 +195,13 @@ fn dense_layers_on_the_gpu_are_the_cpu_layers() {
         assert_eq!(backward(&gpu), backward(&cpu), "backward, full {full}");
     }
 }
+
+/// An epoch of dropout masks of three members, padded every way, drawn by the GPU from the
+/// table (`DropoutMasks` on a GPU) against the host's draws: bit for bit.
+#[test]
+fn dropout_masks_drawn_on_the_gpu_are_the_hosts() {
+    use crate::fused_dropout::tests::{dropouts, masks, padded_plan};
+    let Some(gpu) = gpu() else { return };
+    let host = masks(dropouts(), padded_plan(), &Device::Cpu, false);
+    assert!(host == masks(dropouts(), padded_plan(), &gpu, true));
+}

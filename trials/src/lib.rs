@@ -20,6 +20,7 @@ mod device;
 mod early_stopping;
 mod fused;
 mod fused_dense;
+mod fused_dropout;
 mod fused_loss;
 mod fused_step;
 pub mod gpu;

@@ -6,7 +6,7 @@ mod cnn;
 mod mlp;
 
 use candle_core::{Device, Tensor, Var};
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Activation;
@@ -85,7 +85,22 @@ impl Init {
 /// ```
 pub struct Dropout {
     p: f64,
+    /// The draws that keep a unit: those whose top 53 bits reach it ([`keeps`]).
+    threshold: u64,
     rng: ChaCha8Rng,
+}
+
+/// Where a [`Dropout`]'s next draws come from, in the terms of a counter-based generator:
+/// draw `next + i` is ChaCha8's `u64` at words `2 (next + i)` and the one after of `stream`
+/// under `key` (`crate::fused_dropout` computes any one of them on its own, on a GPU).
+pub(crate) struct DrawCounter {
+    pub key: [u32; 8],
+    pub stream: u64,
+    pub next: u64,
+    /// [`keeps`]'s threshold; 0 (`p` 0) keeps all without drawing.
+    pub threshold: u64,
+    /// What a kept unit is multiplied by.
+    pub scale: f32,
 }
 
 /// ChaCha8 stream numbers: initialisation, then one dropout and one shuffle stream per epoch.
@@ -97,7 +112,11 @@ impl Dropout {
     pub fn new(p: f64, seed: u64, epoch: u64) -> Dropout {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(DROPOUT_STREAMS + epoch);
-        Dropout { p, rng }
+        // `random::<f64>() >= p` is `(u >> 11) * 2^-53 >= p` for the draw `u`, both sides
+        // exact, so it is `u >> 11 >= ceil(p * 2^53)`: one integer comparison, which a GPU
+        // makes the same way.
+        let threshold = (p * (1u64 << 53) as f64).ceil() as u64;
+        Dropout { p, threshold, rng }
     }
 
     pub fn apply(&mut self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -127,8 +146,31 @@ impl Dropout {
             keep.resize(keep.len() + n, 1);
             return;
         }
-        keep.extend((0..n).map(|_| u8::from(self.rng.random::<f64>() >= self.p)));
+        keep.extend((0..n).map(|_| u8::from(keeps(self.rng.next_u64(), self.threshold))));
     }
+
+    /// The stream this dropout draws its next masks from.
+    pub(crate) fn counter(&self) -> DrawCounter {
+        let seed = self.rng.get_seed();
+        let mut key = [0u32; 8];
+        for (word, bytes) in key.iter_mut().zip(seed.chunks_exact(4)) {
+            *word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        DrawCounter {
+            key,
+            stream: self.rng.get_stream(),
+            // Every draw is a `u64`, two words: the position is even.
+            next: (self.rng.get_word_pos() / 2) as u64,
+            threshold: self.threshold,
+            scale: self.scale(),
+        }
+    }
+}
+
+/// Whether a unit whose draw is `draw` is kept at `threshold` ([`Dropout::counter`]).
+#[inline]
+pub(crate) fn keeps(draw: u64, threshold: u64) -> bool {
+    draw >> 11 >= threshold
 }
 
 pub(crate) fn activate(x: &Tensor, a: Activation) -> candle_core::Result<Tensor> {
