@@ -585,7 +585,7 @@ impl FusedTrainer {
                     .reshape((members, rows, features))?;
                 let (scores, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
                 let bias = self.output_bias();
-                let (at_logits, loss_sums) = if self.exact {
+                let (at_logits, loss_sums, at_bias) = if self.exact {
                     let logits = scores.broadcast_add(bias)?.reshape((len, classes))?;
                     let softmax = LogSoftmax::new(&logits)?;
                     let at_logits = softmax.backward(
@@ -610,7 +610,8 @@ impl FusedTrainer {
                             .sum(1)?
                             .neg()?,
                     };
-                    (at_logits, (&loss_sums + tick_losses)?)
+                    let at_logits = at_logits.reshape((members, rows, classes))?;
+                    (at_logits, (&loss_sums + tick_losses)?, None)
                 } else {
                     // One kernel for the ~15 above, within rounding of them.
                     let op = SoftmaxLoss {
@@ -625,12 +626,11 @@ impl FusedTrainer {
                         losses: loss_sums.clone(),
                     };
                     let out = scores.reshape((len, classes))?.apply_op1_no_bwd(&op)?;
-                    (
-                        out.narrow(0, 0, len * classes)?,
-                        out.narrow(0, len * classes, members)?,
-                    )
+                    let (at_logits, loss_sums, at_bias) =
+                        SoftmaxLoss::split(&out, members, rows, classes)?;
+                    (at_logits, loss_sums, Some(at_bias))
                 };
-                let grads = self.backward(tape, &at_logits.reshape((members, rows, classes))?)?;
+                let grads = self.backward(tape, &at_logits, at_bias)?;
                 self.step(&grads, &coefficients, i, lens)?;
                 Ok::<_, TrialsError>(loss_sums)
             })?;
@@ -882,8 +882,14 @@ impl FusedTrainer {
     /// gradients of the inputs, the dropout masks and the loss weights, which nothing reads.
     /// For a layer of dropout, that was ~27 kernels where these are ~7, and a batch of
     /// small kernels costs its launches. The CNN's convolutions go through autograd, from
-    /// their features' gradient.
-    fn backward(&self, tape: Tape, at_logits: &Tensor) -> Result<Vec<Tensor>, TrialsError> {
+    /// their features' gradient. `at_output_bias`: the output bias's gradient, where the
+    /// loss's op summed it already ([`SoftmaxLoss`]).
+    fn backward(
+        &self,
+        tape: Tape,
+        at_logits: &Tensor,
+        at_output_bias: Option<Tensor>,
+    ) -> Result<Vec<Tensor>, TrialsError> {
         let mut grads = Vec::with_capacity(self.weights.len());
         let last = self.weights.len() - 2;
         let needs_input = |layer: usize| layer > 0 || tape.features.is_some();
@@ -891,6 +897,7 @@ impl FusedTrainer {
             &tape.last,
             &self.weights[last],
             at_logits,
+            at_output_bias,
             needs_input(self.depth),
         )?;
         grads.extend([at_b, at_w]);
@@ -907,11 +914,17 @@ impl FusedTrainer {
                     has: self.has_layer[i].clone(),
                 };
                 let out = at_out.apply_op1_no_bwd(&op)?;
+                let (at_z, passed, at_b) = op.split(&out, at_out.shape())?;
                 let w = self.convs + 2 * i;
-                let (at_w, at_b, at_input) =
-                    linear_backward(&layer.input, &self.weights[w], &out.get(0)?, needs_input(i))?;
+                let (at_w, at_b, at_input) = linear_backward(
+                    &layer.input,
+                    &self.weights[w],
+                    &at_z,
+                    Some(at_b),
+                    needs_input(i),
+                )?;
                 grads.extend([at_b, at_w]);
-                carried = self.has_layer[i].as_ref().map(|_| out.get(1)).transpose()?;
+                carried = passed;
                 at_h = at_input;
                 continue;
             }
@@ -940,7 +953,7 @@ impl FusedTrainer {
             let at_z = activation_backward(&layer.z, a, &at_a, self.key.activation, &self.zero)?;
             let w = self.convs + 2 * i;
             let (at_w, at_b, at_input) =
-                linear_backward(&layer.input, &self.weights[w], &at_z, needs_input(i))?;
+                linear_backward(&layer.input, &self.weights[w], &at_z, None, needs_input(i))?;
             grads.extend([at_b, at_w]);
             at_h = match (at_input, passed) {
                 (Some(at_input), Some(passed)) => Some((passed + at_input)?),
@@ -1053,14 +1066,19 @@ struct DenseTape {
 /// and `b (K, 1, out)`, given `z`'s, `(K, rows, out)`: `w`'s, `b`'s and, where asked, `x`'s,
 /// as candle's autograd computes them, but `w`'s as `at_z^T @ x` in one matmul where
 /// autograd transposes `x^T @ at_z` and copies it (the same sums in the same order: bit
-/// for bit on CPU, which the fused tests hold).
+/// for bit on CPU, which the fused tests hold). `b`'s is `at_b` where the op that made
+/// `at_z` summed it already.
 fn linear_backward(
     x: &Tensor,
     w: &Tensor,
     at_z: &Tensor,
+    at_b: Option<Tensor>,
     input: bool,
 ) -> candle_core::Result<(Tensor, Tensor, Option<Tensor>)> {
-    let at_b = at_z.sum_keepdim(1)?;
+    let at_b = match at_b {
+        Some(at_b) => at_b,
+        None => at_z.sum_keepdim(1)?,
+    };
     let at_w = at_z.t()?.matmul(x)?;
     let at_x = if input { Some(at_z.matmul(w)?) } else { None };
     Ok((at_w, at_b, at_x))

@@ -24,7 +24,10 @@ extern "C" __global__ void dense_forward_f32(
     }
 }
 
-// Out: the gradient at z (numel), then, with `has`, the gradient passed down (numel).
+// Out: the gradient at z (numel), then, with `has`, the gradient passed down (numel), then the
+// bias's gradient (members * width): each member's column of the gradient at z summed over
+// its rows in order. A thread takes a column (adjacent threads adjacent units, so each row's
+// reads and writes coalesce) and walks its rows, so the bias needs no reduction kernel.
 extern "C" __global__ void dense_backward_f32(
     const uint64_t numel, const uint64_t per_member, const uint64_t width,
     const uint32_t with_carried, const uint32_t with_z, const uint32_t with_mask,
@@ -32,16 +35,25 @@ extern "C" __global__ void dense_backward_f32(
     const float *at_x, const float *carried, const float *z, const float *mask,
     const uint8_t *has, float *out)
 {
-    for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < numel;
-         e += (uint64_t)blockDim.x * gridDim.x) {
-        const uint64_t k = e / per_member;
-        const float total = with_carried ? carried[e] + at_x[e] : at_x[e];
+    const uint64_t columns = numel / per_member * width, rows = per_member / width;
+    float *at_bias = out + (with_has ? 2 : 1) * numel;
+    for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c < columns;
+         c += (uint64_t)blockDim.x * gridDim.x) {
+        const uint64_t k = c / width;
         const int keeps = !with_has || has[k] != 0;
-        const float at_out = keeps ? total : 0.0f;
-        const float at_a = with_mask ? at_out * mask[e] : at_out;
-        out[e] = (!with_z || z[e] >= 0.0f) ? at_a : 0.0f;
-        if (with_has) {
-            out[numel + e] = keeps ? 0.0f : total;
+        float sum = 0.0f;
+        for (uint64_t r = 0; r < rows; r++) {
+            const uint64_t e = k * per_member + r * width + c % width;
+            const float total = with_carried ? carried[e] + at_x[e] : at_x[e];
+            const float at_out = keeps ? total : 0.0f;
+            const float at_a = with_mask ? at_out * mask[e] : at_out;
+            const float at_z = (!with_z || z[e] >= 0.0f) ? at_a : 0.0f;
+            out[e] = at_z;
+            sum += at_z;
+            if (with_has) {
+                out[numel + e] = keeps ? 0.0f : total;
+            }
         }
+        at_bias[c] = sum;
     }
 }

@@ -27,8 +27,11 @@ pub(crate) struct DenseForward {
 }
 
 /// Applied to the gradient at a layer's output from the layer above's input, `(K, rows,
-/// width)`: `(1 or 2, K, rows, width)`, the gradient at the layer's pre-activation and, with
-/// `has`, the gradient a member without the layer passes down to the layer's input.
+/// width)`: one flat tensor ([`DenseBackward::split`] takes it apart) of the gradient at the
+/// layer's pre-activation, with `has` the gradient a member without the layer passes down to
+/// the layer's input, and the bias's gradient, `(K, 1, width)`: the pre-activation's summed
+/// over each member's rows in order, as `sum_keepdim(1)` sums it on CPU, in the same kernel
+/// (where a reduction was a kernel of its own per layer and step).
 pub(crate) struct DenseBackward {
     /// The gradient passed by the layer above (to be added first), if it passed any.
     pub carried: Option<Tensor>,
@@ -45,6 +48,29 @@ fn forward(product: f32, bias: f32, mask: Option<f32>, has: bool, input: f32) ->
     let a = if z > 0.0 { z } else { 0.0 };
     let out = mask.map_or(a, |m| a * m);
     (z, if has { out } else { input })
+}
+
+impl DenseBackward {
+    /// The op's output for a gradient of `shape` `(K, rows, width)`: the gradient at the
+    /// pre-activation, the gradient passed down (with `has`) and the bias's gradient.
+    pub(crate) fn split(
+        &self,
+        out: &Tensor,
+        shape: &Shape,
+    ) -> candle_core::Result<(Tensor, Option<Tensor>, Tensor)> {
+        let (members, _, width) = shape.dims3()?;
+        let numel = shape.elem_count();
+        let at_z = out.narrow(0, 0, numel)?.reshape(shape)?;
+        let passed = match self.has {
+            Some(_) => Some(out.narrow(0, numel, numel)?.reshape(shape)?),
+            None => None,
+        };
+        let at = numel * (1 + usize::from(self.has.is_some()));
+        let at_bias = out
+            .narrow(0, at, members * width)?
+            .reshape((members, 1, width))?;
+        Ok((at_z, passed, at_bias))
+    }
 }
 
 /// Element `e`'s backward: `(at z, passed down)`.
@@ -149,6 +175,7 @@ impl CustomOp1 for DenseForward {
                 Some(&self.input),
             ],
             [numel as u64, per as u64, width as u64],
+            numel,
             2 * numel,
         )?;
         Ok((out, out_shape(pl, 2)))
@@ -162,7 +189,7 @@ impl CustomOp1 for DenseBackward {
 
     fn cpu_fwd(&self, g: &CpuStorage, gl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let same = [self.carried.as_ref(), Some(&self.z), self.mask.as_ref()];
-        let (_, per, _) = sizes(gl, &same, None, self.has.as_ref())?;
+        let (members, per, width) = sizes(gl, &same, None, self.has.as_ref())?;
         let at_x = &g.as_slice::<f32>()?[contiguous(gl, "the gradient")?];
         let carried = self.carried.as_ref().map(values::<f32>).transpose()?;
         let z = values::<f32>(&self.z)?;
@@ -170,21 +197,29 @@ impl CustomOp1 for DenseBackward {
         let has = self.has.as_ref().map(values::<u8>).transpose()?;
         let numel = at_x.len();
         let outputs = 1 + usize::from(has.is_some());
-        let mut out = vec![0f32; outputs * numel];
-        for e in 0..numel {
-            let (at_z, passed) = backward(
-                at_x[e],
-                carried.as_ref().map(|c| c[e]),
-                z[e],
-                mask.as_ref().map(|m| m[e]),
-                has.as_ref().is_none_or(|h| h[e / per] != 0),
-            );
-            out[e] = at_z;
-            if outputs == 2 {
-                out[numel + e] = passed;
+        let mut out = vec![0f32; outputs * numel + members * width];
+        // Column by column, each walked down its rows: the kernel's order.
+        for c in 0..members * width {
+            let k = c / width;
+            let mut sum = 0f32;
+            for e in (k * per + c % width..(k + 1) * per).step_by(width) {
+                let (at_z, passed) = backward(
+                    at_x[e],
+                    carried.as_ref().map(|c| c[e]),
+                    z[e],
+                    mask.as_ref().map(|m| m[e]),
+                    has.as_ref().is_none_or(|h| h[k] != 0),
+                );
+                out[e] = at_z;
+                sum += at_z;
+                if outputs == 2 {
+                    out[numel + e] = passed;
+                }
             }
+            out[outputs * numel + c] = sum;
         }
-        Ok((CpuStorage::F32(out), out_shape(gl, outputs)))
+        let n = out.len();
+        Ok((CpuStorage::F32(out), Shape::from(n)))
     }
 
     #[cfg(feature = "cuda")]
@@ -194,9 +229,10 @@ impl CustomOp1 for DenseBackward {
         gl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let same = [self.carried.as_ref(), Some(&self.z), self.mask.as_ref()];
-        let (_, per, width) = sizes(gl, &same, None, self.has.as_ref())?;
+        let (members, per, width) = sizes(gl, &same, None, self.has.as_ref())?;
         let numel = gl.shape().elem_count();
         let outputs = 1 + usize::from(self.has.is_some());
+        let size = outputs * numel + members * width;
         let out = cuda::launch(
             "dense_backward_f32",
             (g, gl),
@@ -207,9 +243,10 @@ impl CustomOp1 for DenseBackward {
                 self.has.as_ref(),
             ],
             [numel as u64, per as u64, width as u64],
-            outputs * numel,
+            members * width,
+            size,
         )?;
-        Ok((out, out_shape(gl, outputs)))
+        Ok((out, Shape::from(size)))
     }
 }
 
@@ -223,12 +260,14 @@ mod cuda {
 
     /// Launches `kernel` of fused_dense.cu over `first` and the optional `rest` (each passed
     /// as a flag and a pointer, a `None` as 0 and `first`'s pointer, which the kernel does
-    /// not read), with `sizes` (numel, per member, width), into a new `outputs` floats.
+    /// not read), with `sizes` (numel, per member, width), a thread per each of `items`
+    /// (elements or columns), into a new `outputs` floats.
     pub(super) fn launch(
         kernel: &str,
         (first, fl): (&CudaStorage, &Layout),
         rest: &[Option<&Tensor>],
         sizes: [u64; 3],
+        items: usize,
         outputs: usize,
     ) -> candle_core::Result<CudaStorage> {
         let device = first.device.clone();
@@ -281,9 +320,8 @@ mod cuda {
             }
         }
         builder.arg(&out);
-        let numel = sizes[0] as usize;
         let config = LaunchConfig {
-            grid_dim: (numel.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
+            grid_dim: (items.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -363,8 +401,11 @@ mod tests {
             .unwrap()
             .where_cond(&at_out.mul(&mask).unwrap(), &zero)
             .unwrap();
-        assert_eq!(bits(&out.get(0).unwrap()), bits(&at_z));
-        assert_eq!(bits(&out.get(1).unwrap()), bits(&passed));
+        let (got_z, got_passed, got_bias) = op.split(&out, at_x.shape()).unwrap();
+        assert_eq!(bits(&got_z), bits(&at_z));
+        assert_eq!(bits(&got_passed.unwrap()), bits(&passed));
+        assert_eq!(bits(&got_bias), bits(&at_z.sum_keepdim(1).unwrap()));
+        assert_eq!(got_bias.dims(), [3, 1, 4]);
 
         // Without a mask, a pass-through or a carried gradient: the one output.
         let op = DenseBackward {
@@ -374,9 +415,12 @@ mod tests {
             has: None,
         };
         let out = at_x.apply_op1_no_bwd(&op).unwrap();
-        assert_eq!(out.dims(), [1, 3, 2, 4]);
+        assert_eq!(out.dims(), [3 * 2 * 4 + 3 * 4]);
         let want = z.ge(&zero).unwrap().where_cond(&at_x, &zero).unwrap();
-        assert_eq!(bits(&out.get(0).unwrap()), bits(&want));
+        let (got_z, got_passed, got_bias) = op.split(&out, at_x.shape()).unwrap();
+        assert_eq!(bits(&got_z), bits(&want));
+        assert!(got_passed.is_none());
+        assert_eq!(bits(&got_bias), bits(&want.sum_keepdim(1).unwrap()));
     }
 
     #[test]

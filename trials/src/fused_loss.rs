@@ -11,9 +11,11 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor};
 
 /// For logits `(K * rows, classes)` before the output layer's bias, member after member:
-/// `(K * rows * classes + K)` values, the gradient at the logits (row after row) and then
-/// each member's running loss, `losses` plus the tick's `-sum(log p(target) * own)` over its
-/// rows. All f32, contiguous.
+/// `(K * rows * classes + K + K * classes)` values, the gradient at the logits (row after
+/// row), each member's running loss, `losses` plus the tick's `-sum(log p(target) * own)`
+/// over its rows, and the output bias's gradient, each member's gradient at the logits
+/// summed over its rows in order (as `sum_keepdim` sums it on CPU; a reduction kernel of its
+/// own before). All f32, contiguous ([`SoftmaxLoss::split`]).
 pub(crate) struct SoftmaxLoss {
     /// `(K, classes)`: the output layer's bias.
     pub bias: Tensor,
@@ -53,6 +55,23 @@ fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Rang
 }
 
 impl SoftmaxLoss {
+    /// The op's output for `members` of `rows` rows: the gradient at the logits `(K, rows,
+    /// classes)`, the running losses `(K)` and the output bias's gradient `(K, 1, classes)`.
+    pub(crate) fn split(
+        out: &Tensor,
+        members: usize,
+        rows: usize,
+        classes: usize,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let at = members * rows * classes;
+        Ok((
+            out.narrow(0, 0, at)?.reshape((members, rows, classes))?,
+            out.narrow(0, at, members)?,
+            out.narrow(0, at + members, members * classes)?
+                .reshape((members, 1, classes))?,
+        ))
+    }
+
     /// `(K, rows, classes)` for logits laid out as `l`, checked against the other inputs.
     fn sizes(&self, l: &Layout) -> candle_core::Result<(usize, usize, usize)> {
         let (members, classes) = (self.losses.elem_count(), self.bias.dim(1)?);
@@ -109,8 +128,10 @@ impl CustomOp1 for SoftmaxLoss {
             .transpose()?;
         let losses = cpu::<f32>(&self.losses, "the losses")?;
         let n = members * rows;
-        let mut out = vec![0f32; n * classes + members];
-        let (at, new_losses) = out.split_at_mut(n * classes);
+        let size = n * classes + members + members * classes;
+        let mut out = vec![0f32; size];
+        let (at, rest) = out.split_at_mut(n * classes);
+        let (new_losses, at_bias) = rest.split_at_mut(members);
         for k in 0..members {
             let mut sum = 0f32;
             for g in k * rows..(k + 1) * rows {
@@ -128,8 +149,15 @@ impl CustomOp1 for SoftmaxLoss {
                 );
             }
             new_losses[k] = losses[k] - sum;
+            for c in 0..classes {
+                let mut sum = 0f32;
+                for g in k * rows..(k + 1) * rows {
+                    sum += at[g * classes + c];
+                }
+                at_bias[k * classes + c] = sum;
+            }
         }
-        Ok((CpuStorage::F32(out), Shape::from(n * classes + members)))
+        Ok((CpuStorage::F32(out), Shape::from(size)))
     }
 
     #[cfg(feature = "cuda")]
@@ -182,8 +210,9 @@ impl CustomOp1 for SoftmaxLoss {
         let losses = view::<f32>(cuda(last, "the losses")?, held[last].1, "the losses")?;
         let func = device.get_or_load_custom_func("softmax_loss_f32", "tune_fused_loss", PTX)?;
         let n = members * rows;
+        let size = n * classes + members + members * classes;
         // SAFETY: the kernel writes every element of `out`.
-        let out = unsafe { device.alloc::<f32>(n * classes + members)? };
+        let out = unsafe { device.alloc::<f32>(size)? };
         let (rows_arg, classes_arg, has_own) =
             (rows as u32, classes as u32, u32::from(own.is_some()));
         let mut builder = func.builder();
@@ -210,7 +239,7 @@ impl CustomOp1 for SoftmaxLoss {
         unsafe { builder.launch(config) }.w()?;
         Ok((
             candle_core::CudaStorage::wrap_cuda_slice(out, device),
-            Shape::from(n * classes + members),
+            Shape::from(size),
         ))
     }
 }
@@ -249,12 +278,18 @@ mod tests {
             losses: losses.clone(),
         };
         let out = z.apply_op1_no_bwd(&op).unwrap();
-        let at = out
-            .narrow(0, 0, n * classes)
-            .unwrap()
-            .reshape((n, classes))
-            .unwrap();
-        let new_losses = out.narrow(0, n * classes, members).unwrap();
+        let (at, new_losses, at_bias) = SoftmaxLoss::split(&out, members, rows, classes).unwrap();
+        assert_eq!(
+            at_bias.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            at.sum_keepdim(1)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            "the bias's gradient, to the bit"
+        );
+        let at = at.reshape((n, classes)).unwrap();
 
         // The same with tensor operations.
         let logits = z
