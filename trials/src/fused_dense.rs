@@ -30,8 +30,8 @@ pub(crate) struct DenseForward {
 /// width)`: one flat tensor ([`DenseBackward::split`] takes it apart) of the gradient at the
 /// layer's pre-activation, with `has` the gradient a member without the layer passes down to
 /// the layer's input, and the bias's gradient, `(K, 1, width)`: the pre-activation's summed
-/// over each member's rows in order, as `sum_keepdim(1)` sums it on CPU, in the same kernel
-/// (where a reduction was a kernel of its own per layer and step).
+/// over each member's rows in the kernel's order ([`tree_sum`] of 16 lanes, each every 16th
+/// row), in the same kernel (where a reduction was a kernel of its own per layer and step).
 pub(crate) struct DenseBackward {
     /// The gradient passed by the layer above (to be added first), if it passed any.
     pub carried: Option<Tensor>,
@@ -71,6 +71,27 @@ impl DenseBackward {
             .reshape((members, 1, width))?;
         Ok((at_z, passed, at_bias))
     }
+}
+
+/// Columns a block of `dense_backward_f32` takes (`COLUMNS` there).
+#[cfg(feature = "cuda")]
+const COLUMNS: usize = 32;
+
+/// Threads that walk one column of a layer in `dense_backward_f32` (`LANES` there), each
+/// summing every `LANES`-th row in order.
+const LANES: usize = 16;
+
+/// `lanes` summed as a block of the kernels sums its threads' values: in halves, lane `l`
+/// adding lane `l + half`, until lane 0 holds the sum.
+pub(crate) fn tree_sum(lanes: &mut [f32]) -> f32 {
+    let mut half = lanes.len() / 2;
+    while half > 0 {
+        for l in 0..half {
+            lanes[l] += lanes[l + half];
+        }
+        half /= 2;
+    }
+    lanes[0]
 }
 
 /// Element `e`'s backward: `(at z, passed down)`.
@@ -175,7 +196,7 @@ impl CustomOp1 for DenseForward {
                 Some(&self.input),
             ],
             [numel as u64, per as u64, width as u64],
-            numel,
+            (numel.div_ceil(256), 256),
             2 * numel,
         )?;
         Ok((out, out_shape(pl, 2)))
@@ -198,11 +219,13 @@ impl CustomOp1 for DenseBackward {
         let numel = at_x.len();
         let outputs = 1 + usize::from(has.is_some());
         let mut out = vec![0f32; outputs * numel + members * width];
-        // Column by column, each walked down its rows: the kernel's order.
         for c in 0..members * width {
             let k = c / width;
-            let mut sum = 0f32;
-            for e in (k * per + c % width..(k + 1) * per).step_by(width) {
+            let mut lanes = [0f32; LANES];
+            for (r, e) in (k * per + c % width..(k + 1) * per)
+                .step_by(width)
+                .enumerate()
+            {
                 let (at_z, passed) = backward(
                     at_x[e],
                     carried.as_ref().map(|c| c[e]),
@@ -211,12 +234,12 @@ impl CustomOp1 for DenseBackward {
                     has.as_ref().is_none_or(|h| h[k] != 0),
                 );
                 out[e] = at_z;
-                sum += at_z;
+                lanes[r % LANES] += at_z;
                 if outputs == 2 {
                     out[numel + e] = passed;
                 }
             }
-            out[outputs * numel + c] = sum;
+            out[outputs * numel + c] = tree_sum(&mut lanes);
         }
         let n = out.len();
         Ok((CpuStorage::F32(out), Shape::from(n)))
@@ -243,7 +266,8 @@ impl CustomOp1 for DenseBackward {
                 self.has.as_ref(),
             ],
             [numel as u64, per as u64, width as u64],
-            members * width,
+            // A block a tile of columns, its threads the tile's lanes.
+            ((members * width).div_ceil(COLUMNS), COLUMNS * LANES),
             size,
         )?;
         Ok((out, Shape::from(size)))
@@ -260,14 +284,14 @@ mod cuda {
 
     /// Launches `kernel` of fused_dense.cu over `first` and the optional `rest` (each passed
     /// as a flag and a pointer, a `None` as 0 and `first`'s pointer, which the kernel does
-    /// not read), with `sizes` (numel, per member, width), a thread per each of `items`
-    /// (elements or columns), into a new `outputs` floats.
+    /// not read), with `sizes` (numel, per member, width), on `(blocks, threads)` (blocks
+    /// beyond 65,535 loop), into a new `outputs` floats.
     pub(super) fn launch(
         kernel: &str,
         (first, fl): (&CudaStorage, &Layout),
         rest: &[Option<&Tensor>],
         sizes: [u64; 3],
-        items: usize,
+        (blocks, threads): (usize, usize),
         outputs: usize,
     ) -> candle_core::Result<CudaStorage> {
         let device = first.device.clone();
@@ -321,8 +345,8 @@ mod cuda {
         }
         builder.arg(&out);
         let config = LaunchConfig {
-            grid_dim: (items.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
-            block_dim: (256, 1, 1),
+            grid_dim: (blocks.clamp(1, 65_535) as u32, 1, 1),
+            block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the arguments match the kernels' signatures in fused_dense.cu.
@@ -406,6 +430,33 @@ mod tests {
         assert_eq!(bits(&got_passed.unwrap()), bits(&passed));
         assert_eq!(bits(&got_bias), bits(&at_z.sum_keepdim(1).unwrap()));
         assert_eq!(got_bias.dims(), [3, 1, 4]);
+        {
+            // More rows than lanes: the kernel's order, within rounding of `sum_keepdim`.
+            let tall = (2, 37, 3);
+            let op = DenseBackward {
+                carried: None,
+                z: filled(tall, 3),
+                mask: None,
+                has: None,
+            };
+            let tall_x = (filled(tall, 7) * 0.37).unwrap();
+            let out = tall_x.apply_op1_no_bwd(&op).unwrap();
+            let (at_z, _, got_bias) = op.split(&out, tall_x.shape()).unwrap();
+            let at_z = bits(&at_z);
+            for (c, got) in bits(&got_bias).into_iter().enumerate() {
+                let (k, u) = (c / 3, c % 3);
+                let mut lanes = [0f32; LANES];
+                for r in 0..37 {
+                    lanes[r % LANES] += at_z[k * 37 * 3 + r * 3 + u];
+                }
+                assert_eq!(got, tree_sum(&mut lanes), "column {c}");
+                let in_order: f32 = (0..37).map(|r| at_z[k * 37 * 3 + r * 3 + u]).sum();
+                assert!(
+                    (got - in_order).abs() <= 1e-5 * in_order.abs().max(1.0),
+                    "column {c}"
+                );
+            }
+        }
 
         // Without a mask, a pass-through or a carried gradient: the one output.
         let op = DenseBackward {

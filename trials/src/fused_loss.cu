@@ -3,8 +3,8 @@
 // s = sum(exp(z + bias - m)); the gradient at class c is (c == target ? w : 0) +
 // exp(z_c + bias_c - m) * (-w / s); the row's loss term is (z_t + bias_t - m - log s) * own.
 // The block sums its rows' terms in a fixed tree (the same sum on every run) and writes
-// losses[k] minus it, then each class's gradient summed over the member's rows in order: the
-// output bias's gradient. The arithmetic is `row` in fused_loss.rs, operation for operation.
+// losses[k] minus it, then each class's gradient summed over the member's rows the same way:
+// the output bias's gradient. The arithmetic is `row` in fused_loss.rs, operation for operation.
 #include <stdint.h>
 
 #define THREADS 256
@@ -52,14 +52,26 @@ extern "C" __global__ void softmax_loss_f32(
     if (threadIdx.x == 0) {
         out[n * classes + k] = losses[k] - partial[0];
     }
-    // The output bias's gradient: each class's column of the member's rows, summed in order
-    // (the barriers above put every row's gradient in place).
+    // The output bias's gradient: each class's column of the member's rows, each thread
+    // summing its rows in order, then the threads in the same tree (the barriers above put
+    // every row's gradient in place; the first below frees `partial`).
     float *at_bias = out + n * classes + gridDim.x + (uint64_t)k * classes;
-    for (uint32_t c = threadIdx.x; c < classes; c += THREADS) {
+    for (uint32_t c = 0; c < classes; c++) {
+        __syncthreads();
         float column = 0.0f;
-        for (uint32_t r = 0; r < rows; r++) {
+        for (uint32_t r = threadIdx.x; r < rows; r += THREADS) {
             column += out[((uint64_t)k * rows + r) * classes + c];
         }
-        at_bias[c] = column;
+        partial[threadIdx.x] = column;
+        __syncthreads();
+        for (uint32_t half = THREADS / 2; half > 0; half /= 2) {
+            if (threadIdx.x < half) {
+                partial[threadIdx.x] += partial[threadIdx.x + half];
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            at_bias[c] = partial[0];
+        }
     }
 }
