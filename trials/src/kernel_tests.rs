@@ -112,7 +112,8 @@ fn fused_step_on_the_gpu_is_the_cpu_step() {
 
 /// Members of 300 rows (more than a block's threads) and 7 classes, with and without
 /// padding: the gradient and the losses within rounding of the CPU's (the block sums its
-/// rows in a tree, the CPU in order).
+/// rows' losses in a tree, the CPU in order), the output bias's gradient the GPU's own
+/// gradient summed in the kernel's order, bit for bit.
 #[test]
 fn softmax_loss_on_the_gpu_is_the_cpu_loss() {
     let Some(gpu) = gpu() else { return };
@@ -142,20 +143,41 @@ fn softmax_loss_on_the_gpu_is_the_cpu_loss() {
             flat(&on(&z, device).apply_op1_no_bwd(&op).unwrap())
         };
         let (on_gpu, on_cpu) = (run(&gpu), run(&cpu));
-        let at = n * classes;
+        let (at, bias) = (n * classes, n * classes + members);
         assert!(
             gap(&on_gpu[..at], &on_cpu[..at]) <= 1e-6,
             "gradient, padded {padded}"
         );
         assert!(
-            gap(&on_gpu[at..], &on_cpu[at..]) <= 1e-5,
+            gap(&on_gpu[at..bias], &on_cpu[at..bias]) <= 1e-5,
             "losses, padded {padded}"
         );
+        assert!(
+            gap(&on_gpu[bias..], &on_cpu[bias..]) <= 1e-5,
+            "bias, padded {padded}"
+        );
+        // The output bias's gradient is the GPU's own gradient summed in the kernel's order
+        // (its threads' rows in order, then a tree), to the bit.
+        for k in 0..members {
+            for c in 0..classes {
+                let mut lanes = [0f32; crate::fused_loss::LANES];
+                for r in 0..rows {
+                    lanes[r % lanes.len()] += on_gpu[(k * rows + r) * classes + c];
+                }
+                let want = crate::fused_dense::tree_sum(&mut lanes);
+                assert_eq!(
+                    on_gpu[bias + k * classes + c],
+                    want,
+                    "bias of member {k}, class {c}, padded {padded}"
+                );
+            }
+        }
     }
 }
 
 /// A layer of 3 members, 70 rows and 9 units, with a mask, a member without the layer and
-/// a gradient carried from above, and without any: both ways the CPU's, bit for bit.
+/// a gradient carried from above, and without any: both ways the CPU's, bit for bit, the
+/// bias's gradient (summed in tiles of columns, 16 threads down each) included.
 #[test]
 fn dense_layers_on_the_gpu_are_the_cpu_layers() {
     let Some(gpu) = gpu() else { return };
@@ -171,7 +193,15 @@ fn dense_layers_on_the_gpu_are_the_cpu_layers() {
         .reshape((3, 1, 1))
         .unwrap();
     let input = tensor(4);
-    let (at_x, carried, z) = (tensor(5), tensor(6), tensor(7));
+    // Magnitudes 4,000 apart, so that summing the bias's gradient in another order than the
+    // CPU path's rounds otherwise.
+    let spread: Vec<f32> = values(numel, 5)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if i % 5 == 0 { v * 4099.0 } else { *v })
+        .collect();
+    let at_x = Tensor::from_vec(spread, shape, &cpu).unwrap();
+    let (carried, z) = (tensor(6), tensor(7));
     for full in [true, false] {
         let forward = |device: &Device| {
             let op = DenseForward {
