@@ -185,7 +185,8 @@ fn fused_packs_on_the_gpu_train_as_their_members_alone() {
                 (cfg, 11 + i)
             })
             .collect();
-        // And a pack of other widths, depths, batch sizes and optimizers, as a GPU mixes them.
+        // And a pack of other widths, depths, batch sizes, optimizers and dropout rates (one
+        // without: it draws no masks), as a GPU mixes them; the GPU draws the pack's masks.
         let mixed: Vec<(TrainConfig, u64)> = same
             .iter()
             .enumerate()
@@ -194,6 +195,7 @@ fn fused_packs_on_the_gpu_train_as_their_members_alone() {
                     width: cfg.width / (1 + i),
                     depth: 1 + i,
                     batch_size: [64, 32, 50][i],
+                    dropout: [0.1, 0.0, 0.3][i],
                     optimizer: if i == 1 {
                         OptimizerKind::Sgd
                     } else {
