@@ -977,11 +977,6 @@ impl FusedTrainer {
         Ok(grads)
     }
 
-    /// Where the forward pass drops units, in its order (the CNN's pooled maps, then each
-    /// dense layer): the units there, and each member's part of a tick whose batch gives
-    /// member `k` `rows[k]` rows, `(rows, units)`, its own rows and units (the rest are
-    /// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without
-    /// rows in the tick: its part is discarded).
     /// The members' dropouts at the start of their epochs, and the masks `ticks` need.
     fn dropout_plan(&self, ticks: &Ticks) -> (Vec<Dropout>, MaskPlan) {
         let dropouts = self
@@ -995,6 +990,11 @@ impl FusedTrainer {
         (dropouts, plan)
     }
 
+    /// Where the forward pass drops units, in its order (the CNN's pooled maps, then each
+    /// dense layer): the units there, and each member's part of a tick whose batch gives
+    /// member `k` `rows[k]` rows, `(rows, units)`, its own rows and units (the rest are
+    /// padding, set to 0); `(0, _)` draws nothing (a member without the layer, or without
+    /// rows in the tick: its part is discarded).
     fn dropout_sites(&self, rows: &[usize]) -> Vec<DropoutSite> {
         let mut sites = Vec::with_capacity(self.depth + 1);
         if self.key.image.is_some() {

@@ -103,8 +103,9 @@ impl DropoutMasks {
         let members = dropouts.len();
         let source = if on_device {
             let table = MaskTable::new(&dropouts, &plan)?;
+            let len = table.words.len();
             Source::Device {
-                table: Tensor::from_vec(table.words, table.len, device)?,
+                table: Tensor::from_vec(table.words, len, device)?,
                 chunks: chunks(&plan, members).into_iter(),
                 ticks: tick_units(&plan),
                 starts: table.starts,
@@ -320,7 +321,6 @@ const PART_WORDS: usize = 4;
 /// each block's (a site of a tick, in the order drawn) head and each member's part of it.
 struct MaskTable {
     words: Vec<u32>,
-    len: usize,
     /// Where each block's values start in the epoch's, and the epoch's count last.
     starts: Vec<u64>,
 }
@@ -360,8 +360,7 @@ impl MaskTable {
                 starts.push(start + (members * rows * units) as u64);
             }
         }
-        let len = words.len();
-        Ok(MaskTable { words, len, starts })
+        Ok(MaskTable { words, starts })
     }
 }
 
