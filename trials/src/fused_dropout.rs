@@ -35,19 +35,36 @@ const MASK_CHUNK: usize = 1 << 23;
 #[cfg(test)]
 const MASK_CHUNK: usize = 1 << 10;
 
+/// The most blocks (a site of a tick) of a chunk: one launch of [`DrawMasks`] takes a
+/// chunk, a block a row of its grid, and a CUDA grid has at most 65,535 rows (an epoch of
+/// many small batches of a small pack had more in one chunk of [`MASK_CHUNK`] values).
+const MAX_BLOCKS: usize = 65_535;
+
 /// The ticks of each chunk of `plan`'s epoch for `members`: at least one tick each, and
-/// ticks while fewer than [`MASK_CHUNK`] values were drawn.
+/// ticks while fewer than [`MASK_CHUNK`] values were drawn, of at most [`MAX_BLOCKS`] blocks.
 fn chunks(plan: &[(usize, Vec<DropoutSite>)], members: usize) -> Vec<Range<usize>> {
+    chunks_of(plan, members, MASK_CHUNK, MAX_BLOCKS)
+}
+
+/// [`chunks`] of at most `values` values (beyond a chunk's first tick) and `most` blocks.
+fn chunks_of(
+    plan: &[(usize, Vec<DropoutSite>)],
+    members: usize,
+    values: usize,
+    most: usize,
+) -> Vec<Range<usize>> {
     let mut chunks = Vec::new();
     let mut t = 0;
     while t < plan.len() {
-        let (first, mut size) = (t, 0);
-        while t < plan.len() && (t == first || size < MASK_CHUNK) {
+        let (first, mut size, mut blocks) = (t, 0, 0);
+        while t < plan.len() && (t == first || (size < values && blocks + plan[t].1.len() <= most))
+        {
             let (rows, sites) = &plan[t];
             size += sites
                 .iter()
                 .map(|(units, _)| members * rows * units)
                 .sum::<usize>();
+            blocks += sites.len();
             t += 1;
         }
         chunks.push(first..t);
@@ -678,6 +695,24 @@ pub(crate) mod tests {
         };
         let err = short.apply_op1_no_bwd(&op).unwrap_err().to_string();
         assert!(err.contains("a table of 100 words"), "{err}");
+    }
+
+    /// An epoch of many one-value blocks is cut into chunks of at most a grid's rows of
+    /// blocks, however few values they hold, each tick whole.
+    #[test]
+    fn a_chunk_holds_at_most_a_grids_rows_of_blocks() {
+        let plan: MaskPlan = (0..40_000)
+            .map(|_| (1, vec![(1, vec![(1, 1)]), (1, vec![(1, 1)])]))
+            .collect();
+        // This build's chunks hold few values: the production bound on values, which these
+        // blocks stay far under.
+        let cut = chunks_of(&plan, 1, 1 << 23, MAX_BLOCKS);
+        let blocks = |c: &Range<usize>| c.len() * 2;
+        assert!(cut.len() > 1);
+        assert!(cut.iter().all(|c| blocks(c) <= MAX_BLOCKS), "{cut:?}");
+        assert_eq!(cut.first().map(|c| c.start), Some(0));
+        assert!(cut.windows(2).all(|w| w[0].end == w[1].start));
+        assert_eq!(cut.last().map(|c| c.end), Some(40_000));
     }
 
     /// The members' masks drawn on several threads are, byte for byte, those drawn on one.
