@@ -9,6 +9,24 @@
 
 #define THREADS 256
 
+// The block's values (one a thread) summed in a fixed tree through `partial`, the same sum
+// on every run; every thread of the block calls it and gets the sum. The first barrier lets
+// every thread read the last sum (and write what the block reads after) before `partial`
+// is written again.
+__device__ static float block_sum(float *partial, float value)
+{
+    __syncthreads();
+    partial[threadIdx.x] = value;
+    __syncthreads();
+    for (uint32_t half = THREADS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            partial[threadIdx.x] += partial[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    return partial[0];
+}
+
 extern "C" __global__ void softmax_loss_f32(
     const uint32_t rows, const uint32_t classes, const uint32_t has_own,
     const float *z, const float *bias, const uint32_t *targets, const float *weights,
@@ -40,38 +58,23 @@ extern "C" __global__ void softmax_loss_f32(
         const float picked = ((zg[t] + b[t]) - max) - logf(sum);
         term += picked * (has_own ? own[g] : 1.0f);
     }
-    partial[threadIdx.x] = term;
-    __syncthreads();
-    for (uint32_t half = THREADS / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) {
-            partial[threadIdx.x] += partial[threadIdx.x + half];
-        }
-        __syncthreads();
-    }
+    const float total = block_sum(partial, term);
     const uint64_t n = (uint64_t)gridDim.x * rows;
     if (threadIdx.x == 0) {
-        out[n * classes + k] = losses[k] - partial[0];
+        out[n * classes + k] = losses[k] - total;
     }
     // The output bias's gradient: each class's column of the member's rows, each thread
-    // summing its rows in order, then the threads in the same tree (the barriers above put
-    // every row's gradient in place; the first below frees `partial`).
+    // summing its rows in order, then the threads in the same tree (the sum's barriers put
+    // every row's gradient in place).
     float *at_bias = out + n * classes + gridDim.x + (uint64_t)k * classes;
     for (uint32_t c = 0; c < classes; c++) {
-        __syncthreads();
         float column = 0.0f;
         for (uint32_t r = threadIdx.x; r < rows; r += THREADS) {
             column += out[((uint64_t)k * rows + r) * classes + c];
         }
-        partial[threadIdx.x] = column;
-        __syncthreads();
-        for (uint32_t half = THREADS / 2; half > 0; half /= 2) {
-            if (threadIdx.x < half) {
-                partial[threadIdx.x] += partial[threadIdx.x + half];
-            }
-            __syncthreads();
-        }
+        const float sum = block_sum(partial, column);
         if (threadIdx.x == 0) {
-            at_bias[c] = partial[0];
+            at_bias[c] = sum;
         }
     }
 }
