@@ -184,13 +184,44 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
     return 0;
 }
 CUresult cuFuncGetAttribute(int *v, int attr, void *f) { COUNT(); *v = 1024; return 0; }
-SIMPLE(cuFuncSetAttribute, void *f, int attr, int v)
+// Dynamic shared memory beyond 48 KiB, opted into per function (up to an H100's 227 KiB).
+#define MAX_OPTED 64
+static void *opted_f[MAX_OPTED];
+static int opted_bytes[MAX_OPTED];
+static atomic_int opted;
+CUresult cuFuncSetAttribute(void *f, int attr, int v) {
+    COUNT();
+    if (attr == 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */) {
+        if (v > 227 * 1024) return 1;
+        int i = atomic_fetch_add(&opted, 1);
+        if (i < MAX_OPTED) { opted_f[i] = f; opted_bytes[i] = v; }
+    }
+    return 0;
+}
+static unsigned shared_allowed(void *f) {
+    int n = atomic_load(&opted);
+    for (int i = 0; i < n && i < MAX_OPTED; i++)
+        if (opted_f[i] == f) return (unsigned)opted_bytes[i];
+    return 48 * 1024;
+}
 // tune's own kernels, compiled for the host (null-cuda-kernels.cpp), run where asked.
 int null_cuda_run(const char *name, unsigned gx, unsigned gy, unsigned bx, void **params);
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *s, void **params,
                         void **extra) {
     COUNT();
+    // A launch an H100/H200 refuses fails here too (CUDA_ERROR_INVALID_VALUE), so that a
+    // grid or block shape computed wrongly for a large pack shows without a GPU: a block of
+    // at most 1024 threads (z at most 64), a grid of at most 65,535 rows and layers, and no
+    // more dynamic shared memory than 48 KiB or what the kernel opted into.
+    if (bx == 0 || by == 0 || bz == 0 || gx == 0 || gy == 0 || gz == 0 ||
+        (unsigned long long)bx * by * bz > 1024 || bz > 64 || gx > 0x7fffffffu ||
+        gy > 65535 || gz > 65535 || shared > shared_allowed(f)) {
+        fprintf(stderr, "null-cuda: a GPU refuses the launch of %s: grid (%u, %u, %u), "
+                "block (%u, %u, %u), %u bytes of shared memory\n",
+                (const char *)f, gx, gy, gz, bx, by, bz, shared);
+        return 1;
+    }
     static int run = -1;
     if (run < 0) run = getenv("NULL_CUDA_RUN_KERNELS") != NULL;
     if (run) null_cuda_run((const char *)f, gx, gy, bx, params);
