@@ -63,9 +63,10 @@ pub(crate) fn builtin_objective(
         .map_err(invalid)?;
     // Before any trial, the GPU idles: part of a sweep's first second there.
     super::pack::trace(format_args!(
-        "data `{}` made in {:.3} s",
+        "data `{}` made in {:.3} s, {} training rows",
         split.train.name,
-        drawing.elapsed().as_secs_f64()
+        drawing.elapsed().as_secs_f64(),
+        split.train.y.len()
     ));
     let split = Arc::new(split);
     let threads = threads_per_trial(cpu_slots);
@@ -110,7 +111,7 @@ fn train(
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
-    let packs = trains_in_a_pack(packs.size(), ctx.device()).then_some(packs);
+    let packs = trains_in_a_pack(packs.size(), ctx.device(), gpu_trials_alone()).then_some(packs);
     // Packs on this slot wait for the trial until it joins one or trains alone.
     let arrival = packs.map(|p| p.arrive(ctx.device()));
     let seed = cfg.seed.unwrap_or(ctx.id());
@@ -143,7 +144,11 @@ fn train(
     }
     if let Some(arrival) = arrival {
         if !trainer.finished() {
-            let key = trainer.pack_key();
+            let key = if packs_by_steps() {
+                trainer.pack_key_by_steps()
+            } else {
+                trainer.pack_key()
+            };
             // The pack trains it on its own thread (see `Trainer::synchronize`).
             trainer.synchronize()?;
             let fused = packs.is_some_and(|p| p.size() > 1);
@@ -239,9 +244,26 @@ fn report(
 /// where a pack, even of one, computes its own gradients and updates its weights in a few
 /// fused kernels, while a trial alone goes through candle's autograd and optimizer, ~2.5x the
 /// kernel launches of a pack of one (README "Fused trials"); on CPU only where packs fuse,
-/// since there a pack of one is no faster (the bench's K = 1 rows).
-fn trains_in_a_pack(trials_per_pack: usize, slot: &str) -> bool {
-    trials_per_pack > 1 || super::pack::is_gpu(slot)
+/// since there a pack of one is no faster (the bench's K = 1 rows). `gpu_alone`
+/// ([`gpu_trials_alone`]) keeps a GPU's trials out of packs of one.
+fn trains_in_a_pack(trials_per_pack: usize, slot: &str, gpu_alone: bool) -> bool {
+    trials_per_pack > 1 || (super::pack::is_gpu(slot) && !gpu_alone)
+}
+
+/// Whether `TUNE_GPU_TRIALS_ALONE` is set: then a GPU trial of a sweep that does not fuse
+/// (`fuse = 1`) trains alone, through candle's autograd and optimizer, as every unfused trial
+/// did before packs of one. For measuring fused sweeps against that trainer too
+/// (`scripts/gpu-fuse-check`'s `alone`): packs of one run the fused kernels themselves.
+fn gpu_trials_alone() -> bool {
+    std::env::var_os("TUNE_GPU_TRIALS_ALONE").is_some()
+}
+
+/// Whether `TUNE_PACKS_BY_STEPS` is set: then trials whose epochs take other numbers of steps
+/// (batch sizes) go into packs of their own ([`Trainer::pack_key_by_steps`]), which train side
+/// by side where `trials_per_gpu` lets them. For measuring that against packs mixing batch
+/// sizes (`scripts/gpu-fuse-check`'s `KxGs`); on CPU batch sizes never mix.
+fn packs_by_steps() -> bool {
+    std::env::var_os("TUNE_PACKS_BY_STEPS").is_some()
 }
 
 /// One trial trained in a pack: the loop of `train`, with the pack training each epoch and
@@ -389,10 +411,14 @@ mod tests {
 
     #[test]
     fn a_gpu_trains_every_trial_in_a_pack_and_a_cpu_slot_only_where_packs_fuse() {
-        assert!(trains_in_a_pack(1, "cuda:0"));
-        assert!(trains_in_a_pack(16, "cuda:1"));
-        assert!(!trains_in_a_pack(1, "cpu:0"));
-        assert!(trains_in_a_pack(4, "cpu:0"));
+        assert!(trains_in_a_pack(1, "cuda:0", false));
+        assert!(trains_in_a_pack(16, "cuda:1", false));
+        assert!(!trains_in_a_pack(1, "cpu:0", false));
+        assert!(trains_in_a_pack(4, "cpu:0", false));
+        // Trials alone on a GPU only where the sweep does not fuse.
+        assert!(!trains_in_a_pack(1, "cuda:0", true));
+        assert!(trains_in_a_pack(16, "cuda:0", true));
+        assert!(!trains_in_a_pack(1, "cpu:0", true));
     }
 
     #[test]

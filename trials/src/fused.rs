@@ -118,6 +118,9 @@ pub struct PackKey {
     pub fuse: FuseKey,
     /// The hidden layers' width and the batch size, on CPU.
     pub exact: Option<(usize, usize)>,
+    /// Optimizer steps per epoch, where packs keep them apart
+    /// ([`Trainer::pack_key_by_steps`]).
+    pub steps: Option<u64>,
 }
 
 impl Trainer {
@@ -145,6 +148,35 @@ impl Trainer {
                 .device
                 .is_cpu()
                 .then_some((self.cfg.width, self.cfg.batch_size)),
+            steps: None,
+        }
+    }
+
+    /// [`Trainer::pack_key`], keeping apart trials whose epochs take other numbers of
+    /// optimizer steps (other batch sizes). A pack's epoch lasts its members' most steps,
+    /// which a member of fewer sits the end of out, so a trial of a larger batch packed with
+    /// smaller ones trains its epochs no faster than theirs: on a GPU, where a step's time
+    /// hardly depends on its rows, the longest trial of a sweep mixing batch sizes may take
+    /// several times its own steps.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
+    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
+    ///     .load(".".as_ref())
+    ///     .unwrap();
+    /// let cpu = candle_core::Device::Cpu;
+    /// let trainer = |batch_size| {
+    ///     let cfg = TrainConfig { batch_size, ..TrainConfig::default() };
+    ///     Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap()
+    /// };
+    /// let (a, b) = (trainer(16), trainer(64));
+    /// assert_eq!(a.pack_key_by_steps().fuse, b.pack_key_by_steps().fuse);
+    /// assert_ne!(a.pack_key_by_steps().steps, b.pack_key_by_steps().steps);
+    /// ```
+    pub fn pack_key_by_steps(&self) -> PackKey {
+        PackKey {
+            steps: Some(self.steps_per_epoch()),
+            ..self.pack_key()
         }
     }
 
