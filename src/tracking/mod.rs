@@ -3,3 +3,62 @@
 
 pub mod mlflow;
 pub mod tensorboard;
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+/// A tracker's thread of its own, fed through a channel, so that what an observer hands it
+/// never holds the sweep up; [`Background::finish`] (and dropping it) waits until the thread
+/// has had everything sent.
+struct Background<M> {
+    tx: Option<mpsc::Sender<M>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<M: Send + 'static> Background<M> {
+    /// A thread named `name` that runs `serve` on what is sent until the sender is gone.
+    fn spawn(
+        name: &str,
+        serve: impl FnOnce(mpsc::Receiver<M>) + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || serve(rx))?;
+        Ok(Background {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl<M> Background<M> {
+    /// No thread (yet): what is sent is dropped.
+    fn none() -> Self {
+        Background {
+            tx: None,
+            thread: None,
+        }
+    }
+
+    fn send(&self, msg: M) {
+        if let Some(tx) = &self.tx {
+            // The thread has stopped (and said why) when this fails.
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// Waits for everything sent to be handled.
+    fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<M> Drop for Background<M> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tune_search::TrialId;
@@ -11,6 +10,7 @@ use tune_search::TrialId;
 use super::client::{MlflowClient, MlflowError};
 use super::mirror::{SweepMirror, SweepRecord};
 use crate::observer::{Event, Notes, Observer, Summary, SweepInfo};
+use crate::tracking::Background;
 use crate::trial::{now_ms, Trial, TrialResult};
 
 /// How long the end of a sweep waits for MLflow when it makes no progress (a server that keeps
@@ -35,8 +35,8 @@ pub struct MlflowLogger {
     unanswered: Option<String>,
     /// The best completed trial so far, for the parent run at the end.
     best: Option<Trial>,
-    tx: Option<mpsc::Sender<Msg>>,
-    thread: Option<JoinHandle<()>>,
+    /// The sender's thread, from the sweep's start.
+    sender: Background<Msg>,
 }
 
 enum Msg {
@@ -70,22 +70,12 @@ impl MlflowLogger {
             url: url.to_string(),
             unanswered,
             best: None,
-            tx: None,
-            thread: None,
+            sender: Background::none(),
         })
     }
 
     fn send(&self, msg: Msg) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(msg);
-        }
-    }
-
-    fn finish(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.sender.send(msg);
     }
 }
 
@@ -93,22 +83,16 @@ impl Observer for MlflowLogger {
     fn on_start(&mut self, info: &SweepInfo<'_>, summary: &Summary) {
         let mut sweep = self.sweep.clone();
         sweep.created_at = info.created_at;
-        let (tx, rx) = mpsc::channel();
         let client = MlflowClient::new(&self.url, REQUEST_TIMEOUT);
         if let Some(warning) = self.unanswered.take() {
             info.notes.tell(warning);
         }
         let mut sender = Sender::new(client, sweep, info.notes.clone());
-        self.thread = std::thread::Builder::new()
-            .name("tune-mlflow".into())
-            .spawn(move || sender.serve(&rx))
-            .map_err(|e| {
-                info.notes
-                    .tell(format!("warning: MLflow logging not started: {e}"))
-            })
-            .ok();
-        if self.thread.is_some() {
-            self.tx = Some(tx);
+        match Background::spawn("tune-mlflow", move |rx| sender.serve(&rx)) {
+            Ok(thread) => self.sender = thread,
+            Err(e) => info
+                .notes
+                .tell(format!("warning: MLflow logging not started: {e}")),
         }
         self.best = summary
             .best
@@ -134,17 +118,11 @@ impl Observer for MlflowLogger {
         let complete = summary.unfinished() == 0 && summary.finished() >= summary.total;
         let best = self.best.take();
         self.send(Msg::End { complete, best });
-        self.finish();
+        self.sender.finish();
     }
 
     fn shows_notes(&self) -> bool {
         false
-    }
-}
-
-impl Drop for MlflowLogger {
-    fn drop(&mut self) {
-        self.finish();
     }
 }
 

@@ -6,7 +6,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 
 use tune_search::{Params, Status, TrialId};
 
@@ -14,6 +13,7 @@ use super::{
     replace, run_folder, scalars, secs, session_end, session_start, write_sweep, EVENTS_FILE,
 };
 use crate::observer::{Event, Notes, Observer, Summary, SweepInfo};
+use crate::tracking::Background;
 use crate::trial::{now_ms, Trial, TrialResult};
 
 /// Writes the sweep into a TensorBoard folder as it runs: an [`Observer`] whose files are the
@@ -31,8 +31,7 @@ use crate::trial::{now_ms, Trial, TrialResult};
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub struct TensorBoardLogger {
-    tx: Option<mpsc::Sender<Msg>>,
-    thread: Option<JoinHandle<()>>,
+    writer: Background<Msg>,
 }
 
 /// What the writer thread is told; owned copies of the coordinator's borrowed events.
@@ -64,39 +63,22 @@ impl TensorBoardLogger {
             open: HashMap::new(),
             notes: Notes::stderr(),
         };
-        let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("tune-tensorboard".into())
-            .spawn(move || {
-                if let Err(e) = writer.serve(&rx) {
-                    writer.notes.tell(format!(
-                        "warning: TensorBoard logging to {} stopped: {e}; the sweep goes on, \
+        let writer = Background::spawn("tune-tensorboard", move |rx| {
+            if let Err(e) = writer.serve(&rx) {
+                writer.notes.tell(format!(
+                    "warning: TensorBoard logging to {} stopped: {e}; the sweep goes on, \
                          and `tune export NAME --format tensorboard {}` writes the folder from \
                          the store later",
-                        writer.dir.display(),
-                        writer.dir.display()
-                    ));
-                }
-            })?;
-        Ok(TensorBoardLogger {
-            tx: Some(tx),
-            thread: Some(thread),
-        })
+                    writer.dir.display(),
+                    writer.dir.display()
+                ));
+            }
+        })?;
+        Ok(TensorBoardLogger { writer })
     }
 
     fn send(&self, msg: Msg) {
-        if let Some(tx) = &self.tx {
-            // The writer has stopped (and said why) when this fails.
-            let _ = tx.send(msg);
-        }
-    }
-
-    /// Waits for everything sent to be written.
-    fn finish(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.writer.send(msg);
     }
 }
 
@@ -117,17 +99,12 @@ impl Observer for TensorBoardLogger {
     }
 
     fn on_end(&mut self, _summary: &Summary) {
-        self.finish();
+        // Everything sent is written before the sweep returns.
+        self.writer.finish();
     }
 
     fn shows_notes(&self) -> bool {
         false
-    }
-}
-
-impl Drop for TensorBoardLogger {
-    fn drop(&mut self) {
-        self.finish();
     }
 }
 
