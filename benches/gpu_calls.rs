@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use candle_core::Device;
-use tune_trials::{Builtin, DataSpec, FusedTrainer, Split, SplitTensors, TrainConfig, Trainer};
+use tune_trials::{Builtin, FusedTrainer, Split, SplitTensors, TrainConfig, Trainer};
 
 #[path = "common/packs.rs"]
 mod packs;
@@ -121,12 +121,7 @@ fn main() {
             return println!("gpu_calls: {why}; run the cuda build under scripts/null-cuda")
         }
     };
-    let digits = DataSpec {
-        dataset: Some("digits".into()),
-        ..DataSpec::default()
-    }
-    .load(".".as_ref())
-    .expect("digits");
+    let digits = Split::shipped("digits").expect("digits");
     let glyphs = glyphs_data().load(".".as_ref()).expect("glyphs");
     let null_driver = api_calls().is_some();
     println!(

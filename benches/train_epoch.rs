@@ -29,7 +29,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use tune_trials::{Builtin, DataSpec, FusedTrainer, Split, TrainConfig, Trainer};
+use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
 
 #[path = "common/packs.rs"]
 mod packs;
@@ -156,12 +156,7 @@ fn fused_row(
 }
 
 fn main() {
-    let split = DataSpec {
-        dataset: Some("digits".into()),
-        ..DataSpec::default()
-    }
-    .load(".".as_ref())
-    .expect("digits");
+    let split = Split::shipped("digits").expect("digits");
     let cpu: Option<Vec<f64>> = cpu_columns().then(|| {
         [Builtin::Mlp, Builtin::Cnn]
             .iter()

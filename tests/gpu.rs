@@ -25,12 +25,7 @@ fn gpu_device() -> Option<Device> {
 }
 
 fn digits() -> Split {
-    DataSpec {
-        dataset: Some("digits".into()),
-        ..DataSpec::default()
-    }
-    .load(".".as_ref())
-    .unwrap()
+    Split::shipped("digits").unwrap()
 }
 
 fn config() -> TrainConfig {

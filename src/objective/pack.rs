@@ -671,15 +671,10 @@ fn staying<T>(items: Vec<T>, leaving: &[bool]) -> Vec<T> {
 mod tests {
     use super::*;
     use candle_core::Device;
-    use tune_trials::{Builtin, DataSpec, TrainConfig};
+    use tune_trials::{Builtin, TrainConfig};
 
     fn wine() -> Split {
-        DataSpec {
-            dataset: Some("wine".into()),
-            ..DataSpec::default()
-        }
-        .load(".".as_ref())
-        .unwrap()
+        Split::shipped("wine").unwrap()
     }
 
     fn trainer(split: &Split, i: usize) -> Trainer {

@@ -51,10 +51,8 @@ use crate::TrialsError;
 /// and batch size may differ (see the module's documentation).
 ///
 /// ```
-/// use tune_trials::{Builtin, DataSpec, OptimizerKind, TrainConfig, Trainer};
-/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-///     .load(".".as_ref())
-///     .unwrap();
+/// use tune_trials::{Builtin, OptimizerKind, Split, TrainConfig, Trainer};
+/// let split = Split::shipped("wine").unwrap();
 /// let cpu = candle_core::Device::Cpu;
 /// let trainer = |cfg: TrainConfig| Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap();
 /// let a = trainer(TrainConfig { lr: 0.1, width: 16, ..TrainConfig::default() });
@@ -102,10 +100,8 @@ pub const PACK_KEYS: [&str; 3] = ["channels", "activation", "nesterov"];
 /// mix everywhere: a shallower member's pass-through and a mixed pack's update are exact.
 ///
 /// ```
-/// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
-/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-///     .load(".".as_ref())
-///     .unwrap();
+/// use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+/// let split = Split::shipped("wine").unwrap();
 /// let cpu = candle_core::Device::Cpu;
 /// let trainer = |cfg: TrainConfig| Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 0).unwrap();
 /// let a = trainer(TrainConfig { width: 16, ..TrainConfig::default() });
@@ -160,10 +156,8 @@ impl Trainer {
     /// several times its own steps.
     ///
     /// ```
-    /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
-    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-    ///     .load(".".as_ref())
-    ///     .unwrap();
+    /// use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap();
     /// let cpu = candle_core::Device::Cpu;
     /// let trainer = |batch_size| {
     ///     let cfg = TrainConfig { batch_size, ..TrainConfig::default() };
@@ -205,10 +199,8 @@ impl Trainer {
 /// K trials of one [`FuseKey`] trained as one model.
 ///
 /// ```
-/// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
-/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-///     .load(".".as_ref())
-///     .unwrap();
+/// use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
+/// let split = Split::shipped("wine").unwrap();
 /// let cpu = candle_core::Device::Cpu;
 /// let trainers = [(0.003, 16), (0.01, 16), (0.03, 8)]
 ///     .iter()
@@ -320,10 +312,8 @@ impl FusedTrainer {
     /// 16-trial pack that was a few copies of every weight of every member.
     ///
     /// ```
-    /// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
-    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-    ///     .load(".".as_ref())
-    ///     .unwrap();
+    /// use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap();
     /// let cpu = candle_core::Device::Cpu;
     /// let trainer = |seed| Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, seed).unwrap();
     /// let mut pack = FusedTrainer::new(vec![trainer(0), trainer(1)]).unwrap();
@@ -732,10 +722,8 @@ impl FusedTrainer {
     /// one copy of each of its slices (writing them back into the member first cost three).
     ///
     /// ```
-    /// use tune_trials::{Builtin, DataSpec, FusedTrainer, TrainConfig, Trainer};
-    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-    ///     .load(".".as_ref())
-    ///     .unwrap();
+    /// use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap();
     /// let cpu = candle_core::Device::Cpu;
     /// let trainers = (0..2)
     ///     .map(|seed| Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, seed).unwrap())

@@ -3,10 +3,8 @@
 //! device selection, and fused packs of same-shaped MLP trials trained as one model.
 //!
 //! ```
-//! use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
-//! let split = DataSpec { dataset: Some("breast_cancer".into()), ..DataSpec::default() }
-//!     .load(".".as_ref())
-//!     .unwrap();
+//! use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+//! let split = Split::shipped("breast_cancer").unwrap();
 //! let cfg = TrainConfig { epochs: 3, ..TrainConfig::default() };
 //! let mut trainer = Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, 0).unwrap();
 //! let report = trainer.train_epoch().unwrap();

@@ -68,10 +68,8 @@ pub struct EpochReport {
 /// Trains one model on one split.
 ///
 /// ```
-/// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
-/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-///     .load(".".as_ref())
-///     .unwrap();
+/// use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+/// let split = Split::shipped("wine").unwrap();
 /// let cfg = TrainConfig { epochs: 30, lr: 0.01, width: 16, ..TrainConfig::default() };
 /// let mut t = Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, 1).unwrap();
 /// let mut last = None;
@@ -103,10 +101,8 @@ pub struct Trainer {
 /// sweep's glyphs are 81 MB a trial, and an upload waits for the queue to drain).
 ///
 /// ```
-/// use tune_trials::{Builtin, DataSpec, SplitTensors, TrainConfig, Trainer};
-/// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-///     .load(".".as_ref())
-///     .unwrap();
+/// use tune_trials::{Builtin, Split, SplitTensors, TrainConfig, Trainer};
+/// let split = Split::shipped("wine").unwrap();
 /// let tensors = SplitTensors::new(&split, &candle_core::Device::Cpu).unwrap();
 /// let trainers: Vec<Trainer> = (0..2)
 ///     .map(|seed| {
@@ -235,10 +231,8 @@ impl Trainer {
     /// kept, can report it again from here rather than skip it.
     ///
     /// ```
-    /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
-    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-    ///     .load(".".as_ref())
-    ///     .unwrap();
+    /// use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap();
     /// let cpu = candle_core::Device::Cpu;
     /// let mut trainer = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 1).unwrap();
     /// let report = trainer.train_epoch().unwrap();
@@ -367,10 +361,8 @@ impl Trainer {
     /// [`checkpoint::settle`] waits for it.
     ///
     /// ```
-    /// use tune_trials::{checkpoint, Builtin, DataSpec, TrainConfig, Trainer, CHECKPOINT_FILE};
-    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-    ///     .load(".".as_ref())
-    ///     .unwrap();
+    /// use tune_trials::{checkpoint, Builtin, Split, TrainConfig, Trainer, CHECKPOINT_FILE};
+    /// let split = Split::shipped("wine").unwrap();
     /// let cpu = candle_core::Device::Cpu;
     /// let mut trainer = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 0).unwrap();
     /// trainer.train_epoch().unwrap();
@@ -394,10 +386,8 @@ impl Trainer {
     /// may still be on its way when it returns. Nothing to wait for on CPU.
     ///
     /// ```
-    /// use tune_trials::{Builtin, DataSpec, TrainConfig, Trainer};
-    /// let split = DataSpec { dataset: Some("wine".into()), ..DataSpec::default() }
-    ///     .load(".".as_ref())
-    ///     .unwrap();
+    /// use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap();
     /// let cpu = candle_core::Device::Cpu;
     /// let trainer = Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, 0).unwrap();
     /// trainer.synchronize().unwrap(); // now another thread may train it
@@ -578,12 +568,7 @@ mod tests {
     /// writes the weights in place) before the checkpoint thread reads it changes nothing.
     #[test]
     fn a_checkpoint_queued_behind_training_holds_the_state_it_was_queued_with() {
-        let split = DataSpec {
-            dataset: Some("wine".into()),
-            ..DataSpec::default()
-        }
-        .load(".".as_ref())
-        .unwrap();
+        let split = Split::shipped("wine").unwrap();
         let cfg = TrainConfig {
             width: 8,
             epochs: 3,

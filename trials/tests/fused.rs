@@ -11,12 +11,7 @@ use tune_trials::{
 };
 
 fn digits() -> Split {
-    DataSpec {
-        dataset: Some("digits".into()),
-        ..DataSpec::default()
-    }
-    .load(".".as_ref())
-    .unwrap()
+    Split::shipped("digits").unwrap()
 }
 
 fn trainer(split: &Split, cfg: &TrainConfig, seed: u64) -> Trainer {

@@ -2,15 +2,10 @@
 //! bit, epoch after epoch.
 
 use candle_core::Device;
-use tune_trials::{Builtin, DataSpec, EpochReport, OptimizerKind, Split, TrainConfig, Trainer};
+use tune_trials::{Builtin, EpochReport, OptimizerKind, Split, TrainConfig, Trainer};
 
 fn digits() -> Split {
-    DataSpec {
-        dataset: Some("digits".into()),
-        ..DataSpec::default()
-    }
-    .load(".".as_ref())
-    .unwrap()
+    Split::shipped("digits").unwrap()
 }
 
 fn run(

@@ -322,6 +322,24 @@ pub struct Split {
     pub val: Dataset,
 }
 
+impl Split {
+    /// The dataset `name` that tune ships or draws (`digits`, `wine`, `glyphs`, ...) with
+    /// `[objective]`'s defaults for the rest: what `dataset = "NAME"` alone trains on.
+    ///
+    /// ```
+    /// let split = tune_trials::Split::shipped("wine").unwrap();
+    /// assert_eq!(split.train.len() + split.val.len(), 178);
+    /// assert!(tune_trials::Split::shipped("mnist").is_err());
+    /// ```
+    pub fn shipped(name: &str) -> Result<Split, TrialsError> {
+        DataSpec {
+            dataset: Some(name.into()),
+            ..DataSpec::default()
+        }
+        .load(std::path::Path::new("."))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
