@@ -182,13 +182,7 @@ fn mlflow_holds_the_sweep_as_exported_and_a_second_send_adds_nothing() {
     let out = tune_run(&spec, &dir).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let trials = export_json(&dir);
-    let statuses: Vec<&str> = trials
-        .iter()
-        .map(|t| t["status"].as_str().unwrap())
-        .collect();
-    for s in ["completed", "stopped", "failed"] {
-        assert!(statuses.contains(&s), "no {s} trial in {statuses:?}");
-    }
+    assert_some_trial_in_each(&trials, &["completed", "stopped", "failed"]);
     let runs = read_runs(&server, "exp");
     assert_runs_hold(&runs, &trials, "asha");
     assert_parent_ended(&runs, &trials);
@@ -215,9 +209,7 @@ fn a_sweep_killed_mid_logging_and_resumed_logs_every_point_once() {
         &["--steps", "6", "--behaviour", "ckpt", "--kill-tune-at", "3"],
     );
     let dir = tmp.path().join("run");
-    let killed = tune_run(&spec, &dir).output().unwrap();
-    assert!(!killed.status.success(), "the fixture did not kill tune");
-    run_ok(tune().arg("resume").arg(&dir));
+    killed_then_resumed(&spec, &dir);
     let trials = export_json(&dir);
     assert_eq!(trials[0]["attempts"], 2);
     let runs = read_runs(&server, "exp");

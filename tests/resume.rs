@@ -311,9 +311,7 @@ fn a_kill_between_a_steps_acknowledgement_and_its_checkpoint_stores_the_step_onc
         "x = { uniform = [-2.0, 2.0] }",
     );
     let dir = tmp.path().join("run");
-    let killed = tune_run(&spec, &dir).output().unwrap();
-    assert!(!killed.status.success(), "the fixture did not kill tune");
-    run_ok(tune().arg("resume").arg(&dir));
+    killed_then_resumed(&spec, &dir);
     let trials = by_id(export_json(&dir));
     let t0 = &trials[&0];
     assert_eq!(t0["status"], "completed");

@@ -147,13 +147,7 @@ fn tensorboard_reads_the_live_and_the_exported_folder_as_the_sweep_was() {
     let dir = tmp.path().join("sweep");
     tune_run(&spec, &dir).output().unwrap();
     let trials = export_json(&dir);
-    let statuses: Vec<&str> = trials
-        .iter()
-        .map(|t| t["status"].as_str().unwrap())
-        .collect();
-    for s in ["completed", "stopped", "failed"] {
-        assert!(statuses.contains(&s), "no {s} trial in {statuses:?}");
-    }
+    assert_some_trial_in_each(&trials, &["completed", "stopped", "failed"]);
     let expected = expected_runs(&trials);
     assert_eq!(expected.as_object().unwrap().len(), trials.len());
 
@@ -220,9 +214,7 @@ fn a_killed_sweep_resumed_leaves_every_result_in_tensorboard_once() {
         "x = { uniform = [-2.0, 2.0] }",
     );
     let dir = tmp.path().join("run");
-    let killed = tune_run(&spec, &dir).output().unwrap();
-    assert!(!killed.status.success(), "the fixture did not kill tune");
-    run_ok(tune().arg("resume").arg(&dir));
+    killed_then_resumed(&spec, &dir);
     let trials = export_json(&dir);
     assert_eq!(trials[0]["attempts"], 2);
     let runs = read_runs(&tmp.path().join("tb"));

@@ -301,6 +301,25 @@ pub fn write_spec(dir: &Path, top: &str, extra: &[&str], space: &str) -> PathBuf
     path
 }
 
+/// Runs `spec` into `dir` until its fixture kills tune (`--kill-tune-at`), then resumes the
+/// sweep to its end.
+pub fn killed_then_resumed(spec: &Path, dir: &Path) {
+    let killed = tune_run(spec, dir).output().unwrap();
+    assert!(!killed.status.success(), "the fixture did not kill tune");
+    run_ok(tune().arg("resume").arg(dir));
+}
+
+/// Asserts that some trial ended in each of `statuses`.
+pub fn assert_some_trial_in_each(trials: &[Json], statuses: &[&str]) {
+    let ended: Vec<&str> = trials
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    for s in statuses {
+        assert!(ended.contains(s), "no {s} trial in {ended:?}");
+    }
+}
+
 pub fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(
