@@ -3,11 +3,13 @@
 //! packs of more than one trial, the trials of a slot that share a `PackKey` (whatever their
 //! depths and optimizers, and on a GPU their widths) train as one fused model (`super::pack`).
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 use tune_trials::{
-    open_device, Builtin, DataSpec, EpochReport, TrainConfig, Trainer, CHECKPOINT_FILE,
+    open_device, Builtin, DataSpec, EpochReport, Split, TrainConfig, Trainer, TrialsError,
+    CHECKPOINT_FILE,
 };
 
 use super::pack::{Decision, Member, Packs};
@@ -49,26 +51,13 @@ pub(crate) fn builtin_objective(
             Err("this process runs no trial (0 local slots)".into())
         }));
     }
-    // The data is made before any trial runs, so on every core, whatever share of them
-    // `RAYON_NUM_THREADS` gives each trial: the glyphs are drawn in parallel (on an H200's
-    // machine, drawing them on one core idled the GPU for the sweep's first 2 s).
-    let drawing = std::time::Instant::now();
-    let split = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores())
-        .build()
-        .map_or_else(
-            |_| data.load(workdir),
-            |pool| pool.install(|| data.load(workdir)),
-        )
-        .map_err(invalid)?;
-    // Before any trial, the GPU idles: part of a sweep's first second there.
-    super::pack::trace(format_args!(
-        "data `{}` made in {:.3} s, {} training rows",
-        split.train.name,
-        drawing.elapsed().as_secs_f64(),
-        split.train.y.len()
-    ));
-    let split = Arc::new(split);
+    let split = if data.csv.is_some() {
+        // Read before the sweep starts, so that a bad file stops it there.
+        Arc::new(SweepData::made(make_data(&data, workdir).map_err(invalid)?))
+    } else {
+        // Its keys are checked (`check_for`): drawing it cannot fail.
+        Arc::new(SweepData::draw(data, workdir.to_path_buf()))
+    };
     let threads = threads_per_trial(cpu_slots);
     let packs = Packs::new(trials_per_pack, trials_per_gpu, threads);
     let checkpoints = SettleCheckpoints;
@@ -83,6 +72,79 @@ pub(crate) fn builtin_objective(
             None => train(builtin, &fixed, &split, &packs, ctx),
         }
     }))
+}
+
+/// The data every trial of a sweep trains on. A drawn or shipped dataset is made on a thread
+/// of its own from the objective's start, while the coordinator starts and each GPU slot's
+/// first trial opens its device (its cuBLAS and cuRAND handles), which before waited for it:
+/// on a GPU the sweep's first second is idle (README "Fused trials").
+struct SweepData {
+    split: OnceLock<Result<Arc<Split>, String>>,
+    drawing: Mutex<Option<JoinHandle<Result<Split, TrialsError>>>>,
+}
+
+impl SweepData {
+    fn made(split: Split) -> SweepData {
+        SweepData {
+            split: OnceLock::from(Ok(Arc::new(split))),
+            drawing: Mutex::new(None),
+        }
+    }
+
+    fn draw(data: DataSpec, workdir: PathBuf) -> SweepData {
+        let drawing = std::thread::Builder::new()
+            .name("tune-data".into())
+            .spawn(move || make_data(&data, &workdir));
+        match drawing {
+            Ok(handle) => SweepData {
+                split: OnceLock::new(),
+                drawing: Mutex::new(Some(handle)),
+            },
+            // No thread to spare: the trials wait for it the same way.
+            Err(e) => SweepData {
+                split: OnceLock::from(Err(format!("the data could not be drawn: {e}"))),
+                drawing: Mutex::new(None),
+            },
+        }
+    }
+
+    /// The split, once made: the first caller waits for the drawing, the others for it.
+    fn wait(&self) -> Result<Arc<Split>, TrialsError> {
+        let made = self.split.get_or_init(|| {
+            let drawing = self
+                .drawing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            match drawing.map(JoinHandle::join) {
+                Some(Ok(made)) => made.map(Arc::new).map_err(|e| e.to_string()),
+                Some(Err(_)) => Err("drawing the data panicked".into()),
+                None => Err("the data was not drawn".into()),
+            }
+        });
+        made.clone().map_err(TrialsError::Data)
+    }
+}
+
+/// `data`'s split, made on every core whatever share of them `RAYON_NUM_THREADS` gives each
+/// trial: the glyphs are drawn in parallel (on an H200's machine, drawing them on one core
+/// idled the GPU for the sweep's first 2 s).
+fn make_data(data: &DataSpec, workdir: &Path) -> Result<Split, TrialsError> {
+    let drawing = std::time::Instant::now();
+    let split = rayon::ThreadPoolBuilder::new()
+        .num_threads(cores())
+        .build()
+        .map_or_else(
+            |_| data.load(workdir),
+            |pool| pool.install(|| data.load(workdir)),
+        )?;
+    super::pack::trace(format_args!(
+        "data `{}` made in {:.3} s, {} training rows",
+        split.train.name,
+        drawing.elapsed().as_secs_f64(),
+        split.train.y.len()
+    ));
+    Ok(split)
 }
 
 /// Held by the objective: when the sweep is over and the objective dropped, the checkpoints
@@ -106,7 +168,7 @@ impl Drop for SettleCheckpoints {
 fn train(
     builtin: Builtin,
     fixed: &serde_json::Map<String, serde_json::Value>,
-    split: &tune_trials::Split,
+    data: &SweepData,
     packs: &Arc<Packs>,
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
@@ -115,11 +177,16 @@ fn train(
     // Packs on this slot wait for the trial until it joins one or trains alone.
     let arrival = packs.map(|p| p.arrive(ctx.device()));
     let seed = cfg.seed.unwrap_or(ctx.id());
+    // Each opens the device before it waits for the data.
     let mut trainer = match packs {
         Some(p) => {
-            Trainer::with_tensors(builtin, cfg, split, &p.tensors(ctx.device(), split)?, seed)?
+            let tensors = p.tensors(ctx.device(), || data.wait())?;
+            Trainer::with_tensors(builtin, cfg, &*data.wait()?, &tensors, seed)?
         }
-        None => Trainer::new(builtin, cfg, split, &open_device(ctx.device())?, seed)?,
+        None => {
+            let device = open_device(ctx.device())?;
+            Trainer::new(builtin, cfg, &*data.wait()?, &device, seed)?
+        }
     };
     // A run killed before its first checkpoint landed (or an exploit that snapshotted a
     // source before its first) leaves a folder without one: the trial starts over, and

@@ -131,9 +131,14 @@ impl Packs {
         }
     }
 
-    /// `split`'s rows on the device of `slot`, shared by the trials of its packs (every
-    /// trial of a sweep trains on the one split).
-    pub(crate) fn tensors(&self, slot: &str, split: &Split) -> Result<SplitTensors, TrialsError> {
+    /// The rows of the split `split` waits for on the device of `slot`, shared by the trials
+    /// of its packs (every trial of a sweep trains on the one split). The device is opened
+    /// before the split is waited for.
+    pub(crate) fn tensors(
+        &self,
+        slot: &str,
+        split: impl FnOnce() -> Result<Arc<Split>, TrialsError>,
+    ) -> Result<SplitTensors, TrialsError> {
         // The first trial of a slot opens its device and uploads the rows while the others
         // there wait (not the hub: other slots go on). At a sweep's start every trial of the
         // first packs asks at once, and each opening its own device (a cuBLAS handle, a
@@ -144,11 +149,14 @@ impl Packs {
             return Ok(d.clone());
         }
         let opening = Instant::now();
-        let d = SplitTensors::new(split, &open_device(slot)?)?;
+        let device = open_device(slot)?;
+        let opened = opening.elapsed();
+        let d = SplitTensors::new(&*split()?, &device)?;
         *data = Some(d.clone());
         trace(format_args!(
-            "{slot}: device opened and rows uploaded in {:.3} s",
-            opening.elapsed().as_secs_f64()
+            "{slot}: device opened in {:.3} s, rows uploaded {:.3} s later",
+            opened.as_secs_f64(),
+            (opening.elapsed() - opened).as_secs_f64()
         ));
         Ok(d)
     }
