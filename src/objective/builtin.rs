@@ -477,6 +477,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn trials_waiting_for_the_data_drawn_behind_them_all_get_the_one_split() {
+        let spec = |name: &str| DataSpec {
+            dataset: Some(name.into()),
+            ..DataSpec::default()
+        };
+        let data = SweepData::draw(spec("wine"), PathBuf::from("."));
+        let splits: Vec<Arc<Split>> = std::thread::scope(|s| {
+            let waiting: Vec<_> = (0..4).map(|_| s.spawn(|| data.wait().unwrap())).collect();
+            waiting.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert!(splits.iter().all(|s| Arc::ptr_eq(s, &splits[0])));
+        assert_eq!(*splits[0], Split::shipped("wine").unwrap());
+        // A drawing that fails fails every trial that waits for it, each with why.
+        let data = SweepData::draw(spec("no-such-data"), PathBuf::from("."));
+        for _ in 0..2 {
+            let e = data.wait().unwrap_err().to_string();
+            assert!(e.contains("no-such-data"), "{e}");
+        }
+    }
+
+    #[test]
     fn a_gpu_trains_every_trial_in_a_pack_and_a_cpu_slot_only_where_packs_fuse() {
         assert!(trains_in_a_pack(1, "cuda:0", false));
         assert!(trains_in_a_pack(16, "cuda:1", false));
