@@ -55,7 +55,8 @@ pub(crate) fn builtin_objective(
         // Read before the sweep starts, so that a bad file stops it there.
         Arc::new(SweepData::made(make_data(&data, workdir).map_err(invalid)?))
     } else {
-        // Its keys are checked (`check_for`): drawing it cannot fail.
+        // Its keys are checked (`check_for`); should the drawing still fail, every trial
+        // fails with why.
         Arc::new(SweepData::draw(data, workdir.to_path_buf()))
     };
     let threads = threads_per_trial(cpu_slots);
@@ -92,17 +93,22 @@ impl SweepData {
     }
 
     fn draw(data: DataSpec, workdir: PathBuf) -> SweepData {
+        let (spec, dir) = (data.clone(), workdir.clone());
         let drawing = std::thread::Builder::new()
             .name("tune-data".into())
-            .spawn(move || make_data(&data, &workdir));
+            .spawn(move || make_data(&spec, &dir));
         match drawing {
             Ok(handle) => SweepData {
                 split: OnceLock::new(),
                 drawing: Mutex::new(Some(handle)),
             },
-            // No thread to spare: the trials wait for it the same way.
-            Err(e) => SweepData {
-                split: OnceLock::from(Err(format!("the data could not be drawn: {e}"))),
+            // No thread to spare: drawn here, before the sweep starts (the same rows).
+            Err(_) => SweepData {
+                split: OnceLock::from(
+                    make_data(&data, &workdir)
+                        .map(Arc::new)
+                        .map_err(|e| e.to_string()),
+                ),
                 drawing: Mutex::new(None),
             },
         }
