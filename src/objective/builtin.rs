@@ -53,7 +53,9 @@ pub(crate) fn builtin_objective(
     }
     let split = if data.csv.is_some() {
         // Read before the sweep starts, so that a bad file stops it there.
-        Arc::new(SweepData::made(make_data(&data, workdir).map_err(invalid)?))
+        Arc::new(SweepData::made(Ok(
+            make_data(&data, workdir).map_err(invalid)?
+        )))
     } else {
         // Its keys are checked (`check_for`); should the drawing still fail, every trial
         // fails with why.
@@ -85,9 +87,10 @@ struct SweepData {
 }
 
 impl SweepData {
-    fn made(split: Split) -> SweepData {
+    /// Data made already (or that failed to be).
+    fn made(made: Result<Split, TrialsError>) -> SweepData {
         SweepData {
-            split: OnceLock::from(Ok(Arc::new(split))),
+            split: OnceLock::from(made.map(Arc::new).map_err(|e| e.to_string())),
             drawing: Mutex::new(None),
         }
     }
@@ -103,14 +106,7 @@ impl SweepData {
                 drawing: Mutex::new(Some(handle)),
             },
             // No thread to spare: drawn here, before the sweep starts (the same rows).
-            Err(_) => SweepData {
-                split: OnceLock::from(
-                    make_data(&data, &workdir)
-                        .map(Arc::new)
-                        .map_err(|e| e.to_string()),
-                ),
-                drawing: Mutex::new(None),
-            },
+            Err(_) => SweepData::made(make_data(&data, &workdir)),
         }
     }
 
