@@ -12,9 +12,12 @@
 //! zero terms, so within rounding rather than bit for bit). A pack also mixes SGD and AdamW
 //! members, each member's slice of a weight updated by its own optimizer in the one pass
 //! that updates the weight (`crate::fused_step`), and batch sizes: update `i` of every
-//! member is one step of the pack, the shorter batches padded with rows whose loss weighs 0,
-//! and a member with fewer updates in its epoch sits the last ones out (its weights and
-//! state kept as they are).
+//! member is one step of the pack, the shorter batches padded with rows whose loss weighs 0.
+//! A pack trains either an epoch of every member ([`FusedTrainer::train_epoch`]: a member
+//! with fewer updates in its epoch sits the last ones out, its weights and state kept as
+//! they are), or on to the next boundary of any member ([`FusedTrainer::train_to_boundary`]):
+//! then each member goes through its own epochs, a member of larger batches starting its
+//! next epoch while one of smaller batches is still in its first, and never sits out.
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
@@ -28,7 +31,8 @@
 //!
 //! A pack is formed from [`Trainer`]s and gives them back with [`FusedTrainer::into_trainers`]:
 //! that is how a trial leaves (stopped, paused, checkpointed) and how a new one joins, at an
-//! epoch boundary.
+//! epoch boundary: its own ([`FusedTrainer::reform`] keeps the others where they are in
+//! theirs).
 
 use std::path::Path;
 
@@ -245,6 +249,10 @@ pub struct FusedTrainer {
     has_layer: Vec<Option<Tensor>>,
     /// A scalar 0 on the device, broadcast where an operation needs zeros.
     zero: Tensor,
+    /// Per member: the updates of its current epoch trained so far (0: at its boundary), and
+    /// its summed training loss over them.
+    at: Vec<u64>,
+    loss_sums: Vec<f32>,
     /// Whether a member's arithmetic is its unfused arithmetic to the bit, as on CPU (what
     /// lets a resumed sweep decide as the uninterrupted one whichever trials share a pack).
     /// On a GPU, whose batched matmuls round otherwise than one trial's anyway, the pack
@@ -291,6 +299,7 @@ impl PackedMember<'_> {
     }
 
     fn contents(&self) -> Result<checkpoint::Contents, TrialsError> {
+        self.pack.check_at_boundary(self.k)?;
         let (weights, state) = self.pack.member_slices(self.k)?;
         self.pack.members[self.k].checkpoint_of(weights, &state)
     }
@@ -306,7 +315,8 @@ impl FusedTrainer {
 
     /// The pack with the members flagged in `leaving` out and `joiners` in after the others:
     /// bit for bit the pack [`FusedTrainer::new`] makes of the staying members unpacked
-    /// ([`FusedTrainer::into_trainers`]) followed by the joiners. The staying members' slices
+    /// ([`FusedTrainer::into_trainers`]) followed by the joiners, the staying members where
+    /// they were in their epochs (a leaver must be at its epoch's end). The staying members' slices
     /// are taken from this pack as they are rather than written back into their trainers and
     /// padded again, and the leavers' are not written back at all: at an epoch boundary of a
     /// 16-trial pack that was a few copies of every weight of every member.
@@ -333,6 +343,11 @@ impl FusedTrainer {
                 leaving.len(),
                 self.members.len()
             )));
+        }
+        if let Some(k) = (0..leaving.len()).find(|&k| leaving[k]) {
+            if self.at[k] > 0 {
+                self.check_at_boundary(k)?;
+            }
         }
         let from: Vec<usize> = (0..leaving.len()).filter(|&k| !leaving[k]).collect();
         if from.is_empty() {
@@ -383,6 +398,8 @@ impl FusedTrainer {
         let mut pack = FusedTrainer {
             zero: Tensor::zeros((), DType::F32, &device)?,
             exact: device.is_cpu(),
+            at: vec![0; members.len()],
+            loss_sums: vec![0.0; members.len()],
             device,
             key: first.fuse_key(),
             members: Vec::new(),
@@ -458,6 +475,12 @@ impl FusedTrainer {
         }
         pack.weights = weights;
         pack.state = state;
+        if let Some((old, places)) = from {
+            for (k, &place) in places.iter().enumerate() {
+                pack.at[k] = old.at[place];
+                pack.loss_sums[k] = old.loss_sums[place];
+            }
+        }
         pack.members = members;
         Ok(pack)
     }
@@ -537,7 +560,86 @@ impl FusedTrainer {
     /// validates. One result per member, in order: a member whose loss diverged gets its
     /// error without disturbing the others. Members that finish (their last epoch, or early
     /// stopping) must leave through [`FusedTrainer::into_trainers`] before the next epoch.
+    /// Every member must be at its epoch's start (see [`FusedTrainer::train_to_boundary`]).
     pub fn train_epoch(&mut self) -> Result<Vec<Result<EpochReport, TrialsError>>, TrialsError> {
+        if let Some(k) = self.at.iter().position(|&at| at > 0) {
+            return Err(TrialsError::Train(format!(
+                "member {k} is {} updates into its epoch; train the pack to its boundary first",
+                self.at[k]
+            )));
+        }
+        let counts: Vec<u64> = self.members.iter().map(Trainer::steps_per_epoch).collect();
+        self.train(&counts)?
+            .into_iter()
+            .map(|r| r.ok_or_else(|| TrialsError::Train("a member's epoch did not end".into())))
+            .collect()
+    }
+
+    /// Trains every member on to the next epoch boundary of any member
+    /// ([`FusedTrainer::ticks_to_boundary`] updates each), then validates the members there.
+    /// Per member, in order: the report of the epoch it ended, or `None` for one still in its
+    /// epoch. Each member goes through its own epochs this way, none sitting out an update,
+    /// where [`FusedTrainer::train_epoch`] has a member of fewer updates an epoch (a larger
+    /// batch) wait for the others' epochs to end. A member that finishes must leave (through
+    /// [`FusedTrainer::reform`]) before the next call.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap(); // 142 training rows
+    /// let cpu = candle_core::Device::Cpu;
+    /// let trainers = [64, 32]
+    ///     .iter()
+    ///     .map(|&batch_size| {
+    ///         let cfg = TrainConfig { batch_size, ..TrainConfig::default() };
+    ///         Trainer::new(Builtin::Mlp, cfg, &split, &cpu, 7).unwrap()
+    ///     })
+    ///     .collect();
+    /// let mut pack = FusedTrainer::new(trainers).unwrap();
+    /// // 3 updates an epoch for batches of 64, 5 for batches of 32.
+    /// assert_eq!(pack.ticks_to_boundary(), 3);
+    /// let reports = pack.train_to_boundary().unwrap();
+    /// assert!(reports[0].is_some() && reports[1].is_none());
+    /// assert_eq!(pack.ticks_to_boundary(), 2); // the second member's epoch ends first
+    /// let reports = pack.train_to_boundary().unwrap();
+    /// assert!(reports[0].is_none() && reports[1].is_some());
+    /// assert_eq!(pack.epochs(), vec![1, 1]);
+    /// ```
+    pub fn train_to_boundary(
+        &mut self,
+    ) -> Result<Vec<Option<Result<EpochReport, TrialsError>>>, TrialsError> {
+        let ticks = self.ticks_to_boundary();
+        self.train(&vec![ticks; self.members.len()])
+    }
+
+    /// The updates [`FusedTrainer::train_to_boundary`] trains next: until the soonest end of
+    /// a member's epoch.
+    pub fn ticks_to_boundary(&self) -> u64 {
+        self.members
+            .iter()
+            .zip(&self.at)
+            .map(|(m, &at)| m.steps_per_epoch() - at)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Whether `trainer` joining now keeps the pack's members of its epoch length in step:
+    /// none is in the middle of its epoch. Members in step end their epochs together, at one
+    /// boundary of the pack rather than one each.
+    pub fn in_step_with(&self, trainer: &Trainer) -> bool {
+        let steps = trainer.steps_per_epoch();
+        self.members
+            .iter()
+            .zip(&self.at)
+            .all(|(m, &at)| at == 0 || m.steps_per_epoch() != steps)
+    }
+
+    /// Trains `counts[k]` updates of member `k` from where it is in its epoch (not past its
+    /// end), in `max(counts)` ticks, then validates the members whose epoch ended: their
+    /// reports, `None` for the others.
+    fn train(
+        &mut self,
+        counts: &[u64],
+    ) -> Result<Vec<Option<Result<EpochReport, TrialsError>>>, TrialsError> {
         if let Some(k) = self.members.iter().position(Trainer::finished) {
             return Err(TrialsError::Train(format!(
                 "member {k} has finished; re-form the pack without it before the next epoch"
@@ -552,14 +654,16 @@ impl FusedTrainer {
             .iter()
             .map(|m| epoch_order(m.seed, m.epoch, n))
             .collect();
+        // Each member's first update of the ticks, counted from its first epoch's.
         let first_updates: Vec<u64> = self
             .members
             .iter()
-            .map(|m| m.epoch * m.steps_per_epoch())
+            .zip(&self.at)
+            .map(|(m, &at)| m.epoch * m.steps_per_epoch() + at)
             .collect();
-        // Everything a batch needs from the host is uploaded once per epoch: on a GPU each
+        // Everything a batch needs from the host is uploaded once per call: on a GPU each
         // upload from pageable memory waits for the queue to drain.
-        let ticks = Ticks::new(&self.members, &orders, n, &self.device)?;
+        let ticks = Ticks::new(&self.members, &self.at, counts, &orders, n, &self.device)?;
         let mut masks = if self.members.iter().any(|m| m.cfg.dropout > 0.0) {
             let (dropouts, plan) = self.dropout_plan(&ticks);
             Some(DropoutMasks::new(
@@ -577,10 +681,9 @@ impl FusedTrainer {
             .map(|i| {
                 self.members
                     .iter()
-                    .zip(&first_updates)
-                    .map(|(m, &first)| {
-                        let last = m.steps_per_epoch() - 1;
-                        m.lr_at_update(first + (i as u64).min(last))
+                    .zip(first_updates.iter().zip(counts))
+                    .map(|(m, (&first, &count))| {
+                        m.lr_at_update(first + (i as u64).min(count.saturating_sub(1)))
                     })
                     .collect()
             })
@@ -594,7 +697,7 @@ impl FusedTrainer {
         let at_log_probs = Tensor::zeros((ticks.idx.dim(0)?, classes), DType::F32, &self.device)?
             .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
         let minus_weights = row_weights.neg()?;
-        let mut loss_sums = Tensor::zeros(members, DType::F32, &self.device)?;
+        let mut loss_sums = Tensor::from_vec(self.loss_sums.clone(), members, &self.device)?;
         let device = self.device.clone();
         for i in 0..ticks.count() {
             let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
@@ -657,20 +760,32 @@ impl FusedTrainer {
                 Ok::<_, TrialsError>(loss_sums)
             })?;
         }
-        let loss_sums = loss_sums.to_vec1::<f32>()?;
-        let validation = self.evaluate()?;
-        Ok(self
-            .members
-            .iter_mut()
-            .enumerate()
-            .map(|(k, m)| {
-                let (val_loss, val_accuracy) = validation[k];
-                // The learning rate of the member's last update of the epoch.
-                let last = (m.steps_per_epoch() as usize).saturating_sub(1);
-                let lr = lrs.get(last).map_or(0.0, |l| l[k]);
-                m.end_epoch(loss_sums[k] as f64 / n as f64, val_loss, val_accuracy, lr)
-            })
-            .collect())
+        self.loss_sums = loss_sums.to_vec1::<f32>()?;
+        let ends: Vec<bool> = (0..members)
+            .map(|k| self.at[k] + counts[k] >= self.members[k].steps_per_epoch())
+            .collect();
+        let validation = if ends.contains(&true) {
+            self.evaluate()?
+        } else {
+            Vec::new()
+        };
+        let mut reports = Vec::with_capacity(members);
+        for k in 0..members {
+            if !ends[k] {
+                self.at[k] += counts[k];
+                reports.push(None);
+                continue;
+            }
+            let (val_loss, val_accuracy) = validation[k];
+            // The learning rate of the member's last update of the epoch.
+            let last = (counts[k] as usize).saturating_sub(1);
+            let lr = lrs.get(last).map_or(0.0, |l| l[k]);
+            let train_loss = std::mem::take(&mut self.loss_sums[k]) as f64 / n as f64;
+            self.at[k] = 0;
+            let m = &mut self.members[k];
+            reports.push(Some(m.end_epoch(train_loss, val_loss, val_accuracy, lr)));
+        }
+        Ok(reports)
     }
 
     /// Each member's mean cross-entropy and accuracy on the validation rows.
@@ -709,8 +824,11 @@ impl FusedTrainer {
     }
 
     /// Unpacks: each member gets its weights and optimizer state back and goes on alone (or
-    /// into another pack) exactly where it was.
+    /// into another pack) exactly where it was. Every member must be at an epoch boundary.
     pub fn into_trainers(mut self) -> Result<Vec<Trainer>, TrialsError> {
+        for k in 0..self.members.len() {
+            self.check_at_boundary(k)?;
+        }
         for k in 0..self.members.len() {
             self.write_back(k)?;
         }
@@ -743,6 +861,17 @@ impl FusedTrainer {
             )));
         }
         Ok(PackedMember { pack: self, k })
+    }
+
+    /// Refuses member `k` in the middle of its epoch, which neither a trainer nor a
+    /// checkpoint can hold.
+    fn check_at_boundary(&self, k: usize) -> Result<(), TrialsError> {
+        match self.at[k] {
+            0 => Ok(()),
+            at => Err(TrialsError::Train(format!(
+                "member {k} is {at} updates into its epoch; only a member at its epoch's end leaves or checkpoints"
+            ))),
+        }
     }
 
     /// Copies of member `k`'s slices of the packed weights (one per var of its model, in its
@@ -999,10 +1128,24 @@ impl FusedTrainer {
 
     /// The members' dropouts at the start of their epochs, and the masks `ticks` need.
     fn dropout_plan(&self, ticks: &Ticks) -> (Vec<Dropout>, MaskPlan) {
+        // Each member draws units per row of its batches at each site it has (`rows` 1).
+        let per_row = self.dropout_sites(&vec![1; self.members.len()]);
+        let n = self.members.first().map_or(0, |m| m.train.2);
         let dropouts = self
             .members
             .iter()
-            .map(|m| Dropout::new(m.cfg.dropout, m.seed, m.epoch))
+            .enumerate()
+            .map(|(k, m)| {
+                let mut dropout = Dropout::new(m.cfg.dropout, m.seed, m.epoch);
+                // Past what the member drew in the updates of its epoch trained already.
+                let rows = (self.at[k] as usize * m.cfg.batch_size).min(n);
+                let units: usize = per_row
+                    .iter()
+                    .map(|(_, parts)| parts[k].0 * parts[k].1)
+                    .sum();
+                dropout.skip((rows * units) as u64);
+                dropout
+            })
             .collect();
         let plan = (0..ticks.count())
             .map(|t| (ticks.rows[t], self.dropout_sites(&ticks.lens[t])))
@@ -1237,10 +1380,11 @@ impl Coefficients {
     }
 }
 
-/// An epoch's updates, in lockstep: tick `i` is update `i` of every member whose epoch has
-/// one. Members of one batch size have the same updates; of different batch sizes, each
-/// tick's batch holds the most rows any member has in it, a member's shorter part padded
-/// with rows its loss weighs 0, and a member with fewer updates sits the last ticks out.
+/// Updates in lockstep: tick `i` is the `i`-th update of every member that trains that
+/// many, each from where it is in its epoch. Each tick's batch holds the most rows any
+/// member has in it, a member's shorter part (another batch size, an epoch's last batch)
+/// padded with rows its loss weighs 0, and a member with fewer updates sits the last ticks
+/// out.
 struct Ticks {
     /// Per tick, per member: its rows in the tick's batch (0: it sits the tick out).
     lens: Vec<Vec<usize>>,
@@ -1259,20 +1403,30 @@ struct Ticks {
 }
 
 impl Ticks {
-    /// For members whose epochs shuffle the `n` rows as `orders`.
+    /// For members whose epochs shuffle the `n` rows as `orders`, member `k` training
+    /// `counts[k]` updates from its update `at[k]` of the epoch.
     fn new(
         members: &[Trainer],
+        at: &[u64],
+        counts: &[u64],
         orders: &[Vec<u32>],
         n: usize,
         device: &Device,
     ) -> candle_core::Result<Ticks> {
         let sizes: Vec<usize> = members.iter().map(|m| m.cfg.batch_size).collect();
-        let count = sizes.iter().map(|&b| n.div_ceil(b)).max().unwrap_or(0);
+        let count = counts.iter().copied().max().unwrap_or(0) as usize;
+        // Where member `m`'s batch of tick `i` starts in its epoch's order.
+        let start = |m: usize, i: usize| ((at[m] as usize + i) * sizes[m]).min(n);
         let lens: Vec<Vec<usize>> = (0..count)
             .map(|i| {
-                sizes
-                    .iter()
-                    .map(|&b| b.min(n.saturating_sub(i * b)))
+                (0..members.len())
+                    .map(|m| {
+                        if i < counts[m] as usize {
+                            sizes[m].min(n - start(m, i))
+                        } else {
+                            0
+                        }
+                    })
                     .collect()
             })
             .collect();
@@ -1285,7 +1439,7 @@ impl Ticks {
         for (i, tick) in lens.iter().enumerate() {
             offsets.push(idx.len());
             for (m, &len) in tick.iter().enumerate() {
-                let start = (i * sizes[m]).min(n);
+                let start = start(m, i);
                 idx.extend_from_slice(&orders[m][start..start + len]);
                 // Padding repeats the member's first row of the epoch; its weight is 0.
                 idx.resize(idx.len() + rows[i] - len, orders[m][0]);
@@ -1725,7 +1879,9 @@ mod tests {
             .iter()
             .map(|m| epoch_order(m.seed, m.epoch, n))
             .collect();
-        let ticks = Ticks::new(&pack.members, &orders, n, &Device::Cpu).unwrap();
+        let counts: Vec<u64> = pack.members.iter().map(Trainer::steps_per_epoch).collect();
+        let at = vec![0; counts.len()];
+        let ticks = Ticks::new(&pack.members, &at, &counts, &orders, n, &Device::Cpu).unwrap();
         let masks = |on_device| {
             let (dropouts, plan) = pack.dropout_plan(&ticks);
             crate::fused_dropout::tests::masks(dropouts, plan, &Device::Cpu, on_device)

@@ -631,6 +631,19 @@ pub(crate) mod tests {
         assert_eq!(c.scale, d.scale());
     }
 
+    /// Skipping draws leaves a dropout where drawing them would.
+    #[test]
+    fn skipping_draws_is_drawing_them() {
+        let (mut drawn, mut skipped) = (Dropout::new(0.3, 11, 4), Dropout::new(0.3, 11, 4));
+        drawn.extend_keep(&mut Vec::new(), 37);
+        skipped.skip(37);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        drawn.extend_keep(&mut a, 50);
+        skipped.extend_keep(&mut b, 50);
+        assert_eq!(a, b);
+        assert_eq!(skipped.counter().next, 87);
+    }
+
     /// A threshold at an exact multiple of 2^-53 keeps a draw at it, as `random::<f64>() >=
     /// p` does, and one just under it does not.
     #[test]

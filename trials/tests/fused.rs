@@ -460,25 +460,12 @@ fn fused_near_alone(
     let near = |a: f64, b: f64| (a - b).abs() <= tolerance * b.abs().max(1.0);
     let mut alone = trainers_of(builtin, split, members);
     let mut pack = FusedTrainer::new(trainers_of(builtin, split, members)).unwrap();
-    let rows = split.val.len() as f64;
     for epoch in 1..=epochs {
         let fused = pack.train_epoch().unwrap();
         for (k, (t, report)) in alone.iter_mut().zip(&fused).enumerate() {
             let (got, want) = (report.as_ref().unwrap(), t.train_epoch().unwrap());
             let who = format!("member {k}, epoch {epoch}");
-            assert_eq!((got.epoch, got.lr), (want.epoch, want.lr), "{who}");
-            for (what, g, w) in [
-                ("train_loss", got.train_loss, want.train_loss),
-                ("val_loss", got.val_loss, want.val_loss),
-            ] {
-                assert!(near(g, w), "{who}: {what} {g} fused, {w} alone");
-            }
-            assert!(
-                (got.val_accuracy - want.val_accuracy).abs() <= 1.0 / rows + 1e-12,
-                "{who}: val_accuracy {} fused, {} alone",
-                got.val_accuracy,
-                want.val_accuracy
-            );
+            assert_near_epoch(got, &want, split, tolerance, &who);
         }
     }
     for (k, (f, a)) in pack.into_trainers().unwrap().iter().zip(&alone).enumerate() {
@@ -497,6 +484,31 @@ fn fused_near_alone(
             }
         }
     }
+}
+
+/// The same epoch within `tolerance` (relative, or absolute below 1), the accuracy within
+/// one validation row of `split`.
+fn assert_near_epoch(
+    got: &EpochReport,
+    want: &EpochReport,
+    split: &Split,
+    tolerance: f64,
+    who: &str,
+) {
+    let near = |a: f64, b: f64| (a - b).abs() <= tolerance * b.abs().max(1.0);
+    assert_eq!((got.epoch, got.lr), (want.epoch, want.lr), "{who}");
+    for (what, g, w) in [
+        ("train_loss", got.train_loss, want.train_loss),
+        ("val_loss", got.val_loss, want.val_loss),
+    ] {
+        assert!(near(g, w), "{who}: {what} {g} fused, {w} alone");
+    }
+    assert!(
+        (got.val_accuracy - want.val_accuracy).abs() <= 1.0 / split.val.len() as f64 + 1e-12,
+        "{who}: val_accuracy {} fused, {} alone",
+        got.val_accuracy,
+        want.val_accuracy
+    );
 }
 
 /// Members of different widths, depths and batch sizes, SGD and AdamW, with dropout and weight
@@ -757,4 +769,108 @@ fn mixed_members_of_other_batch_sizes_or_of_one_width_train_as_alone() {
         .map(|(cfg, seed)| (TrainConfig { width: 16, ..cfg }, seed))
         .collect();
     fused_equals_alone(Builtin::Mlp, &digits(), &one_width, 3);
+}
+
+/// Members of other batch sizes trained each through its own epochs, to the pack's
+/// boundaries: a member of larger batches starts its next epoch while the others go on in
+/// theirs, one joins in the middle of the others' epochs, and each leaves when it finishes.
+/// Every epoch is as alone (dropout included, drawn on from where each member was), and the
+/// pack takes as many updates as its longest member, none sat out.
+#[test]
+fn members_training_through_their_own_epochs_train_as_alone() {
+    let split = digits();
+    // 1,438 rows: 12, 23, 45 and 29 updates an epoch. The last joins after the first
+    // boundary, 12 updates into the others' epochs.
+    let members: Vec<(TrainConfig, u64)> = mixed_members()
+        .into_iter()
+        .zip([128, 64, 32, 50])
+        .map(|((cfg, seed), batch_size)| (TrainConfig { batch_size, ..cfg }, seed))
+        .collect();
+    let mut alone = trainers_of(Builtin::Mlp, &split, &members);
+    let mut pack = FusedTrainer::new(trainers_of(Builtin::Mlp, &split, &members[..3])).unwrap();
+    // Each member of the pack, in its order: its place in `members`.
+    let mut ids = vec![0, 1, 2];
+    let mut reported = vec![0; members.len()];
+    let mut ticks = 0;
+    while !ids.is_empty() {
+        ticks += pack.ticks_to_boundary();
+        let reports = pack.train_to_boundary().unwrap();
+        assert!(reports.iter().any(Option::is_some), "a boundary every call");
+        let mut leaving = vec![false; ids.len()];
+        for (k, report) in reports.into_iter().enumerate() {
+            let Some(report) = report else { continue };
+            let id = ids[k];
+            let want = alone[id].train_epoch().unwrap();
+            let who = format!("member {id}, epoch {}", want.epoch);
+            assert_near_epoch(&report.unwrap(), &want, &split, 1e-5, &who);
+            reported[id] += 1;
+            leaving[k] = pack.member(k).unwrap().finished();
+        }
+        let joiners = if ticks == 12 {
+            ids.push(3);
+            trainers_of(Builtin::Mlp, &split, &members[3..])
+        } else {
+            Vec::new()
+        };
+        if leaving.contains(&true) || !joiners.is_empty() {
+            let mut k = 0;
+            ids.retain(|_| {
+                k += 1;
+                !leaving.get(k - 1).copied().unwrap_or(false)
+            });
+            if ids.is_empty() {
+                break;
+            }
+            pack = pack.reform(&leaving, joiners).unwrap();
+        }
+    }
+    assert_eq!(reported, vec![3; 4], "every member's three epochs");
+    // The batch-32 member's 135 updates, the longest; the joiner's 87 from update 12 end
+    // sooner. Epoch by epoch (`train_epoch`) each round lasts its longest epoch's 45.
+    assert_eq!(ticks, 135);
+}
+
+/// Only a member at its epoch's end leaves, unpacks or checkpoints; a whole epoch starts
+/// from every member's boundary.
+#[test]
+fn a_member_in_the_middle_of_its_epoch_neither_leaves_nor_checkpoints() {
+    let split = Split::shipped("wine").unwrap(); // 142 training rows: 3 and 5 updates
+    let trainers = [64, 32]
+        .iter()
+        .map(|&batch_size| {
+            let cfg = TrainConfig {
+                batch_size,
+                ..TrainConfig::default()
+            };
+            trainer(&split, &cfg, 1)
+        })
+        .collect();
+    let mut pack = FusedTrainer::new(trainers).unwrap();
+    pack.train_to_boundary().unwrap();
+    let middle = |e: String| assert!(e.contains("member 1 is 3 updates into its epoch"), "{e}");
+    middle(
+        pack.member(1)
+            .unwrap()
+            .checkpoint()
+            .err()
+            .unwrap()
+            .to_string(),
+    );
+    middle(pack.train_epoch().unwrap_err().to_string());
+    assert!(pack.member(0).unwrap().checkpoint().is_ok());
+    let joiner = trainer(&split, &TrainConfig::default(), 2);
+    assert!(!pack.in_step_with(&trainer(
+        &split,
+        &TrainConfig {
+            batch_size: 32,
+            ..TrainConfig::default()
+        },
+        3
+    )));
+    assert!(
+        pack.in_step_with(&joiner),
+        "the batch-64 member is at its boundary"
+    );
+    let pack = pack.reform(&[false, true], Vec::new());
+    middle(pack.err().unwrap().to_string());
 }

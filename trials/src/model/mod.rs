@@ -149,6 +149,16 @@ impl Dropout {
         keep.extend((0..n).map(|_| u8::from(keeps(self.rng.next_u64(), self.threshold))));
     }
 
+    /// Moves past the next `draws` draws, as drawing them would (a pack member that starts
+    /// training in the middle of its epoch); nothing when `p` is 0, which draws nothing.
+    pub(crate) fn skip(&mut self, draws: u64) {
+        if self.p != 0.0 {
+            // Every draw is a `u64`, two words.
+            let at = self.rng.get_word_pos();
+            self.rng.set_word_pos(at + 2 * u128::from(draws));
+        }
+    }
+
     /// The stream this dropout draws its next masks from.
     pub(crate) fn counter(&self) -> DrawCounter {
         let seed = self.rng.get_seed();
