@@ -1,8 +1,13 @@
 //! Packs: trials of a built-in trainable that run on one slot and share a [`PackKey`] (their
 //! depths and optimizers may differ, and on a GPU their widths) train as one fused model
 //! ([`tune_trials::FusedTrainer`], HFTA) on a thread of the pack's own, while each trial's
-//! thread reports its epochs and hears its decisions exactly as if it trained alone. Members
-//! leave (stopped, paused, finished, failed) and join at epoch boundaries.
+//! thread reports its epochs and hears its decisions exactly as if it trained alone. A pack
+//! trains on to the next epoch boundary of any member ([`FusedTrainer::train_to_boundary`]),
+//! so that members of other batch sizes (on a GPU) each go through their own epochs rather
+//! than wait for the longest; there the members whose epoch ended report and hear their
+//! decisions, leavers leave (stopped, paused, finished, failed), and trials join. A trial
+//! joins once the members of its epoch length are at a boundary, so that they end their
+//! epochs together, one stop of the pack rather than one each.
 //!
 //! Packing changes nothing a trial computes on CPU (each member's weights equal the unfused
 //! trial's bit for bit, a test in `tune-trials`; widths do not mix there, see [`PackKey`]), so
@@ -420,9 +425,9 @@ struct Link {
 }
 
 impl Packs {
-    /// A pack's thread: at each epoch boundary take in the trials that joined, train one
-    /// epoch of every member, tell each its report and act on its decision. It ends when the
-    /// last member has left and nobody is joining.
+    /// A pack's thread: at each boundary take in the trials that joined, train on to the
+    /// next end of a member's epoch, tell the members there their reports and act on their
+    /// decisions. It ends when the last member has left and nobody is joining.
     fn run_pack(
         self: Arc<Self>,
         id: u64,
@@ -434,10 +439,12 @@ impl Packs {
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
             let mut links: Vec<Link> = Vec::new();
-            // Which of the members (in `links`' order, the model's) left at the last epoch.
+            // Which of the members (in `links`' order, the model's) left at the last boundary.
             let mut leaving: Vec<bool> = Vec::new();
             let mut trace = PackTrace::new(id);
-            while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l)) {
+            while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l), |t| {
+                fused.as_ref().is_none_or(|f| f.in_step_with(t))
+            }) {
                 trace.lap("boundary");
                 let formed = if joiners.is_empty() && !leaving.contains(&true) {
                     Ok(())
@@ -461,7 +468,7 @@ impl Packs {
                     .map(|f| fused = Some(f))
                 };
                 trace.lap("form");
-                let steps = fused.as_ref().map_or(0, FusedTrainer::steps_per_epoch);
+                let steps = fused.as_ref().map_or(0, FusedTrainer::ticks_to_boundary);
                 let turn = self.take_turn(&slot);
                 trace.lap("turn");
                 let reports = formed
@@ -470,7 +477,7 @@ impl Packs {
                             .map_err(|e| TrialsError::Train(format!("the pack failed: {e}")))
                     })
                     .and_then(|()| match fused.as_mut() {
-                        Some(f) => f.train_epoch(),
+                        Some(f) => f.train_to_boundary(),
                         None => Err(TrialsError::Train("a pack lost its model".into())),
                     });
                 drop(turn);
@@ -526,15 +533,26 @@ impl Packs {
         }
     }
 
-    /// The epoch boundary: waits for trials still arriving on the slot, then takes the
-    /// pack's joiners. `None` (and the pack closes) when it has no member and none joins.
-    fn boundary(&self, id: u64, slot: &str, empty: bool) -> Option<Vec<Joiner>> {
+    /// The pack's boundary: waits for trials still arriving on the slot, then takes the
+    /// pack's joiners that are `in_step` with its members (all, when it has none left).
+    /// `None` (and the pack closes) when it has no member and none joins.
+    fn boundary(
+        &self,
+        id: u64,
+        slot: &str,
+        empty: bool,
+        in_step: impl Fn(&Trainer) -> bool,
+    ) -> Option<Vec<Joiner>> {
         let mut hub = self.hub();
         while self.waits_for_arrivals(&hub, id, slot) {
             hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
         }
         let at = hub.packs.iter().position(|p| p.id == id)?;
-        let joiners = std::mem::take(&mut hub.packs[at].joiners);
+        let (joiners, later): (Vec<Joiner>, Vec<Joiner>) =
+            std::mem::take(&mut hub.packs[at].joiners)
+                .into_iter()
+                .partition(|j| empty || in_step(&j.trainer));
+        hub.packs[at].joiners = later;
         if empty && joiners.is_empty() {
             hub.packs.swap_remove(at);
             return None;
@@ -563,14 +581,15 @@ impl Packs {
         }
     }
 
-    /// Tells each member its report and waits for every decision, checkpointing where asked.
-    /// Returns which members leave the pack, each out of its count by then.
+    /// Tells each member whose epoch ended its report (`None`: still in its epoch) and waits
+    /// for every decision, checkpointing where asked. Returns which members leave the pack,
+    /// each out of its count by then.
     fn decide_epoch(
         &self,
         id: u64,
         fused: Option<&FusedTrainer>,
         links: &[Link],
-        reports: Vec<Result<EpochReport, TrialsError>>,
+        reports: Vec<Option<Result<EpochReport, TrialsError>>>,
         decisions: &mpsc::Receiver<(u64, Decision)>,
         trace: &mut PackTrace,
     ) -> Vec<bool> {
@@ -578,9 +597,15 @@ impl Packs {
         // Whose checkpoint went with its report ([`written_before_report`]).
         let mut before = vec![false; links.len()];
         let mut saving = Duration::ZERO;
+        // Whose decision the pack waits for (a member that left ends without one, or its
+        // drop says `Leave`, which nobody needs).
+        let mut owes = vec![false; links.len()];
         let mut owed = 0;
         let trained = links.len();
         for (k, (link, report)) in links.iter().zip(reports).enumerate() {
+            let Some(report) = report else {
+                continue;
+            };
             let early = report
                 .as_ref()
                 .is_ok_and(|r| written_before_report(r.epoch, link.completes_at));
@@ -613,11 +638,9 @@ impl Packs {
                 self.shrink(id, 1);
             }
             leaving[k] = failed || !heard || before[k];
-            owed += usize::from(!leaving[k]);
+            owes[k] = !leaving[k];
+            owed += usize::from(owes[k]);
         }
-        // Whose decision the pack waits for (a member that left ends without one, or its
-        // drop says `Leave`, which nobody needs).
-        let mut owes: Vec<bool> = leaving.iter().map(|&l| !l).collect();
         while owed > 0 {
             // The hub's entry holds a sender, so this waits for a member rather than failing.
             let Ok((token, decision)) = decisions.recv() else {
@@ -766,6 +789,116 @@ mod tests {
                 assert_eq!(restored.evaluate().unwrap(), alone.evaluate().unwrap());
             }
         }
+    }
+
+    /// Members of other batch sizes in one pack (as on a GPU; forced here with one key) each
+    /// go through their own epochs: the batch-64 member's three epochs of 3 updates end at
+    /// the pack's updates 3, 6 and 9, the batch-32 member's of 5 at 5, 10 and 15, its last
+    /// two after the other has left. Every epoch is as alone.
+    #[test]
+    fn members_of_other_batch_sizes_report_at_their_own_boundaries() {
+        let split = Arc::new(wine()); // 142 training rows
+        let tmp = tempfile::tempdir().unwrap();
+        let packs = Packs::new(4, 1, Some(1));
+        let make = |i: usize| {
+            let cfg = TrainConfig {
+                batch_size: [64, 32][i],
+                epochs: 3,
+                ..TrainConfig::default()
+            };
+            Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, i as u64).unwrap()
+        };
+        let key = make(0).pack_key();
+        let arrivals: Vec<Arrival> = (0..2).map(|_| packs.arrive("cpu:0")).collect();
+        let members: Vec<_> = arrivals
+            .into_iter()
+            .enumerate()
+            .map(|(i, arrival)| {
+                let (t, key, dir) = (make(i), key.clone(), tmp.path().join(i.to_string()));
+                std::thread::spawn(move || {
+                    let mut member = arrival.join(t, key, None);
+                    std::fs::create_dir_all(&dir).unwrap();
+                    let mut heard = Vec::new();
+                    loop {
+                        let (report, trials, _) = member.next_epoch().unwrap();
+                        heard.push((report, trials));
+                        if member.decide(Decision::Continue(dir.clone())).unwrap() {
+                            return heard;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for (i, handle) in members.into_iter().enumerate() {
+            let heard = handle.join().unwrap();
+            let sizes: Vec<usize> = heard.iter().map(|h| h.1).collect();
+            assert_eq!(sizes, [vec![2, 2, 2], vec![2, 1, 1]][i], "member {i}");
+            let mut alone = make(i);
+            for (fused, _) in &heard {
+                let want = alone.train_epoch().unwrap();
+                assert_eq!((fused.epoch, fused.lr), (want.epoch, want.lr), "member {i}");
+                for (got, want) in [
+                    (fused.val_loss, want.val_loss),
+                    (fused.train_loss, want.train_loss),
+                ] {
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "member {i}: {got} packed, {want} alone"
+                    );
+                }
+            }
+            let mut restored = make(i);
+            restored.restore(&tmp.path().join(i.to_string())).unwrap();
+            assert_eq!(restored.epoch(), 3, "member {i}'s last checkpoint");
+        }
+    }
+
+    #[test]
+    fn a_joiner_waits_for_the_members_of_its_epoch_length_to_be_at_a_boundary() {
+        let split = wine();
+        let packs = Packs::new(4, 1, Some(1));
+        let make = |batch_size| {
+            let cfg = TrainConfig {
+                batch_size,
+                ..TrainConfig::default()
+            };
+            Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, 0).unwrap()
+        };
+        let joiner = |token, batch_size| Joiner {
+            token,
+            trainer: make(batch_size),
+            tell: mpsc::channel().0,
+            completes_at: None,
+        };
+        let (decide, _decisions) = mpsc::channel();
+        packs.hub().packs.push(PackEntry {
+            id: 1,
+            slot: "cpu:0".into(),
+            key: make(32).pack_key(),
+            size: 4,
+            joiners: vec![joiner(10, 32), joiner(11, 64)],
+            decisions: decide,
+        });
+        // Members of batch 32 are in the middle of their epochs, those of 64 are not.
+        let mid_32 = |t: &Trainer| t.steps_per_epoch() != 5;
+        let tokens = |j: Vec<Joiner>| j.iter().map(|j| j.token).collect::<Vec<_>>();
+        assert_eq!(
+            tokens(packs.boundary(1, "cpu:0", false, mid_32).unwrap()),
+            [11]
+        );
+        // The batch-32 joiner waits in the pack's entry; with no member left, it joins.
+        assert_eq!(
+            tokens(packs.boundary(1, "cpu:0", false, mid_32).unwrap()),
+            Vec::<u64>::new()
+        );
+        assert_eq!(
+            tokens(packs.boundary(1, "cpu:0", true, mid_32).unwrap()),
+            [10]
+        );
+        assert!(
+            packs.boundary(1, "cpu:0", true, mid_32).is_none(),
+            "the pack closes"
+        );
     }
 
     #[test]

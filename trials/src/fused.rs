@@ -316,7 +316,7 @@ impl FusedTrainer {
     /// The pack with the members flagged in `leaving` out and `joiners` in after the others:
     /// bit for bit the pack [`FusedTrainer::new`] makes of the staying members unpacked
     /// ([`FusedTrainer::into_trainers`]) followed by the joiners, the staying members where
-    /// they were in their epochs (a leaver must be at its epoch's end). The staying members' slices
+    /// they were in their epochs. The staying members' slices
     /// are taken from this pack as they are rather than written back into their trainers and
     /// padded again, and the leavers' are not written back at all: at an epoch boundary of a
     /// 16-trial pack that was a few copies of every weight of every member.
@@ -343,11 +343,6 @@ impl FusedTrainer {
                 leaving.len(),
                 self.members.len()
             )));
-        }
-        if let Some(k) = (0..leaving.len()).find(|&k| leaving[k]) {
-            if self.at[k] > 0 {
-                self.check_at_boundary(k)?;
-            }
         }
         let from: Vec<usize> = (0..leaving.len()).filter(|&k| !leaving[k]).collect();
         if from.is_empty() {

@@ -264,7 +264,16 @@ impl Trainer {
             .sum()
     }
 
-    pub(crate) fn steps_per_epoch(&self) -> u64 {
+    /// Optimizer updates an epoch: the training rows in batches, the last one short.
+    ///
+    /// ```
+    /// use tune_trials::{Builtin, Split, TrainConfig, Trainer};
+    /// let split = Split::shipped("wine").unwrap(); // 142 training rows
+    /// let cfg = TrainConfig { batch_size: 32, ..TrainConfig::default() };
+    /// let t = Trainer::new(Builtin::Mlp, cfg, &split, &candle_core::Device::Cpu, 0).unwrap();
+    /// assert_eq!(t.steps_per_epoch(), 5);
+    /// ```
+    pub fn steps_per_epoch(&self) -> u64 {
         self.train.2.div_ceil(self.cfg.batch_size) as u64
     }
 

@@ -830,10 +830,10 @@ fn members_training_through_their_own_epochs_train_as_alone() {
     assert_eq!(ticks, 135);
 }
 
-/// Only a member at its epoch's end leaves, unpacks or checkpoints; a whole epoch starts
-/// from every member's boundary.
+/// Only a member at its epoch's end unpacks or checkpoints; a whole epoch starts from every
+/// member's boundary.
 #[test]
-fn a_member_in_the_middle_of_its_epoch_neither_leaves_nor_checkpoints() {
+fn a_member_in_the_middle_of_its_epoch_neither_unpacks_nor_checkpoints() {
     let split = Split::shipped("wine").unwrap(); // 142 training rows: 3 and 5 updates
     let trainers = [64, 32]
         .iter()
@@ -871,6 +871,5 @@ fn a_member_in_the_middle_of_its_epoch_neither_leaves_nor_checkpoints() {
         pack.in_step_with(&joiner),
         "the batch-64 member is at its boundary"
     );
-    let pack = pack.reform(&[false, true], Vec::new());
-    middle(pack.err().unwrap().to_string());
+    middle(pack.into_trainers().err().unwrap().to_string());
 }
