@@ -241,16 +241,34 @@ fn fused_pack_matches_alone(
             fused[k].push(report.unwrap());
         }
     }
+    // And as a sweep's packs train: each member through its own epochs, to the pack's
+    // boundaries, leaving when it has finished.
+    let mut pack = FusedTrainer::new(members.iter().map(trainer).collect()).unwrap();
+    let mut own = vec![Vec::new(); members.len()];
+    let mut ids: Vec<usize> = (0..members.len()).collect();
+    while !ids.is_empty() {
+        let reports = pack.train_to_boundary().unwrap();
+        let mut leaving = vec![false; ids.len()];
+        for (k, report) in reports.into_iter().enumerate() {
+            if let Some(report) = report {
+                own[ids[k]].push(report.unwrap());
+                leaving[k] = pack.member(k).unwrap().finished();
+            }
+        }
+        let mut flags = leaving.iter();
+        ids.retain(|_| flags.next() == Some(&false));
+        if !ids.is_empty() && leaving.contains(&true) {
+            pack = pack.reform(&leaving, Vec::new()).unwrap();
+        }
+    }
     for (k, m) in members.iter().enumerate() {
         let mut alone = trainer(m);
         let reports: Vec<EpochReport> = (0..shape.epochs)
             .map(|_| alone.train_epoch().unwrap())
             .collect();
         // Batched matmuls may sum in another order than one trial's: close, not equal.
-        assert_close(
-            &fused[k],
-            &reports,
-            &format!("{builtin:?} member {k} of {:?}", m.0),
-        );
+        let who = format!("{builtin:?} member {k} of {:?}", m.0);
+        assert_close(&fused[k], &reports, &who);
+        assert_close(&own[k], &reports, &format!("{who}, to its own boundaries"));
     }
 }

@@ -813,11 +813,8 @@ fn members_training_through_their_own_epochs_train_as_alone() {
             Vec::new()
         };
         if leaving.contains(&true) || !joiners.is_empty() {
-            let mut k = 0;
-            ids.retain(|_| {
-                k += 1;
-                !leaving.get(k - 1).copied().unwrap_or(false)
-            });
+            let mut flags = leaving.iter().chain(std::iter::repeat(&false));
+            ids.retain(|_| flags.next() == Some(&false));
             if ids.is_empty() {
                 break;
             }
