@@ -335,6 +335,15 @@ fn packs_by_steps() -> bool {
     std::env::var_os("TUNE_PACKS_BY_STEPS").is_some()
 }
 
+/// Whether `TUNE_PACKS_IN_LOCKSTEP` is set: then a pack trains an epoch of every member at
+/// a time ([`tune_trials::FusedTrainer::train_epoch`]), a member of fewer steps an epoch (a
+/// larger batch) sitting the last ones out, as packs did before their members went through
+/// their own epochs. For measuring the two against each other (`scripts/gpu-fuse-check`'s
+/// `Kl`); on CPU, where batch sizes never mix, they train alike.
+pub(super) fn packs_in_lockstep() -> bool {
+    std::env::var_os("TUNE_PACKS_IN_LOCKSTEP").is_some()
+}
+
 /// One trial trained in a pack: the loop of `train`, with the pack training each epoch and
 /// writing the checkpoints. A trial of a sweep that `fused` reports how many trials its pack
 /// trained each epoch.

@@ -23,7 +23,7 @@ use tune_trials::{
     open_device, EpochReport, FusedTrainer, PackKey, Split, SplitTensors, Trainer, TrialsError,
 };
 
-use super::builtin::{checkpoint_after, written_before_report, Written};
+use super::builtin::{checkpoint_after, packs_in_lockstep, written_before_report, Written};
 use super::{BoxError, Stop};
 
 /// The packs of one sweep's built-in objective, on every slot.
@@ -435,6 +435,7 @@ impl Packs {
         decisions: mpsc::Receiver<(u64, Decision)>,
     ) {
         let threads = self.threads;
+        let lockstep = packs_in_lockstep();
         let packs = self.clone();
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
@@ -468,7 +469,11 @@ impl Packs {
                     .map(|f| fused = Some(f))
                 };
                 trace.lap("form");
-                let steps = fused.as_ref().map_or(0, FusedTrainer::ticks_to_boundary);
+                let steps = match &fused {
+                    Some(f) if lockstep => f.steps_per_epoch(),
+                    Some(f) => f.ticks_to_boundary(),
+                    None => 0,
+                };
                 let turn = self.take_turn(&slot);
                 trace.lap("turn");
                 let reports = formed
@@ -477,6 +482,9 @@ impl Packs {
                             .map_err(|e| TrialsError::Train(format!("the pack failed: {e}")))
                     })
                     .and_then(|()| match fused.as_mut() {
+                        Some(f) if lockstep => f
+                            .train_epoch()
+                            .map(|reports| reports.into_iter().map(Some).collect()),
                         Some(f) => f.train_to_boundary(),
                         None => Err(TrialsError::Train("a pack lost its model".into())),
                     });
