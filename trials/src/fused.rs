@@ -299,7 +299,7 @@ impl PackedMember<'_> {
     }
 
     fn contents(&self) -> Result<checkpoint::Contents, TrialsError> {
-        self.pack.check_at_boundary(self.k)?;
+        (self.pack).check_at_boundary(self.k, "only a member at its epoch's end checkpoints")?;
         let (weights, state) = self.pack.member_slices(self.k)?;
         self.pack.members[self.k].checkpoint_of(weights, &state)
     }
@@ -557,11 +557,8 @@ impl FusedTrainer {
     /// stopping) must leave through [`FusedTrainer::into_trainers`] before the next epoch.
     /// Every member must be at its epoch's start (see [`FusedTrainer::train_to_boundary`]).
     pub fn train_epoch(&mut self) -> Result<Vec<Result<EpochReport, TrialsError>>, TrialsError> {
-        if let Some(k) = self.at.iter().position(|&at| at > 0) {
-            return Err(TrialsError::Train(format!(
-                "member {k} is {} updates into its epoch; train the pack to its boundary first",
-                self.at[k]
-            )));
+        for k in 0..self.members.len() {
+            self.check_at_boundary(k, "train the pack to its boundary first")?;
         }
         let counts: Vec<u64> = self.members.iter().map(Trainer::steps_per_epoch).collect();
         self.train(&counts)?
@@ -822,7 +819,7 @@ impl FusedTrainer {
     /// into another pack) exactly where it was. Every member must be at an epoch boundary.
     pub fn into_trainers(mut self) -> Result<Vec<Trainer>, TrialsError> {
         for k in 0..self.members.len() {
-            self.check_at_boundary(k)?;
+            self.check_at_boundary(k, "only a member at its epoch's end unpacks")?;
         }
         for k in 0..self.members.len() {
             self.write_back(k)?;
@@ -858,13 +855,13 @@ impl FusedTrainer {
         Ok(PackedMember { pack: self, k })
     }
 
-    /// Refuses member `k` in the middle of its epoch, which neither a trainer nor a
-    /// checkpoint can hold.
-    fn check_at_boundary(&self, k: usize) -> Result<(), TrialsError> {
+    /// Refuses member `k` in the middle of its epoch (which neither a trainer nor a
+    /// checkpoint can hold, and where a whole epoch cannot start), saying `why`.
+    fn check_at_boundary(&self, k: usize, why: &str) -> Result<(), TrialsError> {
         match self.at[k] {
             0 => Ok(()),
             at => Err(TrialsError::Train(format!(
-                "member {k} is {at} updates into its epoch; only a member at its epoch's end leaves or checkpoints"
+                "member {k} is {at} updates into its epoch; {why}"
             ))),
         }
     }
@@ -1121,7 +1118,7 @@ impl FusedTrainer {
         Ok(grads)
     }
 
-    /// The members' dropouts at the start of their epochs, and the masks `ticks` need.
+    /// The members' dropouts where each is in its epoch, and the masks `ticks` need.
     fn dropout_plan(&self, ticks: &Ticks) -> (Vec<Dropout>, MaskPlan) {
         // Each member draws units per row of its batches at each site it has (`rows` 1).
         let per_row = self.dropout_sites(&vec![1; self.members.len()]);
