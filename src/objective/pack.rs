@@ -442,6 +442,12 @@ impl Packs {
             let mut links: Vec<Link> = Vec::new();
             // Which of the members (in `links`' order, the model's) left at the last boundary.
             let mut leaving: Vec<bool> = Vec::new();
+            // On a GPU the pack trains on while the members whose epoch ended decide: their
+            // decisions wait in `told` for the next stop, acted on from the checkpoints they
+            // had at theirs. On CPU, where a stopped member's extra training is the cores'
+            // time, it waits for them.
+            let speculates = is_gpu(&slot) && !lockstep;
+            let mut told: Option<Told> = None;
             let mut trace = PackTrace::new(id);
             while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l), |t| {
                 fused.as_ref().is_none_or(|f| f.in_step_with(t))
@@ -491,19 +497,40 @@ impl Packs {
                 drop(turn);
                 trace.lap("train");
                 let trained = links.len();
+                // The last stop's decisions, which came while the pack trained on.
+                let mut gone = match told.take() {
+                    Some(t) => self.settle(id, fused.as_ref(), t, &decisions, &mut trace),
+                    None => Vec::new(),
+                };
                 leaving = match reports {
-                    Ok(reports) => self.decide_epoch(
-                        id,
-                        fused.as_ref(),
-                        &links,
-                        reports,
-                        &decisions,
-                        &mut trace,
-                    ),
+                    Ok(reports) => {
+                        // A member that left at the last stop trained on for nothing: its
+                        // report goes untold.
+                        let reports = reports
+                            .into_iter()
+                            .zip(&links)
+                            .map(|(r, l)| r.filter(|_| !gone.contains(&l.token)))
+                            .collect();
+                        let t =
+                            self.tell(id, fused.as_ref(), &links, reports, speculates, &mut trace);
+                        gone.extend(&t.left);
+                        if speculates {
+                            // A finished member trains no further: it leaves now, its decision
+                            // heard at the next stop.
+                            gone.extend(t.owing.iter().filter(|o| o.finished).map(|o| o.token));
+                            told = Some(t);
+                        } else {
+                            gone.extend(self.settle(id, fused.as_ref(), t, &decisions, &mut trace));
+                        }
+                        links.iter().map(|l| gone.contains(&l.token)).collect()
+                    }
                     Err(e) => {
-                        // The pack itself failed (the device, most likely): so do its members.
-                        self.shrink(id, links.len());
-                        for link in &links {
+                        // The pack itself failed (the device, most likely): so do its members
+                        // (those that had not left already).
+                        let failing: Vec<&Link> =
+                            links.iter().filter(|l| !gone.contains(&l.token)).collect();
+                        self.shrink(id, failing.len());
+                        for link in failing {
                             let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0, None));
                         }
                         vec![true; links.len()]
@@ -511,6 +538,10 @@ impl Packs {
                 };
                 trace.lap("decide");
                 trace.end_epoch(trained, steps);
+            }
+            // Decisions still owed when the last member left (its last epoch).
+            if let Some(t) = told.take() {
+                self.settle(id, fused.as_ref(), t, &decisions, &mut trace);
             }
         };
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match threads {
@@ -589,48 +620,56 @@ impl Packs {
         }
     }
 
-    /// Tells each member whose epoch ended its report (`None`: still in its epoch) and waits
-    /// for every decision, checkpointing where asked. Returns which members leave the pack,
-    /// each out of its count by then.
-    fn decide_epoch(
+    /// Tells each member whose epoch ended its report (`None`: still in its epoch). Returns
+    /// who left with it (out of the pack's count by then) and whose decision the pack waits
+    /// for ([`Packs::settle`]), with their checkpoints as they stand now where `snapshot`
+    /// (the pack trains on before it hears them).
+    fn tell(
         &self,
         id: u64,
         fused: Option<&FusedTrainer>,
         links: &[Link],
         reports: Vec<Option<Result<EpochReport, TrialsError>>>,
-        decisions: &mpsc::Receiver<(u64, Decision)>,
+        snapshot: bool,
         trace: &mut PackTrace,
-    ) -> Vec<bool> {
-        let mut leaving = vec![false; links.len()];
-        // Whose checkpoint went with its report ([`written_before_report`]).
-        let mut before = vec![false; links.len()];
+    ) -> Told {
+        let mut told = Told {
+            left: Vec::new(),
+            owing: Vec::new(),
+        };
         let mut saving = Duration::ZERO;
-        // Whose decision the pack waits for (a member that left ends without one, or its
-        // drop says `Leave`, which nobody needs).
-        let mut owes = vec![false; links.len()];
-        let mut owed = 0;
         let trained = links.len();
         for (k, (link, report)) in links.iter().zip(reports).enumerate() {
             let Some(report) = report else {
                 continue;
             };
+            // Its checkpoint goes with its report ([`written_before_report`]).
             let early = report
                 .as_ref()
                 .is_ok_and(|r| written_before_report(r.epoch, link.completes_at));
             let started = Instant::now();
-            let (report, last) = match fused.filter(|_| early).map(|f| f.member(k)) {
-                Some(member) => match member.and_then(|m| m.checkpoint()) {
-                    Ok(contents) => (report, Some(contents)),
-                    Err(e) => (Err(e), None),
+            let member = || fused.ok_or_else(|| TrialsError::Train("the pack has no model".into()));
+            let member = |k| member().and_then(|f| f.member(k));
+            let (report, last, finished, kept) = match report {
+                Ok(r) if early => match member(k).and_then(|m| m.checkpoint()) {
+                    Ok(contents) => (Ok(r), Some(contents), true, None),
+                    Err(e) => (Err(e), None, true, None),
                 },
-                None => (report, None),
+                Ok(r) => match member(k).and_then(|m| {
+                    let kept = if snapshot {
+                        Some(m.checkpoint()?)
+                    } else {
+                        None
+                    };
+                    Ok((m.finished(), kept))
+                }) {
+                    Ok((finished, kept)) => (Ok(r), None, finished, kept),
+                    Err(e) => (Err(e), None, true, None),
+                },
+                Err(e) => (Err(e), None, true, None),
             };
             saving += started.elapsed();
-            before[k] = last.is_some();
-            let failed = report.is_err();
-            if failed {
-                self.shrink(id, 1);
-            }
+            let owes = report.is_ok() && last.is_none();
             let heard = link
                 .tell
                 .send(FromPack::Epoch(
@@ -639,39 +678,70 @@ impl Packs {
                     last,
                 ))
                 .is_ok();
-            if !failed && (!heard || before[k]) {
-                // Its trial is gone already, or it leaves with this report: its scheduler
+            if owes && heard {
+                told.owing.push(Owing {
+                    token: link.token,
+                    k,
+                    tell: link.tell.clone(),
+                    finished,
+                    snapshot: kept,
+                });
+            } else {
+                // Failed, its trial gone, or it leaves with this report: its scheduler
                 // completes it at this epoch, so the pack goes on without waiting for its
                 // trial to write the checkpoint and hear the decision.
                 self.shrink(id, 1);
+                told.left.push(link.token);
             }
-            leaving[k] = failed || !heard || before[k];
-            owes[k] = !leaving[k];
-            owed += usize::from(owes[k]);
         }
-        while owed > 0 {
+        trace.add("of which checkpoints", saving);
+        told
+    }
+
+    /// Waits for the decisions `told` owes and acts on each (a checkpoint written behind, or
+    /// handed to the member's trial to write, from the member's snapshot where it has one).
+    /// Returns every member of `told` that leaves the pack, each out of its count by then.
+    fn settle(
+        &self,
+        id: u64,
+        fused: Option<&FusedTrainer>,
+        told: Told,
+        decisions: &mpsc::Receiver<(u64, Decision)>,
+        trace: &mut PackTrace,
+    ) -> Vec<u64> {
+        let Told {
+            mut left,
+            mut owing,
+        } = told;
+        let mut saving = Duration::ZERO;
+        while !owing.is_empty() {
             // The hub's entry holds a sender, so this waits for a member rather than failing.
             let Ok((token, decision)) = decisions.recv() else {
                 break;
             };
-            let Some(k) = links.iter().position(|l| l.token == token) else {
+            // (A member that left ends without a decision, or its drop says `Leave`, which
+            // nobody needs.)
+            let Some(at) = owing.iter().position(|o| o.token == token) else {
                 continue;
             };
-            if !std::mem::take(&mut owes[k]) {
-                continue;
-            }
-            owed -= 1;
+            let mut o = owing.swap_remove(at);
             // Whether the member has finished, and the checkpoint its trial writes now.
             type Saved = Result<(bool, Option<Contents>), String>;
             let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Saved {
                 let started = Instant::now();
-                let f = fused.ok_or("the pack has no model")?;
-                let member = f.member(k).map_err(|e| e.to_string())?;
-                let finished = member.finished();
-                // (A member whose checkpoint went with its report decides nothing here.)
+                let finished = o.finished;
+                let mut contents = || match o.snapshot.take() {
+                    Some(kept) => Ok(kept),
+                    None => fused
+                        .ok_or_else(|| TrialsError::Train("the pack has no model".into()))?
+                        .member(o.k)?
+                        .checkpoint(),
+                };
                 let now = match checkpoint_after(&heard, finished, false) {
-                    Some(Written::Behind) => member.save_behind(dir).map(|()| None),
-                    Some(Written::Now) => member.checkpoint().map(Some),
+                    Some(Written::Behind) => {
+                        contents().and_then(|c| checkpoint::write_behind(dir, c).map(|()| None))
+                    }
+                    Some(Written::Now) => contents().map(Some),
                     None => Ok(None),
                 };
                 saving += started.elapsed();
@@ -685,15 +755,37 @@ impl Packs {
                 }
                 Decision::Leave => Ok((true, None)),
             };
-            leaving[k] = !matches!(saved, Ok((false, _)));
-            if leaving[k] {
+            if !matches!(saved, Ok((false, _))) {
                 self.shrink(id, 1);
+                left.push(o.token);
             }
-            let _ = links[k].tell.send(FromPack::Saved(saved));
+            let _ = o.tell.send(FromPack::Saved(saved));
         }
+        // Members still owing when the channel closed are gone with it.
+        left.extend(owing.iter().map(|o| o.token));
         trace.add("of which checkpoints", saving);
-        leaving
+        left
     }
+}
+
+/// A stop's reports, told ([`Packs::tell`]); the decisions they owe not yet heard.
+struct Told {
+    /// The members that left with their reports (failed, their trials gone, or completed
+    /// with their last checkpoints), out of the pack's count already.
+    left: Vec<u64>,
+    owing: Vec<Owing>,
+}
+
+/// A member whose decision on its report the pack waits for.
+struct Owing {
+    token: u64,
+    /// Its place in the pack at the stop.
+    k: usize,
+    tell: mpsc::Sender<FromPack>,
+    /// Whether it had trained its last epoch then.
+    finished: bool,
+    /// Its checkpoint at the stop, where the pack trained on before hearing the decision.
+    snapshot: Option<Contents>,
 }
 
 /// The `items` whose flag in `leaving` is not set.
@@ -858,6 +950,78 @@ mod tests {
             let mut restored = make(i);
             restored.restore(&tmp.path().join(i.to_string())).unwrap();
             assert_eq!(restored.epoch(), 3, "member {i}'s last checkpoint");
+        }
+    }
+
+    /// On a GPU slot the pack trains on while members decide: a member stopped at its first
+    /// report (batch 64, 3 updates) trains 2 more updates with the other (batch 32, 5) before
+    /// the pack hears it, and leaves then, its second epoch untold; the other's checkpoint of
+    /// each epoch is the one it had at that epoch's end, though written after the pack trained
+    /// on. (CPU trainers on a slot named as a GPU: the pack never opens the device.)
+    #[test]
+    fn a_gpu_pack_trains_on_while_members_decide_and_checkpoints_what_they_had() {
+        let split = Arc::new(wine());
+        let tmp = tempfile::tempdir().unwrap();
+        let packs = Packs::new(4, 1, Some(1));
+        let make = |i: usize| {
+            let cfg = TrainConfig {
+                batch_size: [64, 32][i],
+                epochs: 3,
+                ..TrainConfig::default()
+            };
+            Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, i as u64).unwrap()
+        };
+        let key = make(0).pack_key();
+        let arrivals: Vec<Arrival> = (0..2).map(|_| packs.arrive("cuda:0")).collect();
+        let members: Vec<_> = arrivals
+            .into_iter()
+            .enumerate()
+            .map(|(i, arrival)| {
+                let (t, key, dir) = (make(i), key.clone(), tmp.path().to_path_buf());
+                std::thread::spawn(move || {
+                    let mut member = arrival.join(t, key, None);
+                    let mut heard = Vec::new();
+                    loop {
+                        let (report, trials, _) = member.next_epoch().unwrap();
+                        let epoch = report.epoch;
+                        heard.push((report, trials));
+                        let decision = if i == 0 {
+                            Decision::Leave
+                        } else {
+                            let dir = dir.join(epoch.to_string());
+                            std::fs::create_dir_all(&dir).unwrap();
+                            Decision::Continue(dir)
+                        };
+                        if member.decide(decision).unwrap() {
+                            return heard;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let heard: Vec<_> = members.into_iter().map(|h| h.join().unwrap()).collect();
+        let sizes = |i: usize| heard[i].iter().map(|h| h.1).collect::<Vec<_>>();
+        assert_eq!(sizes(0), [2]);
+        // Its first epoch ended at update 5 of the pack, with the stopped member still in it.
+        assert_eq!(sizes(1), [2, 1, 1]);
+        let mut alone = make(1);
+        for (epoch, (fused, _)) in (1..).zip(&heard[1]) {
+            let want = alone.train_epoch().unwrap();
+            assert_eq!(fused.epoch, want.epoch);
+            assert!(
+                (fused.val_loss - want.val_loss).abs() < 1e-5,
+                "epoch {epoch}"
+            );
+            let dir = tmp.path().join(epoch.to_string());
+            checkpoint::settle(&dir).unwrap();
+            let mut restored = make(1);
+            restored.restore(&dir).unwrap();
+            assert_eq!(restored.epoch(), epoch, "the checkpoint of epoch {epoch}");
+            assert_eq!(
+                restored.evaluate().unwrap(),
+                alone.evaluate().unwrap(),
+                "epoch {epoch}'s checkpoint is the member at its end"
+            );
         }
     }
 
