@@ -379,9 +379,14 @@ impl PackTrace {
         self.lap = Instant::now();
     }
 
+    /// Adds `took` to the phase `what` (summed where a stop has it twice: the checkpoints
+    /// of the last stop's decisions and of this one's snapshots).
     fn add(&mut self, what: &'static str, took: Duration) {
         if self.on {
-            self.phases.push((what, took));
+            match self.phases.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, sum)) => *sum += took,
+                None => self.phases.push((what, took)),
+            }
         }
     }
 
