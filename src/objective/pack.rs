@@ -455,7 +455,7 @@ impl Packs {
             let mut told: Option<Told> = None;
             let mut trace = PackTrace::new(id);
             while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l), |t| {
-                fused.as_ref().is_none_or(|f| f.in_step_with(t))
+                fused.as_ref().is_none_or(|f| f.in_step_with(t, &leaving))
             }) {
                 trace.lap("boundary");
                 let formed = if joiners.is_empty() && !leaving.contains(&true) {

@@ -615,14 +615,16 @@ impl FusedTrainer {
     }
 
     /// Whether `trainer` joining now keeps the pack's members of its epoch length in step:
-    /// none is in the middle of its epoch. Members in step end their epochs together, at one
+    /// none is in the middle of its epoch, but those flagged in `leaving` (which leave as it
+    /// joins, [`FusedTrainer::reform`]). Members in step end their epochs together, at one
     /// boundary of the pack rather than one each.
-    pub fn in_step_with(&self, trainer: &Trainer) -> bool {
+    pub fn in_step_with(&self, trainer: &Trainer, leaving: &[bool]) -> bool {
         let steps = trainer.steps_per_epoch();
-        self.members
-            .iter()
-            .zip(&self.at)
-            .all(|(m, &at)| at == 0 || m.steps_per_epoch() != steps)
+        (0..self.members.len()).all(|k| {
+            self.at[k] == 0
+                || self.members[k].steps_per_epoch() != steps
+                || leaving.get(k) == Some(&true)
+        })
     }
 
     /// Trains `counts[k]` updates of member `k` from where it is in its epoch (not past its

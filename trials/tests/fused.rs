@@ -856,16 +856,21 @@ fn a_member_in_the_middle_of_its_epoch_neither_unpacks_nor_checkpoints() {
     middle(pack.train_epoch().unwrap_err().to_string());
     assert!(pack.member(0).unwrap().checkpoint().is_ok());
     let joiner = trainer(&split, &TrainConfig::default(), 2);
-    assert!(!pack.in_step_with(&trainer(
+    let batch_32 = trainer(
         &split,
         &TrainConfig {
             batch_size: 32,
             ..TrainConfig::default()
         },
-        3
-    )));
+        3,
+    );
+    assert!(!pack.in_step_with(&batch_32, &[false, false]));
     assert!(
-        pack.in_step_with(&joiner),
+        pack.in_step_with(&batch_32, &[false, true]),
+        "the batch-32 member in its epoch leaves"
+    );
+    assert!(
+        pack.in_step_with(&joiner, &[]),
         "the batch-64 member is at its boundary"
     );
     middle(pack.into_trainers().err().unwrap().to_string());
