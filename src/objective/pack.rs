@@ -896,46 +896,67 @@ mod tests {
         }
     }
 
-    /// Members of other batch sizes in one pack (as on a GPU; forced here with one key) each
-    /// go through their own epochs: the batch-64 member's three epochs of 3 updates end at
-    /// the pack's updates 3, 6 and 9, the batch-32 member's of 5 at 5, 10 and 15, its last
-    /// two after the other has left. Every epoch is as alone.
-    #[test]
-    fn members_of_other_batch_sizes_report_at_their_own_boundaries() {
-        let split = Arc::new(wine()); // 142 training rows
-        let tmp = tempfile::tempdir().unwrap();
-        let packs = Packs::new(4, 1, Some(1));
-        let make = |i: usize| {
-            let cfg = TrainConfig {
-                batch_size: [64, 32][i],
-                epochs: 3,
-                ..TrainConfig::default()
-            };
-            Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, i as u64).unwrap()
+    /// Member `i` (0 or 1) of the mixed-pack tests: on wine's 142 training rows, batch 64 (3
+    /// updates an epoch) or 32 (5), 3 epochs.
+    fn mixed(split: &Split, i: usize) -> Trainer {
+        let cfg = TrainConfig {
+            batch_size: [64, 32][i],
+            epochs: 3,
+            ..TrainConfig::default()
         };
-        let key = make(0).pack_key();
-        let arrivals: Vec<Arrival> = (0..2).map(|_| packs.arrive("cpu:0")).collect();
+        Trainer::new(Builtin::Mlp, cfg, split, &Device::Cpu, i as u64).unwrap()
+    }
+
+    /// Members 0 and 1 ([`mixed`]) in one pack on `slot`, forced with one key (as a GPU mixes
+    /// batch sizes), member `i` deciding `decide(i, epoch)` on each report until it has left:
+    /// what each heard, its reports and the trials its pack trained each.
+    fn in_one_pack(
+        split: &Arc<Split>,
+        slot: &str,
+        decide: impl Fn(usize, u64) -> Decision + Send + Sync + 'static,
+    ) -> Vec<Vec<(EpochReport, usize)>> {
+        let packs = Packs::new(4, 1, Some(1));
+        let key = mixed(split, 0).pack_key();
+        let decide = Arc::new(decide);
+        let arrivals: Vec<Arrival> = (0..2).map(|_| packs.arrive(slot)).collect();
         let members: Vec<_> = arrivals
             .into_iter()
             .enumerate()
             .map(|(i, arrival)| {
-                let (t, key, dir) = (make(i), key.clone(), tmp.path().join(i.to_string()));
+                let (t, key, decide) = (mixed(split, i), key.clone(), decide.clone());
                 std::thread::spawn(move || {
                     let mut member = arrival.join(t, key, None);
-                    std::fs::create_dir_all(&dir).unwrap();
                     let mut heard = Vec::new();
                     loop {
                         let (report, trials, _) = member.next_epoch().unwrap();
+                        let decision = decide(i, report.epoch);
                         heard.push((report, trials));
-                        if member.decide(Decision::Continue(dir.clone())).unwrap() {
+                        if member.decide(decision).unwrap() {
                             return heard;
                         }
                     }
                 })
             })
             .collect();
-        for (i, handle) in members.into_iter().enumerate() {
-            let heard = handle.join().unwrap();
+        members.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Members of other batch sizes in one pack (as on a GPU; forced here with one key) each
+    /// go through their own epochs: the batch-64 member's three epochs of 3 updates end at
+    /// the pack's updates 3, 6 and 9, the batch-32 member's of 5 at 5, 10 and 15, its last
+    /// two after the other has left. Every epoch is as alone.
+    #[test]
+    fn members_of_other_batch_sizes_report_at_their_own_boundaries() {
+        let split = Arc::new(wine());
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let heard = in_one_pack(&split, "cpu:0", move |i, _| {
+            let dir = root.join(i.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            Decision::Continue(dir)
+        });
+        let make = |i| mixed(&split, i);
+        for (i, heard) in heard.into_iter().enumerate() {
             let sizes: Vec<usize> = heard.iter().map(|h| h.1).collect();
             assert_eq!(sizes, [vec![2, 2, 2], vec![2, 1, 1]][i], "member {i}");
             let mut alone = make(i);
@@ -967,44 +988,16 @@ mod tests {
     fn a_gpu_pack_trains_on_while_members_decide_and_checkpoints_what_they_had() {
         let split = Arc::new(wine());
         let tmp = tempfile::tempdir().unwrap();
-        let packs = Packs::new(4, 1, Some(1));
-        let make = |i: usize| {
-            let cfg = TrainConfig {
-                batch_size: [64, 32][i],
-                epochs: 3,
-                ..TrainConfig::default()
-            };
-            Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, i as u64).unwrap()
-        };
-        let key = make(0).pack_key();
-        let arrivals: Vec<Arrival> = (0..2).map(|_| packs.arrive("cuda:0")).collect();
-        let members: Vec<_> = arrivals
-            .into_iter()
-            .enumerate()
-            .map(|(i, arrival)| {
-                let (t, key, dir) = (make(i), key.clone(), tmp.path().to_path_buf());
-                std::thread::spawn(move || {
-                    let mut member = arrival.join(t, key, None);
-                    let mut heard = Vec::new();
-                    loop {
-                        let (report, trials, _) = member.next_epoch().unwrap();
-                        let epoch = report.epoch;
-                        heard.push((report, trials));
-                        let decision = if i == 0 {
-                            Decision::Leave
-                        } else {
-                            let dir = dir.join(epoch.to_string());
-                            std::fs::create_dir_all(&dir).unwrap();
-                            Decision::Continue(dir)
-                        };
-                        if member.decide(decision).unwrap() {
-                            return heard;
-                        }
-                    }
-                })
-            })
-            .collect();
-        let heard: Vec<_> = members.into_iter().map(|h| h.join().unwrap()).collect();
+        let root = tmp.path().to_path_buf();
+        let heard = in_one_pack(&split, "cuda:0", move |i, epoch| {
+            if i == 0 {
+                return Decision::Leave;
+            }
+            let dir = root.join(epoch.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            Decision::Continue(dir)
+        });
+        let make = |i| mixed(&split, i);
         let sizes = |i: usize| heard[i].iter().map(|h| h.1).collect::<Vec<_>>();
         assert_eq!(sizes(0), [2]);
         // Its first epoch ended at update 5 of the pack, with the stopped member still in it.
