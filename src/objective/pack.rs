@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use tune_trials::checkpoint::{self, Contents};
 use tune_trials::{
-    open_device, EpochReport, FusedTrainer, PackKey, Split, SplitTensors, Trainer, TrialsError,
+    open_device, EpochReport, FusedTrainer, HeldCheckpoint, PackKey, Split, SplitTensors, Trainer,
+    TrialsError,
 };
 
 use super::builtin::{checkpoint_after, packs_in_lockstep, written_before_report, Written};
@@ -380,7 +381,7 @@ impl PackTrace {
     }
 
     /// Adds `took` to the phase `what` (summed where a stop has it twice: the checkpoints
-    /// of the last stop's decisions and of this one's snapshots).
+    /// of the last stop's decisions and of this one's members leaving with theirs).
     fn add(&mut self, what: &'static str, took: Duration) {
         if self.on {
             match self.phases.iter_mut().find(|(w, _)| *w == what) {
@@ -627,8 +628,9 @@ impl Packs {
 
     /// Tells each member whose epoch ended its report (`None`: still in its epoch). Returns
     /// who left with it (out of the pack's count by then) and whose decision the pack waits
-    /// for ([`Packs::settle`]), with their checkpoints as they stand now where `snapshot`
-    /// (the pack trains on before it hears them).
+    /// for ([`Packs::settle`]), with their checkpoints as they stand now held where
+    /// `snapshot` (the pack trains on before it hears them; only those then wanted are
+    /// copied).
     fn tell(
         &self,
         id: u64,
@@ -661,11 +663,7 @@ impl Packs {
                     Err(e) => (Err(e), None, true, None),
                 },
                 Ok(r) => match member(k).and_then(|m| {
-                    let kept = if snapshot {
-                        Some(m.checkpoint()?)
-                    } else {
-                        None
-                    };
+                    let kept = if snapshot { Some(m.hold()?) } else { None };
                     Ok((m.finished(), kept))
                 }) {
                     Ok((finished, kept)) => (Ok(r), None, finished, kept),
@@ -736,7 +734,7 @@ impl Packs {
                 let started = Instant::now();
                 let finished = o.finished;
                 let mut contents = || match o.snapshot.take() {
-                    Some(kept) => Ok(kept),
+                    Some(kept) => kept.copy_out(),
                     None => fused
                         .ok_or_else(|| TrialsError::Train("the pack has no model".into()))?
                         .member(o.k)?
@@ -789,8 +787,9 @@ struct Owing {
     tell: mpsc::Sender<FromPack>,
     /// Whether it had trained its last epoch then.
     finished: bool,
-    /// Its checkpoint at the stop, where the pack trained on before hearing the decision.
-    snapshot: Option<Contents>,
+    /// Its checkpoint at the stop, where the pack trained on before hearing the decision:
+    /// copied out only if the decision wants it.
+    snapshot: Option<HeldCheckpoint>,
 }
 
 /// The `items` whose flag in `leaving` is not set.

@@ -37,7 +37,7 @@
 use std::path::Path;
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Shape, Tensor, Var, D};
 
 use crate::checkpoint;
 use crate::config::{Activation, OptimizerKind};
@@ -278,7 +278,7 @@ impl PackedMember<'_> {
     /// Writes the member's checkpoint into `dir`, as [`Trainer::save`] would unpacked: on
     /// disk when this returns.
     pub fn save(&self, dir: &Path) -> Result<(), TrialsError> {
-        checkpoint::write(dir, self.contents()?)
+        checkpoint::write(dir, self.checkpoint()?)
     }
 
     /// Queues the member's checkpoint of `dir` for the checkpoint thread, as
@@ -292,16 +292,78 @@ impl PackedMember<'_> {
     /// on the device, so another thread may write them (with [`checkpoint::write`]) while the
     /// pack trains on.
     pub fn checkpoint(&self) -> Result<checkpoint::Contents, TrialsError> {
-        let contents = self.contents()?;
-        // Another thread reads the copies just queued on this thread's stream.
-        self.pack.device.synchronize()?;
-        Ok(contents)
+        self.hold()?.copy_out()
     }
 
-    fn contents(&self) -> Result<checkpoint::Contents, TrialsError> {
+    /// The member's checkpoint as it stands, held rather than copied: see [`HeldCheckpoint`].
+    ///
+    /// ```
+    /// # use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
+    /// # let split = Split::shipped("wine").unwrap();
+    /// # let cpu = candle_core::Device::Cpu;
+    /// # let trainers = (0..2)
+    /// #     .map(|seed| Trainer::new(Builtin::Mlp, TrainConfig::default(), &split, &cpu, seed).unwrap())
+    /// #     .collect();
+    /// let mut pack = FusedTrainer::new(trainers).unwrap();
+    /// pack.train_epoch().unwrap();
+    /// let held = pack.member(1).unwrap().hold().unwrap(); // no copy yet
+    /// pack.train_epoch().unwrap();
+    /// let after_one = held.copy_out().unwrap(); // member 1 after its first epoch
+    /// assert_eq!(after_one.metadata["epoch"], "1");
+    /// ```
+    pub fn hold(&self) -> Result<HeldCheckpoint, TrialsError> {
         (self.pack).check_at_boundary(self.k, "only a member at its epoch's end checkpoints")?;
-        let (weights, state) = self.pack.member_slices(self.k)?;
-        self.pack.members[self.k].checkpoint_of(weights, &state)
+        let view = |t: Tensor, shape: &Shape| Ok((t, shape.clone()));
+        let (weights, state) = self.pack.member_parts(self.k, view)?;
+        // The checkpoint names the weights, then each weight's optimizer slots in order.
+        let shapes = (weights.iter().chain(state.iter().flatten()))
+            .map(|(_, shape)| shape.clone())
+            .collect::<Vec<_>>();
+        let views = |parts: Vec<(Tensor, Shape)>| parts.into_iter().map(|(t, _)| t).collect();
+        let state: Vec<Vec<Tensor>> = state.into_iter().map(views).collect();
+        let contents = self.pack.members[self.k].checkpoint_of(views(weights), &state)?;
+        if contents.tensors.len() != shapes.len() {
+            return Err(TrialsError::Checkpoint(format!(
+                "member {}: {} tensors named for {} slices",
+                self.k,
+                contents.tensors.len(),
+                shapes.len()
+            )));
+        }
+        Ok(HeldCheckpoint {
+            views: contents,
+            shapes,
+            device: self.pack.device.clone(),
+        })
+    }
+}
+
+/// A packed member's checkpoint as it stood when held ([`PackedMember::hold`]), not yet copied
+/// out of the pack's tensors. The pack's updates replace its tensors rather than write into
+/// them, so those held keep their values while the pack trains on: holding costs no device
+/// work, and only the checkpoints then wanted are copied ([`HeldCheckpoint::copy_out`]). It
+/// keeps the pack's weights and optimizer state of that moment alive meanwhile (one more copy
+/// of the pack's, at most, however many members it holds).
+pub struct HeldCheckpoint {
+    /// The checkpoint with, for each tensor, the member's view `(1, own...)` of the stacked
+    /// one.
+    views: checkpoint::Contents,
+    /// Each tensor's shape in the checkpoint, in `views`' order.
+    shapes: Vec<Shape>,
+    device: Device,
+}
+
+impl HeldCheckpoint {
+    /// The checkpoint, its tensors copied out of the pack's on the device (what
+    /// [`PackedMember::checkpoint`] gives at once), so that another thread may write them.
+    pub fn copy_out(self) -> Result<checkpoint::Contents, TrialsError> {
+        let checkpoint::Contents { tensors, metadata } = self.views;
+        let tensors = (tensors.into_iter().zip(&self.shapes))
+            .map(|((name, view), shape)| Ok((name, copy_slice(&view, shape)?)))
+            .collect::<Result<Vec<_>, TrialsError>>()?;
+        // Another thread reads the copies just queued on this thread's stream.
+        self.device.synchronize()?;
+        Ok(checkpoint::Contents { tensors, metadata })
     }
 }
 
@@ -871,23 +933,25 @@ impl FusedTrainer {
     /// Copies of member `k`'s slices of the packed weights (one per var of its model, in its
     /// shapes) and optimizer state (its slots of each).
     fn member_slices(&self, k: usize) -> Result<(Vec<Tensor>, Vec<Vec<Tensor>>), TrialsError> {
+        self.member_parts(k, |view, shape| copy_slice(&view, shape))
+    }
+
+    /// Member `k`'s parts of the packed weights (one per var of its model) and optimizer
+    /// state (its slots of each), each `take` of its view `(1, own...)` and its own shape.
+    fn member_parts<T>(
+        &self,
+        k: usize,
+        take: impl Fn(Tensor, &Shape) -> candle_core::Result<T>,
+    ) -> Result<(Vec<T>, Vec<Vec<T>>), TrialsError> {
         let m = &self.members[k];
         let pack_weights = (0..self.weights.len()).filter(|&p| self.member_weight(k, p).is_some());
         let (mut weights, mut state) = (Vec::new(), Vec::new());
         for (p, (j, (_, var))) in pack_weights.zip(m.model.vars().iter().enumerate()) {
             let own = as_stacked(var.as_tensor())?.dims().to_vec();
-            // `force_contiguous` copies the member's slice alone (`copy` clones the whole
-            // storage, every member's: 0.1-0.3 s and 64 MB per 1024x1024 weight of a
-            // 16-trial pack, per member and epoch, seen at 8 GB peak), and before the
-            // reshape, which would copy a padded (strided) slice once more.
-            let slice = |t: &Tensor| -> candle_core::Result<Tensor> {
-                member_view(t, k, &own)?
-                    .force_contiguous()?
-                    .reshape(var.shape())
-            };
-            weights.push(slice(&self.weights[p])?);
+            let part = |t: &Tensor| take(member_view(t, k, &own)?, var.shape());
+            weights.push(part(&self.weights[p])?);
             let slots = (0..m.optimizer.state[j].len())
-                .map(|s| slice(&self.state[p].get(s)?))
+                .map(|s| part(&self.state[p].get(s)?))
                 .collect::<candle_core::Result<Vec<_>>>()?;
             state.push(slots);
         }
@@ -1492,6 +1556,14 @@ fn member_view(stacked: &Tensor, k: usize, own: &[usize]) -> candle_core::Result
         t = t.narrow(d + 1, 0, n)?;
     }
     Ok(t)
+}
+
+/// A copy of a member's view of a stacked tensor, in the member's `shape`. `force_contiguous`
+/// copies the member's slice alone (`copy` clones the whole storage, every member's: 0.1-0.3
+/// s and 64 MB per 1024x1024 weight of a 16-trial pack, per member and epoch, seen at 8 GB
+/// peak), and before the reshape, which would copy a padded (strided) slice once more.
+fn copy_slice(view: &Tensor, shape: &Shape) -> candle_core::Result<Tensor> {
+    view.force_contiguous()?.reshape(shape)
 }
 
 /// Checks that `members` may train in one pack: the same [`FuseKey`], the same split, none

@@ -37,7 +37,7 @@ pub use data::{
 };
 pub use device::open_device;
 pub use early_stopping::EarlyStopping;
-pub use fused::{FuseKey, FusedTrainer, PackKey, PackedMember, PACK_KEYS};
+pub use fused::{FuseKey, FusedTrainer, HeldCheckpoint, PackKey, PackedMember, PACK_KEYS};
 pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
 pub use nvml::{gpu_use, GpuUse};
 pub use optim::{lr_at, Optimizer};
