@@ -12,7 +12,7 @@ use tune_trials::{
     CHECKPOINT_FILE,
 };
 
-use super::pack::{Decision, Member, Packs};
+use super::pack::{Decision, Handed, Member, Packs};
 use super::spec::ObjectiveSpec;
 use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
@@ -354,19 +354,27 @@ fn train_in_pack(
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     loop {
-        let (r, trials, last) = member.next_epoch()?;
-        let left = last.is_some();
-        if let Some(contents) = last {
-            tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
-            written_early()?;
+        let (r, trials, handed) = member.next_epoch()?;
+        let report = |ctx: &mut TrialContext| report(ctx, &r, n_params, fused.then_some(trials));
+        match handed {
+            Some(Handed::BeforeReport(contents)) => {
+                // Its scheduler completes it at this epoch: it left the pack with the report,
+                // and the pack trains on without waiting for it.
+                tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
+                written_early()?;
+                return Ok(report(ctx)?);
+            }
+            Some(Handed::AfterReport(contents)) => {
+                // It has trained its last epoch and left the pack with it.
+                let heard = report(ctx);
+                if checkpoint_after(&heard, true, false).is_some() {
+                    tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
+                }
+                return Ok(heard?);
+            }
+            None => {}
         }
-        let heard = report(ctx, &r, n_params, fused.then_some(trials));
-        if left {
-            // Its scheduler completes it at this epoch, whose checkpoint it has written: it
-            // left the pack with the report, and the pack trains on without waiting for it.
-            heard?;
-            return Ok(());
-        }
+        let heard = report(ctx);
         let out = match heard {
             Ok(()) => member.decide(Decision::Continue(ctx.checkpoint_dir()?.to_path_buf()))?,
             Err(Stop::Paused) => {

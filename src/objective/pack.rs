@@ -81,14 +81,24 @@ struct Joiner {
 /// What a pack tells a member.
 enum FromPack {
     /// The member's epoch, or the error that ends it, how many trials the pack trained, and
-    /// the checkpoint its trial writes before reporting the epoch, where one must be on disk
-    /// by then (at the step its scheduler completes it).
-    Epoch(Result<EpochReport, String>, usize, Option<Contents>),
+    /// its checkpoint where it leaves the pack with this epoch.
+    Epoch(Result<EpochReport, String>, usize, Option<Handed>),
     /// The answer to a decision (or why the checkpoint asked for failed): whether the member
     /// has left the pack, and the checkpoint its trial writes before it goes on, where one
     /// must be on disk by then (a paused or finished member's). The trial writes it while
     /// the pack trains on; one written behind training is queued already.
     Saved(Result<(bool, Option<Contents>), String>),
+}
+
+/// The checkpoint of a member that leaves its pack with its report, which its trial writes
+/// without the pack (which trains on).
+pub(crate) enum Handed {
+    /// Written before the report: its scheduler completes it at this step
+    /// ([`written_before_report`]).
+    BeforeReport(Contents),
+    /// Written after the report, as the decision says ([`checkpoint_after`]): it has trained
+    /// its last epoch, or early stopping ended it.
+    AfterReport(Contents),
 }
 
 /// What a member tells its pack after each epoch, once its report is decided on.
@@ -274,16 +284,13 @@ pub(crate) struct Member {
 
 impl Member {
     /// The member's next epoch, trained in the pack, how many trials the pack trained, and
-    /// the checkpoint to write before reporting it, where one is due then
-    /// ([`written_before_report`]): with that, the member has left the pack, and owes it no
-    /// decision.
-    pub(crate) fn next_epoch(
-        &mut self,
-    ) -> Result<(EpochReport, usize, Option<Contents>), BoxError> {
+    /// its checkpoint where it leaves the pack with the epoch ([`Handed`]): then it owes the
+    /// pack no decision.
+    pub(crate) fn next_epoch(&mut self) -> Result<(EpochReport, usize, Option<Handed>), BoxError> {
         match self.hear.recv() {
-            Ok(FromPack::Epoch(Ok(report), trials, last)) => {
-                self.owes_decision = true;
-                Ok((report, trials, last))
+            Ok(FromPack::Epoch(Ok(report), trials, handed)) => {
+                self.owes_decision = handed.is_none();
+                Ok((report, trials, handed))
             }
             Ok(FromPack::Epoch(Err(e), ..)) => Err(e.into()),
             Ok(FromPack::Saved(_)) => Err("a pack answered a checkpoint nobody asked for".into()),
@@ -296,7 +303,10 @@ impl Member {
     /// It returns once the pack has answered, so a member that leaves has left the pack's
     /// count: the trial started in its place finds the room and joins the same pack.
     pub(crate) fn decide(&mut self, decision: Decision) -> Result<bool, BoxError> {
-        self.owes_decision = false;
+        if !std::mem::take(&mut self.owes_decision) {
+            // (Its pack would never answer.)
+            return Err("a decision for a pack that asked for none".into());
+        }
         let dir = match &decision {
             Decision::Continue(dir) | Decision::Pause(dir) | Decision::Complete(dir) => {
                 Some(dir.clone())
@@ -521,9 +531,6 @@ impl Packs {
                             self.tell(id, fused.as_ref(), &links, reports, speculates, &mut trace);
                         gone.extend(&t.left);
                         if speculates {
-                            // A finished member trains no further: it leaves now, its decision
-                            // heard at the next stop.
-                            gone.extend(t.owing.iter().filter(|o| o.finished).map(|o| o.token));
                             told = Some(t);
                         } else {
                             gone.extend(self.settle(id, fused.as_ref(), t, &decisions, &mut trace));
@@ -657,28 +664,41 @@ impl Packs {
             let started = Instant::now();
             let member = || fused.ok_or_else(|| TrialsError::Train("the pack has no model".into()));
             let member = |k| member().and_then(|f| f.member(k));
-            let (report, last, finished, kept) = match report {
-                Ok(r) if early => match member(k).and_then(|m| m.checkpoint()) {
-                    Ok(contents) => (Ok(r), Some(contents), true, None),
-                    Err(e) => (Err(e), None, true, None),
-                },
-                Ok(r) => match member(k).and_then(|m| {
-                    let kept = if snapshot { Some(m.hold()?) } else { None };
-                    Ok((m.finished(), kept))
-                }) {
-                    Ok((finished, kept)) => (Ok(r), None, finished, kept),
-                    Err(e) => (Err(e), None, true, None),
-                },
-                Err(e) => (Err(e), None, true, None),
+            // A member that leaves with its report (its scheduler completes it at this epoch,
+            // or it has trained its last) takes its checkpoint along: the pack goes on
+            // without waiting for its trial to write it and hear the decision.
+            let (report, handed, kept) = match report.and_then(|r| {
+                let m = member(k)?;
+                let handed = if early {
+                    Some(Handed::BeforeReport(m.checkpoint()?))
+                } else if m.finished() {
+                    Some(Handed::AfterReport(m.checkpoint()?))
+                } else {
+                    None
+                };
+                let kept = match handed {
+                    None if snapshot => Some(m.hold()?),
+                    _ => None,
+                };
+                Ok((r, handed, kept))
+            }) {
+                Ok((r, handed, kept)) => (Ok(r), handed, kept),
+                Err(e) => (Err(e), None, None),
             };
             saving += started.elapsed();
-            let owes = report.is_ok() && last.is_none();
+            let owes = report.is_ok() && handed.is_none();
+            if !owes {
+                // Failed or leaving: out of the count before its trial hears, so the trial
+                // started in its place finds the room.
+                self.shrink(id, 1);
+                told.left.push(link.token);
+            }
             let heard = link
                 .tell
                 .send(FromPack::Epoch(
                     report.map_err(|e| e.to_string()),
                     trained,
-                    last,
+                    handed,
                 ))
                 .is_ok();
             if owes && heard {
@@ -686,13 +706,10 @@ impl Packs {
                     token: link.token,
                     k,
                     tell: link.tell.clone(),
-                    finished,
                     snapshot: kept,
                 });
-            } else {
-                // Failed, its trial gone, or it leaves with this report: its scheduler
-                // completes it at this epoch, so the pack goes on without waiting for its
-                // trial to write the checkpoint and hear the decision.
+            } else if owes {
+                // Its trial is gone.
                 self.shrink(id, 1);
                 told.left.push(link.token);
             }
@@ -728,11 +745,12 @@ impl Packs {
                 continue;
             };
             let mut o = owing.swap_remove(at);
-            // Whether the member has finished, and the checkpoint its trial writes now.
+            // Whether the member leaves, and the checkpoint its trial writes now. (It has not
+            // finished: a finished member left with its report.)
             type Saved = Result<(bool, Option<Contents>), String>;
             let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Saved {
                 let started = Instant::now();
-                let finished = o.finished;
+                let finished = false;
                 let mut contents = || match o.snapshot.take() {
                     Some(kept) => kept.copy_out(),
                     None => fused
@@ -773,8 +791,8 @@ impl Packs {
 
 /// A stop's reports, told ([`Packs::tell`]); the decisions they owe not yet heard.
 struct Told {
-    /// The members that left with their reports (failed, their trials gone, or completed
-    /// with their last checkpoints), out of the pack's count already.
+    /// The members that left with their reports (failed, their trials gone, or finished or
+    /// completed, with their last checkpoints), out of the pack's count already.
     left: Vec<u64>,
     owing: Vec<Owing>,
 }
@@ -785,8 +803,6 @@ struct Owing {
     /// Its place in the pack at the stop.
     k: usize,
     tell: mpsc::Sender<FromPack>,
-    /// Whether it had trained its last epoch then.
-    finished: bool,
     /// Its checkpoint at the stop, where the pack trained on before hearing the decision:
     /// copied out only if the decision wants it.
     snapshot: Option<HeldCheckpoint>,
@@ -843,17 +859,24 @@ mod tests {
                     let mut member = arrival.join(t, key, (i == 2).then_some(3));
                     let mut heard = Vec::new();
                     loop {
-                        let (report, trials, last) = member.next_epoch().unwrap();
-                        assert_eq!(last.is_some(), i == 2 && report.epoch == 3, "member {i}");
+                        let (report, trials, handed) = member.next_epoch().unwrap();
+                        // Member 1 has trained its last epoch at 3: it leaves with its
+                        // checkpoint too, to be written as the decision says.
+                        let last = report.epoch == 3;
+                        match &handed {
+                            Some(Handed::BeforeReport(_)) => assert!(last && i == 2),
+                            Some(Handed::AfterReport(_)) => assert!(last && i == 1),
+                            None => assert!(!last, "member {i}"),
+                        }
                         heard.push((report, trials));
                         if i == 0 {
                             // Ends without deciding, as a failing trial would: it leaves.
                             return heard;
                         }
                         std::fs::create_dir_all(&dir).unwrap();
-                        if let Some(contents) = last {
+                        if let Some(Handed::BeforeReport(c) | Handed::AfterReport(c)) = handed {
                             // It has left the pack: nothing to decide.
-                            checkpoint::write(&dir, contents).unwrap();
+                            checkpoint::write(&dir, c).unwrap();
                             return heard;
                         }
                         if member.decide(Decision::Continue(dir.clone())).unwrap() {
@@ -927,11 +950,21 @@ mod tests {
                     let mut member = arrival.join(t, key, None);
                     let mut heard = Vec::new();
                     loop {
-                        let (report, trials, _) = member.next_epoch().unwrap();
+                        let (report, trials, handed) = member.next_epoch().unwrap();
                         let decision = decide(i, report.epoch);
                         heard.push((report, trials));
-                        if member.decide(decision).unwrap() {
-                            return heard;
+                        match (handed, decision) {
+                            // Its last epoch: it left the pack with its checkpoint.
+                            (Some(Handed::AfterReport(c)), Decision::Continue(dir)) => {
+                                checkpoint::write(&dir, c).unwrap();
+                                return heard;
+                            }
+                            (Some(_), _) => return heard,
+                            (None, decision) => {
+                                if member.decide(decision).unwrap() {
+                                    return heard;
+                                }
+                            }
                         }
                     }
                 })
@@ -1070,42 +1103,64 @@ mod tests {
         );
     }
 
+    /// A member that leaves with its report, its checkpoint along (its scheduler completes
+    /// it at that epoch, or it has trained its last), owes the pack nothing: the pack trains
+    /// the others on while its trial writes the checkpoint and waits for its report's answer.
     #[test]
     fn a_member_that_leaves_with_its_last_checkpoint_does_not_hold_up_its_pack() {
         let split = wine();
         let tmp = tempfile::tempdir().unwrap();
-        let packs = Packs::new(2, 1, Some(1));
-        let arrivals = [packs.arrive("cpu:0"), packs.arrive("cpu:0")];
-        let [first, second] = arrivals;
-        let (t0, t1) = (trainer(&split, 0), trainer(&split, 1));
-        let key = t0.pack_key();
-        // Its scheduler completes member 0 at epoch 1; member 1 trains on.
-        let mut completed = first.join(t0, key.clone(), Some(1));
-        let mut going_on = second.join(t1, key, None);
-        let (_, trials, last) = completed.next_epoch().unwrap();
-        assert_eq!(trials, 2);
-        assert!(last.is_some(), "the checkpoint comes with the report");
-        // Member 0 neither decides nor ends (its trial is writing the checkpoint, waiting
-        // for its report's answer): the pack trains member 1's next epoch all the same.
-        going_on.next_epoch().unwrap();
-        assert!(!going_on
-            .decide(Decision::Continue(tmp.path().to_path_buf()))
-            .unwrap());
-        let (tx, rx) = mpsc::channel();
-        let next = std::thread::spawn(move || {
-            let got = going_on
-                .next_epoch()
-                .map(|(r, trials, _)| (r.epoch, trials));
-            tx.send(got.map_err(|e| e.to_string())).unwrap();
-            going_on
-        });
-        // A pack that waited for member 0 would never train again (a generous bound, so
-        // that a hang fails the test rather than stalling the suite).
-        let got = rx.recv_timeout(Duration::from_secs(120));
-        assert_eq!(got.unwrap().unwrap(), (2, 1), "epoch 2, in a pack of one");
-        drop(completed);
-        let mut going_on = next.join().unwrap();
-        assert!(going_on.decide(Decision::Leave).unwrap());
+        for completed in [true, false] {
+            let packs = Packs::new(2, 1, Some(1));
+            let arrivals = [packs.arrive("cpu:0"), packs.arrive("cpu:0")];
+            let [first, second] = arrivals;
+            let epochs = if completed { 3 } else { 1 };
+            let cfg = TrainConfig {
+                width: 12,
+                batch_size: 16,
+                epochs,
+                ..TrainConfig::default()
+            };
+            let t0 = Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, 0).unwrap();
+            let t1 = trainer(&split, 1);
+            let key = t0.pack_key();
+            // Member 0 leaves at epoch 1: completed there, or at the last of its epochs.
+            let mut leaving = first.join(t0, key.clone(), completed.then_some(1));
+            let mut going_on = second.join(t1, key, None);
+            let (_, trials, handed) = leaving.next_epoch().unwrap();
+            assert_eq!(trials, 2);
+            match handed {
+                Some(Handed::BeforeReport(_)) => assert!(completed),
+                Some(Handed::AfterReport(_)) => assert!(!completed),
+                None => panic!("the checkpoint comes with the report"),
+            }
+            assert!(
+                leaving.decide(Decision::Leave).is_err(),
+                "the pack asked for no decision"
+            );
+            // Member 0 neither decides nor ends (its trial is writing the checkpoint,
+            // waiting for its report's answer): the pack trains member 1's next epoch all
+            // the same.
+            going_on.next_epoch().unwrap();
+            assert!(!going_on
+                .decide(Decision::Continue(tmp.path().to_path_buf()))
+                .unwrap());
+            let (tx, rx) = mpsc::channel();
+            let next = std::thread::spawn(move || {
+                let got = going_on
+                    .next_epoch()
+                    .map(|(r, trials, _)| (r.epoch, trials));
+                tx.send(got.map_err(|e| e.to_string())).unwrap();
+                going_on
+            });
+            // A pack that waited for member 0 would never train again (a generous bound, so
+            // that a hang fails the test rather than stalling the suite).
+            let got = rx.recv_timeout(Duration::from_secs(120));
+            assert_eq!(got.unwrap().unwrap(), (2, 1), "epoch 2, in a pack of one");
+            drop(leaving);
+            let mut going_on = next.join().unwrap();
+            assert!(going_on.decide(Decision::Leave).unwrap());
+        }
     }
 
     #[test]
