@@ -451,7 +451,11 @@ impl Packs {
         decisions: mpsc::Receiver<(u64, Decision)>,
     ) {
         let threads = self.threads;
-        let lockstep = packs_in_lockstep();
+        let segment = if packs_in_lockstep() {
+            Segment::Epoch
+        } else {
+            Segment::ToBoundary
+        };
         let packs = self.clone();
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
@@ -462,7 +466,7 @@ impl Packs {
             // decisions wait in `told` for the next stop, acted on from the checkpoints they
             // had at theirs. On CPU, where a stopped member's extra training is the cores'
             // time, it waits for them.
-            let speculates = is_gpu(&slot) && !lockstep;
+            let speculates = is_gpu(&slot) && segment == Segment::ToBoundary;
             let mut told: Option<Told> = None;
             let mut trace = PackTrace::new(id);
             while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l), |t| {
@@ -491,11 +495,7 @@ impl Packs {
                     .map(|f| fused = Some(f))
                 };
                 trace.lap("form");
-                let steps = match &fused {
-                    Some(f) if lockstep => f.steps_per_epoch(),
-                    Some(f) => f.ticks_to_boundary(),
-                    None => 0,
-                };
+                let steps = fused.as_ref().map_or(0, |f| segment.ticks(f));
                 let turn = self.take_turn(&slot);
                 trace.lap("turn");
                 let reports = formed
@@ -504,10 +504,7 @@ impl Packs {
                             .map_err(|e| TrialsError::Train(format!("the pack failed: {e}")))
                     })
                     .and_then(|()| match fused.as_mut() {
-                        Some(f) if lockstep => f
-                            .train_epoch()
-                            .map(|reports| reports.into_iter().map(Some).collect()),
-                        Some(f) => f.train_to_boundary(),
+                        Some(f) => segment.train(f),
                         None => Err(TrialsError::Train("a pack lost its model".into())),
                     });
                 drop(turn);
@@ -786,6 +783,37 @@ impl Packs {
         left.extend(owing.iter().map(|o| o.token));
         trace.add("of which checkpoints", saving);
         left
+    }
+}
+
+/// How far a pack trains between its stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Segment {
+    /// An epoch of every member at once, a member of fewer steps an epoch sitting the last
+    /// ones out ([`packs_in_lockstep`]).
+    Epoch,
+    /// On to the soonest end of any member's epoch, each member through its own.
+    ToBoundary,
+}
+
+impl Segment {
+    /// The pack's ticks to its next stop.
+    fn ticks(self, pack: &FusedTrainer) -> u64 {
+        match self {
+            Segment::Epoch => pack.steps_per_epoch(),
+            Segment::ToBoundary => pack.ticks_to_boundary(),
+        }
+    }
+
+    /// Trains the pack to its next stop: each member's report where its epoch ended there.
+    fn train(
+        self,
+        pack: &mut FusedTrainer,
+    ) -> Result<Vec<Option<Result<EpochReport, TrialsError>>>, TrialsError> {
+        match self {
+            Segment::Epoch => Ok(pack.train_epoch()?.into_iter().map(Some).collect()),
+            Segment::ToBoundary => pack.train_to_boundary(),
+        }
     }
 }
 
