@@ -11,7 +11,11 @@
 //! goal is 4x), one 128-128 shape, and the glyphs example's 3x1024 MLP. Each is timed over
 //! `TUNE_BENCH_EPOCHS` (default 5) epochs after a warm-up epoch, a step being one update of
 //! the pack (its members' most per epoch); an epoch's uploads and validation are counted in
-//! its steps. Each pack trains on the device as tune opens it (`open_device`) and again on
+//! its steps. The mix is timed twice: epoch by epoch (`train_epoch`, as packs train under
+//! `TUNE_PACKS_IN_LOCKSTEP`), and each member through its own epochs
+//! (`train_to_boundary`, as sweeps' packs train), which stops the pack at each batch size's
+//! boundary (a validation and reports each) and trains no member's step for nothing: the
+//! same number of the pack's steps, its stops counted. Each pack trains on the device as tune opens it (`open_device`) and again on
 //! candle's default one, whose allocations each make and destroy two CUDA events. Under the
 //! null driver the time is the host's alone: the real driver's calls cost more, up to a few
 //! microseconds each, and a GPU runs the kernels behind.
@@ -65,15 +69,29 @@ fn api_calls() -> Option<BTreeMap<String, u64>> {
     }
 }
 
+/// How a row's pack trains: epoch by epoch, or each member through its own epochs.
+#[derive(Clone, Copy, PartialEq)]
+enum Training {
+    Epochs,
+    OwnEpochs,
+}
+
 /// One row: a pack of `K` members trained for the bench's epochs.
 struct Row {
     micros_per_step: f64,
     steps: u64,
+    /// The pack's stops (an epoch's end, or a member's).
+    stops: u64,
     /// Calls per step by function, most first (under the null driver).
     calls: Option<Vec<(String, f64)>>,
 }
 
-fn measure(member: &dyn Fn(usize) -> (TrainConfig, u64), split: &Split, device: &Device) -> Row {
+fn measure(
+    member: &dyn Fn(usize) -> (TrainConfig, u64),
+    split: &Split,
+    device: &Device,
+    training: Training,
+) -> Row {
     // One copy of the rows for the pack, as a sweep's slot has.
     let tensors = SplitTensors::new(split, device).expect("rows on the device");
     let trainers = (0..K)
@@ -87,11 +105,18 @@ fn measure(member: &dyn Fn(usize) -> (TrainConfig, u64), split: &Split, device: 
     pack.train_epoch().expect("warm-up epoch");
     let before = api_calls();
     let start = Instant::now();
-    let mut steps = 0;
-    for _ in 0..epochs() {
-        steps += pack.steps_per_epoch();
-        // Its members' results are garbage under the null driver; only the time counts.
-        let _ = pack.train_epoch().expect("epoch");
+    let (mut steps, mut stops) = (0, 0);
+    let target = epochs() * pack.steps_per_epoch();
+    // Its members' results are garbage under the null driver; only the time counts.
+    while steps < target {
+        stops += 1;
+        if training == Training::Epochs {
+            steps += pack.steps_per_epoch();
+            let _ = pack.train_epoch().expect("epoch");
+        } else {
+            steps += pack.ticks_to_boundary();
+            let _ = pack.train_to_boundary().expect("segment");
+        }
     }
     let micros_per_step = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
     let calls = before.zip(api_calls()).map(|(before, after)| {
@@ -109,6 +134,7 @@ fn measure(member: &dyn Fn(usize) -> (TrainConfig, u64), split: &Split, device: 
     Row {
         micros_per_step,
         steps,
+        stops,
         calls,
     }
 }
@@ -138,18 +164,31 @@ fn main() {
         }
     );
     let same = |shape: TrainConfig| move |i| member(&shape, i);
-    let rows: [(&str, &MemberOf, &Split); 3] = [
+    let rows: [(&str, &MemberOf, &Split, Training); 4] = [
         (
             "mlp-digits mix, dropout",
             &mixed_member_with_dropout,
             &digits,
+            Training::Epochs,
+        ),
+        (
+            "mlp-digits mix, dropout, own epochs",
+            &mixed_member_with_dropout,
+            &digits,
+            Training::OwnEpochs,
         ),
         (
             "mlp 128-128, digits",
             &same(digits_shape(Builtin::Mlp)),
             &digits,
+            Training::Epochs,
         ),
-        ("mlp 3x1024, glyphs", &same(glyphs_shape()), &glyphs),
+        (
+            "mlp 3x1024, glyphs",
+            &same(glyphs_shape()),
+            &glyphs,
+            Training::Epochs,
+        ),
     ];
     // Beside the device as tune opens it, candle's own, which gives each allocation two CUDA
     // events (see `open_device`): what turning them off saves.
@@ -165,9 +204,10 @@ fn main() {
             .map(|(_, n)| n)
             .sum();
         format!(
-            "{:.1} us per step over {} steps{}",
+            "{:.1} us per step over {} steps and {} stops{}",
             row.micros_per_step,
             row.steps,
+            row.stops,
             if null_driver {
                 format!(", {total:.1} CUDA API calls per step")
             } else {
@@ -175,9 +215,9 @@ fn main() {
             }
         )
     };
-    for (name, member, split) in rows {
-        let row = measure(member, split, &device);
-        let with_events = measure(member, split, &candle_default);
+    for (name, member, split, training) in rows {
+        let row = measure(member, split, &device, training);
+        let with_events = measure(member, split, &candle_default, training);
         println!();
         println!("{name}: {}", summary(&row));
         println!("  with candle's events: {}", summary(&with_events));
