@@ -745,14 +745,20 @@ impl FusedTrainer {
             })
             .collect();
         let coefficients = Coefficients::new(&self.members, &lrs, &ticks.lens, &self.device)?;
-        // Each row's class, and the loss's gradient at the rows' log-probabilities for the
-        // whole epoch: the row's weight at its class, 0 elsewhere, as the backward pass of
-        // candle's `nll` scatters it batch by batch.
         let targets = y.index_select(&ticks.idx, 0)?;
-        let row_weights = ticks.weights.unsqueeze(1)?;
-        let at_log_probs = Tensor::zeros((ticks.idx.dim(0)?, classes), DType::F32, &self.device)?
-            .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
-        let minus_weights = row_weights.neg()?;
+        // For the exact path (its own log-softmax backward), the loss's gradient at the rows'
+        // log-probabilities for all the ticks: the row's weight at its class, 0 elsewhere, as
+        // the backward pass of candle's `nll` scatters it batch by batch; and the weights
+        // negated. ([`SoftmaxLoss`] needs neither.)
+        let exact_grads = if self.exact {
+            let row_weights = ticks.weights.unsqueeze(1)?;
+            let at_log_probs =
+                Tensor::zeros((ticks.idx.dim(0)?, classes), DType::F32, &self.device)?
+                    .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
+            Some((at_log_probs, row_weights.neg()?))
+        } else {
+            None
+        };
         let mut loss_sums = Tensor::from_vec(self.loss_sums.clone(), members, &self.device)?;
         let device = self.device.clone();
         for i in 0..ticks.count() {
@@ -766,64 +772,71 @@ impl FusedTrainer {
                     .reshape((members, rows, features))?;
                 let (scores, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
                 let bias = self.output_bias();
-                let (at_logits, loss_sums, at_bias) = if self.exact {
-                    let logits = scores.broadcast_add(bias)?.reshape((len, classes))?;
-                    let softmax = LogSoftmax::new(&logits)?;
-                    let at_logits = softmax.backward(
-                        &at_log_probs.narrow(0, at, len)?,
-                        &minus_weights.narrow(0, at, len)?,
-                        &self.zero,
-                    )?;
-                    // Each member's summed loss over its own rows: as an unfused trial sums
-                    // it (its batch's mean loss times its rows), to the bit.
-                    let picked = softmax
-                        .log_probs
-                        .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
-                    let tick_losses = match &ticks.own {
-                        None => picked
-                            .reshape((members, rows))?
-                            .sum(1)?
-                            .affine(-1.0 / rows as f64, 0.0)?
-                            .affine(rows as f64, 0.0)?,
-                        Some(own) => picked
-                            .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
-                            .reshape((members, rows))?
-                            .sum(1)?
-                            .neg()?,
+                let (at_logits, loss_sums, at_bias) =
+                    if let Some((at_log_probs, minus_weights)) = &exact_grads {
+                        let logits = scores.broadcast_add(bias)?.reshape((len, classes))?;
+                        let softmax = LogSoftmax::new(&logits)?;
+                        let at_logits = softmax.backward(
+                            &at_log_probs.narrow(0, at, len)?,
+                            &minus_weights.narrow(0, at, len)?,
+                            &self.zero,
+                        )?;
+                        // Each member's summed loss over its own rows: as an unfused trial sums
+                        // it (its batch's mean loss times its rows), to the bit.
+                        let picked = softmax
+                            .log_probs
+                            .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
+                        let tick_losses = match &ticks.own {
+                            None => picked
+                                .reshape((members, rows))?
+                                .sum(1)?
+                                .affine(-1.0 / rows as f64, 0.0)?
+                                .affine(rows as f64, 0.0)?,
+                            Some(own) => picked
+                                .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
+                                .reshape((members, rows))?
+                                .sum(1)?
+                                .neg()?,
+                        };
+                        let at_logits = at_logits.reshape((members, rows, classes))?;
+                        (at_logits, (&loss_sums + tick_losses)?, None)
+                    } else {
+                        // One kernel for the ~15 above, within rounding of them.
+                        let op = SoftmaxLoss {
+                            bias: bias.reshape((members, classes))?,
+                            targets: targets.narrow(0, at, len)?,
+                            weights: ticks.weights.narrow(0, at, len)?,
+                            own: ticks
+                                .own
+                                .as_ref()
+                                .map(|o| o.narrow(0, at, len))
+                                .transpose()?,
+                            losses: loss_sums.clone(),
+                        };
+                        let out = scores.reshape((len, classes))?.apply_op1_no_bwd(&op)?;
+                        let (at_logits, loss_sums, at_bias) =
+                            SoftmaxLoss::split(&out, members, rows, classes)?;
+                        (at_logits, loss_sums, Some(at_bias))
                     };
-                    let at_logits = at_logits.reshape((members, rows, classes))?;
-                    (at_logits, (&loss_sums + tick_losses)?, None)
-                } else {
-                    // One kernel for the ~15 above, within rounding of them.
-                    let op = SoftmaxLoss {
-                        bias: bias.reshape((members, classes))?,
-                        targets: targets.narrow(0, at, len)?,
-                        weights: ticks.weights.narrow(0, at, len)?,
-                        own: ticks
-                            .own
-                            .as_ref()
-                            .map(|o| o.narrow(0, at, len))
-                            .transpose()?,
-                        losses: loss_sums.clone(),
-                    };
-                    let out = scores.reshape((len, classes))?.apply_op1_no_bwd(&op)?;
-                    let (at_logits, loss_sums, at_bias) =
-                        SoftmaxLoss::split(&out, members, rows, classes)?;
-                    (at_logits, loss_sums, Some(at_bias))
-                };
                 let grads = self.backward(tape, &at_logits, at_bias)?;
                 self.step(&grads, &coefficients, i, lens)?;
                 Ok::<_, TrialsError>(loss_sums)
             })?;
         }
-        self.loss_sums = loss_sums.to_vec1::<f32>()?;
         let ends: Vec<bool> = (0..members)
             .map(|k| self.at[k] + counts[k] >= self.members[k].steps_per_epoch())
             .collect();
+        // The validation goes into the device's queue behind the ticks before anything is
+        // read back, so that the device runs it without waiting for the host between.
         let validation = if ends.contains(&true) {
-            self.evaluate()?
+            Some(self.validation()?)
         } else {
-            Vec::new()
+            None
+        };
+        self.loss_sums = loss_sums.to_vec1::<f32>()?;
+        let validation = match validation {
+            Some(v) => read_validation(v)?,
+            None => Vec::new(),
         };
         let mut reports = Vec::with_capacity(members);
         for k in 0..members {
@@ -846,6 +859,12 @@ impl FusedTrainer {
 
     /// Each member's mean cross-entropy and accuracy on the validation rows.
     pub fn evaluate(&self) -> Result<Vec<(f64, f64)>, TrialsError> {
+        read_validation(self.validation()?)
+    }
+
+    /// Each member's mean cross-entropy and number of hits on the validation rows, on the
+    /// device: `(K)` each.
+    fn validation(&self) -> Result<(Tensor, Tensor, usize), TrialsError> {
         with_layouts_cached(&self.device, || {
             let members = self.members.len();
             let (x, y, n) = &self.members[0].val;
@@ -863,19 +882,13 @@ impl FusedTrainer {
                 .gather(&ys.flatten_all()?.unsqueeze(1)?, 1)?
                 .reshape((members, *n))?
                 .sum(1)?
-                .affine(-1.0 / *n as f64, 0.0)?
-                .to_vec1::<f32>()?;
+                .affine(-1.0 / *n as f64, 0.0)?;
             let hits = logits
                 .argmax(D::Minus1)?
                 .eq(&ys)?
                 .to_dtype(DType::F32)?
-                .sum(1)?
-                .to_vec1::<f32>()?;
-            Ok(losses
-                .iter()
-                .zip(&hits)
-                .map(|(&l, &h)| (l as f64, h as f64 / *n as f64))
-                .collect())
+                .sum(1)?;
+            Ok((losses, hits, *n))
         })
     }
 
@@ -1556,6 +1569,19 @@ fn member_view(stacked: &Tensor, k: usize, own: &[usize]) -> candle_core::Result
         t = t.narrow(d + 1, 0, n)?;
     }
     Ok(t)
+}
+
+/// [`FusedTrainer::validation`]'s losses and hits, read back: each member's mean
+/// cross-entropy and accuracy.
+fn read_validation(
+    (losses, hits, n): (Tensor, Tensor, usize),
+) -> Result<Vec<(f64, f64)>, TrialsError> {
+    let (losses, hits) = (losses.to_vec1::<f32>()?, hits.to_vec1::<f32>()?);
+    Ok(losses
+        .iter()
+        .zip(&hits)
+        .map(|(&l, &h)| (l as f64, h as f64 / n as f64))
+        .collect())
 }
 
 /// A copy of a member's view of a stacked tensor, in the member's `shape`. `force_contiguous`
