@@ -83,6 +83,16 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     }
     return 0;
 }
+// The device's default memory pool, whose release threshold tune raises.
+CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) { COUNT(); *pool = handle(); return 0; }
+// One attribute kept, for all pools: what was set last is what is read.
+static unsigned long long pool_attribute;
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+    COUNT(); pool_attribute = *(unsigned long long *)value; return 0;
+}
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) {
+    COUNT(); *(unsigned long long *)value = pool_attribute; return 0;
+}
 CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
     COUNT(); *free_b = 70ull << 30; *total = 80ull << 30; return 0;
 }

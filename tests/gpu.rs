@@ -80,7 +80,7 @@ fn assert_close(a: &[EpochReport], b: &[EpochReport], what: &str) {
 
 #[test]
 fn discovery_names_the_gpus_and_their_memory() {
-    let Some(_) = gpu_device() else {
+    let Some(device) = gpu_device() else {
         // The same binary on a machine without a driver: no panic, a reason.
         if !gpu::driver_present() {
             let why = gpu::discover().unwrap_err();
@@ -98,6 +98,8 @@ fn discovery_names_the_gpus_and_their_memory() {
         assert!(g.free_bytes <= g.total_bytes, "{g:?}");
     }
     assert!(gpu::free_bytes(0).unwrap() <= gpus[0].total_bytes);
+    // The device as tune opens it keeps what its trainers free for their next allocations.
+    assert_eq!(gpu::pool_release_threshold(&device), Some(u64::MAX));
     let e = open_device(&format!("cuda:{}", gpus.len() + 7)).unwrap_err();
     assert!(e.to_string().contains("cuda:"), "{e}");
 }

@@ -169,8 +169,15 @@ impl Packs {
         let opened = opening.elapsed();
         let d = SplitTensors::new(&*split()?, &device)?;
         *data = Some(d.clone());
+        // Whether `open_device` got the GPU's memory pool to keep what is freed.
+        let pool = match tune_trials::gpu::pool_release_threshold(&device) {
+            Some(u64::MAX) => ", its memory pool keeping what is freed".to_string(),
+            Some(n) => format!(", its memory pool releasing what is freed beyond {n} bytes"),
+            None if device.is_cuda() => ", its memory pool's release threshold unknown".into(),
+            None => String::new(),
+        };
         trace(format_args!(
-            "{slot}: device opened in {:.3} s, rows uploaded {:.3} s later",
+            "{slot}: device opened in {:.3} s, rows uploaded {:.3} s later{pool}",
             opened.as_secs_f64(),
             (opening.elapsed() - opened).as_secs_f64()
         ));

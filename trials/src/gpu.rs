@@ -27,6 +27,19 @@ pub fn free_bytes(ordinal: usize) -> Option<u64> {
     imp::free_bytes(ordinal)
 }
 
+/// How many freed bytes the memory pool of `device` keeps for its next allocations rather
+/// than handing them back to the OS at each synchronization ([`crate::open_device`] raises
+/// the driver's default, 0, to all of them); `None` for the CPU, or where the driver cannot
+/// say.
+///
+/// ```
+/// let cpu = tune_trials::open_device("cpu:0").unwrap();
+/// assert_eq!(tune_trials::gpu::pool_release_threshold(&cpu), None);
+/// ```
+pub fn pool_release_threshold(device: &candle_core::Device) -> Option<u64> {
+    imp::pool_release_threshold(device)
+}
+
 /// Whether the CUDA driver library can be loaded, checked without touching cudarc (which
 /// panics when it cannot load a library).
 pub fn driver_present() -> bool {
@@ -101,6 +114,31 @@ mod imp {
         })
     }
 
+    pub fn pool_release_threshold(device: &candle_core::Device) -> Option<u64> {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        let candle_core::Device::Cuda(cuda) = device else {
+            return None;
+        };
+        let cu_device = cuda.cuda_stream().context().cu_device();
+        let mut threshold = 0u64;
+        guarded(|| {
+            // SAFETY: `cu_device` is the device's own; the release threshold is a u64, as
+            // `threshold` is, which lives through the call.
+            unsafe {
+                result::device::get_default_mem_pool(cu_device).and_then(|pool| {
+                    result::mem_pool::get_attribute(
+                        pool,
+                        sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                        (&mut threshold as *mut u64).cast(),
+                    )
+                })
+            }
+            .map_err(|e| e.to_string())
+        })
+        .ok()
+        .map(|()| threshold)
+    }
+
     pub fn free_bytes(ordinal: usize) -> Option<u64> {
         if !driver_present() {
             return None;
@@ -129,6 +167,10 @@ mod imp {
     }
 
     pub fn free_bytes(_ordinal: usize) -> Option<u64> {
+        None
+    }
+
+    pub fn pool_release_threshold(_device: &candle_core::Device) -> Option<u64> {
         None
     }
 }
