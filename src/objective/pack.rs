@@ -85,7 +85,7 @@ enum FromPack {
     Epoch(Result<EpochReport, String>, usize, Option<Handed>),
     /// The answer to a decision (or why the checkpoint asked for failed): whether the member
     /// has left the pack, and the checkpoint its trial writes before it goes on, where one
-    /// must be on disk by then (a paused or finished member's). The trial writes it while
+    /// must be on disk by then (a paused or completed member's). The trial writes it while
     /// the pack trains on; one written behind training is queued already.
     Saved(Result<(bool, Option<Contents>), String>),
 }
@@ -749,12 +749,10 @@ impl Packs {
                 continue;
             };
             let mut o = owing.swap_remove(at);
-            // Whether the member leaves, and the checkpoint its trial writes now. (It has not
-            // finished: a finished member left with its report.)
-            type Saved = Result<(bool, Option<Contents>), String>;
-            let mut save = |dir: &PathBuf, heard: Result<(), Stop>| -> Saved {
+            // The checkpoint its trial writes now, if any. (It has not finished: a finished
+            // member left with its report.)
+            let mut save = |dir: &PathBuf, heard: Result<(), Stop>| {
                 let started = Instant::now();
-                let finished = false;
                 let mut contents = || match o.snapshot.take() {
                     Some(kept) => kept.copy_out(),
                     None => fused
@@ -762,7 +760,7 @@ impl Packs {
                         .member(o.k)?
                         .checkpoint(),
                 };
-                let now = match checkpoint_after(&heard, finished, false) {
+                let now = match checkpoint_after(&heard, false, false) {
                     Some(Written::Behind) => {
                         contents().and_then(|c| checkpoint::write_behind(dir, c).map(|()| None))
                     }
@@ -770,14 +768,13 @@ impl Packs {
                     None => Ok(None),
                 };
                 saving += started.elapsed();
-                now.map(|now| (finished, now)).map_err(|e| e.to_string())
+                now.map_err(|e| e.to_string())
             };
-            let saved = match &decision {
-                Decision::Continue(dir) => save(dir, Ok(())),
-                Decision::Pause(dir) => save(dir, Err(Stop::Paused)).map(|(_, now)| (true, now)),
-                Decision::Complete(dir) => {
-                    save(dir, Err(Stop::Completed)).map(|(_, now)| (true, now))
-                }
+            // Whether the member leaves, and the checkpoint its trial writes now.
+            let saved: Result<(bool, Option<Contents>), String> = match &decision {
+                Decision::Continue(dir) => save(dir, Ok(())).map(|now| (false, now)),
+                Decision::Pause(dir) => save(dir, Err(Stop::Paused)).map(|now| (true, now)),
+                Decision::Complete(dir) => save(dir, Err(Stop::Completed)).map(|now| (true, now)),
                 Decision::Leave => Ok((true, None)),
             };
             if !matches!(saved, Ok((false, _))) {
