@@ -50,36 +50,9 @@ fn open_cuda(ordinal: usize) -> Result<Device, TrialsError> {
         // driver calls per tensor that order nothing; a pack makes ~100 tensors a step.
         // SAFETY: no stream is made in this context, so no allocation's use needs them.
         unsafe { cuda.disable_event_tracking() };
-        keep_freed_memory(cuda);
+        crate::gpu::keep_freed_memory(cuda);
     }
     Ok(device)
-}
-
-/// Lets the device's memory pool keep the memory freed back to it. Tensors are allocated
-/// from the pool in stream order (`cuMemAllocAsync`), and with the driver's default release
-/// threshold, 0, the pool hands every unused byte back to the OS at each synchronization: a
-/// pack synchronizes at each of its stops (several an epoch where batch sizes mix) and each
-/// checkpoint it copies out, after which its next allocations map memory anew. The pool
-/// then holds up to the process's peak use until it exits.
-#[cfg(feature = "cuda")]
-fn keep_freed_memory(cuda: &candle_core::CudaDevice) {
-    use candle_core::cuda_backend::cudarc::driver::{result, sys};
-    let device = cuda.cuda_stream().context().cu_device();
-    let mut threshold = u64::MAX;
-    // Best effort: where the driver refuses (or lacks the calls), its default stays, which
-    // only costs time; `gpu::pool_release_threshold` says which.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: `device` is this context's device; the release threshold is a u64, as
-        // `threshold` is, which lives through the call.
-        unsafe {
-            let pool = result::device::get_default_mem_pool(device)?;
-            result::mem_pool::set_attribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut threshold as *mut u64).cast(),
-            )
-        }
-    }));
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -40,6 +40,17 @@ pub fn pool_release_threshold(device: &candle_core::Device) -> Option<u64> {
     imp::pool_release_threshold(device)
 }
 
+/// Lets the memory pool of `cuda`'s device keep the memory freed back to it (best effort).
+/// Tensors are allocated from the pool in stream order (`cuMemAllocAsync`), and with the
+/// driver's default release threshold, 0, the pool hands every unused byte back to the OS at
+/// each synchronization: a pack synchronizes at each of its stops (several an epoch where
+/// batch sizes mix) and each checkpoint it copies out, after which its next allocations map
+/// memory anew. The pool then holds up to the process's peak use until it exits.
+#[cfg(feature = "cuda")]
+pub(crate) fn keep_freed_memory(cuda: &candle_core::CudaDevice) {
+    imp::keep_freed_memory(cuda)
+}
+
 /// Whether the CUDA driver library can be loaded, checked without touching cudarc (which
 /// panics when it cannot load a library).
 pub fn driver_present() -> bool {
@@ -115,28 +126,38 @@ mod imp {
     }
 
     pub fn pool_release_threshold(device: &candle_core::Device) -> Option<u64> {
-        use candle_core::cuda_backend::cudarc::driver::sys;
         let candle_core::Device::Cuda(cuda) = device else {
             return None;
         };
+        release_threshold(cuda, None).ok()
+    }
+
+    pub fn keep_freed_memory(cuda: &candle_core::CudaDevice) {
+        // Best effort: where the driver refuses (or lacks the calls), its default stays,
+        // which only costs time; `pool_release_threshold` says which.
+        let _ = release_threshold(cuda, Some(u64::MAX));
+    }
+
+    /// The release threshold of the default memory pool of `cuda`'s device, set to `to`
+    /// first where given.
+    fn release_threshold(cuda: &candle_core::CudaDevice, to: Option<u64>) -> Result<u64, String> {
+        use candle_core::cuda_backend::cudarc::driver::sys;
         let cu_device = cuda.cuda_stream().context().cu_device();
-        let mut threshold = 0u64;
+        let attribute = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let mut threshold = to.unwrap_or(0);
         guarded(|| {
             // SAFETY: `cu_device` is the device's own; the release threshold is a u64, as
-            // `threshold` is, which lives through the call.
+            // `threshold` is, which lives through the calls.
             unsafe {
-                result::device::get_default_mem_pool(cu_device).and_then(|pool| {
-                    result::mem_pool::get_attribute(
-                        pool,
-                        sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                        (&mut threshold as *mut u64).cast(),
-                    )
+                let value = (&mut threshold as *mut u64).cast();
+                result::device::get_default_mem_pool(cu_device).and_then(|pool| match to {
+                    Some(_) => result::mem_pool::set_attribute(pool, attribute, value),
+                    None => result::mem_pool::get_attribute(pool, attribute, value),
                 })
             }
             .map_err(|e| e.to_string())
-        })
-        .ok()
-        .map(|()| threshold)
+        })?;
+        Ok(threshold)
     }
 
     pub fn free_bytes(ordinal: usize) -> Option<u64> {
