@@ -15,7 +15,8 @@
 //! `TUNE_PACKS_IN_LOCKSTEP`), and each member through its own epochs
 //! (`train_to_boundary`, as sweeps' packs train), which stops the pack at each batch size's
 //! boundary (a validation and reports each) and trains no member's step for nothing: the
-//! same number of the pack's steps, its stops counted. Each pack trains on the device as tune opens it (`open_device`) and again on
+//! same number of the pack's steps, its stops counted; and so again with the stops a tick
+//! apart made one (a member sitting that tick out, as sweeps' packs do). Each pack trains on the device as tune opens it (`open_device`) and again on
 //! candle's default one, whose allocations each make and destroy two CUDA events. Under the
 //! null driver the time is the host's alone: the real driver's calls cost more, up to a few
 //! microseconds each, and a GPU runs the kernels behind.
@@ -69,11 +70,12 @@ fn api_calls() -> Option<BTreeMap<String, u64>> {
     }
 }
 
-/// How a row's pack trains: epoch by epoch, or each member through its own epochs.
+/// How a row's pack trains: epoch by epoch, or each member through its own epochs, the
+/// pack's stops within `merge_within` ticks of each other made one.
 #[derive(Clone, Copy, PartialEq)]
 enum Training {
     Epochs,
-    OwnEpochs,
+    OwnEpochs { merge_within: u64 },
 }
 
 /// One row: a pack of `K` members trained for the bench's epochs.
@@ -110,12 +112,15 @@ fn measure(
     // Its members' results are garbage under the null driver; only the time counts.
     while steps < target {
         stops += 1;
-        if training == Training::Epochs {
-            steps += pack.steps_per_epoch();
-            let _ = pack.train_epoch().expect("epoch");
-        } else {
-            steps += pack.ticks_to_boundary();
-            let _ = pack.train_to_boundary().expect("segment");
+        match training {
+            Training::Epochs => {
+                steps += pack.steps_per_epoch();
+                let _ = pack.train_epoch().expect("epoch");
+            }
+            Training::OwnEpochs { merge_within } => {
+                steps += pack.ticks_to_boundary(merge_within);
+                let _ = pack.train_to_boundary(merge_within).expect("segment");
+            }
         }
     }
     let micros_per_step = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
@@ -164,7 +169,7 @@ fn main() {
         }
     );
     let same = |shape: TrainConfig| move |i| member(&shape, i);
-    let rows: [(&str, &MemberOf, &Split, Training); 4] = [
+    let rows: [(&str, &MemberOf, &Split, Training); 5] = [
         (
             "mlp-digits mix, dropout",
             &mixed_member_with_dropout,
@@ -175,7 +180,13 @@ fn main() {
             "mlp-digits mix, dropout, own epochs",
             &mixed_member_with_dropout,
             &digits,
-            Training::OwnEpochs,
+            Training::OwnEpochs { merge_within: 0 },
+        ),
+        (
+            "mlp-digits mix, dropout, own epochs, stops a tick apart merged",
+            &mixed_member_with_dropout,
+            &digits,
+            Training::OwnEpochs { merge_within: 1 },
         ),
         (
             "mlp 128-128, digits",

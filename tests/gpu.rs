@@ -244,12 +244,13 @@ fn fused_pack_matches_alone(
         }
     }
     // And as a sweep's packs train: each member through its own epochs, to the pack's
-    // boundaries, leaving when it has finished.
+    // boundaries (a member whose epoch ends a tick before another's sitting it out),
+    // leaving when it has finished.
     let mut pack = FusedTrainer::new(members.iter().map(trainer).collect()).unwrap();
     let mut own = vec![Vec::new(); members.len()];
     let mut ids: Vec<usize> = (0..members.len()).collect();
     while !ids.is_empty() {
-        let reports = pack.train_to_boundary().unwrap();
+        let reports = pack.train_to_boundary(1).unwrap();
         let mut leaving = vec![false; ids.len()];
         for (k, report) in reports.into_iter().enumerate() {
             if let Some(report) = report {

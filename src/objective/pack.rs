@@ -2,9 +2,9 @@
 //! depths and optimizers may differ, and on a GPU their widths) train as one fused model
 //! ([`tune_trials::FusedTrainer`], HFTA) on a thread of the pack's own, while each trial's
 //! thread reports its epochs and hears its decisions exactly as if it trained alone. A pack
-//! trains on to the next epoch boundary of any member ([`FusedTrainer::train_to_boundary`]),
-//! so that members of other batch sizes (on a GPU) each go through their own epochs rather
-//! than wait for the longest; there the members whose epoch ended report and hear their
+//! trains on to the next epoch boundary of any member ([`FusedTrainer::train_to_boundary`],
+//! with those a tick later: [`MERGE_STOPS_WITHIN`]), so that members of other batch sizes (on
+//! a GPU) each go through their own epochs rather than wait for the longest; there the members whose epoch ended report and hear their
 //! decisions, leavers leave (stopped, paused, finished, failed), and trials join. A trial
 //! joins once the members of its epoch length are at a boundary, so that they end their
 //! epochs together, one stop of the pack rather than one each.
@@ -796,16 +796,26 @@ enum Segment {
     /// An epoch of every member at once, a member of fewer steps an epoch sitting the last
     /// ones out ([`packs_in_lockstep`]).
     Epoch,
-    /// On to the soonest end of any member's epoch, each member through its own.
+    /// On to the soonest end of any member's epoch, each member through its own (those
+    /// within [`MERGE_STOPS_WITHIN`] ticks of it too).
     ToBoundary,
 }
+
+/// The ticks a member whose epoch ends may sit out so that the pack stops once for it and
+/// for members whose epochs end that much later ([`FusedTrainer::train_to_boundary`]). A
+/// stop costs a validation, a read-back and the next segment's uploads: ~4 ticks of the
+/// host's time under the null driver (`benches/gpu_calls.rs`). Simulated with mlp-digits'
+/// batch sizes (45, 23 and 12 updates an epoch, in random phases), every member finished its
+/// 30 epochs 3-10% sooner at 1 than at 0 for a stop worth 1 to 4 ticks, where 2 and 3 made
+/// the longest epochs' members sit out more than they saved.
+const MERGE_STOPS_WITHIN: u64 = 1;
 
 impl Segment {
     /// The pack's ticks to its next stop.
     fn ticks(self, pack: &FusedTrainer) -> u64 {
         match self {
             Segment::Epoch => pack.steps_per_epoch(),
-            Segment::ToBoundary => pack.ticks_to_boundary(),
+            Segment::ToBoundary => pack.ticks_to_boundary(MERGE_STOPS_WITHIN),
         }
     }
 
@@ -816,7 +826,7 @@ impl Segment {
     ) -> Result<Vec<Option<Result<EpochReport, TrialsError>>>, TrialsError> {
         match self {
             Segment::Epoch => Ok(pack.train_epoch()?.into_iter().map(Some).collect()),
-            Segment::ToBoundary => pack.train_to_boundary(),
+            Segment::ToBoundary => pack.train_to_boundary(MERGE_STOPS_WITHIN),
         }
     }
 }

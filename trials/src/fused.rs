@@ -17,7 +17,8 @@
 //! with fewer updates in its epoch sits the last ones out, its weights and state kept as
 //! they are), or on to the next boundary of any member ([`FusedTrainer::train_to_boundary`]):
 //! then each member goes through its own epochs, a member of larger batches starting its
-//! next epoch while one of smaller batches is still in its first, and never sits out.
+//! next epoch while one of smaller batches is still in its first, sitting out only the few
+//! ticks (if any) that make its epoch end at another member's stop.
 //!
 //! Each member keeps everything that makes it its own trial: learning rate and schedule,
 //! weight decay, momentum or betas, dropout rate, seed, data order, epoch, optimizer step
@@ -641,9 +642,12 @@ impl FusedTrainer {
     /// Trains every member on to the next epoch boundary of any member
     /// ([`FusedTrainer::ticks_to_boundary`] updates each), then validates the members there.
     /// Per member, in order: the report of the epoch it ended, or `None` for one still in its
-    /// epoch. Each member goes through its own epochs this way, none sitting out an update,
-    /// where [`FusedTrainer::train_epoch`] has a member of fewer updates an epoch (a larger
-    /// batch) wait for the others' epochs to end. A member that finishes must leave (through
+    /// epoch. Each member goes through its own epochs this way, where
+    /// [`FusedTrainer::train_epoch`] has a member of fewer updates an epoch (a larger batch)
+    /// wait for the others' epochs to end. Epochs that end up to `merge_within` ticks after
+    /// the soonest end at the same stop, their members sitting the ticks between out (a
+    /// member's updates are the same whenever the pack trains them); `0` stops at the
+    /// soonest alone, and no member sits out. A member that finishes must leave (through
     /// [`FusedTrainer::reform`]) before the next call.
     ///
     /// ```
@@ -659,30 +663,40 @@ impl FusedTrainer {
     ///     .collect();
     /// let mut pack = FusedTrainer::new(trainers).unwrap();
     /// // 3 updates an epoch for batches of 64, 5 for batches of 32.
-    /// assert_eq!(pack.ticks_to_boundary(), 3);
-    /// let reports = pack.train_to_boundary().unwrap();
+    /// assert_eq!(pack.ticks_to_boundary(0), 3);
+    /// let reports = pack.train_to_boundary(0).unwrap();
     /// assert!(reports[0].is_some() && reports[1].is_none());
-    /// assert_eq!(pack.ticks_to_boundary(), 2); // the second member's epoch ends first
-    /// let reports = pack.train_to_boundary().unwrap();
-    /// assert!(reports[0].is_none() && reports[1].is_some());
-    /// assert_eq!(pack.epochs(), vec![1, 1]);
+    /// // The second member's epoch ends in 2 ticks, the first's next one in 3.
+    /// assert_eq!(pack.ticks_to_boundary(0), 2);
+    /// // Within a tick of each other: one stop for both, the second member sitting the last
+    /// // tick out.
+    /// assert_eq!(pack.ticks_to_boundary(1), 3);
+    /// let reports = pack.train_to_boundary(1).unwrap();
+    /// assert!(reports.iter().all(Option::is_some));
+    /// assert_eq!(pack.epochs(), vec![2, 1]);
     /// ```
     pub fn train_to_boundary(
         &mut self,
+        merge_within: u64,
     ) -> Result<Vec<Option<Result<EpochReport, TrialsError>>>, TrialsError> {
-        let ticks = self.ticks_to_boundary();
-        self.train(&vec![ticks; self.members.len()])
+        let ticks = self.ticks_to_boundary(merge_within);
+        let counts: Vec<u64> = self.ticks_left().map(|left| left.min(ticks)).collect();
+        self.train(&counts)
     }
 
-    /// The updates [`FusedTrainer::train_to_boundary`] trains next: until the soonest end of
-    /// a member's epoch.
-    pub fn ticks_to_boundary(&self) -> u64 {
-        self.members
-            .iter()
-            .zip(&self.at)
-            .map(|(m, &at)| m.steps_per_epoch() - at)
-            .min()
+    /// The ticks [`FusedTrainer::train_to_boundary`] trains next: to the latest end of a
+    /// member's epoch that is at most `merge_within` ticks after the soonest.
+    pub fn ticks_to_boundary(&self, merge_within: u64) -> u64 {
+        let soonest = self.ticks_left().min().unwrap_or(0);
+        (self.ticks_left())
+            .filter(|&left| left <= soonest.saturating_add(merge_within))
+            .max()
             .unwrap_or(0)
+    }
+
+    /// Each member's updates to the end of its epoch.
+    fn ticks_left(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.members.iter().zip(&self.at)).map(|(m, &at)| m.steps_per_epoch() - at)
     }
 
     /// Whether `trainer` joining now keeps the pack's members of its epoch length in step:

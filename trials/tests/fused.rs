@@ -808,9 +808,17 @@ fn mixed_members_of_other_batch_sizes_or_of_one_width_train_as_alone() {
 /// boundaries: a member of larger batches starts its next epoch while the others go on in
 /// theirs, one joins in the middle of the others' epochs, and each leaves when it finishes.
 /// Every epoch is as alone (dropout included, drawn on from where each member was), and the
-/// pack takes as many updates as its longest member, none sat out.
+/// pack takes as many updates as its longest member. With the stops a tick apart made one,
+/// the members whose epochs end a tick sooner sit it out, and still train as alone.
 #[test]
 fn members_training_through_their_own_epochs_train_as_alone() {
+    // Stops merged within no tick, then one: the pack's ticks and stops.
+    for (merge_within, want_ticks, want_stops) in [(0, 135, 12), (1, 135, 10)] {
+        own_epochs_as_alone(merge_within, want_ticks, want_stops);
+    }
+}
+
+fn own_epochs_as_alone(merge_within: u64, want_ticks: u64, want_stops: u64) {
     let split = digits();
     // 1,438 rows: 12, 23, 45 and 29 updates an epoch. The last joins after the first
     // boundary, 12 updates into the others' epochs.
@@ -824,17 +832,18 @@ fn members_training_through_their_own_epochs_train_as_alone() {
     // Each member of the pack, in its order: its place in `members`.
     let mut ids = vec![0, 1, 2];
     let mut reported = vec![0; members.len()];
-    let mut ticks = 0;
+    let (mut ticks, mut stops) = (0, 0);
     while !ids.is_empty() {
-        ticks += pack.ticks_to_boundary();
-        let reports = pack.train_to_boundary().unwrap();
+        ticks += pack.ticks_to_boundary(merge_within);
+        stops += 1;
+        let reports = pack.train_to_boundary(merge_within).unwrap();
         assert!(reports.iter().any(Option::is_some), "a boundary every call");
         let mut leaving = vec![false; ids.len()];
         for (k, report) in reports.into_iter().enumerate() {
             let Some(report) = report else { continue };
             let id = ids[k];
             let want = alone[id].train_epoch().unwrap();
-            let who = format!("member {id}, epoch {}", want.epoch);
+            let who = format!("member {id}, epoch {}, within {merge_within}", want.epoch);
             assert_near_epoch(&report.unwrap(), &want, &split, 1e-5, &who);
             reported[id] += 1;
             leaving[k] = pack.member(k).unwrap().finished();
@@ -856,8 +865,10 @@ fn members_training_through_their_own_epochs_train_as_alone() {
     }
     assert_eq!(reported, vec![3; 4], "every member's three epochs");
     // The batch-32 member's 135 updates, the longest; the joiner's 87 from update 12 end
-    // sooner. Epoch by epoch (`train_epoch`) each round lasts its longest epoch's 45.
-    assert_eq!(ticks, 135);
+    // sooner. Epoch by epoch (`train_epoch`) each round lasts its longest epoch's 45. Within
+    // a tick, the batch-64 member's epochs end with the batch-128 member's (23 with 24):
+    // two stops fewer, and the batch-32 member, never sitting out, still sets the length.
+    assert_eq!((ticks, stops), (want_ticks, want_stops), "within {merge_within}");
 }
 
 /// Only a member at its epoch's end unpacks or checkpoints; a whole epoch starts from every
@@ -876,7 +887,7 @@ fn a_member_in_the_middle_of_its_epoch_neither_unpacks_nor_checkpoints() {
         })
         .collect();
     let mut pack = FusedTrainer::new(trainers).unwrap();
-    pack.train_to_boundary().unwrap();
+    pack.train_to_boundary(0).unwrap();
     let middle = |e: String| assert!(e.contains("member 1 is 3 updates into its epoch"), "{e}");
     middle(
         pack.member(1)
