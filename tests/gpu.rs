@@ -6,8 +6,8 @@
 
 use candle_core::Device;
 use tune_trials::{
-    gpu, open_device, Activation, Builtin, DataSpec, EpochReport, FusedTrainer, OptimizerKind,
-    Split, TrainConfig, Trainer,
+    gpu, open_device, Activation, Builtin, EpochReport, FusedTrainer, OptimizerKind, Split,
+    TrainConfig, Trainer,
 };
 
 fn gpu_device() -> Option<Device> {

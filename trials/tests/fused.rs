@@ -868,7 +868,11 @@ fn own_epochs_as_alone(merge_within: u64, want_ticks: u64, want_stops: u64) {
     // sooner. Epoch by epoch (`train_epoch`) each round lasts its longest epoch's 45. Within
     // a tick, the batch-64 member's epochs end with the batch-128 member's (23 with 24):
     // two stops fewer, and the batch-32 member, never sitting out, still sets the length.
-    assert_eq!((ticks, stops), (want_ticks, want_stops), "within {merge_within}");
+    assert_eq!(
+        (ticks, stops),
+        (want_ticks, want_stops),
+        "within {merge_within}"
+    );
 }
 
 /// Only a member at its epoch's end unpacks or checkpoints; a whole epoch starts from every
