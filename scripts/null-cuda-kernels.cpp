@@ -75,6 +75,12 @@ extern "C" int null_cuda_run(const char *name, unsigned gx, unsigned gy, unsigne
                              ARG(5, const uint32_t *), ARG(6, const float *),
                              ARG(7, const float *), ARG(8, const float *), ARG(9, float *));
         });
+    } else if (strcmp(name, "softmax_score_f32") == 0) {
+        run(grid, block, [=] {
+            softmax_score_f32(ARG(0, uint32_t), ARG(1, uint32_t), ARG(2, float),
+                              ARG(3, const float *), ARG(4, const float *),
+                              ARG(5, const uint32_t *), ARG(6, float *));
+        });
     } else if (strcmp(name, "dense_forward_f32") == 0) {
         run(grid, block, [=] {
             dense_forward_f32(ARG(0, uint64_t), ARG(1, uint64_t), ARG(2, uint64_t),

@@ -78,3 +78,47 @@ extern "C" __global__ void softmax_loss_f32(
         }
     }
 }
+
+// A GPU pack's validation (src/fused_loss.rs `SoftmaxScore`): one block per member, every
+// member scoring the same `rows`, each thread a row at a time. For row r of member k: the
+// logits z + bias, their max m and s = sum(exp(z + bias - m)) as above; its loss term
+// (z_t + bias_t - m - log s), and a hit where the first of its largest logits is its
+// target's. The block sums both in the fixed tree: out[k] is the terms' sum times `scale`,
+// out[K + k] the hits. The arithmetic is `score_row` in fused_loss.rs, operation for
+// operation.
+extern "C" __global__ void softmax_score_f32(
+    const uint32_t rows, const uint32_t classes, const float scale, const float *z,
+    const float *bias, const uint32_t *targets, float *out)
+{
+    __shared__ float partial[THREADS];
+    const uint32_t k = blockIdx.x;
+    const float *b = bias + (uint64_t)k * classes;
+    float term = 0.0f, hits = 0.0f;
+    for (uint32_t r = threadIdx.x; r < rows; r += THREADS) {
+        const float *zr = z + ((uint64_t)k * rows + r) * classes;
+        float max = -INFINITY;
+        for (uint32_t c = 0; c < classes; c++) {
+            max = fmaxf(max, zr[c] + b[c]);
+        }
+        float sum = 0.0f;
+        uint32_t first = 0;
+        float top = zr[0] + b[0];
+        for (uint32_t c = 0; c < classes; c++) {
+            const float logit = zr[c] + b[c];
+            sum += expf(logit - max);
+            if (logit > top) {
+                top = logit;
+                first = c;
+            }
+        }
+        const uint32_t t = targets[r];
+        term += ((zr[t] + b[t]) - max) - logf(sum);
+        hits += first == t ? 1.0f : 0.0f;
+    }
+    const float total = block_sum(partial, term);
+    const float hit = block_sum(partial, hits);
+    if (threadIdx.x == 0) {
+        out[k] = total * scale;
+        out[gridDim.x + k] = hit;
+    }
+}

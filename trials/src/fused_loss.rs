@@ -51,9 +51,7 @@ fn row(z: &[f32], bias: &[f32], target: usize, weight: f32, own: f32, at: &mut [
     ((logit(target) - max) - sum.ln()) * own
 }
 
-fn contiguous(layout: &Layout, what: &str) -> candle_core::Result<std::ops::Range<usize>> {
-    crate::fused_step::contiguous_run("softmax-loss", layout, what)
-}
+use crate::fused_step::contiguous_run as contiguous;
 
 impl SoftmaxLoss {
     /// The op's output for `members` of `rows` rows: the gradient at the logits `(K, rows,
@@ -111,13 +109,9 @@ impl CustomOp1 for SoftmaxLoss {
 
     fn cpu_fwd(&self, z: &CpuStorage, zl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (members, rows, classes) = self.sizes(zl)?;
-        let z = &z.as_slice::<f32>()?[contiguous(zl, "the logits")?];
+        let z = &z.as_slice::<f32>()?[contiguous("softmax-loss", zl, "the logits")?];
         fn cpu<T: candle_core::WithDType>(t: &Tensor, what: &str) -> candle_core::Result<Vec<T>> {
-            let (storage, layout) = t.storage_and_layout();
-            let Storage::Cpu(s) = &*storage else {
-                candle_core::bail!("softmax-loss: {what} on another device than the logits");
-            };
-            Ok(s.as_slice::<T>()?[contiguous(layout, what)?].to_vec())
+            cpu_values("softmax-loss", t, what)
         }
         let bias = cpu::<f32>(&self.bias, "the bias")?;
         let targets = cpu::<u32>(&self.targets, "the targets")?;
@@ -179,7 +173,8 @@ impl CustomOp1 for SoftmaxLoss {
             l: &Layout,
             what: &str,
         ) -> candle_core::Result<CudaView<'a, T>> {
-            Ok(s.as_cuda_slice::<T>()?.slice(contiguous(l, what)?))
+            Ok(s.as_cuda_slice::<T>()?
+                .slice(contiguous("softmax-loss", l, what)?))
         }
         let device = z.device.clone();
         let zv = view::<f32>(z, zl, "the logits")?;
@@ -244,6 +239,167 @@ impl CustomOp1 for SoftmaxLoss {
             Shape::from(size),
         ))
     }
+}
+
+/// A GPU pack's validation as one custom op, where the same written with tensor operations
+/// (the bias's addition, a log-softmax, a gather, a sum and a scaling for the loss; an
+/// argmax, a comparison, a cast and a sum for the hits, and the targets copied for each
+/// member) takes ~14 kernels and two reads: for logits `(K * rows, classes)` before the
+/// output layer's bias, every member scoring the same `rows`, `(2K)` values: each member's
+/// `sum(log p(target)) * scale`, then its hits (rows whose first largest logit is the
+/// target's), each summed as [`SoftmaxLoss`]' kernel sums (a thread's rows in order, then
+/// the threads in a tree). Within rounding of the tensor operations (`exp` and `ln` are the
+/// device's), so only a pack that is not exact uses it.
+pub(crate) struct SoftmaxScore {
+    /// `(K, classes)`: the output layer's bias.
+    pub bias: Tensor,
+    /// `(rows)` u32: each row's class, the same for every member.
+    pub targets: Tensor,
+    /// What each member's summed log-probability is multiplied by (`-1 / rows`: the mean
+    /// cross-entropy).
+    pub scale: f32,
+}
+
+/// A validation row's log-probability of its target and whether it is a hit: the CUDA
+/// kernel's (fused_loss.cu `softmax_score_f32`) arithmetic, in its order.
+#[inline]
+fn score_row(z: &[f32], bias: &[f32], target: usize) -> (f32, f32) {
+    let logit = |c: usize| z[c] + bias[c];
+    let max = (0..z.len()).map(logit).fold(f32::NEG_INFINITY, f32::max);
+    let (mut sum, mut first, mut top) = (0f32, 0, logit(0));
+    for c in 0..z.len() {
+        sum += (logit(c) - max).exp();
+        if logit(c) > top {
+            (top, first) = (logit(c), c);
+        }
+    }
+    let hit = if first == target { 1.0 } else { 0.0 };
+    ((logit(target) - max) - sum.ln(), hit)
+}
+
+impl SoftmaxScore {
+    /// `(K, rows, classes)` for logits laid out as `l`, checked against the other inputs.
+    fn sizes(&self, l: &Layout) -> candle_core::Result<(usize, usize, usize)> {
+        let (members, classes) = (self.bias.dim(0)?, self.bias.dim(1)?);
+        let rows = self.targets.elem_count();
+        let &[n, c] = l.dims() else {
+            candle_core::bail!(
+                "softmax-score: logits {:?} are not (rows, classes)",
+                l.dims()
+            );
+        };
+        if members == 0 || rows == 0 || c != classes || n != members * rows {
+            candle_core::bail!(
+                "softmax-score: logits {:?}, bias {:?}, targets {:?} do not fit",
+                l.dims(),
+                self.bias.dims(),
+                self.targets.dims()
+            );
+        }
+        Ok((members, rows, classes))
+    }
+}
+
+impl CustomOp1 for SoftmaxScore {
+    fn name(&self) -> &'static str {
+        "softmax-score"
+    }
+
+    fn cpu_fwd(&self, z: &CpuStorage, zl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (members, rows, classes) = self.sizes(zl)?;
+        let z = &z.as_slice::<f32>()?[contiguous("softmax-score", zl, "the logits")?];
+        let bias = cpu_values::<f32>("softmax-score", &self.bias, "the bias")?;
+        let targets = cpu_values::<u32>("softmax-score", &self.targets, "the targets")?;
+        let mut out = vec![0f32; 2 * members];
+        for k in 0..members {
+            let (mut terms, mut hits) = ([0f32; LANES], [0f32; LANES]);
+            for (r, &target) in targets.iter().enumerate() {
+                let target = target as usize;
+                if target >= classes {
+                    candle_core::bail!("softmax-score: row {r}'s class {target} of {classes}");
+                }
+                let g = k * rows + r;
+                let (term, hit) = score_row(
+                    &z[g * classes..(g + 1) * classes],
+                    &bias[k * classes..(k + 1) * classes],
+                    target,
+                );
+                terms[r % LANES] += term;
+                hits[r % LANES] += hit;
+            }
+            out[k] = crate::fused_dense::tree_sum(&mut terms) * self.scale;
+            out[members + k] = crate::fused_dense::tree_sum(&mut hits);
+        }
+        Ok((CpuStorage::F32(out), Shape::from(2 * members)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        z: &candle_core::CudaStorage,
+        zl: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::WrapErr;
+
+        let (members, rows, classes) = self.sizes(zl)?;
+        let device = z.device.clone();
+        let zv = z
+            .as_cuda_slice::<f32>()?
+            .slice(contiguous("softmax-score", zl, "the logits")?);
+        let (bias, bl) = self.bias.storage_and_layout();
+        let (targets, tl) = self.targets.storage_and_layout();
+        let (Storage::Cuda(bias), Storage::Cuda(targets)) = (&*bias, &*targets) else {
+            candle_core::bail!(
+                "softmax-score: the bias or targets on another device than the logits"
+            );
+        };
+        let bias = bias
+            .as_cuda_slice::<f32>()?
+            .slice(contiguous("softmax-score", bl, "the bias")?);
+        let targets = (targets.as_cuda_slice::<u32>()?).slice(contiguous(
+            "softmax-score",
+            tl,
+            "the targets",
+        )?);
+        let func = device.get_or_load_custom_func("softmax_score_f32", "tune_fused_loss", PTX)?;
+        // SAFETY: the kernel writes every element of `out`.
+        let out = unsafe { device.alloc::<f32>(2 * members)? };
+        let (rows_arg, classes_arg) = (rows as u32, classes as u32);
+        let mut builder = func.builder();
+        builder
+            .arg(&rows_arg)
+            .arg(&classes_arg)
+            .arg(&self.scale)
+            .arg(&zv)
+            .arg(&bias)
+            .arg(&targets)
+            .arg(&out);
+        let config = LaunchConfig {
+            grid_dim: (members as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match the kernel's signature in fused_loss.cu.
+        unsafe { builder.launch(config) }.w()?;
+        Ok((
+            candle_core::CudaStorage::wrap_cuda_slice(out, device),
+            Shape::from(2 * members),
+        ))
+    }
+}
+
+/// A CPU tensor's values, for an op whose main input is on the CPU.
+fn cpu_values<T: candle_core::WithDType>(
+    op: &str,
+    t: &Tensor,
+    what: &str,
+) -> candle_core::Result<Vec<T>> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(s) = &*storage else {
+        candle_core::bail!("{op}: {what} on another device than the logits");
+    };
+    Ok(s.as_slice::<T>()?[contiguous(op, layout, what)?].to_vec())
 }
 
 /// Threads per member in the CUDA kernel: `THREADS` in fused_loss.cu.
@@ -353,6 +509,114 @@ mod tests {
         assert_eq!(padded, vec![0.0; classes]);
     }
 
+    /// The validation op against the tensor operations the exact path keeps: two members of
+    /// 300 rows (more than the kernel's threads, so lanes sum several), 7 classes, a row
+    /// whose largest logits tie (the first counts, as candle's argmax takes it).
+    #[test]
+    fn the_score_is_the_tensor_operations_within_rounding() {
+        let cpu = Device::Cpu;
+        let (members, rows, classes) = (2, 300, 7);
+        let n = members * rows;
+        let mut z: Vec<f32> = (0..n * classes)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.3)
+            .collect();
+        // Row 5 of member 0: classes 1 and 4 tie above the rest.
+        for c in 0..classes {
+            z[5 * classes + c] = if c == 1 || c == 4 { 2.0 } else { -1.0 };
+        }
+        let z = Tensor::from_vec(z, (n, classes), &cpu).unwrap();
+        let bias = Tensor::from_vec(
+            // Member 0's bias is 0, so that row 5's tie stands.
+            (0..members * classes)
+                .map(|i| {
+                    if i < classes {
+                        0.0
+                    } else {
+                        0.25 * (i % 4) as f32
+                    }
+                })
+                .collect(),
+            (members, classes),
+            &cpu,
+        )
+        .unwrap();
+        let targets: Vec<u32> = (0..rows as u32).map(|r| r * 5 % classes as u32).collect();
+        assert_eq!(
+            targets[5] as usize % classes,
+            4,
+            "row 5's target is the second of the tie"
+        );
+        let targets = Tensor::new(targets.as_slice(), &cpu).unwrap();
+        let scale = -1.0 / rows as f64;
+        let op = SoftmaxScore {
+            bias: bias.clone(),
+            targets: targets.clone(),
+            scale: scale as f32,
+        };
+        let got = z.apply_op1_no_bwd(&op).unwrap().to_vec1::<f32>().unwrap();
+
+        let logits = z
+            .reshape((members, rows, classes))
+            .unwrap()
+            .broadcast_add(&bias.unsqueeze(1).unwrap())
+            .unwrap();
+        let ys = targets
+            .unsqueeze(0)
+            .unwrap()
+            .broadcast_as((members, rows))
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        let log_probs =
+            candle_nn::ops::log_softmax(&logits.reshape((n, classes)).unwrap(), 1).unwrap();
+        let losses = log_probs
+            .gather(&ys.flatten_all().unwrap().unsqueeze(1).unwrap(), 1)
+            .unwrap()
+            .reshape((members, rows))
+            .unwrap()
+            .sum(1)
+            .unwrap()
+            .affine(scale, 0.0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let hits = logits
+            .argmax(D::Minus1)
+            .unwrap()
+            .eq(&ys)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .sum(1)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        for k in 0..members {
+            let (loss, want) = (got[k], losses[k]);
+            assert!(
+                (loss - want).abs() <= 1e-6,
+                "member {k}'s loss {loss} against {want}"
+            );
+            assert_eq!(got[members + k], hits[k], "member {k}'s hits");
+        }
+        assert!(
+            hits[0] > 0.0 && hits[0] < rows as f32,
+            "some hits, some misses: {hits:?}"
+        );
+        // Row 5 alone: its tie goes to class 1, not its target 4.
+        let row5 = SoftmaxScore {
+            bias: bias.narrow(0, 0, 1).unwrap(),
+            targets: targets.narrow(0, 5, 1).unwrap(),
+            scale: 1.0,
+        };
+        let alone = z.narrow(0, 5, 1).unwrap().apply_op1_no_bwd(&row5).unwrap();
+        assert_eq!(
+            alone.to_vec1::<f32>().unwrap()[1],
+            0.0,
+            "a tie counts its first class"
+        );
+    }
+
     #[test]
     fn mismatched_inputs_are_an_error_not_a_panic() {
         let cpu = Device::Cpu;
@@ -373,5 +637,22 @@ mod tests {
         };
         let err = z.apply_op1_no_bwd(&op).unwrap_err().to_string();
         assert!(err.contains("class 4 of 4"), "{err}");
+        // The validation op: 6 logits rows are not 2 members of 4 rows, and a class too far.
+        let score = SoftmaxScore {
+            bias: Tensor::zeros((2, 4), DType::F32, &cpu).unwrap(),
+            targets: Tensor::zeros(4, DType::U32, &cpu).unwrap(),
+            scale: 1.0,
+        };
+        let err = z.apply_op1_no_bwd(&score).unwrap_err().to_string();
+        assert!(
+            err.contains("softmax-score") && err.contains("do not fit"),
+            "{err}"
+        );
+        let score = SoftmaxScore {
+            targets: Tensor::new(&[0u32, 1, 4], &cpu).unwrap(),
+            ..score
+        };
+        let err = z.apply_op1_no_bwd(&score).unwrap_err().to_string();
+        assert!(err.contains("row 2's class 4 of 4"), "{err}");
     }
 }

@@ -8,7 +8,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::fused_dense::{DenseBackward, DenseForward};
-use crate::fused_loss::SoftmaxLoss;
+use crate::fused_loss::{SoftmaxLoss, SoftmaxScore};
 use crate::fused_step::{column, FusedStep};
 
 fn gpu() -> Option<Device> {
@@ -173,6 +173,37 @@ fn softmax_loss_on_the_gpu_is_the_cpu_loss() {
             }
         }
     }
+}
+
+/// A validation of 3 members of 300 rows (more than a block's threads) and 7 classes: the
+/// losses within rounding of the CPU's (the device's `exp` and `log`), the hits exactly.
+#[test]
+fn softmax_score_on_the_gpu_is_the_cpu_score() {
+    let Some(gpu) = gpu() else { return };
+    let cpu = Device::Cpu;
+    let (members, rows, classes) = (3, 300, 7);
+    let n = members * rows;
+    let z = Tensor::from_vec(values(n * classes, 3), (n, classes), &cpu).unwrap();
+    let bias = Tensor::from_vec(values(members * classes, 4), (members, classes), &cpu).unwrap();
+    let targets: Vec<u32> = (0..rows).map(|r| (r * 5 % classes) as u32).collect();
+    let targets = Tensor::new(targets.as_slice(), &cpu).unwrap();
+    let run = |device: &Device| {
+        let op = SoftmaxScore {
+            bias: on(&bias, device),
+            targets: on(&targets, device),
+            scale: -1.0 / rows as f32,
+        };
+        flat(&on(&z, device).apply_op1_no_bwd(&op).unwrap())
+    };
+    let (on_gpu, on_cpu) = (run(&gpu), run(&cpu));
+    assert!(
+        gap(&on_gpu[..members], &on_cpu[..members]) <= 1e-5,
+        "losses"
+    );
+    assert_eq!(on_gpu[members..], on_cpu[members..], "hits");
+    assert!(on_cpu[members..]
+        .iter()
+        .all(|&h| h > 0.0 && h < rows as f32));
 }
 
 /// A layer of 3 members, 70 rows and 9 units, with a mask, a member without the layer and
