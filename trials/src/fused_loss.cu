@@ -27,6 +27,23 @@ __device__ static float block_sum(float *partial, float value)
     return partial[0];
 }
 
+// A row's largest logit (z + bias) into *max and the sum of exp(logit - max), in class
+// order: `max_and_sum` in fused_loss.rs.
+__device__ static float softmax_parts(const float *z, const float *b, uint32_t classes,
+                                      float *max)
+{
+    float m = -INFINITY;
+    for (uint32_t c = 0; c < classes; c++) {
+        m = fmaxf(m, z[c] + b[c]);
+    }
+    float sum = 0.0f;
+    for (uint32_t c = 0; c < classes; c++) {
+        sum += expf((z[c] + b[c]) - m);
+    }
+    *max = m;
+    return sum;
+}
+
 extern "C" __global__ void softmax_loss_f32(
     const uint32_t rows, const uint32_t classes, const uint32_t has_own,
     const float *z, const float *bias, const uint32_t *targets, const float *weights,
@@ -40,14 +57,8 @@ extern "C" __global__ void softmax_loss_f32(
         const uint64_t g = (uint64_t)k * rows + r;
         const float *zg = z + g * classes;
         float *at = out + g * classes;
-        float max = -INFINITY;
-        for (uint32_t c = 0; c < classes; c++) {
-            max = fmaxf(max, zg[c] + b[c]);
-        }
-        float sum = 0.0f;
-        for (uint32_t c = 0; c < classes; c++) {
-            sum += expf((zg[c] + b[c]) - max);
-        }
+        float max;
+        const float sum = softmax_parts(zg, b, classes, &max);
         const uint32_t t = targets[g];
         const float w = weights[g];
         const float scale = -w / sum;
@@ -96,18 +107,14 @@ extern "C" __global__ void softmax_score_f32(
     float term = 0.0f, hits = 0.0f;
     for (uint32_t r = threadIdx.x; r < rows; r += THREADS) {
         const float *zr = z + ((uint64_t)k * rows + r) * classes;
-        float max = -INFINITY;
-        for (uint32_t c = 0; c < classes; c++) {
-            max = fmaxf(max, zr[c] + b[c]);
-        }
-        float sum = 0.0f;
+        float max;
+        const float sum = softmax_parts(zr, b, classes, &max);
+        // The first of the largest logits, as candle's argmax takes it.
         uint32_t first = 0;
         float top = zr[0] + b[0];
-        for (uint32_t c = 0; c < classes; c++) {
-            const float logit = zr[c] + b[c];
-            sum += expf(logit - max);
-            if (logit > top) {
-                top = logit;
+        for (uint32_t c = 1; c < classes; c++) {
+            if (zr[c] + b[c] > top) {
+                top = zr[c] + b[c];
                 first = c;
             }
         }

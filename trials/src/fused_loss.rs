@@ -33,16 +33,22 @@ pub(crate) struct SoftmaxLoss {
 #[cfg(feature = "cuda")]
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_loss.ptx"));
 
+/// A row's largest logit (`z + bias`) and the sum of each logit's `exp(logit - max)`, in
+/// class order: the kernels' `softmax_parts` (fused_loss.cu).
+#[inline]
+fn max_and_sum(z: &[f32], bias: &[f32]) -> (f32, f32) {
+    let logit = |c: usize| z[c] + bias[c];
+    let max = (0..z.len()).map(logit).fold(f32::NEG_INFINITY, f32::max);
+    let sum = (0..z.len()).fold(0f32, |sum, c| sum + (logit(c) - max).exp());
+    (max, sum)
+}
+
 /// Row `g`'s gradient into `at` and its loss term (`log p(target)`, times `own`): the CUDA
 /// kernel's (fused_loss.cu) arithmetic, in its order.
 #[inline]
 fn row(z: &[f32], bias: &[f32], target: usize, weight: f32, own: f32, at: &mut [f32]) -> f32 {
     let logit = |c: usize| z[c] + bias[c];
-    let max = (0..z.len()).map(logit).fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for c in 0..z.len() {
-        sum += (logit(c) - max).exp();
-    }
+    let (max, sum) = max_and_sum(z, bias);
     let scale = -weight / sum;
     for (c, a) in at.iter_mut().enumerate() {
         let hit = if c == target { weight } else { 0.0 };
@@ -265,10 +271,10 @@ pub(crate) struct SoftmaxScore {
 #[inline]
 fn score_row(z: &[f32], bias: &[f32], target: usize) -> (f32, f32) {
     let logit = |c: usize| z[c] + bias[c];
-    let max = (0..z.len()).map(logit).fold(f32::NEG_INFINITY, f32::max);
-    let (mut sum, mut first, mut top) = (0f32, 0, logit(0));
-    for c in 0..z.len() {
-        sum += (logit(c) - max).exp();
+    let (max, sum) = max_and_sum(z, bias);
+    // The first of the largest logits, as candle's argmax takes it.
+    let (mut first, mut top) = (0, logit(0));
+    for c in 1..z.len() {
         if logit(c) > top {
             (top, first) = (logit(c), c);
         }
