@@ -4,8 +4,9 @@
 //! thread reports its epochs and hears its decisions exactly as if it trained alone. A pack
 //! trains on to the next epoch boundary of any member ([`FusedTrainer::train_to_boundary`],
 //! with those a tick later: [`MERGE_STOPS_WITHIN`]), so that members of other batch sizes (on
-//! a GPU) each go through their own epochs rather than wait for the longest; there the members whose epoch ended report and hear their
-//! decisions, leavers leave (stopped, paused, finished, failed), and trials join. A trial
+//! a GPU) each go through their own epochs rather than wait for the longest; there the
+//! members whose epoch ended report and hear their decisions, leavers leave (stopped,
+//! paused, finished, failed), and trials join. A trial
 //! joins once the members of its epoch length are at a boundary, so that they end their
 //! epochs together, one stop of the pack rather than one each.
 //!
@@ -803,11 +804,12 @@ enum Segment {
 
 /// The ticks a member whose epoch ends may sit out so that the pack stops once for it and
 /// for members whose epochs end that much later ([`FusedTrainer::train_to_boundary`]). A
-/// stop costs a validation, a read-back and the next segment's uploads: ~4 ticks of the
-/// host's time under the null driver (`benches/gpu_calls.rs`). Simulated with mlp-digits'
-/// batch sizes (45, 23 and 12 updates an epoch, in random phases), every member finished its
-/// 30 epochs 3-10% sooner at 1 than at 0 for a stop worth 1 to 4 ticks, where 2 and 3 made
-/// the longest epochs' members sit out more than they saved.
+/// stop costs a validation, a read-back and the next segment's uploads: 1.5 to 4 ticks of
+/// the host's time under the null driver (`benches/gpu_calls.rs`), more on a GPU, whose
+/// queue drains at the read-back. Simulated with mlp-digits' batch sizes (45, 23 and 12
+/// updates an epoch, in random phases), the members finished their 30 epochs 0-3% sooner at
+/// 1 than at 0 for a stop worth a tick (one of them 0.2% later), 2-6% for 2 ticks and 6-10%
+/// for 4, where 2 and 3 made the longest epochs' members sit out more than they saved.
 const MERGE_STOPS_WITHIN: u64 = 1;
 
 impl Segment {
