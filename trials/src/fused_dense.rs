@@ -287,7 +287,7 @@ mod cuda {
     /// not read), with `sizes` (numel, per member, width), on `(blocks, threads)` (blocks
     /// beyond 65,535 loop), into a new `outputs` floats.
     pub(super) fn launch(
-        kernel: &str,
+        kernel: &'static str,
         (first, fl): (&CudaStorage, &Layout),
         rest: &[Option<&Tensor>],
         sizes: [u64; 3],
@@ -302,7 +302,7 @@ mod cuda {
             .iter()
             .map(|t| t.map(Tensor::storage_and_layout))
             .collect();
-        let func = device.get_or_load_custom_func(kernel, "tune_fused_dense", PTX)?;
+        let func = crate::cuda_kernel::Kernel::load(&device, kernel, "tune_fused_dense", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
         let out = unsafe { device.alloc::<f32>(outputs)? };
         let mut builder = func.builder();

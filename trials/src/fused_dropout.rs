@@ -532,8 +532,12 @@ impl CustomOp1 for DrawMasks {
         let run = self.check(l)?;
         let device = t.device.clone();
         let table = t.as_cuda_slice::<u32>()?.slice(run);
-        let func =
-            device.get_or_load_custom_func("dropout_masks_f32", "tune_fused_dropout", PTX)?;
+        let func = crate::cuda_kernel::Kernel::load(
+            &device,
+            "dropout_masks_f32",
+            "tune_fused_dropout",
+            PTX,
+        )?;
         let n = self.count();
         // SAFETY: the kernel writes every value of its blocks, which are `values`.
         let out = unsafe { device.alloc::<f32>(n)? };

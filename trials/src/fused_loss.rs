@@ -211,7 +211,8 @@ impl CustomOp1 for SoftmaxLoss {
         };
         let last = held.len() - 1;
         let losses = view::<f32>(cuda(last, "the losses")?, held[last].1, "the losses")?;
-        let func = device.get_or_load_custom_func("softmax_loss_f32", "tune_fused_loss", PTX)?;
+        let func =
+            crate::cuda_kernel::Kernel::load(&device, "softmax_loss_f32", "tune_fused_loss", PTX)?;
         let n = members * rows;
         let size = n * classes + members + members * classes;
         // SAFETY: the kernel writes every element of `out`.
@@ -368,7 +369,8 @@ impl CustomOp1 for SoftmaxScore {
             tl,
             "the targets",
         )?);
-        let func = device.get_or_load_custom_func("softmax_score_f32", "tune_fused_loss", PTX)?;
+        let func =
+            crate::cuda_kernel::Kernel::load(&device, "softmax_score_f32", "tune_fused_loss", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
         let out = unsafe { device.alloc::<f32>(2 * members)? };
         let (rows_arg, classes_arg) = (rows as u32, classes as u32);

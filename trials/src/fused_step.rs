@@ -275,7 +275,8 @@ impl CustomOp1 for FusedStep<'_> {
             }
             views.push(of_kind);
         }
-        let func = device.get_or_load_custom_func("fused_step_f32", "tune_fused_step", PTX)?;
+        let func =
+            crate::cuda_kernel::Kernel::load(&device, "fused_step_f32", "tune_fused_step", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
         let out = unsafe { device.alloc::<f32>(total)? };
         let (decay, nesterov) = (u32::from(self.decay), u32::from(self.nesterov));

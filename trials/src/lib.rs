@@ -13,6 +13,8 @@
 
 pub mod checkpoint;
 mod config;
+#[cfg(feature = "cuda")]
+mod cuda_kernel;
 mod data;
 mod device;
 mod early_stopping;
