@@ -168,9 +168,7 @@ impl CustomOp1 for SoftmaxLoss {
         z: &candle_core::CudaStorage,
         zl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::cuda_backend::cudarc::driver::{
-            CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
-        };
+        use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
         use candle_core::cuda_backend::WrapErr;
 
         let (members, rows, classes) = self.sizes(zl)?;
@@ -234,13 +232,8 @@ impl CustomOp1 for SoftmaxLoss {
             None => builder.arg(&weights),
         };
         builder.arg(&losses).arg(&out);
-        let config = LaunchConfig {
-            grid_dim: (members as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: the arguments match the kernel's signature in fused_loss.cu.
-        unsafe { builder.launch(config) }.w()?;
+        unsafe { builder.launch(block_per_member(members)) }.w()?;
         Ok((
             candle_core::CudaStorage::wrap_cuda_slice(out, device),
             Shape::from(size),
@@ -346,7 +339,7 @@ impl CustomOp1 for SoftmaxScore {
         z: &candle_core::CudaStorage,
         zl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
         use candle_core::cuda_backend::WrapErr;
 
         let (members, rows, classes) = self.sizes(zl)?;
@@ -383,13 +376,8 @@ impl CustomOp1 for SoftmaxScore {
             .arg(&bias)
             .arg(&targets)
             .arg(&out);
-        let config = LaunchConfig {
-            grid_dim: (members as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: the arguments match the kernel's signature in fused_loss.cu.
-        unsafe { builder.launch(config) }.w()?;
+        unsafe { builder.launch(block_per_member(members)) }.w()?;
         Ok((
             candle_core::CudaStorage::wrap_cuda_slice(out, device),
             Shape::from(2 * members),
@@ -408,6 +396,16 @@ fn cpu_values<T: candle_core::WithDType>(
         candle_core::bail!("{op}: {what} on another device than the logits");
     };
     Ok(s.as_slice::<T>()?[contiguous(op, layout, what)?].to_vec())
+}
+
+/// Both kernels' grid: a block of [`THREADS`] per member.
+#[cfg(feature = "cuda")]
+fn block_per_member(members: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_dim: (members as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Threads per member in the CUDA kernel: `THREADS` in fused_loss.cu.
