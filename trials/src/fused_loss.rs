@@ -168,20 +168,12 @@ impl CustomOp1 for SoftmaxLoss {
         z: &candle_core::CudaStorage,
         zl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
         use candle_core::cuda_backend::WrapErr;
 
         let (members, rows, classes) = self.sizes(zl)?;
-        fn view<'a, T: DeviceRepr + candle_core::cuda_backend::CudaDType>(
-            s: &'a candle_core::CudaStorage,
-            l: &Layout,
-            what: &str,
-        ) -> candle_core::Result<CudaView<'a, T>> {
-            Ok(s.as_cuda_slice::<T>()?
-                .slice(contiguous("softmax-loss", l, what)?))
-        }
         let device = z.device.clone();
-        let zv = view::<f32>(z, zl, "the logits")?;
+        let zv = cuda_view::<f32>("softmax-loss", z, zl, "the logits")?;
         // Each input's storage, held while the kernel's arguments borrow it.
         let held: Vec<_> = [
             Some(&self.bias),
@@ -200,15 +192,35 @@ impl CustomOp1 for SoftmaxLoss {
                 _ => candle_core::bail!("softmax-loss: {what} on another device than the logits"),
             }
         };
-        let bias = view::<f32>(cuda(0, "the bias")?, held[0].1, "the bias")?;
-        let targets = view::<u32>(cuda(1, "the targets")?, held[1].1, "the targets")?;
-        let weights = view::<f32>(cuda(2, "the weights")?, held[2].1, "the weights")?;
+        let bias = cuda_view::<f32>("softmax-loss", cuda(0, "the bias")?, held[0].1, "the bias")?;
+        let targets = cuda_view::<u32>(
+            "softmax-loss",
+            cuda(1, "the targets")?,
+            held[1].1,
+            "the targets",
+        )?;
+        let weights = cuda_view::<f32>(
+            "softmax-loss",
+            cuda(2, "the weights")?,
+            held[2].1,
+            "the weights",
+        )?;
         let own = match self.own {
-            Some(_) => Some(view::<f32>(cuda(3, "own")?, held[3].1, "own")?),
+            Some(_) => Some(cuda_view::<f32>(
+                "softmax-loss",
+                cuda(3, "own")?,
+                held[3].1,
+                "own",
+            )?),
             None => None,
         };
         let last = held.len() - 1;
-        let losses = view::<f32>(cuda(last, "the losses")?, held[last].1, "the losses")?;
+        let losses = cuda_view::<f32>(
+            "softmax-loss",
+            cuda(last, "the losses")?,
+            held[last].1,
+            "the losses",
+        )?;
         let func =
             crate::cuda_kernel::Kernel::load(&device, "softmax_loss_f32", "tune_fused_loss", PTX)?;
         let n = members * rows;
@@ -344,9 +356,7 @@ impl CustomOp1 for SoftmaxScore {
 
         let (members, rows, classes) = self.sizes(zl)?;
         let device = z.device.clone();
-        let zv = z
-            .as_cuda_slice::<f32>()?
-            .slice(contiguous("softmax-score", zl, "the logits")?);
+        let zv = cuda_view::<f32>("softmax-score", z, zl, "the logits")?;
         let (bias, bl) = self.bias.storage_and_layout();
         let (targets, tl) = self.targets.storage_and_layout();
         let (Storage::Cuda(bias), Storage::Cuda(targets)) = (&*bias, &*targets) else {
@@ -354,14 +364,8 @@ impl CustomOp1 for SoftmaxScore {
                 "softmax-score: the bias or targets on another device than the logits"
             );
         };
-        let bias = bias
-            .as_cuda_slice::<f32>()?
-            .slice(contiguous("softmax-score", bl, "the bias")?);
-        let targets = (targets.as_cuda_slice::<u32>()?).slice(contiguous(
-            "softmax-score",
-            tl,
-            "the targets",
-        )?);
+        let bias = cuda_view::<f32>("softmax-score", bias, bl, "the bias")?;
+        let targets = cuda_view::<u32>("softmax-score", targets, tl, "the targets")?;
         let func =
             crate::cuda_kernel::Kernel::load(&device, "softmax_score_f32", "tune_fused_loss", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
@@ -383,6 +387,20 @@ impl CustomOp1 for SoftmaxScore {
             Shape::from(2 * members),
         ))
     }
+}
+
+/// Op `op`'s input `what`, a contiguous run of `s` laid out as `l`, for a kernel's argument.
+#[cfg(feature = "cuda")]
+fn cuda_view<'a, T>(
+    op: &str,
+    s: &'a candle_core::CudaStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, T>>
+where
+    T: candle_core::cuda_backend::cudarc::driver::DeviceRepr + candle_core::cuda_backend::CudaDType,
+{
+    Ok(s.as_cuda_slice::<T>()?.slice(contiguous(op, l, what)?))
 }
 
 /// A CPU tensor's values, for an op whose main input is on the CPU.
