@@ -47,6 +47,7 @@ impl TuneError {
                 | TuneError::ExperimentExistsIn { .. }
                 | TuneError::Invalid(_)
                 | TuneError::Store(StoreError::Refused { .. })
+                | TuneError::Store(StoreError::BadUrl { .. })
         )
     }
 

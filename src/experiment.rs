@@ -326,17 +326,34 @@ impl Experiment {
             path: dir.to_path_buf(),
             reason: reason.to_string(),
         };
-        if !dir.is_dir() {
-            return Err(not("no such folder"));
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(not("not a folder")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(not("no such folder"))
+            }
+            // Permission denied, say: the run's fault, not the input's.
+            Err(e) => return Err(TuneError::io(format!("opening {}", dir.display()), e)),
         }
+        // What this user may not read is said as such, not taken for a missing store.
+        std::fs::read_dir(dir)
+            .map_err(|e| TuneError::io(format!("reading {}", dir.display()), e))?;
         if let Ok(url) = std::fs::read_to_string(dir.join(STORE_FILE)) {
             return Err(not(&format!(
                 "its records are in PostgreSQL, {}: name the experiment and pass --store with that URL (or set TUNE_STORE)",
                 url.trim()
             )));
         }
-        if !dir.join(DB_DIR).is_dir() {
-            return Err(not(&format!("it has no {DB_DIR} database")));
+        match std::fs::symlink_metadata(dir.join(DB_DIR)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(not(&format!("it has no {DB_DIR} database")))
+            }
+            Err(e) => {
+                let at = dir.join(DB_DIR);
+                return Err(TuneError::io(format!("opening {}", at.display()), e));
+            }
+            // A folder, or something else there: the store refuses what is not one as damaged.
+            Ok(_) => {}
         }
         let store = SledStore::open(&dir.join(DB_DIR))?;
         Experiment::from_store(dir, Box::new(store))

@@ -28,6 +28,14 @@ pub const POINTS: &[&str] = &[
     // Coordinator: after the round's sync, before and after the trials hear their decisions.
     "ack.before",
     "ack.after",
+    // The coordinator's bridge to remote workers (src/remote/bridge.rs): right after it wrote
+    // an offer that resumes a trial (attempt 2 or later: a promotion, a retry); and with
+    // decisions synced in the store, before it writes them for the workers.
+    "bridge.offer.resumed",
+    "bridge.heard.before",
+    // A coordinator that took over a sweep kept in PostgreSQL: after it adopted the attempts
+    // workers still run and applied the decisions its store had not caught up with.
+    "adopt.after",
     // An exploit's checkpoint copy (population-based training), after each file copied.
     "exploit.copy",
     // A pack of fused trials (src/objective/pack.rs), before it trains an epoch: `error` fails

@@ -45,6 +45,7 @@ mod pool;
 mod progress;
 pub mod remote;
 mod replay;
+pub mod seconds;
 mod spec;
 mod stop;
 pub mod store;

@@ -434,16 +434,11 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             lease,
             wait,
         } => {
-            if !(lease.is_finite() && lease > 0.0) {
-                return Err(TuneError::Invalid(format!(
-                    "--lease: expected a number of seconds above 0, found {lease}"
-                )));
-            }
-            if !(wait.is_finite() && wait >= 0.0) {
-                return Err(TuneError::Invalid(format!(
-                    "--wait: expected a number of seconds, 0 or more, found {wait}"
-                )));
-            }
+            let flag = |e: tune_search::FieldError| {
+                TuneError::Invalid(format!("{}: {}", e.key, e.message))
+            };
+            let lease = tune::seconds::checked("--lease", lease, false).map_err(flag)?;
+            let wait = tune::seconds::checked("--wait", wait, true).map_err(flag)?;
             // SAFETY: tune has started no thread yet.
             unsafe {
                 tune::share_cores_among_worker_slots(
@@ -452,8 +447,8 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             };
             let mut worker = tune::remote::Worker::new(url)
                 .dir(dir)
-                .lease(Duration::from_secs_f64(lease))
-                .wait_for_experiment(Duration::from_secs_f64(wait))
+                .lease(lease)
+                .wait_for_experiment(wait)
                 .handle_signals(true);
             if let Some(name) = experiment {
                 worker = worker.experiment(name);

@@ -14,8 +14,9 @@ use crate::trial::Trial;
 /// result by `seq`, and each finished trial's end where it happened (`Trial::end_seq`).
 ///
 /// Returns the decisions the store has not caught up with: an unfinished trial whose last
-/// result the scheduler answers with more than `Continue`, because a kill came after the
-/// result was stored and before the decision's effect was (a paused trial's was).
+/// result, from its latest attempt, the scheduler answers with more than `Continue`, because
+/// a kill came after the result was stored and before the decision's effect was (a paused
+/// trial's was).
 pub(crate) fn replay(
     scheduler: &mut dyn Scheduler,
     trials: &[Trial],
@@ -66,6 +67,9 @@ pub(crate) fn replay(
     trials
         .iter()
         .filter(|t| !t.status.is_finished() && t.status != Status::Paused)
+        // A trial relaunched since its last result (a paused one promoted, a failed one
+        // retried) had that result's decision acted on: a new attempt starts only after it.
+        .filter(|t| t.results.last().is_some_and(|r| r.attempt == t.attempts))
         .filter_map(|t| {
             let (step, decision) = last_decision.remove(&t.id)?;
             (decision != Decision::Continue).then_some((t.id, step, decision))

@@ -52,12 +52,7 @@ impl StopConditions {
     /// Checks the settings' ranges.
     pub fn validate(&self) -> Result<(), FieldError> {
         if let Some(t) = self.time_budget_s {
-            if !(t.is_finite() && t > 0.0) {
-                return Err(FieldError::new(
-                    "time_budget_s",
-                    format!("expected a positive number of seconds, found {t}"),
-                ));
-            }
+            crate::seconds::checked("time_budget_s", t, false)?;
         }
         if let Some(t) = self.target {
             if !t.is_finite() {
@@ -78,7 +73,9 @@ impl StopConditions {
 
     /// This run's wall-clock budget.
     pub(crate) fn time_budget(&self) -> Option<Duration> {
-        self.time_budget_s.map(Duration::from_secs_f64)
+        // Validated; a value set past validation saturates rather than panics.
+        self.time_budget_s
+            .map(|t| Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX))
     }
 }
 

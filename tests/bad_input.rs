@@ -47,6 +47,12 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "invalid basic string",
     ),
     (
+        "a time budget past any clock",
+        Spec("samples = 2\n[stop]\ntime_budget_s = 1e300", X),
+        2,
+        "`time_budget_s`: expected a number of seconds above 0 and at most 1e9 (31 years), found 1e300",
+    ),
+    (
         "samples zero",
         Spec("samples = 0", X),
         2,
@@ -248,7 +254,7 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "stop budget negative",
         Spec("samples = 2\n[stop]\ntime_budget_s = -1.0", X),
         2,
-        "[stop] `time_budget_s`: expected a positive number of seconds, found -1",
+        "[stop] `time_budget_s`: expected a number of seconds above 0 and at most 1e9 (31 years), found -1",
     ),
     (
         "stop misspelt",
@@ -355,6 +361,24 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "`loss` was NaN at step 1",
     ),
     (
+        "a step going back within an attempt",
+        Output(&["--behaviour", "backsteps"]),
+        1,
+        "it reported step 2 after step 3 in the same attempt: steps must increase",
+    ),
+    (
+        "a step repeated within an attempt",
+        Output(&["--behaviour", "repeatsteps"]),
+        1,
+        "it reported step 1 after step 1 in the same attempt: steps must increase",
+    ),
+    (
+        "a metric named as a result's own key",
+        Output(&["--behaviour", "reserved"]),
+        1,
+        "the report at step 1 has a metric named `seq`, a name results keep for their own",
+    ),
+    (
         "thousands of metrics",
         Output(&["--behaviour", "metrics"]),
         1,
@@ -396,6 +420,24 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         Store(|db| std::fs::write(db.join("tune.check"), "x").unwrap()),
         1,
         "is damaged: its note of what it holds (tune.check) is unreadable",
+    ),
+    (
+        "a store file that is a link to a device",
+        Store(|db| {
+            std::fs::remove_file(db.join("db")).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", db.join("db")).unwrap();
+        }),
+        1,
+        "db is a character device, not a regular file",
+    ),
+    (
+        "the store a link to a device",
+        Store(|db| {
+            std::fs::remove_dir_all(db).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", db).unwrap();
+        }),
+        1,
+        "tune.db is a character device, not a regular file",
     ),
 ];
 
@@ -476,4 +518,92 @@ fn forty_kinds_of_bad_input_each_get_their_exit_code_and_message() {
         CASES.len(),
         failures.join("\n")
     );
+}
+
+/// Input the table above cannot hold: a name no file system takes, a URL that is none, a
+/// folder this user may not read, a database server that never answers.
+#[test]
+fn bad_names_urls_unreadable_folders_and_silent_servers_get_their_exit_code_and_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let check = |out: &Output, code: i32, fragment: &str| {
+        let text = stderr(out);
+        assert_eq!(out.status.code(), Some(code), "{fragment}: {text}");
+        assert!(first_line(&text).contains(fragment), "{fragment}: {text}");
+        assert!(!text.contains("panicked"), "{text}");
+    };
+
+    // A NUL in the name: input, naming the key.
+    let spec = write_spec(tmp.path(), "samples = 1", &[], X);
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(
+        &spec,
+        text.replace("name = \"t\"", "name = \"ba\\u0000se\""),
+    )
+    .unwrap();
+    let out = tune_run(&spec, &tmp.path().join("nul")).output().unwrap();
+    check(
+        &out,
+        2,
+        "`name`: expected a folder name without slashes or control characters",
+    );
+
+    // A URL that does not parse: input.
+    for args in [
+        &["worker", "not-a-url"][..],
+        &["status", "t", "--store", "postgresql://a@b:notaport/db"][..],
+    ] {
+        let out = tune().args(args).output().unwrap();
+        check(&out, 2, "not a PostgreSQL URL");
+    }
+
+    // A folder under one this user may not enter: permission denied, exit 1 (as root, tune
+    // runs as nobody: root reads everything).
+    let good = tmp.path().join("spec-good");
+    std::fs::create_dir_all(&good).unwrap();
+    let spec = write_spec(&good, "samples = 1", &[], X);
+    let locked = tmp.path().join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    run_ok(&mut tune_run(&spec, &locked.join("exp")));
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mode = if root { 0o700 } else { 0o000 };
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(mode)).unwrap();
+    for command in ["resume", "status"] {
+        let mut cmd = tune();
+        cmd.arg(command).arg(locked.join("exp"));
+        if root {
+            std::os::unix::process::CommandExt::uid(&mut cmd, 65534);
+            std::os::unix::process::CommandExt::gid(&mut cmd, 65534);
+        }
+        let out = cmd.output().unwrap();
+        check(&out, 1, "Permission denied");
+    }
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    // A server that takes the connection and never says a word: every command gives up
+    // within the URL's connect_timeout, naming the server.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().take(4) {
+            held.push(conn);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        drop(held);
+    });
+    let url = format!("postgresql://tune@127.0.0.1:{port}/db?connect_timeout=1");
+    let spec = write_spec(tmp.path(), "samples = 1", &[], X);
+    let runs: [&[&str]; 4] = [
+        &["status", "t", "--store", &url],
+        &["export", "t", "--store", &url],
+        &["run", spec.to_str().unwrap(), "--store", &url, "--no-tui"],
+        &["worker", &url, "--experiment", "t"],
+    ];
+    for args in runs {
+        let out = tune().args(args).output().unwrap();
+        check(&out, 1, &format!("the server at 127.0.0.1:{port} accepted the connection but did not answer within 1 s"));
+    }
+    drop(held);
 }

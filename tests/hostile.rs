@@ -144,3 +144,36 @@ fn a_trial_that_closes_stdin_runs_to_its_end() {
         assert_eq!(steps(t), [1, 2, 3]);
     }
 }
+
+#[test]
+fn a_trial_whose_setsid_child_keeps_its_output_open_ends_with_its_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("marker-setsid").display().to_string();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 2\nseed = 1\n[resources]\ncpu_slots = 2",
+        &["--marker", &marker, "--behaviour", "setsid"],
+        "x = { uniform = [-1.0, 1.0] }",
+    );
+    let dir = tmp.path().join("setsid");
+    // Before: the sweep waited for the pipe, held by the child for 300 s.
+    let out = run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let left = processes_with(&marker);
+    for line in &left {
+        if let Some(pid) = line.split(':').next().and_then(|p| p.parse().ok()) {
+            // SAFETY: kill(2) of a process this test's trials started; no memory is involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    assert_eq!(left.len(), 2, "the session children: {left:?}");
+    for t in export_json(&dir) {
+        assert_eq!(t["status"], "completed", "{t}");
+        assert_eq!(steps(&t), [1]);
+    }
+    let text = stderr(&out);
+    assert_eq!(
+        text.matches("still held its output open").count(),
+        2,
+        "{text}"
+    );
+}

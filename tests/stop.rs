@@ -210,7 +210,7 @@ fn bad_stop_settings_are_explained_with_exit_2() {
     for (stop, expected) in [
         (
             "time_budget_s = -1.0",
-            "[stop] `time_budget_s`: expected a positive number of seconds, found -1",
+            "[stop] `time_budget_s`: expected a number of seconds above 0 and at most 1e9 (31 years), found -1",
         ),
         (
             "no_improvement_trials = 0",

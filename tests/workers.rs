@@ -1179,3 +1179,216 @@ fn a_workers_command_trials_see_rayon_num_threads_as_the_user_left_it() {
         );
     }
 }
+
+/// The HyperBand band of [`hyperband_band`] (R = 9, 17 checkpointing trials) kept in PostgreSQL,
+/// its trial folders shared, run by one coordinator after another, each killed at the failure
+/// points `rounds` names in turn (one `TUNE_FAILPOINTS` a coordinator; the last rounds run to
+/// the end), while one worker with one slot serves it throughout. Returns the export and how
+/// many coordinators were killed.
+fn band_with_coordinators_killed(tmp: &Path, rounds: &[&str]) -> (Vec<serde_json::Value>, usize) {
+    let spec = hyperband_band(tmp);
+    let mut text = std::fs::read_to_string(&spec).unwrap();
+    text += &format!(
+        "\n[store]\ncheckpoints = {:?}\n",
+        tmp.join("shared").display().to_string()
+    );
+    std::fs::write(&spec, text).unwrap();
+    let url = pg_server::fresh_database();
+    let mut kills = 0;
+    let mut worker_proc = None;
+    for (round, failpoints) in rounds.iter().chain(std::iter::repeat(&"")).enumerate() {
+        assert!(round < 40, "no end after {round} coordinators");
+        let mut cmd = if round == 0 {
+            coordinator(&spec, &url, &tmp.join("c"))
+        } else {
+            let mut cmd = tune();
+            cmd.args([
+                "resume", "t", "--store", &url, "--slots", "0", "--no-tui", "--dir",
+            ])
+            .arg(tmp.join(format!("c{round}")));
+            cmd
+        };
+        let mut coord = Proc(Some(
+            cmd.env("TUNE_FAILPOINTS", failpoints)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ));
+        if worker_proc.is_none() {
+            wait_for_experiment(&url, &mut coord);
+            worker_proc = Some(spawn(worker(&url, 1, "15", &tmp.join("w"))));
+        }
+        let out = finish(coord, "a coordinator");
+        if killed(&out) {
+            kills += 1;
+            continue;
+        }
+        assert!(out.status.success(), "{failpoints}: {}", stderr(&out));
+        break;
+    }
+    finish_ok(worker_proc.expect("a worker"), "the worker");
+    (export_in(&url), kills)
+}
+
+/// The lost step of a coordinator restarted over PostgreSQL: killed right after offering a
+/// paused trial's promotion, the next coordinator took the replayed pause as undelivered,
+/// answered the adopted attempt's next report with `stop` without storing it, the trial
+/// checkpointed that step, and its next attempt went on after it. Here every point of a
+/// restart is hit (the promotion's offer, decisions synced but not yet written for workers,
+/// adoption, acknowledgements): every step is stored once, in order, and the band decides as
+/// the uninterrupted one.
+#[test]
+fn coordinators_killed_at_each_point_of_a_restart_lose_no_step_and_decide_as_uninterrupted() {
+    let expected = uninterrupted_band();
+    let tmp = tempfile::tempdir().unwrap();
+    let rounds = [
+        "bridge.offer.resumed=kill",
+        "adopt.after=kill",
+        "bridge.offer.resumed=kill@2",
+        "bridge.heard.before=kill@3",
+        "adopt.after=kill",
+        "ack.after=kill@4",
+        "bridge.heard.before=kill@9",
+        "bridge.offer.resumed=kill@3",
+        "store.sync.after=kill@5",
+    ];
+    let (trials, kills) = band_with_coordinators_killed(tmp.path(), &rounds);
+    for t in &trials {
+        let steps = steps(t);
+        let dense: Vec<u64> = (1..=steps.len() as u64).collect();
+        assert_eq!(steps, dense, "trial {}: {t}", t["id"]);
+    }
+    assert_eq!(outcome(&trials), expected);
+    assert!(kills >= 6, "only {kills} coordinators were killed");
+}
+
+/// The chaos run of the lost-step report, seeded and bounded: HyperBand's band (R = 81, eta =
+/// 3, 143 checkpointing trials) kept in PostgreSQL, a coordinator without slots and three
+/// workers of one slot each sharing the trial folders, `max_failures = 100`. The coordinator
+/// is killed 12 times, each time at a failure point and count drawn from the seed (its
+/// acknowledgements, its store's sync, a promotion's offer, decisions not yet written for the
+/// workers, its adoption of running attempts) and resumed elsewhere; workers are killed 6 times
+/// by their own trials, right after the acknowledgement the seed picked (the fixture's kill
+/// switch), and started again. Every crash is at an exact event; only the interleaving varies,
+/// and nothing asserted depends on it. `TUNE_TEST_CHAOS_SEED` runs another seed.
+#[test]
+fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("TUNE_TEST_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(57);
+    eprintln!("chaos seed {seed} (TUNE_TEST_CHAOS_SEED=N runs another)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp.path();
+    let spec = hyperband_band_81(tmp, 1, 1);
+    arm_kill_switch(&spec, tmp);
+    let text = std::fs::read_to_string(&spec).unwrap().replacen(
+        "samples = 143",
+        "samples = 143\nmax_failures = 100",
+        1,
+    ) + &format!(
+        "\n[store]\ncheckpoints = {:?}\n",
+        tmp.join("shared").display().to_string()
+    );
+    std::fs::write(&spec, text).unwrap();
+    let points: [(&str, u32); 5] = [
+        ("ack.after", 60),
+        ("store.sync.after", 60),
+        ("bridge.heard.before", 60),
+        ("bridge.offer.resumed", 8),
+        ("adopt.after", 1),
+    ];
+    let mut plan: Vec<String> = (0..12)
+        .map(|_| {
+            let (point, most) = points[rng.random_range(0..points.len())];
+            format!("{point}=kill@{}", rng.random_range(1..=most))
+        })
+        .collect();
+    plan.reverse();
+    // The band acknowledges about 1,000 steps; the workers' kills come within its first 700.
+    let mut dues: Vec<usize> = (0..6).map(|_| rng.random_range(20..700)).collect();
+    dues.sort_unstable();
+    dues.dedup();
+    for due in &dues {
+        set_kill_switch(tmp, &due.to_string());
+    }
+    eprintln!("coordinator kills (last first): {plan:?}; worker kills at acks {dues:?}");
+
+    let url = pg_server::fresh_database();
+    let start_coordinator = |round: usize, failpoints: &str| {
+        let mut cmd = if round == 0 {
+            coordinator(&spec, &url, &tmp.join("c"))
+        } else {
+            let mut cmd = tune();
+            cmd.args([
+                "resume", "t", "--store", &url, "--slots", "0", "--no-tui", "--dir",
+            ])
+            .arg(tmp.join(format!("c{round}")));
+            cmd
+        };
+        Proc(Some(
+            cmd.env("TUNE_FAILPOINTS", failpoints)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ))
+    };
+    // A killed worker's attempt is taken back when its lease (3 s) runs out.
+    let start_worker = |i: usize| spawn(worker(&url, 1, "3", &tmp.join(format!("w{i}"))));
+    let mut round = 0;
+    let mut coord = Some(start_coordinator(round, &plan.pop().unwrap_or_default()));
+    wait_for_experiment(&url, coord.as_mut().unwrap());
+    let mut workers: Vec<Option<Proc>> = (0..3).map(|i| Some(start_worker(i))).collect();
+    let (mut coordinator_kills, mut worker_kills) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while coord.is_some() || workers.iter().any(Option::is_some) {
+        assert!(Instant::now() < deadline, "the chaos run did not end");
+        if let Some(c) = coord.as_mut() {
+            if c.try_wait().unwrap().is_some() {
+                let out = finish(coord.take().unwrap(), "a coordinator");
+                if killed(&out) {
+                    coordinator_kills += 1;
+                    round += 1;
+                    coord = Some(start_coordinator(round, &plan.pop().unwrap_or_default()));
+                } else {
+                    assert!(out.status.success(), "round {round}: {}", stderr(&out));
+                }
+            }
+        }
+        for (i, w) in workers.iter_mut().enumerate() {
+            if w.as_mut().is_some_and(|p| p.try_wait().unwrap().is_some()) {
+                let out = finish(w.take().unwrap(), "a worker");
+                if killed(&out) {
+                    worker_kills += 1;
+                    *w = Some(start_worker(i));
+                } else {
+                    assert!(out.status.success(), "worker {i}: {}", stderr(&out));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let trials = export_in(&url);
+    assert_eq!(trials.len(), 143);
+    for t in &trials {
+        let steps = steps(t);
+        let dense: Vec<u64> = (1..=steps.len() as u64).collect();
+        assert_eq!(steps, dense, "trial {}: {t}", t["id"]);
+    }
+    // Li et al. 2017, Table 1 (R = 81, eta = 3), as the uninterrupted band decides it.
+    assert_eq!(hyperband_table(&trials), ([54, 41, 24, 14], 10));
+    let kept = assert_acknowledged_results_kept(tmp, &by_id(trials));
+    eprintln!(
+        "{coordinator_kills} coordinator and {worker_kills} worker kills, {kept} acknowledged \
+         results kept"
+    );
+    assert!(
+        coordinator_kills >= 10,
+        "{coordinator_kills} coordinator kills"
+    );
+    assert_eq!(worker_kills, dues.len());
+}

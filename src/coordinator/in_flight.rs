@@ -2,8 +2,20 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::objective::Heard;
 use crate::pool::Slot;
 use crate::trial::Trial;
+
+/// What a report's step is to the attempt that made it ([`InFlight::take_report`]).
+#[derive(Debug, PartialEq)]
+pub(super) enum Taken {
+    /// A step not stored yet.
+    New(u64),
+    /// A stored step this run redoes: its result and decision stand.
+    Redone,
+    /// Not after the attempt's last report (`after`): refused.
+    OutOfOrder { step: u64, after: u64 },
+}
 
 /// What the coordinator needs to know about an attempt in flight.
 pub(super) struct InFlight {
@@ -11,6 +23,8 @@ pub(super) struct InFlight {
     pub slot: Slot,
     /// Reports this run made, re-runs of stored steps included.
     reports: u64,
+    /// The step of this run's last report.
+    last_reported: Option<u64>,
     /// Where this run's reports without a step number go on from: the trial's last stored step
     /// when it continues from a checkpoint (its own or an exploited one), else 0.
     base_step: u64,
@@ -27,6 +41,9 @@ pub(super) struct InFlight {
     /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
     /// scheduler stopped or completed it. The worker is only winding down.
     pub settled: bool,
+    /// The stored report whose decision settled it, and that decision: the same report
+    /// delivered again (a coordinator restarted before its worker heard) hears it again.
+    pub decided: Option<(u64, Heard)>,
 }
 
 impl InFlight {
@@ -48,26 +65,34 @@ impl InFlight {
             attempt: trial.attempts,
             slot,
             reports: 0,
+            last_reported: None,
             base_step,
             redo_through,
             restored: restore_dir.is_some(),
             restore_dir,
             exploited,
             settled: false,
+            decided: None,
         }
     }
 
-    /// Counts a report and gives its step (the reported one, or the next after the last);
-    /// `None` for a step this run redoes, restarted from an older checkpoint (a kill came
-    /// between the step's acknowledgement and its checkpoint) or from scratch.
-    pub fn take_report(&mut self, step: Option<u64>) -> Option<u64> {
+    /// Counts a report and says what its step is (the reported one, or the next after the
+    /// last): new, one this run redoes (restarted from an older checkpoint, a kill having come
+    /// between the step's acknowledgement and its checkpoint, or from scratch), or out of
+    /// order. Within an attempt steps increase: the one rule for every objective, local or
+    /// remote.
+    pub fn take_report(&mut self, step: Option<u64>) -> Taken {
         self.reports += 1;
         let step = step.unwrap_or(self.base_step + self.reports);
+        if let Some(after) = self.last_reported.filter(|&last| step <= last) {
+            return Taken::OutOfOrder { step, after };
+        }
+        self.last_reported = Some(step);
         if self.redo_through.is_some_and(|last| step <= last) {
-            return None;
+            return Taken::Redone;
         }
         self.redo_through = None;
-        Some(step)
+        Taken::New(step)
     }
 
     /// Whether this run, now ended, gave `trial` its results: it reported; or it only redid

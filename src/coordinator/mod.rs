@@ -29,7 +29,7 @@ use crate::replay::replay;
 use crate::stop::{StopConditions, StopReason, StopWatch};
 use crate::store::{StoreError, TrialStore};
 use crate::trial::{now_ms, Trial, TrialResult};
-use in_flight::InFlight;
+use in_flight::{InFlight, Taken};
 
 /// How a sweep ended, for its result (every trial is in the store).
 pub(crate) struct Ended {
@@ -355,12 +355,15 @@ impl Coordinator {
             self.queue.retain(|&q| q != id);
             self.apply_decision(id, step, decision)?;
         }
+        if self.bridge.is_some() {
+            crate::failpoint::hit("adopt.after").map_err(|e| TuneError::io("adopting", e))?;
+        }
         self.describe_scheduler(true);
         if let Some(reason) = self.stop_watch.already_met() {
             self.stop_sweep(reason);
         }
         let budget = self.plan.stop_when.time_budget();
-        let deadline = budget.map(|b| tokio::time::Instant::now() + b);
+        let deadline = budget.and_then(|b| tokio::time::Instant::now().checked_add(b));
         loop {
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) && self.stopped.is_none()
             {
@@ -674,15 +677,45 @@ impl Coordinator {
             .get_mut(&id)
             .filter(|r| r.attempt == attempt && !r.settled)
         else {
-            // A late report after a decision: discarded.
-            self.acks.push((ack, Heard::Stop));
+            // The report that settled the run, delivered again, hears its stored decision;
+            // anything else (a late report after a decision, a stale attempt's) is not kept,
+            // and is told so: a decision would read as its acknowledgement.
+            let heard = self
+                .in_flight
+                .get(&id)
+                .filter(|r| r.attempt == attempt)
+                .and_then(|r| r.decided)
+                .filter(|&(decided, _)| step == Some(decided))
+                .map_or(Heard::Refused, |(_, heard)| heard);
+            self.acks.push((ack, heard));
             return Ok(());
         };
-        let Some(step) = run.take_report(step) else {
-            // A step this run redoes: its result and decision are already stored.
-            self.acks.push((ack, Heard::Continue));
-            return Ok(());
+        let step = match run.take_report(step) {
+            Taken::New(step) => step,
+            Taken::Redone => {
+                // Its result and decision are already stored.
+                self.acks.push((ack, Heard::Continue));
+                return Ok(());
+            }
+            Taken::OutOfOrder { step, after } => {
+                let reason = format!(
+                    "it reported step {step} after step {after} in the same attempt: steps must \
+                     increase (each is stored once, in order)"
+                );
+                return self.fail_at_report(id, ack, reason);
+            }
         };
+        if let Some(key) = metrics
+            .keys()
+            .find(|k| crate::export::RESULT_KEYS.contains(&k.as_str()))
+        {
+            let reason = format!(
+                "the report at step {step} has a metric named `{key}`, a name results keep for \
+                 their own ({}): rename it",
+                crate::export::RESULT_KEYS.join(", ")
+            );
+            return self.fail_at_report(id, ack, reason);
+        }
         // Every objective's value, or the first missing or non-finite one.
         let values: Result<Vec<f64>, (&str, Option<f64>)> = self
             .plan
@@ -713,10 +746,7 @@ impl Coordinator {
                         format!("the report at step {step} has no `{metric}` (it had: {found})")
                     }
                 };
-                run.settled = true;
-                self.settle(id, Status::Failed, Some(reason))?;
-                self.acks.push((ack, Heard::Stop));
-                return Ok(());
+                return self.fail_at_report(id, ack, reason);
             }
         };
         // Other non-finite metrics are dropped: the stored form (JSON) has no NaN.
@@ -746,6 +776,21 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Fails trial `id` at a report that is not kept (`reason` says why); its run hears so.
+    fn fail_at_report(
+        &mut self,
+        id: TrialId,
+        ack: oneshot::Sender<Heard>,
+        reason: String,
+    ) -> Result<(), TuneError> {
+        if let Some(run) = self.in_flight.get_mut(&id) {
+            run.settled = true;
+        }
+        self.settle(id, Status::Failed, Some(reason))?;
+        self.acks.push((ack, Heard::Refused));
+        Ok(())
+    }
+
     /// Acts on the scheduler's `decision` for trial `id`'s result at `step`: stores what it
     /// changes (status, params, lineage) and says what the trial's run is to hear.
     fn apply_decision(
@@ -754,12 +799,7 @@ impl Coordinator {
         step: u64,
         decision: Decision,
     ) -> Result<Heard, TuneError> {
-        if decision != Decision::Continue {
-            // The trial's end (or pause) is decided: its run, if any, is only winding down.
-            if let Some(run) = self.in_flight.get_mut(&id) {
-                run.settled = true;
-            }
-        }
+        let settles = decision != Decision::Continue;
         let heard = match decision {
             Decision::Continue => Heard::Continue,
             Decision::Pause => {
@@ -799,6 +839,13 @@ impl Coordinator {
                 Heard::Complete
             }
         };
+        if settles {
+            // The trial's end (or pause) is decided: its run, if any, is only winding down.
+            if let Some(run) = self.in_flight.get_mut(&id) {
+                run.settled = true;
+                run.decided = Some((step, heard));
+            }
+        }
         Ok(heard)
     }
 

@@ -18,6 +18,14 @@ use crate::trial::{rfc3339, Trial};
 /// ([`crate::remote::attempt_workers`]); empty for a sweep run on one machine.
 pub type AttemptWorkers = BTreeMap<(TrialId, u32), String>;
 
+/// The keys an exported result has of its own, beside its metrics: a metric may not take one
+/// (a report naming one fails its trial), or the export would lose it.
+///
+/// ```
+/// assert!(tune::export::RESULT_KEYS.contains(&"seq"));
+/// ```
+pub const RESULT_KEYS: &[&str] = &["step", "seq", "attempt", "sweep_steps", "worker"];
+
 /// One JSON object per trial: `{"id", "status", "params", "value", "results": [{"step", "seq",
 /// "attempt", "sweep_steps", <metric>: ..}, ..], "attempts", "device", "started_at",
 /// "finished_at", "error"}`; a result's `sweep_steps` is the steps the whole sweep had trained

@@ -111,7 +111,7 @@ impl TrialContext {
                 Some(Heard::Stop) => Some(Stop::Scheduler),
                 Some(Heard::Complete) => Some(Stop::Completed),
                 Some(Heard::Pause) => Some(Stop::Paused),
-                None => Some(Stop::Interrupted),
+                Some(Heard::Refused) | None => Some(Stop::Interrupted),
             }
         };
         self.stopped = stop;
@@ -131,7 +131,7 @@ pub(super) fn launch(f: Arc<ObjectiveFn>, job: Job) {
             device: job.device,
             trial_dir: job.trial_dir,
             restore_dir: job.restore_dir,
-            deadline: timeout.map(|t| started + t),
+            deadline: timeout.and_then(|t| started.checked_add(t)),
             completes_at: job.completes_at,
             tx: job.tx,
             shutdown: job.shutdown,

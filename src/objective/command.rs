@@ -75,8 +75,9 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     // Decisions go through their own task: a trial that never reads stdin must not block us.
     let (decide, decisions) = mpsc::unbounded_channel::<Heard>();
     let writer = tokio::spawn(write_decisions(stdin, decisions));
-    let stderr_tail = tokio::spawn(stderr_tail(stderr));
-    let deadline = job.timeout.map(|t| Instant::now() + t);
+    let (leader_gone, leader_exit) = watch::channel(false);
+    let stderr_tail = tokio::spawn(stderr_tail(stderr, leader_exit));
+    let deadline = job.timeout.and_then(|t| Instant::now().checked_add(t));
     let mut shutdown = job.shutdown.clone();
     let cut = read_reports(
         obj,
@@ -93,16 +94,41 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         job,
         &mut child,
         cut,
-        stderr_tail,
+        (stderr_tail, &leader_gone),
         deadline,
         &mut shutdown,
     )
     .await;
+    let _ = leader_gone.send(true);
     writer.abort();
     if let Some(group) = group {
         kill_group(group);
     }
     outcome
+}
+
+/// How many bytes wait in the pipe `fd` (FIONREAD).
+fn pipe_holds(fd: std::os::fd::RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, to a local that outlives the call.
+    let ok = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n as *mut libc::c_int) } == 0;
+    if ok {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}
+
+/// Whether a process still holds the write end of the pipe `fd` (no hang-up reported yet).
+fn pipe_has_writer(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd that lives on this stack frame, without waiting.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) };
+    ready >= 0 && p.revents & libc::POLLHUP == 0
 }
 
 /// Kills what is left of a trial's process group once its leader has exited: a forked
@@ -198,13 +224,32 @@ async fn write_decisions(mut stdin: ChildStdin, mut decisions: mpsc::UnboundedRe
     }
 }
 
-/// The last [`STDERR_TAIL`] bytes of the trial's stderr (whole characters), for its error.
-async fn stderr_tail(mut stderr: ChildStderr) -> String {
+/// The last [`STDERR_TAIL`] bytes of the trial's stderr (whole characters), for its error:
+/// read to its end, or, once `leader_exit` says the trial's process is gone, to what was in
+/// the pipe then (a process it started in a session of its own may hold stderr open for ever).
+async fn stderr_tail(mut stderr: ChildStderr, mut leader_exit: watch::Receiver<bool>) -> String {
+    use std::os::fd::AsRawFd;
     let mut tail: Vec<u8> = Vec::new();
     let mut buf = [0u8; 4096];
-    while let Ok(n) = stderr.read(&mut buf).await {
-        if n == 0 {
+    let mut left: Option<usize> = None;
+    loop {
+        let want = left.map_or(buf.len(), |n| n.min(buf.len()));
+        if want == 0 {
             break;
+        }
+        let read = tokio::select! {
+            r = stderr.read(&mut buf[..want]) => r,
+            _ = leader_exit.wait_for(|gone| *gone), if left.is_none() => {
+                left = Some(pipe_holds(stderr.as_raw_fd()));
+                continue;
+            }
+        };
+        let n = match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(l) = &mut left {
+            *l -= n.min(*l);
         }
         tail.extend_from_slice(&buf[..n]);
         if tail.len() > 2 * STDERR_TAIL {
@@ -230,22 +275,39 @@ async fn read_reports(
     deadline: Option<Instant>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Cut> {
+    use std::os::fd::AsRawFd;
     let mut stdout = BufReader::new(stdout);
     let mut parser = ReportParser::new(&obj.metric);
     let mut line = Vec::new();
     let group = child.id().map(|pid| pid as libc::pid_t);
-    let mut leader_exited = false;
+    // Once the leader has exited: how much of what it wrote is left to read. The trial ends
+    // with its process, not with its stdout, which a process it started in a session of its
+    // own (`setsid`) can hold open for ever.
+    let mut left: Option<usize> = None;
     loop {
+        if left == Some(0) && line.is_empty() {
+            if pipe_has_writer(stdout.get_ref().as_raw_fd()) {
+                let note = format!(
+                    "trial {}: its process exited while a process it started still held its \
+                     output open; the trial ended with its process: what it left in its process \
+                     group was killed, one in a session of its own (setsid) is left running, \
+                     and that output is ignored",
+                    job.id
+                );
+                let _ = job.tx.send(WorkerMsg::Note(note));
+            }
+            return None;
+        }
         // A line partly read when the leader's exit won the race goes on where it stopped
         // (`read_line_capped` keeps what it consumed in `line`).
         let read = tokio::select! {
-            r = read_line_capped(&mut stdout, &mut line) => r,
-            _ = child.wait(), if !leader_exited => {
+            r = read_line_capped(&mut stdout, &mut line, &mut left) => r,
+            _ = child.wait(), if left.is_none() => {
                 // What it wrote is still in the pipe, read next; what it left running goes.
-                leader_exited = true;
                 if let Some(group) = group {
                     kill_group(group);
                 }
+                left = Some(stdout.buffer().len() + pipe_holds(stdout.get_ref().as_raw_fd()));
                 continue;
             }
             _ = sleep_until(deadline) => return Some(Cut::TimedOut),
@@ -280,8 +342,11 @@ async fn read_reports(
         if job.tx.send(msg).is_err() {
             return Some(Cut::Interrupted);
         }
-        let Ok(decision) = answer.await else {
-            return Some(Cut::Interrupted);
+        let decision = match answer.await {
+            // Not kept: no line (the trial would take it as the acknowledgement and save the
+            // step); the run is over.
+            Ok(Heard::Refused) | Err(_) => return Some(Cut::Interrupted),
+            Ok(decision) => decision,
         };
         let _ = decide.send(decision);
         if decision != Heard::Continue {
@@ -291,17 +356,22 @@ async fn read_reports(
 }
 
 /// Reads up to and including the next newline into `line`, keeping at most [`MAX_LINE`] + 1
-/// bytes of it; returns how many bytes the line had so far (more than `MAX_LINE`: it was
-/// cut there, unread beyond).
+/// bytes of it, and no more of the pipe than `left` (counted down) where set; returns how many
+/// bytes the line had so far (more than `MAX_LINE`: it was cut there, unread beyond).
 async fn read_line_capped(
     stdout: &mut BufReader<ChildStdout>,
     line: &mut Vec<u8>,
+    left: &mut Option<usize>,
 ) -> std::io::Result<usize> {
     loop {
+        if *left == Some(0) {
+            return Ok(line.len());
+        }
         let buf = stdout.fill_buf().await?;
         if buf.is_empty() {
             return Ok(line.len());
         }
+        let buf = &buf[..left.map_or(buf.len(), |n| n.min(buf.len()))];
         let (take, done) = match buf.iter().position(|&b| b == b'\n') {
             Some(i) => (i + 1, true),
             None => (buf.len(), false),
@@ -309,6 +379,9 @@ async fn read_line_capped(
         let room = (MAX_LINE + 1).saturating_sub(line.len());
         line.extend_from_slice(&buf[..take.min(room)]);
         stdout.consume(take);
+        if let Some(n) = left {
+            *n -= take;
+        }
         if done || line.len() > MAX_LINE {
             return Ok(line.len());
         }
@@ -322,7 +395,7 @@ async fn finish(
     job: &Job,
     child: &mut Child,
     cut: Option<Cut>,
-    stderr_tail: tokio::task::JoinHandle<String>,
+    (stderr_tail, leader_gone): (tokio::task::JoinHandle<String>, &watch::Sender<bool>),
     deadline: Option<Instant>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Outcome {
@@ -337,6 +410,8 @@ async fn finish(
             match exited {
                 Ok(Ok(status)) if status.success() => return Outcome::Returned,
                 Ok(Ok(status)) => {
+                    // It has exited: its stderr is read no further than it wrote.
+                    let _ = leader_gone.send(true);
                     let tail = stderr_tail.await.unwrap_or_default();
                     return Outcome::Failed(describe_exit(status, &tail));
                 }

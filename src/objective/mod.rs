@@ -38,6 +38,8 @@ pub enum Stop {
     /// `restore_dir` pointing at that checkpoint.
     #[error("the scheduler paused this trial")]
     Paused,
+    /// The sweep is shutting down, or this run is no longer the trial's (its last report was
+    /// not kept): return without saving a checkpoint of the step just reported.
     #[error("the sweep is shutting down")]
     Interrupted,
     #[error("the trial ran past its timeout")]
@@ -78,6 +80,11 @@ pub(crate) enum Heard {
     Stop,
     /// End: the trial has the scheduler's whole budget.
     Complete,
+    /// Not an acknowledgement: the report was not stored (this run is no longer the trial's:
+    /// its end was decided, or its attempt was taken back), so the run must end without
+    /// saving anything of it. A command hears no line for it and is terminated; a closure's
+    /// `report` returns [`Stop::Interrupted`].
+    Refused,
 }
 
 impl Heard {
@@ -88,6 +95,8 @@ impl Heard {
             Heard::Pause => "pause\n",
             // The protocol's commands know no "complete": both end the run.
             Heard::Stop | Heard::Complete => "stop\n",
+            // Never written: a line would read as the report's acknowledgement.
+            Heard::Refused => "",
         }
     }
 }

@@ -65,12 +65,7 @@ impl ObjectiveSpec {
             )));
         }
         if let Some(t) = self.timeout_s {
-            if !(t > 0.0 && t.is_finite()) {
-                return Err(in_objective(FieldError::new(
-                    "timeout_s",
-                    format!("expected a positive number of seconds, found {t}"),
-                )));
-            }
+            crate::seconds::checked("timeout_s", t, false).map_err(in_objective)?;
         }
         let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
         for arg in &self.command {

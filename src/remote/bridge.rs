@@ -9,7 +9,7 @@ use std::sync::{mpsc as std_mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
@@ -249,11 +249,14 @@ pub(super) fn listen(
             Some(c) => c,
             None => {
                 let listens: String = channels.iter().map(|ch| format!("LISTEN {ch};")).collect();
-                let connected = Client::connect(url, NoTls)
-                    .and_then(|mut c| c.batch_execute(&listens).map(|()| c));
+                let connected = url
+                    .parse()
+                    .ok()
+                    .and_then(|config| crate::store::pg_store::open(&config).ok())
+                    .and_then(|mut c| c.batch_execute(&listens).map(|()| c).ok());
                 match connected {
-                    Ok(c) => client.insert(c),
-                    Err(_) => {
+                    Some(c) => client.insert(c),
+                    None => {
                         std::thread::sleep(POLL);
                         continue;
                     }
@@ -404,9 +407,14 @@ impl State {
                  SELECT pg_notify($5, '') WHERE EXISTS (SELECT 1 FROM o)",
                 &[&e, &ids, &attempts, &jobs, &OFFERS_CHANNEL],
             )?;
+            if attempts.iter().any(|&a| a > 1) {
+                // Only kills, delays and waits mean something here.
+                let _ = crate::failpoint::hit("bridge.offer.resumed");
+            }
             self.offers.clear();
         }
         if !self.heard.is_empty() {
+            let _ = crate::failpoint::hit("bridge.heard.before");
             let ids: Vec<i64> = self.heard.iter().map(|h| h.0).collect();
             let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
             // The decision rides on the notification too: a worker that hears it need not ask.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use postgres::types::ToSql;
-use postgres::{Client, Config, NoTls, Row, Statement};
+use postgres::{Client, Config, Row, Statement};
 
 pub(crate) struct Db {
     client: Client,
@@ -76,7 +76,7 @@ impl Db {
 
     /// A new connection in place of a closed one (its statements prepared again as used).
     pub(crate) fn reconnect(&mut self) -> bool {
-        match self.config.connect(NoTls) {
+        match crate::store::pg_store::open(&self.config) {
             Ok(c) => {
                 self.client = c;
                 self.statements.clear();

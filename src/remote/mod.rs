@@ -79,6 +79,7 @@ impl Heard {
             Heard::Pause => "pause",
             Heard::Stop => "stop",
             Heard::Complete => "complete",
+            Heard::Refused => "refused",
         }
     }
 
@@ -86,9 +87,11 @@ impl Heard {
         match text {
             "continue" => Heard::Continue,
             "pause" => Heard::Pause,
+            "stop" => Heard::Stop,
             "complete" => Heard::Complete,
-            // Anything else ends the run: the safe reading of a decision not understood.
-            _ => Heard::Stop,
+            // Anything else ends the run without taking the report as kept: the safe reading
+            // of a decision not understood.
+            _ => Heard::Refused,
         }
     }
 }
@@ -321,9 +324,15 @@ mod tests {
         ] {
             assert_eq!(Outcome::from_text(&o.to_text()), o);
         }
-        for h in [Heard::Continue, Heard::Pause, Heard::Stop, Heard::Complete] {
+        for h in [
+            Heard::Continue,
+            Heard::Pause,
+            Heard::Stop,
+            Heard::Complete,
+            Heard::Refused,
+        ] {
             assert_eq!(Heard::parse(h.as_str()), h);
         }
-        assert_eq!(Heard::parse("garbled"), Heard::Stop);
+        assert_eq!(Heard::parse("garbled"), Heard::Refused);
     }
 }

@@ -177,12 +177,11 @@ impl Worker {
         let location = PathBuf::from(crate::store::redact_url(&self.url));
         // A worker must notice a database it cannot reach within its lease (a stalled network
         // otherwise blocks a query for as long as TCP retries), so it stops its trials then.
-        let mut config: postgres::Config = self
-            .url
-            .parse()
-            .map_err(|e| TuneError::Store(db_error(&location, e)))?;
+        let mut config = crate::store::pg_store::parse_url(&self.url, &location)?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(self.lease);
+        }
         config
-            .connect_timeout(self.lease)
             .tcp_user_timeout(self.lease)
             .keepalives(true)
             .keepalives_idle((self.lease / 2).max(Duration::from_secs(1)));
@@ -632,7 +631,7 @@ impl WorkerState<'_> {
             .collect();
         for id in answered {
             if let Some((_, ack)) = self.pending.remove(&id) {
-                let _ = ack.send(Heard::Stop);
+                let _ = ack.send(Heard::Refused);
             }
             self.listening.lock().unwrap().remove(&id);
         }
@@ -780,11 +779,11 @@ impl WorkerState<'_> {
                 step, metrics, ack, ..
             } => {
                 let Some(r) = self.running.get_mut(&key) else {
-                    let _ = ack.send(Heard::Stop);
+                    let _ = ack.send(Heard::Refused);
                     return Ok(());
                 };
                 if r.lost {
-                    let _ = ack.send(Heard::Stop);
+                    let _ = ack.send(Heard::Refused);
                     return Ok(());
                 }
                 r.reports += 1;
@@ -797,12 +796,12 @@ impl WorkerState<'_> {
                         self.pending.insert(id, (key, ack));
                     }
                     Ok(None) => {
-                        let _ = ack.send(Heard::Stop);
+                        let _ = ack.send(Heard::Refused);
                         self.lose(key, "its report was refused: the attempt is no longer its");
                     }
                     Err(e) => {
                         // Not stored: the trial waits no longer; the lease decides its fate.
-                        let _ = ack.send(Heard::Stop);
+                        let _ = ack.send(Heard::Refused);
                         self.lose(key, "its report could not be sent");
                         return Err(self.err(e));
                     }

@@ -873,15 +873,19 @@ impl ExperimentSpec {
     /// built-in trainable's keys.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let top = |e| InvalidSetting::new("", e);
+        // The name is a folder (and a database key): what no file system takes is input.
         if self.name.is_empty()
             || self.name.contains(['/', '\\'])
+            || self.name.chars().any(char::is_control)
+            || self.name.len() > 255
             || self.name == "."
             || self.name == ".."
         {
             return Err(top(FieldError::new(
                 "name",
                 format!(
-                    "expected a folder name without slashes, found \"{}\"",
+                    "expected a folder name without slashes or control characters, at most 255 \
+                     bytes, found {:?}",
                     self.name
                 ),
             )));

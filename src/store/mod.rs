@@ -74,6 +74,12 @@ pub enum StoreError {
         path: std::path::PathBuf,
         reason: String,
     },
+    /// The database URL does not parse: the input is at fault.
+    #[error("{}: not a PostgreSQL URL ({reason}); expected postgresql://USER@HOST:PORT/DATABASE or key=value settings", path.display())]
+    BadUrl {
+        path: std::path::PathBuf,
+        reason: String,
+    },
     #[error("stored {what} is unreadable: {source}")]
     Corrupt {
         what: String,

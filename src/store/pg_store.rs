@@ -271,27 +271,151 @@ pub fn location(url: &str, name: &str) -> PathBuf {
 
 /// A connection with the schema up to date.
 pub(crate) fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
-    let mut config: postgres::Config = url.parse().map_err(|e| db_error(location, e))?;
+    let mut config = parse_url(url, location)?;
     // A network that stalls fails a query after this long instead of blocking it for as long
     // as TCP retries (many minutes); the URL's own settings win.
     if config.get_tcp_user_timeout().is_none() {
         config.tcp_user_timeout(UNANSWERED);
     }
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(UNANSWERED);
-    }
     connect_with(&config, location)
+}
+
+/// The URL's settings; one that does not parse is input at fault ([`StoreError::BadUrl`]).
+pub(crate) fn parse_url(
+    url: &str,
+    location: &std::path::Path,
+) -> Result<postgres::Config, StoreError> {
+    url.parse()
+        .map_err(|e: postgres::Error| StoreError::BadUrl {
+            path: location.to_path_buf(),
+            reason: Described(e).to_string(),
+        })
 }
 
 /// How long a connection of the coordinator or a reader waits on a silent server.
 const UNANSWERED: Duration = Duration::from_secs(30);
+
+/// How long a connection may take where the URL sets no `connect_timeout`.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// Connects as `config` says, within its `connect_timeout` (else [`CONNECT_WAIT`]) for the
+/// whole of it: the client's own timeout covers only the TCP connect, and a server that
+/// accepts the connection and never answers held every command forever. Every connection
+/// tune opens goes through here.
+pub(crate) fn open(config: &postgres::Config) -> Result<Client, Unanswered> {
+    let limit = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_WAIT);
+    let mut config = config.clone();
+    config.connect_timeout(limit);
+    answers_within(&config, limit)?;
+    config.connect(NoTls).map_err(Unanswered::Client)
+}
+
+/// Why [`open`] got no connection.
+#[derive(Debug)]
+pub(crate) enum Unanswered {
+    /// The server took the connection and said nothing for this long.
+    Silent {
+        server: String,
+        limit: Duration,
+    },
+    Client(postgres::Error),
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unanswered::Silent { server, limit } => write!(
+                f,
+                "the server at {server} accepted the connection but did not answer within {} s \
+                 (the URL's connect_timeout sets how long to wait)",
+                limit.as_secs_f64()
+            ),
+            Unanswered::Client(e) => Described::fmt_error(e, f),
+        }
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// Asks each of the URL's servers the first question of the protocol (an SSL request, which
+/// every server answers with one byte and which leaves nothing in its log when the client then
+/// hangs up), each within `limit`; `Err` when every server that took the connection stayed
+/// silent. Refused and unreachable servers are left for the client to report as it does.
+fn answers_within(config: &postgres::Config, limit: Duration) -> Result<(), Unanswered> {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    fn ask(mut stream: impl Read + Write) -> std::io::Result<()> {
+        stream.write_all(&SSL_REQUEST)?;
+        stream.read_exact(&mut [0u8; 1])
+    }
+    let silent = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
+    let ports = config.get_ports();
+    let mut quiet = None;
+    for (i, host) in config.get_hosts().iter().enumerate() {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        let (server, asked) = match host {
+            postgres::config::Host::Tcp(name) => {
+                let server = format!("{name}:{port}");
+                let Some(addr) = (name.as_str(), port)
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                else {
+                    return Ok(());
+                };
+                let asked = std::net::TcpStream::connect_timeout(&addr, limit).and_then(|s| {
+                    s.set_read_timeout(Some(limit))?;
+                    s.set_write_timeout(Some(limit))?;
+                    ask(s)
+                });
+                (server, asked)
+            }
+            postgres::config::Host::Unix(dir) => {
+                let socket = dir.join(format!(".s.PGSQL.{port}"));
+                let asked = std::os::unix::net::UnixStream::connect(&socket).and_then(|s| {
+                    s.set_read_timeout(Some(limit))?;
+                    s.set_write_timeout(Some(limit))?;
+                    ask(s)
+                });
+                (socket.display().to_string(), asked)
+            }
+        };
+        match asked {
+            Err(e) if silent(&e) => quiet = Some(server),
+            // It answered, or it refused (the client says so in its own words).
+            _ => return Ok(()),
+        }
+    }
+    match quiet {
+        Some(server) => Err(Unanswered::Silent { server, limit }),
+        None => Ok(()),
+    }
+}
 
 /// [`connect`] with connection settings of the caller's (timeouts).
 pub(crate) fn connect_with(
     config: &postgres::Config,
     location: &std::path::Path,
 ) -> Result<Client, StoreError> {
-    let mut client = config.connect(NoTls).map_err(|e| {
+    let mut client = open(config).map_err(|e| {
+        let e = match e {
+            Unanswered::Client(e) => e,
+            silent => {
+                return StoreError::Database {
+                    path: location.to_path_buf(),
+                    source: Box::new(silent),
+                }
+            }
+        };
         use postgres::error::SqlState;
         // Class 28 (authorization) and an unknown database: the URL is wrong, not the server.
         match e.as_db_error() {
@@ -390,7 +514,13 @@ pub(crate) struct Described(pub(crate) postgres::Error);
 
 impl std::fmt::Display for Described {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_db_error() {
+        Described::fmt_error(&self.0, f)
+    }
+}
+
+impl Described {
+    fn fmt_error(e: &postgres::Error, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match e.as_db_error() {
             Some(db) => {
                 write!(f, "{}: {}", db.severity(), db.message())?;
                 if let Some(detail) = db.detail() {
@@ -398,9 +528,9 @@ impl std::fmt::Display for Described {
                 }
                 Ok(())
             }
-            None => match std::error::Error::source(&self.0) {
-                Some(cause) => write!(f, "{}: {cause}", self.0),
-                None => write!(f, "{}", self.0),
+            None => match std::error::Error::source(e) {
+                Some(cause) => write!(f, "{e}: {cause}"),
+                None => write!(f, "{e}"),
             },
         }
     }

@@ -209,7 +209,10 @@ impl SledStore {
 
     /// [`SledStore::open`], waiting at most `wait` for a lock another process holds.
     pub fn open_waiting(path: &Path, wait: Duration) -> Result<SledStore, StoreError> {
-        let deadline = Instant::now() + wait;
+        refuse_odd_files(path)?;
+        let deadline = Instant::now()
+            .checked_add(wait)
+            .unwrap_or_else(Instant::now);
         let lock = loop {
             match lock_exclusive(path) {
                 Err(StoreError::InUse { .. }) if Instant::now() < deadline => {
@@ -327,6 +330,49 @@ impl SledStore {
 }
 
 /// Takes the exclusive lock of the database at `path` (created if missing), without waiting.
+/// A store folder holds folders and regular files only: anything else (a link to a device, a
+/// pipe) is damage, refused before sled opens it (sled panics closing a log it cannot sync).
+fn refuse_odd_files(path: &Path) -> Result<(), StoreError> {
+    let damaged = |at: &Path, what: &str| StoreError::Damaged {
+        path: path.to_path_buf(),
+        problem: format!("{} is {what}, not a regular file", at.display()),
+    };
+    let kind = |meta: &std::fs::Metadata| {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        match () {
+            _ if t.is_char_device() => "a character device",
+            _ if t.is_block_device() => "a block device",
+            _ if t.is_fifo() => "a pipe",
+            _ if t.is_socket() => "a socket",
+            _ => "not a file",
+        }
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        // A new store; or one a link points away from, which opening reports.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    if !meta.is_dir() {
+        return Err(damaged(path, kind(&meta)));
+    }
+    let mut folders = vec![path.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).map_err(io_err(path))? {
+            let at = entry.map_err(io_err(path))?.path();
+            // Links are followed: what sled would open is what counts.
+            let meta = std::fs::metadata(&at).map_err(io_err(path))?;
+            if meta.is_dir() {
+                folders.push(at);
+            } else if !meta.is_file() {
+                return Err(damaged(&at, kind(&meta)));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn lock_exclusive(path: &Path) -> Result<File, StoreError> {
     let io = io_err(path);
     std::fs::create_dir_all(path).map_err(io)?;
