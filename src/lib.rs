@@ -29,6 +29,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
 
+pub mod check;
 mod coordinator;
 pub mod dashboard;
 mod error;

@@ -111,6 +111,15 @@ enum Command {
         #[command(flatten)]
         store: StoreArg,
     },
+    /// Whether the stored sweep kept everything: each trial's steps stored once and in order,
+    /// none lost between attempts, no decided report of a remote worker left unstored. Exit 1
+    /// (with every problem listed) where something was lost.
+    Check {
+        /// The experiment folder (with --store: the experiment's name).
+        experiment: PathBuf,
+        #[command(flatten)]
+        store: StoreArg,
+    },
     /// The dashboard of an experiment: live while its sweep runs (in another process), or as
     /// it ended. Read-only.
     Watch {
@@ -485,6 +494,7 @@ fn run(command: Command) -> Result<ExitCode, TuneError> {
             format,
             chart,
         } => plot(&Named::new(experiment, &store)?, &out, format, chart),
+        Command::Check { experiment, store } => check(&Named::new(experiment, &store)?),
         Command::Status { experiment, store } => {
             let sweep = SweepState::load(&Named::new(experiment, &store)?)?;
             let gpus = tune_trials::gpu_use().unwrap_or_default();
@@ -856,6 +866,46 @@ fn stored_board(named: &Named) -> Result<Board, TuneError> {
         Named::Folder(_) => Default::default(),
     };
     Ok(tune::dashboard::board_of_stored(&place, &stored, &serving))
+}
+
+/// `tune check`: the findings on stdout, one a line; exit 1 where there are any.
+fn check(named: &Named) -> Result<ExitCode, TuneError> {
+    let (place, stored) = stored_of(named)?;
+    let decided = match named {
+        Named::InDatabase { url, name } => tune::remote::decided_reports(url, name)?,
+        Named::Folder(_) => Vec::new(),
+    };
+    let found = tune::check::check(&stored.trials, &decided);
+    let results: usize = stored.trials.iter().map(|t| t.results.len()).sum();
+    let mut out = std::io::stdout().lock();
+    let mut say = |line: String| quiet_on_broken_pipe(writeln!(out, "{line}"));
+    for finding in &found {
+        say(finding.to_string())?;
+    }
+    let held = format!(
+        "{}: {} trials, {results} results",
+        place.display(),
+        stored.trials.len()
+    );
+    if found.is_empty() {
+        let remote = if decided.is_empty() {
+            ""
+        } else {
+            ", every report answered with a decision stored"
+        };
+        say(format!(
+            "{held}: every step stored once and in order, none lost between attempts{remote}"
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let trials: std::collections::BTreeSet<_> = found.iter().map(|f| f.trial).collect();
+    say(format!(
+        "{held}: {} problems in {} trials: results were lost (docs/durability.md says what \
+         tune keeps)",
+        found.len(),
+        trials.len()
+    ))?;
+    Ok(ExitCode::from(1))
 }
 
 /// What is stored of the experiment, with how to name where it is kept.

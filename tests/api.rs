@@ -102,8 +102,9 @@ fn a_report_after_a_rejected_metric_is_refused() {
         .dir(tmp.path().join("r"))
         .fit(move |ctx| {
             let first = ctx.report(1, [("loss", f64::NAN)]);
-            assert_eq!(first, Err(Stop::Scheduler));
-            // The objective ignores the stop; its next report is refused too.
+            // Not kept: no decision the objective could take as the report's acknowledgement.
+            assert_eq!(first, Err(Stop::Interrupted));
+            // The objective ignores it; its next report is refused too.
             if ctx.report(2, [("loss", 1.0)]).is_err() {
                 seen.fetch_add(1, Ordering::SeqCst);
             }

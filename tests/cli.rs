@@ -630,3 +630,43 @@ fn of_two_runs_creating_one_experiment_at_once_the_second_refuses_cleanly() {
     assert!(!staged(), "the first run left its staging folder");
     assert_eq!(export_json(&dir).len(), 2);
 }
+
+#[test]
+fn check_finds_a_step_lost_between_attempts_and_passes_a_clean_sweep() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = write_spec(
+        tmp.path(),
+        "samples = 3\nseed = 1",
+        &["--steps", "4"],
+        "x = { uniform = [-1.0, 1.0] }",
+    );
+    let dir = tmp.path().join("clean");
+    run_ok(&mut tune_run(&clean, &dir));
+    let out = run_ok(tune().arg("check").arg(&dir));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(": 3 trials, 12 results: every step stored once and in order, none lost between attempts"),
+        "{text}"
+    );
+
+    let case = tmp.path().join("skip");
+    std::fs::create_dir_all(&case).unwrap();
+    let lossy = write_spec(
+        &case,
+        "samples = 1\nseed = 1\nmax_failures = 1",
+        &["--behaviour", "skipstep"],
+        "x = { uniform = [-1.0, 1.0] }",
+    );
+    let dir = case.join("x");
+    run_ok(&mut tune_run(&lossy, &dir));
+    let out = tune().arg("check").arg(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "trial 0: no step between 1 (attempt 1) and 3 (attempt 2), where its steps come every 1: \
+         a step was lost between attempts"
+    );
+    assert!(lines[1].ends_with(": 1 trials, 3 results: 1 problems in 1 trials: results were lost (docs/durability.md says what tune keeps)"), "{text}");
+}

@@ -1183,9 +1183,12 @@ fn a_workers_command_trials_see_rayon_num_threads_as_the_user_left_it() {
 /// The HyperBand band of [`hyperband_band`] (R = 9, 17 checkpointing trials) kept in PostgreSQL,
 /// its trial folders shared, run by one coordinator after another, each killed at the failure
 /// points `rounds` names in turn (one `TUNE_FAILPOINTS` a coordinator; the last rounds run to
-/// the end), while one worker with one slot serves it throughout. Returns the export and how
-/// many coordinators were killed.
-fn band_with_coordinators_killed(tmp: &Path, rounds: &[&str]) -> (Vec<serde_json::Value>, usize) {
+/// the end), while one worker with one slot serves it throughout. Returns the export, how
+/// many coordinators were killed and the database's URL.
+fn band_with_coordinators_killed(
+    tmp: &Path,
+    rounds: &[&str],
+) -> (Vec<serde_json::Value>, usize, String) {
     let spec = hyperband_band(tmp);
     let mut text = std::fs::read_to_string(&spec).unwrap();
     text += &format!(
@@ -1228,7 +1231,19 @@ fn band_with_coordinators_killed(tmp: &Path, rounds: &[&str]) -> (Vec<serde_json
         break;
     }
     finish_ok(worker_proc.expect("a worker"), "the worker");
-    (export_in(&url), kills)
+    (export_in(&url), kills, url)
+}
+
+/// `tune check t --store URL`: its exit code and stdout.
+fn check_in(url: &str) -> (Option<i32>, String) {
+    let out = tune()
+        .args(["check", "t", "--store", url])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 /// The lost step of a coordinator restarted over PostgreSQL: killed right after offering a
@@ -1253,7 +1268,7 @@ fn coordinators_killed_at_each_point_of_a_restart_lose_no_step_and_decide_as_uni
         "bridge.offer.resumed=kill@3",
         "store.sync.after=kill@5",
     ];
-    let (trials, kills) = band_with_coordinators_killed(tmp.path(), &rounds);
+    let (trials, kills, url) = band_with_coordinators_killed(tmp.path(), &rounds);
     for t in &trials {
         let steps = steps(t);
         let dense: Vec<u64> = (1..=steps.len() as u64).collect();
@@ -1261,6 +1276,30 @@ fn coordinators_killed_at_each_point_of_a_restart_lose_no_step_and_decide_as_uni
     }
     assert_eq!(outcome(&trials), expected);
     assert!(kills >= 6, "only {kills} coordinators were killed");
+    let (code, text) = check_in(&url);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("17 trials") && text.contains("every report answered with a decision stored"),
+        "{text}"
+    );
+    // The report's damage, as its database showed it: a report answered `stop` whose result
+    // was never stored, and the trial gone on past it (here at a step before its first).
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    db.execute(
+        "INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics, heard)
+         SELECT id, 0, 1, 0, 0, '{}', 'stop' FROM tune_experiments WHERE name = 't'",
+        &[],
+    )
+    .unwrap();
+    let (code, text) = check_in(&url);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.starts_with(
+            "trial 0: its report at step 0 (attempt 1) heard `stop` but no result is stored for \
+             it, and the trial went on past it\n"
+        ),
+        "{text}"
+    );
 }
 
 /// The chaos run of the lost-step report, seeded and bounded: HyperBand's band (R = 81, eta =
@@ -1391,4 +1430,6 @@ fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers(
         "{coordinator_kills} coordinator kills"
     );
     assert_eq!(worker_kills, dues.len());
+    let (code, text) = check_in(&url);
+    assert_eq!(code, Some(0), "{text}");
 }

@@ -295,6 +295,40 @@ pub fn attempt_workers(
         .collect())
 }
 
+/// Every report remote workers sent for experiment `name` at `url` that the coordinator
+/// answered, in the order sent: what `tune check` holds against the stored results.
+///
+/// ```no_run
+/// let decided = tune::remote::decided_reports("postgres://tune@db/tune", "mnist-lr")?;
+/// println!("{} reports answered", decided.len());
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub fn decided_reports(
+    url: &str,
+    name: &str,
+) -> Result<Vec<crate::check::DecidedReport>, crate::StoreError> {
+    use crate::store::pg_store::{connect, db_error, existing};
+    let location = crate::store::postgres_location(url, name);
+    let mut client = connect(url, &location)?;
+    let experiment = existing(&mut client, name, &location)?;
+    let rows = client
+        .query(
+            "SELECT trial, attempt, step, heard FROM tune_reports
+             WHERE experiment = $1 AND heard IS NOT NULL AND step IS NOT NULL ORDER BY id",
+            &[&experiment],
+        )
+        .map_err(|e| db_error(&location, e))?;
+    Ok(rows
+        .iter()
+        .map(|r| crate::check::DecidedReport {
+            trial: r.get::<_, i64>(0) as tune_search::TrialId,
+            attempt: r.get::<_, i32>(1) as u32,
+            step: r.get::<_, i64>(2) as u64,
+            heard: r.get(3),
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
