@@ -1,10 +1,10 @@
-//! Early stopping on the synthetic learning curves of `../shared/bench/curves.py`: median regret
+//! Early stopping on the synthetic learning curves of `benches/peers/curves.py`: median regret
 //! of the incumbent at equal epoch budgets over 10 seeds, beside the peers' published rows.
 //!
 //!     cargo bench --bench early_stopping
 //!
 //! Trials run one at a time, as in `run_asha.py`; then the same with 8 simulated workers.
-//! Then LCBench (YAHPO Gym's surrogate, `../shared/bench/lcbench/`), scored as
+//! Then LCBench (YAHPO Gym's surrogate, `benches/peers/lcbench/`), scored as
 //! `run_lcbench.py` scores it, on a clock that runs each epoch for the seconds the surrogate
 //! predicts. `TUNE_BENCH_PARTS=curves` or `=lcbench` runs one part. `TUNE_LCBENCH_TASKS`
 //! picks the tasks: `heldout` (the 28 not developed on), `all`, or a comma-separated list;
@@ -304,7 +304,7 @@ fn curves_tables(seeds: u64) {
     ];
     let shared = simulator::shared_curves();
     for workers in bench_workers() {
-        println!("median regret over {seeds} seeds, {workers} worker(s); peers from shared/bench/README.md (1 worker)");
+        println!("median regret over {seeds} seeds, {workers} worker(s); peers from benches/peers/README.md (1 worker)");
         println!();
         println!("| method | 243 ep | 405 ep | 810 ep | 1620 ep | 2430 ep |");
         println!("|---|---|---|---|---|---|");
@@ -394,7 +394,7 @@ fn held_out(seeds: u64) {
         ..scheduler_tpe_options()
     };
     let schedulers: [(&str, MakeScheduler); 2] = [("ASHA", asha), ("HyperBand", hyperband)];
-    println!("held-out curve families (not in shared/bench), median regret over {seeds} seeds, 1 worker, at 810 / 1620 / 2430 epochs:");
+    println!("held-out curve families (not in benches/peers), median regret over {seeds} seeds, 1 worker, at 810 / 1620 / 2430 epochs:");
     println!();
     println!("| curves | TPE + | tune | all stopped trials modelled (Optuna) |");
     println!("|---|---|---|---|");
@@ -426,7 +426,7 @@ fn held_out(seeds: u64) {
 /// `run_lcbench.py`'s checkpoints: 10, 20 and 40 full trainings' worth of epochs.
 const LCBENCH_EPOCHS: [u64; 3] = [520, 1040, 2080];
 
-/// `../shared/bench/README.md`, section 4: mean over the six development tasks of the median
+/// `benches/peers/README.md`, section 4: mean over the six development tasks of the median
 /// normalised regret over 10 seeds, trials one at a time (Optuna 5.0.0).
 const LCBENCH_PEERS: [(&str, [f64; 3]); 7] = [
     ("random, full budget", [0.380, 0.259, 0.181]),
@@ -718,7 +718,7 @@ fn lcbench_tables(seeds: u64) {
             if workers == 8 {
                 "from benches/peers/lcbench_parallel.py (8 trials at once)"
             } else {
-                "from shared/bench/README.md (1 worker)"
+                "from benches/peers/README.md (1 worker)"
             }
         );
         println!();

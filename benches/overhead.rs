@@ -1,4 +1,4 @@
-//! Orchestration overhead with a trivial objective, beside the peers of `../shared/bench`.
+//! Orchestration overhead with a trivial objective, beside the peers of `benches/peers`.
 //!
 //!     cargo bench --bench overhead                  # tune only; peer numbers as published
 //!     TUNE_PEER_PYTHON=peers-venv/bin/python cargo bench --bench overhead
@@ -159,10 +159,10 @@ fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
     rate
 }
 
-/// Runs Optuna's storage measurement from `../shared/bench/run_overhead.py` now, on this
+/// Runs Optuna's storage measurement from `benches/peers/run_overhead.py` now, on this
 /// machine, in a scratch copy (the script writes next to itself).
 fn peer_storage(python: &str, root: &Path, storage: &str) -> Option<f64> {
-    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench");
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers");
     let scratch = root.join("peers");
     std::fs::create_dir_all(&scratch).ok()?;
     for f in ["run_overhead.py", "adapters.py", "functions.py"] {
@@ -238,7 +238,7 @@ fn main() {
         None => (
             PEER_JOURNAL_RANDOM,
             PEER_SQLITE_RANDOM,
-            "published in shared/bench/README.md",
+            "published in benches/peers/README.md",
         ),
     };
 

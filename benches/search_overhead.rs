@@ -1,6 +1,6 @@
 //! Search overhead: wall ms per TPE suggestion with 100, 1,000, 5,000 and 10,000 completed
 //! trials (5-D continuous, objective = sum of the parameters), beside the peers'
-//! `run_overhead.py` windows from ../shared/bench/README.md.
+//! `run_overhead.py` windows from benches/peers/README.md.
 //!
 //!     cargo bench --bench search_overhead
 //!
@@ -61,7 +61,7 @@ fn main() {
         })
         .build()
         .expect("space");
-    println!("ms per trial (suggest + record), 5-D continuous, sequential; peers from shared/bench/README.md");
+    println!("ms per trial (suggest + record), 5-D continuous, sequential; peers from benches/peers/README.md");
     println!();
     let tpe = windows(
         &mut Tpe::new(space.clone(), 0, TpeOptions::default()),

@@ -1,5 +1,5 @@
 //! Search quality: median final simple regret over 20 seeds on the six functions of
-//! `../shared/bench/functions.py`, beside the peers' published table.
+//! `benches/peers/functions.py`, beside the peers' published table.
 //!
 //!     cargo bench --bench search_quality
 //!     TUNE_BENCH_SEEDS=60 cargo bench --bench search_quality   # steadier medians
@@ -40,7 +40,7 @@ use std::time::Instant;
 use tune_search::gp::{GpOptions, GpSearch};
 use tune_search::{History, Mode, RandomSearch, Searcher, Space, Status, Tpe, TpeOptions};
 
-/// Peer medians from ../shared/bench/README.md: optuna random, optuna TPE (5.0 default =
+/// Peer medians from benches/peers/README.md: optuna random, optuna TPE (5.0 default =
 /// multivariate), optuna TPE independent, hyperopt TPE.
 const PEERS: [(&str, [f64; 4]); 6] = [
     ("Branin", [0.38, 0.0188, 0.05, 0.268]),
@@ -104,7 +104,7 @@ fn tpe_tables(seeds: u64) {
             ))
         }),
     ];
-    println!("median final regret over {seeds} seeds (lower is better); peers from shared/bench/README.md");
+    println!("median final regret over {seeds} seeds (lower is better); peers from benches/peers/README.md");
     println!();
     print!("| function (budget) |");
     for (name, _) in &methods {
@@ -167,9 +167,9 @@ fn tpe_tables(seeds: u64) {
     }
 }
 
-/// `benches/peers/optuna_gp.py` with `args` after the shared bench folder it imports from.
+/// `benches/peers/optuna_gp.py` with `args` after the folder of peer scripts it imports from.
 fn optuna_gp(args: &[String]) -> Option<serde_json::Value> {
-    let mut all = vec![concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/bench").to_string()];
+    let mut all = vec![concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers").to_string()];
     all.extend_from_slice(args);
     peer_json("optuna_gp.py", &all)
 }
@@ -417,14 +417,14 @@ fn compare(seeds: u64, a: TpeOptions, b: TpeOptions, label: &str) {
     );
 }
 
-/// The same medians on functions outside shared/bench, for tune's TPE with its defaults and
+/// The same medians on functions outside benches/peers, for tune's TPE with its defaults and
 /// with Optuna 5's settings ([`TpeOptions::optuna`]): a check that the defaults were not
 /// fitted to the six above. The held-out five played no part in choosing `gamma_fraction` but
 /// were among the eleven the kernel floors were chosen on; the validation set was written
 /// after that choice, to confirm it.
 fn held_out(seeds: u64) {
     println!();
-    println!("held-out and validation functions (not in shared/bench), median final regret over {seeds} seeds:");
+    println!("held-out and validation functions (not in benches/peers), median final regret over {seeds} seeds:");
     println!();
     println!("| function (budget) | tune tpe | tune tpe, Optuna 5 settings | ratio |");
     println!("|---|---|---|---|");

@@ -1,4 +1,4 @@
-//! benches/common/curves.rs reproduces ../shared/bench/curves.py bit for bit.
+//! benches/common/curves.rs reproduces benches/peers/curves.py bit for bit.
 
 #[path = "../benches/common/curves.rs"]
 mod curves;
@@ -32,7 +32,7 @@ fn the_final_epoch_is_the_floor_plus_noise_and_curves_cross() {
 }
 
 /// ASHA decides exactly as Ray Tune 2.60's AsyncHyperBandScheduler: on the configurations Ray
-/// drew (tests/fixtures/ray_asha_events.json, recorded with ../shared/bench/run_asha.py), run one
+/// drew (tests/fixtures/ray_asha_events.json, recorded with benches/peers/run_asha.py), run one
 /// at a time with the same settings, every trial stops at the epoch where Ray stopped it.
 #[test]
 fn asha_stops_every_trial_where_ray_tune_does() {

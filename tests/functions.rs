@@ -1,4 +1,4 @@
-//! The benchmark functions of benches/ are bit-exact with ../shared/bench/functions.py, and
+//! The benchmark functions of benches/ are bit-exact with benches/peers/functions.py, and
 //! their documented minima hold.
 
 #[path = "../benches/common/functions.rs"]

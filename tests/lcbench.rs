@@ -1,4 +1,4 @@
-//! benches/common/lcbench.rs evaluates YAHPO Gym's LCBench surrogate (../shared/bench/lcbench)
+//! benches/common/lcbench.rs evaluates YAHPO Gym's LCBench surrogate (benches/peers/lcbench)
 //! as onnxruntime does: 400 calls written by benches/peers/lcbench_fixture.py, over every task.
 
 mod common;
@@ -21,7 +21,7 @@ fn fixture() -> serde_json::Value {
 
 #[test]
 fn the_surrogate_agrees_with_onnxruntime_within_1e_4() {
-    let surrogate = lcbench::Surrogate::load().expect("../shared/bench/lcbench");
+    let surrogate = lcbench::Surrogate::load().expect("benches/peers/lcbench");
     let fixture = fixture();
     assert_eq!(fixture["metrics"], serde_json::json!(lcbench::METRICS));
     let points = fixture["points"].as_array().expect("points");
@@ -87,7 +87,7 @@ fn the_surrogate_agrees_with_onnxruntime_within_1e_4() {
 
 #[test]
 fn a_curve_is_the_same_calls_one_epoch_at_a_time() {
-    let surrogate = lcbench::Surrogate::load().expect("../shared/bench/lcbench");
+    let surrogate = lcbench::Surrogate::load().expect("benches/peers/lcbench");
     let config = [91.0, 0.003, 0.5, 0.05, 3.0, 256.0, 0.5];
     let curve = surrogate.curve("3945", &config);
     assert_eq!(curve.len(), 52);

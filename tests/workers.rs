@@ -775,12 +775,7 @@ fn sweep_on_workers(
     workers: usize,
     slots: usize,
 ) -> Vec<serde_json::Value> {
-    let mut text = std::fs::read_to_string(spec).unwrap();
-    text += &format!(
-        "\n[store]\ncheckpoints = {:?}\n",
-        shared.display().to_string()
-    );
-    std::fs::write(spec, text).unwrap();
+    share_trial_folders(spec, shared);
     let url = pg_server::fresh_database();
     let own = spec.parent().unwrap();
     let mut coord = spawn(coordinator(spec, &url, &own.join("coordinator")));
@@ -1190,34 +1185,13 @@ fn band_with_coordinators_killed(
     rounds: &[&str],
 ) -> (Vec<serde_json::Value>, usize, String) {
     let spec = hyperband_band(tmp);
-    let mut text = std::fs::read_to_string(&spec).unwrap();
-    text += &format!(
-        "\n[store]\ncheckpoints = {:?}\n",
-        tmp.join("shared").display().to_string()
-    );
-    std::fs::write(&spec, text).unwrap();
+    share_trial_folders(&spec, &tmp.join("shared"));
     let url = pg_server::fresh_database();
     let mut kills = 0;
     let mut worker_proc = None;
     for (round, failpoints) in rounds.iter().chain(std::iter::repeat(&"")).enumerate() {
         assert!(round < 40, "no end after {round} coordinators");
-        let mut cmd = if round == 0 {
-            coordinator(&spec, &url, &tmp.join("c"))
-        } else {
-            let mut cmd = tune();
-            cmd.args([
-                "resume", "t", "--store", &url, "--slots", "0", "--no-tui", "--dir",
-            ])
-            .arg(tmp.join(format!("c{round}")));
-            cmd
-        };
-        let mut coord = Proc(Some(
-            cmd.env("TUNE_FAILPOINTS", failpoints)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ));
+        let mut coord = coordinator_round(&spec, &url, tmp, round, failpoints);
         if worker_proc.is_none() {
             wait_for_experiment(&url, &mut coord);
             worker_proc = Some(spawn(worker(&url, 1, "15", &tmp.join("w"))));
@@ -1232,6 +1206,39 @@ fn band_with_coordinators_killed(
     }
     finish_ok(worker_proc.expect("a worker"), "the worker");
     (export_in(&url), kills, url)
+}
+
+/// The `round`-th coordinator of a sweep of `spec` at `url` without slots, with
+/// `TUNE_FAILPOINTS` set to `failpoints`: `tune run` first, then `tune resume` from a folder
+/// of its own under `tmp` (a machine taking over).
+fn coordinator_round(spec: &Path, url: &str, tmp: &Path, round: usize, failpoints: &str) -> Proc {
+    let mut cmd = if round == 0 {
+        coordinator(spec, url, &tmp.join("c"))
+    } else {
+        let mut cmd = tune();
+        cmd.args([
+            "resume", "t", "--store", url, "--slots", "0", "--no-tui", "--dir",
+        ])
+        .arg(tmp.join(format!("c{round}")));
+        cmd
+    };
+    Proc(Some(
+        cmd.env("TUNE_FAILPOINTS", failpoints)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+/// Adds `[store] checkpoints = SHARED` to `spec`: every machine's trial folders in one place.
+fn share_trial_folders(spec: &Path, shared: &Path) {
+    let mut text = std::fs::read_to_string(spec).unwrap();
+    text += &format!(
+        "\n[store]\ncheckpoints = {:?}\n",
+        shared.display().to_string()
+    );
+    std::fs::write(spec, text).unwrap();
 }
 
 /// `tune check t --store URL`: its exit code and stdout.
@@ -1328,11 +1335,9 @@ fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers(
         "samples = 143",
         "samples = 143\nmax_failures = 100",
         1,
-    ) + &format!(
-        "\n[store]\ncheckpoints = {:?}\n",
-        tmp.join("shared").display().to_string()
     );
     std::fs::write(&spec, text).unwrap();
+    share_trial_folders(&spec, &tmp.join("shared"));
     let points: [(&str, u32); 5] = [
         ("ack.after", 60),
         ("store.sync.after", 60),
@@ -1357,25 +1362,8 @@ fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers(
     eprintln!("coordinator kills (last first): {plan:?}; worker kills at acks {dues:?}");
 
     let url = pg_server::fresh_database();
-    let start_coordinator = |round: usize, failpoints: &str| {
-        let mut cmd = if round == 0 {
-            coordinator(&spec, &url, &tmp.join("c"))
-        } else {
-            let mut cmd = tune();
-            cmd.args([
-                "resume", "t", "--store", &url, "--slots", "0", "--no-tui", "--dir",
-            ])
-            .arg(tmp.join(format!("c{round}")));
-            cmd
-        };
-        Proc(Some(
-            cmd.env("TUNE_FAILPOINTS", failpoints)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ))
-    };
+    let start_coordinator =
+        |round: usize, failpoints: &str| coordinator_round(&spec, &url, tmp, round, failpoints);
     // A killed worker's attempt is taken back when its lease (3 s) runs out.
     let start_worker = |i: usize| spawn(worker(&url, 1, "3", &tmp.join(format!("w{i}"))));
     let mut round = 0;

@@ -1,4 +1,4 @@
-//! The synthetic learning curves of `../shared/bench/curves.py`, bit-exact (reference values in
+//! The synthetic learning curves of `benches/peers/curves.py`, bit-exact (reference values in
 //! tests/curves.rs): three hyperparameters, 81 epochs, curves that cross.
 
 #![allow(dead_code)]

@@ -1,4 +1,4 @@
-//! The six benchmark functions of `../shared/bench/functions.py`, bit-exact with it (the
+//! The six benchmark functions of `benches/peers/functions.py`, bit-exact with it (the
 //! reference values in tests/functions.rs were printed by the Python file).
 //!
 //! Every function is minimised; the operations follow the Python order so rounding matches
@@ -173,7 +173,7 @@ pub fn all() -> Vec<Benchmark> {
     ]
 }
 
-/// Functions outside `shared/bench`, to check that a change to TPE's defaults is not tuned to
+/// Functions outside `benches/peers`, to check that a change to TPE's defaults is not tuned to
 /// the six above: none of them was looked at while choosing those defaults.
 #[allow(dead_code)]
 pub fn held_out() -> Vec<Benchmark> {

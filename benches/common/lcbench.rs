@@ -1,6 +1,6 @@
 //! LCBench (Zimmer, Lindauer & Hutter 2021) through YAHPO Gym's surrogate (Pfisterer et al.
-//! 2022), in Rust: `../shared/bench/lcbench/model.onnx` evaluated by `onnx.rs`, with the space,
-//! tasks and scoring of `../shared/bench/run_lcbench.py`. Checked against onnxruntime on
+//! 2022), in Rust: `benches/peers/lcbench/model.onnx` evaluated by `onnx.rs`, with the space,
+//! tasks and scoring of `benches/peers/run_lcbench.py`. Checked against onnxruntime on
 //! `tests/fixtures/lcbench_points.json` (`tests/lcbench.rs`).
 
 #![allow(dead_code)]
@@ -65,13 +65,11 @@ pub fn config(params: &Params) -> [f64; 7] {
     })
 }
 
-/// Where the shared benchmark files are: `TUNE_LCBENCH_DIR`, else `../shared/bench/lcbench`.
+/// Where the surrogate's files are: `TUNE_LCBENCH_DIR`, else `benches/peers/lcbench`.
 pub fn folder() -> PathBuf {
     std::env::var_os("TUNE_LCBENCH_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/bench/lcbench")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers/lcbench"))
 }
 
 /// The loaded surrogate and its task encoding.

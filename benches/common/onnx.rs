@@ -1,5 +1,5 @@
 //! A small ONNX interpreter, enough for YAHPO Gym's LCBench surrogate (`model.onnx` in
-//! `../shared/bench/lcbench/`): the protobuf read by hand, and the 17 operators that graph uses,
+//! `benches/peers/lcbench/`): the protobuf read by hand, and the 17 operators that graph uses,
 //! evaluated on the CPU in node order.
 //!
 //! Why not a crate: `tract-onnx` brings about a hundred crates to the build for one 2 MB MLP, and

@@ -16,7 +16,7 @@ pub struct Curves {
     pub regret: fn(&Params) -> f64,
 }
 
-/// The curves of `../shared/bench/curves.py`.
+/// The curves of `benches/peers/curves.py`.
 pub fn shared_curves() -> Curves {
     use super::curves::{config, floor, floor_min, val_loss};
     Curves {

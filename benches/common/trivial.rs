@@ -1,4 +1,4 @@
-//! The peers' trivial objective (`../shared/bench/run_overhead.py`): the sum of five uniform
+//! The peers' trivial objective (`benches/peers/run_overhead.py`): the sum of five uniform
 //! [0, 1] parameters, reported once as `loss`. One definition for the benches that time
 //! tune's own overhead against theirs.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes what the Rust LCBench surrogate is checked and scored against, from the shared
-Python one (../shared/bench/lcbench/lcbench.py, onnxruntime):
+"""Writes what the Rust LCBench surrogate is checked and scored against, from the
+Python one (benches/peers/lcbench/lcbench.py, onnxruntime):
 
 - tests/fixtures/lcbench_points.json: 400 surrogate calls (task, the 8 raw inputs, the 6
   outputs), drawn at random over every task, epoch and the space's corners;
@@ -14,7 +14,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH = os.path.join(ROOT, "..", "shared", "bench")
+BENCH = os.path.join(ROOT, "benches", "peers")
 sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.join(BENCH, "lcbench"))
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Optuna on LCBench with several trials at once: the 8-worker reference for tune's bench.
 
-`../shared/bench/run_lcbench.py` runs Optuna one trial at a time, so its table is a 1-worker
+`benches/peers/run_lcbench.py` runs Optuna one trial at a time, so its table is a 1-worker
 reference. This runs the same samplers and pruners (Optuna 5, the same seeds and study names)
 with W trials in flight on the simulated clock of tune's `simulator::simulate_timed`: each
 worker trains its trial's next epoch, which takes the seconds the surrogate's `time` output
@@ -19,7 +19,7 @@ What parallel Optuna users get: the pruners compare against every trial's report
 
 With --workers-sim 1 it reproduces run_lcbench.py's table exactly (same calls in the same order).
 
-Needs optuna==5.0.0, numpy and onnxruntime (`../shared/bench/requirements.txt`'s pins).
+Needs optuna==5.0.0, numpy and onnxruntime (`benches/peers/requirements.txt`'s pins).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from multiprocessing import Pool
 from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "..", "..", "shared", "bench")
+BENCH = HERE
 sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.join(BENCH, "lcbench"))
 

@@ -1,7 +1,7 @@
-"""Optuna 5's GPSampler on the functions of ../shared/bench/functions.py, for benches/search_quality.rs.
+"""Optuna 5's GPSampler on the functions of benches/peers/functions.py, for benches/search_quality.rs.
 
-    python3 optuna_gp.py SHARED_BENCH_DIR quality SEEDS [FUNCTION ...]
-    python3 optuna_gp.py SHARED_BENCH_DIR timing TRIALS FUNCTION
+    python3 optuna_gp.py PEERS_DIR quality SEEDS [FUNCTION ...]
+    python3 optuna_gp.py PEERS_DIR timing TRIALS FUNCTION
 
 quality: sequential runs (one trial at a time) with each function's budget, seeds 0..SEEDS-1,
 GPSampler(seed=s) with its defaults; prints {"optuna": version, "torch": version,

@@ -434,7 +434,7 @@ pub fn optuna_python() -> PathBuf {
     )
 }
 
-/// A Python with numpy 2.4.6 and onnxruntime 1.32.0 for `../shared/bench/lcbench/lcbench.py`:
+/// A Python with numpy 2.4.6 and onnxruntime 1.32.0 for `benches/peers/lcbench/lcbench.py`:
 /// `TUNE_TEST_LCBENCH_PYTHON`, else a virtual environment made once under the target folder.
 pub fn lcbench_python() -> PathBuf {
     venv_python(

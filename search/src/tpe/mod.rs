@@ -26,7 +26,7 @@ use index::TrialIndex;
 /// except two, each measured on `benches/search_quality`:
 ///
 /// - `gamma_fraction` 0.15 instead of 0.1: a larger good set lowered the median regret on all
-///   six functions of `shared/bench` and on five held-out ones;
+///   six functions of `benches/peers` and on five held-out ones;
 /// - narrower kernel floors in multivariate mode ([`TpeOptions::kernel_floors`]).
 ///
 /// [`TpeOptions::optuna`] gives Optuna 5's settings exactly.
