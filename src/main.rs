@@ -1110,13 +1110,6 @@ impl SweepState {
     }
 }
 
-fn mode_text(mode: tune::Mode) -> &'static str {
-    match mode {
-        tune::Mode::Min => "min",
-        tune::Mode::Max => "max",
-    }
-}
-
 /// The sweep's state; `gpus`: this machine's, shown when it has any (NVML).
 fn print_status(
     out: &mut impl Write,
@@ -1160,7 +1153,7 @@ fn print_status(
         Some(ids) => {
             let goals: Vec<String> = objectives
                 .iter()
-                .map(|o| format!("{} ({})", o.metric, mode_text(o.mode)))
+                .map(|o| format!("{} ({})", o.metric, o.mode.as_str()))
                 .collect();
             let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
             writeln!(

@@ -66,17 +66,13 @@ fn prior_trials(
 ) -> Result<WarmStartRead, TuneError> {
     let earlier = &stored.meta.spec;
     let refuse = |why: String| Err(TuneError::Invalid(format!("--warm-start {name}: {why}")));
-    let mode = |m: tune_search::Mode| match m {
-        tune_search::Mode::Min => "min",
-        tune_search::Mode::Max => "max",
-    };
     if earlier.metric != spec.metric || earlier.mode != spec.mode {
         return refuse(format!(
             "it optimised `{}` ({}), this sweep `{}` ({}): its values would mean something else",
             earlier.metric,
-            mode(earlier.mode),
+            earlier.mode.as_str(),
             spec.metric,
-            mode(spec.mode)
+            spec.mode.as_str()
         ));
     }
     let names = |s: &ExperimentSpec| -> BTreeSet<String> {

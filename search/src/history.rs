@@ -17,6 +17,18 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode as the spec writes it: `"min"` or `"max"`.
+    ///
+    /// ```
+    /// assert_eq!(tune_search::Mode::Max.as_str(), "max");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Min => "min",
+            Mode::Max => "max",
+        }
+    }
+
     /// Whether `a` is strictly better than `b` in this mode.
     ///
     /// ```

@@ -116,8 +116,7 @@ pub(super) fn split_objective_lists(table: &mut toml::Table) -> Result<(), Inval
             ))
         }
     };
-    let mode_text =
-        |m: Mode| toml::Value::String(if m == Mode::Max { "max" } else { "min" }.into());
+    let mode_text = |m: Mode| toml::Value::String(m.as_str().into());
     table.insert("metric".into(), toml::Value::String(metrics[0].clone()));
     table.insert("mode".into(), mode_text(modes[0]));
     if metrics.len() > 1 {

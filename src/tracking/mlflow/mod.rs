@@ -26,14 +26,7 @@ impl SweepRecord {
     pub fn new(spec: &ExperimentSpec, created_at: u64) -> SweepRecord {
         let mut params = vec![
             ("metric".to_string(), spec.metric.clone()),
-            (
-                "mode".into(),
-                match spec.mode {
-                    tune_search::Mode::Min => "min",
-                    tune_search::Mode::Max => "max",
-                }
-                .into(),
-            ),
+            ("mode".into(), spec.mode.as_str().into()),
             ("samples".into(), spec.samples.to_string()),
             ("seed".into(), spec.seed.to_string()),
             ("max_failures".into(), spec.max_failures.to_string()),
