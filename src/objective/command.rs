@@ -119,6 +119,28 @@ fn pipe_holds(fd: std::os::fd::RawFd) -> usize {
     }
 }
 
+/// Once the trial's process has exited and its group was killed: waits until nothing holds
+/// the write end of its stdout `fd`, or until nothing of its process `group` is left; `true`
+/// when something outside the group still holds it. The group's killed members close the pipe
+/// as they die, and a trial ends only once they have (nothing of it outlives it); what holds
+/// the pipe after that is in a session of its own, out of the group's reach.
+async fn held_outside_the_group(fd: std::os::fd::RawFd, group: Option<libc::pid_t>) -> bool {
+    // Members that never go (zombies nobody reaps) end the wait after this long.
+    const DYING: Duration = Duration::from_secs(10);
+    let since = Instant::now();
+    loop {
+        if !pipe_has_writer(fd) {
+            return false;
+        }
+        // SAFETY: kill(2) with signal 0 only asks whether the group has members.
+        let gone = group.is_none_or(|g| unsafe { libc::kill(-g, 0) } != 0);
+        if gone || since.elapsed() >= DYING {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Whether a process still holds the write end of the pipe `fd` (no hang-up reported yet).
 fn pipe_has_writer(fd: std::os::fd::RawFd) -> bool {
     let mut p = libc::pollfd {
@@ -286,12 +308,11 @@ async fn read_reports(
     let mut left: Option<usize> = None;
     loop {
         if left == Some(0) && line.is_empty() {
-            if pipe_has_writer(stdout.get_ref().as_raw_fd()) {
+            if held_outside_the_group(stdout.get_ref().as_raw_fd(), group).await {
                 let note = format!(
-                    "trial {}: its process exited while a process it started still held its \
-                     output open; the trial ended with its process: what it left in its process \
-                     group was killed, one in a session of its own (setsid) is left running, \
-                     and that output is ignored",
+                    "trial {}: its process exited while a process it started in a session of \
+                     its own (setsid) still held its output open; the trial ended with its \
+                     process, that process is left running and its output is ignored",
                     job.id
                 );
                 let _ = job.tx.send(WorkerMsg::Note(note));
