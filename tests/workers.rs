@@ -1319,7 +1319,7 @@ fn coordinators_killed_at_each_point_of_a_restart_lose_no_step_and_decide_as_uni
 /// switch), and started again. Every crash is at an exact event; only the interleaving varies,
 /// and nothing asserted depends on it. `TUNE_TEST_CHAOS_SEED` runs another seed.
 ///
-/// Out of the default run for now: on 2026-12-01 it failed 2 of 28 runs at seed 3 (and none
+/// Out of the default run for now: on 2026-12-01 it failed 2 of 39 runs at seed 3 (and none
 /// of 5 at seed 57), both with both cores busy: a resumed coordinator ended the sweep early
 /// ("no trial completed", its paused trials stopped), which only an interleaving shows. Until
 /// that is found, CI would go red by chance. `cargo test --test workers -- --ignored` runs it.
