@@ -23,7 +23,7 @@
 //! pack cuts.
 //!
 //! `TUNE_BENCH_CPU=0` leaves the CPU columns out (a GPU machine's time is short, and its
-//! CPU numbers are not the ones the README compares).
+//! CPU numbers are not the ones docs/benchmarks/training.md compares).
 
 use std::process::Command;
 use std::time::Instant;

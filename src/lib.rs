@@ -24,10 +24,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-/// The README's Rust examples run as doctests, so the README cannot drift from the API.
+/// The Rust examples of the README and docs/ run as doctests, so the book cannot drift from
+/// the API (`tests/docs.rs` checks that every page with one is here).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeExamples;
+mod book {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/guide/rust-api.md")]
+    struct RustApi;
+    #[doc = include_str!("../docs/distributed.md")]
+    struct Distributed;
+}
 
 pub mod check;
 mod coordinator;

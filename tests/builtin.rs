@@ -445,8 +445,8 @@ fn bad_builtin_specs_exit_2_with_the_key_and_leave_nothing() {
     assert!(stderr(&out).contains("`metric`: the `mlp` trainable reports val_loss, val_accuracy, train_loss, lr, n_params, not \"accuracy\""), "{}", stderr(&out));
 }
 
-/// The shipped example loads and validates (its result, 0.983 in 1.6 s in release, is in the
-/// README; in a debug build it takes minutes, too long for the suite).
+/// The shipped example loads and validates (its result, 0.983 in 1.6 s in release, is in
+/// docs/guide/builtin.md; in a debug build it takes minutes, too long for the suite).
 #[test]
 fn the_mlp_digits_example_is_a_valid_spec() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mlp-digits/space.toml");

@@ -80,7 +80,7 @@ pub(crate) fn builtin_objective(
 /// The data every trial of a sweep trains on. A drawn or shipped dataset is made on a thread
 /// of its own from the objective's start, while the coordinator starts and each GPU slot's
 /// first trial opens its device (its cuBLAS and cuRAND handles), which before waited for it:
-/// on a GPU the sweep's first second is idle (README "Fused trials").
+/// on a GPU the sweep's first second was idle (docs/design/fused-trials.md).
 struct SweepData {
     split: OnceLock<Result<Arc<Split>, String>>,
     drawing: Mutex<Option<JoinHandle<Result<Split, TrialsError>>>>,
@@ -312,7 +312,7 @@ fn report(
 /// Whether a trial on `slot` trains in a pack of at most `trials_per_pack`: always on a GPU,
 /// where a pack, even of one, computes its own gradients and updates its weights in a few
 /// fused kernels, while a trial alone goes through candle's autograd and optimizer, ~2.5x the
-/// kernel launches of a pack of one (README "Fused trials"); on CPU only where packs fuse,
+/// kernel launches of a pack of one (docs/design/fused-trials.md); on CPU only where packs fuse,
 /// since there a pack of one is no faster (the bench's K = 1 rows). `gpu_alone`
 /// ([`gpu_trials_alone`]) keeps a GPU's trials out of packs of one.
 fn trains_in_a_pack(trials_per_pack: usize, slot: &str, gpu_alone: bool) -> bool {
@@ -424,13 +424,11 @@ fn share_of(cores: usize, slots: usize) -> usize {
 ///
 /// Without it each trial runs in a thread pool of that size, with the same results but, on
 /// small models, slower: Candle sizes its matrix products by `RAYON_NUM_THREADS` (else the
-/// physical cores), not by the pool, and splitting one over a pool of one thread cost the
-/// mlp-digits example 2.6 s instead of 1.55 s (2 cores, 2 slots).
+/// physical cores), not by the pool, so every trial would split its products over all the
+/// cores while the others do the same.
 ///
 /// `local_slots` is the sweep's `--slots` ([`crate::Tuner::local_slots`]) where given: the
-/// trials that run at once here are those, not the spec's `cpu_slots` (2 slots on 2 cores
-/// with 2 threads each ran the mlp-digits example in 1.09-1.21 s, against 0.83-0.87 s with
-/// one each).
+/// trials that run at once here are those, not the spec's `cpu_slots`.
 ///
 /// # Safety
 /// It writes the process environment: no other thread may be running (call it first thing
@@ -444,9 +442,7 @@ pub unsafe fn share_cores_among_trials(spec: &crate::ExperimentSpec, local_slots
 
 /// [`share_cores_among_trials`] for `tune worker`, which learns its sweeps only once it runs:
 /// each of its `slots` gets its share of the cores, whatever it trains. A command objective's
-/// process gets the environment without it, as the user left it (ran on 2 cores, a worker's
-/// 2 slots of the mlp-digits example trained 2.3-3.0 s in all with one thread each, against
-/// 2.5-3.6 s without).
+/// process gets the environment without it, as the user left it.
 ///
 /// ```
 /// // SAFETY: first thing in `main`, before any thread.

@@ -1,6 +1,6 @@
 //! Command objectives: one child process per trial attempt.
 //!
-//! The protocol, in full in README.md ("The command objective protocol"): the trial reports by
+//! The protocol, in full in docs/guide/protocol.md: the trial reports by
 //! printing lines to stdout, a JSON object (`{"step": 3, "val_loss": 0.31}`) or `key: value`
 //! pairs (`val_loss: 0.31, acc: 0.9`); after each report, once it is durable, the coordinator
 //! writes its decision (`continue`, `stop` or `pause`) as one line to the trial's stdin. A

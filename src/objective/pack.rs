@@ -804,12 +804,9 @@ enum Segment {
 
 /// The ticks a member whose epoch ends may sit out so that the pack stops once for it and
 /// for members whose epochs end that much later ([`FusedTrainer::train_to_boundary`]). A
-/// stop costs a validation, a read-back and the next segment's uploads: 1.5 to 4 ticks of
-/// the host's time under the null driver (`benches/gpu_calls.rs`), more on a GPU, whose
-/// queue drains at the read-back. Simulated with mlp-digits' batch sizes (45, 23 and 12
-/// updates an epoch, in random phases), the members finished their 30 epochs 0-3% sooner at
-/// 1 than at 0 for a stop worth a tick (one of them 0.2% later), 2-6% for 2 ticks and 6-10%
-/// for 4, where 2 and 3 made the longest epochs' members sit out more than they saved.
+/// stop costs a validation, a read-back and the next segment's uploads, a few ticks of the
+/// host's time; one tick was the best trade in simulation: more made the longest epochs'
+/// members sit out more than the merged stops saved (docs/design/fused-trials.md).
 const MERGE_STOPS_WITHIN: u64 = 1;
 
 impl Segment {

@@ -537,8 +537,7 @@ impl Fuse {
 
     /// Most packs the searched keys may split a sweep's trials into for `"auto"` to fuse:
     /// the 16 trials in flight on a slot then average two a pack (on an H200 a pack of 4
-    /// mixed shapes trained 4.2x faster than the 4 alone, a pack of one 4.7x: README, "Fused
-    /// trials").
+    /// mixed shapes trained several times faster than the 4 alone: docs/design/fused-trials.md).
     pub const AUTO_MOST_PACKS: usize = 8;
 
     fn is_auto(&self) -> bool {

@@ -211,11 +211,12 @@ fn gpus_other_than_auto_or_a_list_are_explained() {
 }
 
 #[test]
-fn the_readme_spec_is_valid() {
-    let readme = include_str!("../../README.md");
+fn the_spec_reference_is_valid() {
+    let readme = include_str!("../../docs/guide/spec.md");
     let start = readme.find("```toml\n").unwrap() + 8;
     let end = start + readme[start..].find("```").unwrap();
-    let spec = ExperimentSpec::from_toml(&readme[start..end], Path::new("README.md")).unwrap();
+    let spec =
+        ExperimentSpec::from_toml(&readme[start..end], Path::new("docs/guide/spec.md")).unwrap();
     assert_eq!(spec.space.len(), 9);
     assert_eq!(spec.objective.unwrap().env["OMP_NUM_THREADS"], "1");
 }

@@ -51,15 +51,13 @@ pub struct TpeOptions {
     pub gamma_max: usize,
     /// With several objectives the good set is `ceil(multi_objective_gamma_fraction * n)`
     /// trials, uncapped (Optuna 5's MOTPE: 0.1). Kept apart from `gamma_fraction`, whose 0.15
-    /// was chosen on single-objective functions: on `benches/multi_objective` (20 seeds,
-    /// ZDT2 and DTLZ2) 0.15 gave a lower hypervolume than 0.1 (8.34 / 55.92 against 8.70 /
-    /// 56.13).
+    /// suits one objective and gave a lower hypervolume with several
+    /// (docs/benchmarks/multi-objective.md).
     pub multi_objective_gamma_fraction: f64,
     /// With several objectives, each good trial weighs its share of the good set's
     /// hypervolume (MOTPE's weights, Ozaki et al. 2022, as Optuna 3 and 4 had them); `false`
-    /// weighs them all the same, as Optuna 5 does. On `benches/multi_objective` (multivariate,
-    /// 20 seeds) the shares gave a higher median hypervolume on all four reported functions
-    /// and on three of four held-out ones: see the README's "Search (several objectives)".
+    /// weighs them all the same, as Optuna 5 does. The shares gave the higher hypervolume
+    /// (docs/benchmarks/multi-objective.md).
     pub hypervolume_weights: bool,
     /// Trials beyond the newest `linear_forgetting` get weights ramping down with age.
     pub linear_forgetting: usize,
@@ -83,11 +81,9 @@ pub struct TpeOptions {
     pub stopped_min_depth: Option<f64>,
     /// `n_startup_trials` counts every trial that ended with a value, completed or stopped,
     /// whether the model reads it or not, as Optuna does. `false` counts only the modelled
-    /// ones (the builds before store format 5), and under ASHA and HyperBand, where
-    /// `stopped_min_depth` and `fidelity = "rung"` leave most of the history out, TPE then
-    /// went back to random sampling for a long time. On `benches/early_stopping`
-    /// (`curves.py`, 10 seeds, 1,620 / 2,430 epochs) counting every ended trial took TPE +
-    /// ASHA from 0.0195 / 0.0115 to 0.0092 / 0.0055: see the README's "Early stopping".
+    /// ones (the builds before store format 5): under ASHA and HyperBand, where
+    /// `stopped_min_depth` and `fidelity = "rung"` leave most of the history out, that keeps
+    /// TPE sampling at random for a long time (docs/benchmarks/early-stopping.md).
     pub startup_counts_unmodelled: bool,
     /// Which results of trials cut short by a scheduler the model reads. `None`: not set,
     /// which is [`Fidelity::Last`] ([`TpeOptions::fidelity`]).

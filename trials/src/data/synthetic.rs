@@ -248,7 +248,7 @@ mod tests {
     }
 
     /// Images drawn in parallel from their places in the stream are those one pass draws
-    /// (the README's glyphs numbers were measured on the latter).
+    /// (the glyphs numbers of docs/design/fused-trials.md were measured on the latter).
     #[test]
     fn glyphs_drawn_in_parallel_are_the_ones_drawn_in_one_pass() {
         let (samples, classes, noise, seed) = (40, 10, 0.3, 1);
