@@ -1241,7 +1241,15 @@ fn print_status(
             .last_step()
             .map(|s| s.to_string())
             .unwrap_or_else(|| "-".into());
-        let params: Vec<String> = t.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        // Six significant digits, as a person reads them; the export keeps every digit.
+        let params: Vec<String> = t
+            .params
+            .iter()
+            .map(|(k, v)| match v {
+                tune::Value::Float(x) => format!("{k}={}", value_short(*x)),
+                other => format!("{k}={other}"),
+            })
+            .collect();
         let mut line = format!(
             "{:>5}{} {:<10}{value} {:>6}  {}",
             t.id,

@@ -114,7 +114,7 @@ mod tests {
         };
         let line = format_line(&s);
         assert!(
-            line.ends_with("] 11/20 done (7 completed, 3 stopped, 1 failed), 3 running, 4 paused | best loss 0.125000 (trial 5)"),
+            line.ends_with("] 11/20 done (7 completed, 3 stopped, 1 failed), 3 running, 4 paused | best loss 0.125 (trial 5)"),
             "{line}"
         );
         let quiet = Summary {

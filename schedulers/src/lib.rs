@@ -124,15 +124,10 @@ pub(crate) fn reward(mode: Mode, value: f64) -> f64 {
     }
 }
 
-/// A reward shown as the user's metric again, to 4 significant digits.
+/// A reward shown as the user's metric again, as the dashboard shows numbers.
 pub(crate) fn shown(mode: Mode, reward: f64) -> String {
-    let v = match mode {
+    tune_search::value_brief(match mode {
         Mode::Max => reward,
         Mode::Min => -reward,
-    };
-    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
-        format!("{v:.3e}")
-    } else {
-        format!("{}", (v * 1e4).round() / 1e4)
-    }
+    })
 }

@@ -2,7 +2,7 @@
 //! key does. Kept apart from the sweep's state ([`Board`]) and from drawing.
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use tune_search::{Status, TrialId, Value};
+use tune_search::{value_brief, Status, TrialId, Value};
 
 use super::board::{Board, TrialView};
 
@@ -13,8 +13,9 @@ pub enum SortKey {
     Status,
     /// The metric at the last report.
     Last,
-    /// The best value the trial reported.
-    Best,
+    /// The best value the trial reported at any step (its peak: the sweep itself ranks
+    /// trials by their last report, as `last` shows).
+    Peak,
     Step,
 }
 
@@ -24,7 +25,7 @@ impl SortKey {
             SortKey::Id => "id",
             SortKey::Status => "status",
             SortKey::Last => "last",
-            SortKey::Best => "best",
+            SortKey::Peak => "peak",
             SortKey::Step => "step",
         }
     }
@@ -33,8 +34,8 @@ impl SortKey {
         match self {
             SortKey::Id => SortKey::Status,
             SortKey::Status => SortKey::Last,
-            SortKey::Last => SortKey::Best,
-            SortKey::Best => SortKey::Step,
+            SortKey::Last => SortKey::Peak,
+            SortKey::Peak => SortKey::Step,
             SortKey::Step => SortKey::Id,
         }
     }
@@ -138,7 +139,7 @@ impl App {
         let key = |t: &TrialView| -> Option<f64> {
             match self.sort {
                 SortKey::Last => t.last(metric),
-                SortKey::Best => t.best(metric, mode),
+                SortKey::Peak => t.best(metric, mode),
                 _ => None,
             }
         };
@@ -148,7 +149,7 @@ impl App {
             let order = match self.sort {
                 SortKey::Id => a.trial.id.cmp(&b.trial.id),
                 SortKey::Status => status_rank(a.trial.status).cmp(&status_rank(b.trial.status)),
-                SortKey::Last | SortKey::Best => by_value(*ka, *kb),
+                SortKey::Last | SortKey::Peak => by_value(*ka, *kb),
                 SortKey::Step => b.results.len().cmp(&a.results.len()),
             };
             let order = if self.descending {
@@ -312,28 +313,11 @@ pub fn params_text(params: &tune_search::Params) -> String {
     params
         .iter()
         .map(|(k, v)| match v {
-            Value::Float(x) => format!("{k}={}", short(*x)),
+            Value::Float(x) => format!("{k}={}", value_brief(*x)),
             other => format!("{k}={other}"),
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// A number to 4 significant digits, in the shorter of fixed and scientific form.
-pub fn short(x: f64) -> String {
-    if !x.is_finite() {
-        return x.to_string();
-    }
-    if x != 0.0 && (x.abs() >= 1e5 || x.abs() < 1e-3) {
-        return format!("{x:.3e}");
-    }
-    let digits = (3 - x.abs().log10().floor().max(-3.0) as i32).clamp(0, 6) as usize;
-    let s = format!("{x:.digits$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
 }
 
 #[cfg(test)]
@@ -376,16 +360,6 @@ mod tests {
             }
         }
         b
-    }
-
-    #[test]
-    fn numbers_are_short() {
-        assert_eq!(short(0.012345678), "0.01235");
-        assert_eq!(short(1234.5678), "1235");
-        assert_eq!(short(0.5), "0.5");
-        assert_eq!(short(3.0), "3");
-        assert_eq!(short(0.00001234), "1.234e-5");
-        assert_eq!(short(2.5e7), "2.500e7");
     }
 
     #[test]

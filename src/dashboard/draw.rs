@@ -9,9 +9,9 @@ use ratatui::widgets::{
     TableState, Wrap,
 };
 use ratatui::Frame;
-use tune_search::{Status, TrialId};
+use tune_search::{value_brief, Status, TrialId};
 
-use super::app::{params_text, short, App, Focus, Popup};
+use super::app::{params_text, App, Focus, Popup};
 use crate::remote::{split_remote_slot, WorkerInfo};
 
 /// Colours, or none at all when `NO_COLOR` is set.
@@ -192,7 +192,7 @@ pub(crate) fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: Theme
             Some((t, v)) => format!(
                 "best {} {} (trial {}): {}",
                 h.metric,
-                short(v),
+                value_brief(v),
                 t.trial.id,
                 params_text(&t.trial.params)
             ),
@@ -257,7 +257,7 @@ pub(crate) fn draw_trials(
         .filter_map(|&id| app.board.trial(id))
         .map(|t| {
             let step = t.results.last().map_or("-".into(), |r| r.step.to_string());
-            let value = |v: Option<f64>| v.map_or("-".into(), short);
+            let value = |v: Option<f64>| v.map_or("-".into(), value_brief);
             let mut cells = vec![
                 Cell::from(t.trial.id.to_string()),
                 Cell::from(t.trial.status.as_str()).style(theme.status(t.trial.status)),
@@ -281,7 +281,7 @@ pub(crate) fn draw_trials(
         Constraint::Length(9),
         Constraint::Length(9),
     ];
-    let mut titles = vec!["id", "status", "step", "last", "best"];
+    let mut titles = vec!["id", "status", "step", "last", "peak"];
     if remote {
         widths.push(Constraint::Length(
             worker_width.unwrap_or(0).clamp(6, 32) as u16
@@ -314,7 +314,7 @@ fn bounds(values: impl Iterator<Item = f64>) -> [f64; 2] {
 }
 
 fn axis_labels(b: [f64; 2]) -> Vec<Line<'static>> {
-    vec![Line::from(short(b[0])), Line::from(short(b[1]))]
+    vec![Line::from(value_brief(b[0])), Line::from(value_brief(b[1]))]
 }
 
 pub(crate) fn draw_best_over_time(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
@@ -638,7 +638,7 @@ pub(crate) fn draw_details(frame: &mut Frame, area: Rect, app: &App, selected: O
     }
     if let Some(best) = t.best(&app.board.header.metric, app.board.header.mode) {
         lines.push(Line::from(format!(
-            "best {} = {best}",
+            "peak {} = {best} (the best at any step)",
             app.board.header.metric
         )));
     }
@@ -814,7 +814,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_shows_status_step_last_best_and_params() {
+    fn the_table_shows_status_step_last_peak_and_params() {
         let mut app = mixed();
         let rows = app.rows();
         let text = panel(90, 9, |f, a| draw_trials(f, a, &mut app, &rows, PLAIN));
@@ -1067,8 +1067,8 @@ mod tests {
             text.contains("│9999 "),
             "the last row is selected and shown\n{text}"
         );
-        // Sorted by best: the minimum (loss 0, trial 0) first.
-        app.sort = crate::dashboard::SortKey::Best;
+        // Sorted by peak: the minimum (loss 0, trial 0) first.
+        app.sort = crate::dashboard::SortKey::Peak;
         app.selected = 0;
         let text = render_to_string(&mut app, 120, 40, T0);
         assert!(text.contains("│0     completed 2     0 "), "{text}");

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
 
-pub use app::{params_text, short, Action, App, Focus, Popup, SortKey};
+pub use app::{params_text, Action, App, Focus, Popup, SortKey};
 pub use board::{Board, Header, TrialView, Update};
 pub use draw::{draw, Theme};
 pub use feed::{

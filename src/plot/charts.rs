@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use tune_search::{Domain, Status, TrialId, Value};
+use tune_search::{value_brief, Domain, Status, TrialId, Value};
 
 use super::{param_importances, Chart, PlotError, PlotInput};
 use crate::trial::Trial;
@@ -111,17 +111,6 @@ fn draw<DB: DrawingBackend>(
         Chart::Lineage => lineage(input, root),
     }
     .map_err(|e| failed(chart, e))
-}
-
-/// A number on an axis or a label, in 4 significant digits.
-pub(super) fn short(v: f64) -> String {
-    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
-        format!("{v:.2e}")
-    } else {
-        let s = format!("{v:.4}");
-        let s = s.trim_end_matches('0').trim_end_matches('.');
-        if s == "-0" { "0" } else { s }.to_string()
-    }
 }
 
 /// A tick on an axis of whole numbers (trials, steps): none between them.
@@ -269,7 +258,7 @@ where
         .x_desc("trial")
         .y_desc(axis.label(input.metric))
         .x_label_formatter(&whole)
-        .y_label_formatter(&|v| short(*v))
+        .y_label_formatter(&|v| value_brief(*v))
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
     if !stopped.is_empty() {
@@ -371,7 +360,7 @@ where
         .x_desc("step")
         .y_desc(axis.label(input.metric))
         .x_label_formatter(&whole)
-        .y_label_formatter(&|v| short(*v))
+        .y_label_formatter(&|v| value_brief(*v))
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
     let rungs: Vec<u64> = input
@@ -513,8 +502,10 @@ impl Scale {
                 .iter()
                 .filter_map(|c| Some((self.position(c)?, c.to_string())))
                 .collect(),
-            Scale::Range { lo, hi, .. } if hi > lo => vec![(0.0, short(*lo)), (1.0, short(*hi))],
-            Scale::Range { lo, .. } => vec![(0.5, short(*lo))],
+            Scale::Range { lo, hi, .. } if hi > lo => {
+                vec![(0.0, value_brief(*lo)), (1.0, value_brief(*hi))]
+            }
+            Scale::Range { lo, .. } => vec![(0.5, value_brief(*lo))],
         }
     }
 }
@@ -712,13 +703,13 @@ fn slices<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) 
                 panel.draw(
                     panel_area,
                     (lo / pad..hi * pad).log_scale(),
-                    &|x| short(*x),
+                    &|x| value_brief(*x),
                     5,
                 )?
             }
             Scale::Range { lo, hi, log: false } => {
                 let (a, b) = padded([*lo, *hi]);
-                panel.draw(panel_area, a..b, &|x| short(*x), 5)?
+                panel.draw(panel_area, a..b, &|x| value_brief(*x), 5)?
             }
         }
     }
@@ -759,7 +750,7 @@ impl SlicePanel<'_> {
             .x_desc(self.name)
             .y_desc(self.metric)
             .x_label_formatter(x_label)
-            .y_label_formatter(&|v| short(*v))
+            .y_label_formatter(&|v| value_brief(*v))
             .x_labels(x_labels)
             .y_labels(5)
             .light_line_style(RGBColor(242, 242, 242))
@@ -802,7 +793,7 @@ fn importances<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shi
         .disable_y_mesh()
         .disable_y_axis()
         .x_desc("share of importance")
-        .x_label_formatter(&|v| short(*v))
+        .x_label_formatter(&|v| value_brief(*v))
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
     for (i, (name, share)) in ranked.iter().enumerate() {
@@ -812,7 +803,7 @@ fn importances<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shi
             COMPLETED.filled(),
         )))?;
         chart.draw_series(std::iter::once(Text::new(
-            format!("  {name}  {}", short(*share)),
+            format!("  {name}  {}", value_brief(*share)),
             (*share, y - 0.5),
             (FAMILY, 14)
                 .into_font()
@@ -885,15 +876,6 @@ mod tests {
     #[test]
     fn the_compiled_in_font_parses() {
         assert!(plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
-    }
-
-    #[test]
-    fn short_numbers_keep_four_digits_and_switch_to_exponents() {
-        assert_eq!(short(0.123456), "0.1235");
-        assert_eq!(short(2.0), "2");
-        assert_eq!(short(-0.0), "0");
-        assert_eq!(short(123456.0), "1.23e5");
-        assert_eq!(short(0.00012), "1.20e-4");
     }
 
     #[test]

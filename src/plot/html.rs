@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use tune_search::Status;
+use tune_search::{value_brief, Status};
 
-use super::charts::{self, short};
+use super::charts;
 use super::{Chart, PlotError, PlotInput};
 use crate::trial::rfc3339;
 
@@ -113,7 +113,7 @@ fn summary(input: &PlotInput) -> String {
     };
     let best = crate::tuner::best_trial(input.trials, input.metric, input.mode, input.constraints)
         .and_then(|t| Some((t.id, t.value(input.metric)?)))
-        .map(|(id, v)| format!("; best: trial {id}, {} = {}", input.metric, short(v)))
+        .map(|(id, v)| format!("; best: trial {id}, {} = {}", input.metric, value_brief(v)))
         .unwrap_or_default();
     format!(
         "{} {mode}; {} trials: {} completed, {} stopped early, {} failed, {} not finished; \
@@ -152,7 +152,7 @@ fn trial_table(html: &mut String, input: &PlotInput) {
              <td>{value}</td><td>{step}</td><td>{attempts}</td>",
             id = t.id,
             status = t.status.as_str(),
-            value = t.value(input.metric).map(short).unwrap_or_default(),
+            value = t.value(input.metric).map(value_brief).unwrap_or_default(),
             step = t.last_step().map(|s| s.to_string()).unwrap_or_default(),
             attempts = t.attempts,
         );
