@@ -36,6 +36,7 @@ mod book {
     struct Distributed;
 }
 
+mod best;
 pub mod check;
 mod coordinator;
 pub mod dashboard;
@@ -51,6 +52,7 @@ mod observer;
 pub mod plot;
 mod pool;
 mod progress;
+mod protocol;
 pub mod remote;
 mod replay;
 pub mod seconds;
@@ -62,6 +64,7 @@ mod trial;
 mod tuner;
 mod warm_start;
 
+pub use best::{best_trial, pareto_front};
 pub use error::TuneError;
 pub use objective::{
     share_cores_among_trials, share_cores_among_worker_slots, BoxError, IntoMetrics, ObjectiveFn,
@@ -86,5 +89,5 @@ pub use tune_search::{
     ParamError, Params, PriorTrial, Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId,
     Value,
 };
-pub use tuner::{best_trial, pareto_front, TuneResult, Tuner};
+pub use tuner::{TuneResult, Tuner};
 pub use warm_start::{read_warm_start, read_warm_start_stored, WarmStartRead};

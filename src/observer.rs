@@ -25,7 +25,7 @@ pub enum Event<'a> {
     Note(&'a str),
     /// The remote workers serving the sweep (`tune worker`), sent when they change and at
     /// most once a second for their heartbeats.
-    Workers(&'a [crate::remote::WorkerInfo]),
+    Workers(&'a [crate::protocol::WorkerInfo]),
 }
 
 /// Running counts of the sweep, kept current by the coordinator.
@@ -133,11 +133,11 @@ pub struct SweepInfo<'a> {
 /// notes.tell("printed as `tune: ...` on stderr");
 /// ```
 #[derive(Debug, Clone)]
-pub struct Notes(Option<tokio::sync::mpsc::UnboundedSender<crate::objective::WorkerMsg>>);
+pub struct Notes(Option<tokio::sync::mpsc::UnboundedSender<crate::protocol::WorkerMsg>>);
 
 impl Notes {
     /// Notes that go to the sweep whose coordinator reads `tx`.
-    pub(crate) fn to(tx: tokio::sync::mpsc::UnboundedSender<crate::objective::WorkerMsg>) -> Notes {
+    pub(crate) fn to(tx: tokio::sync::mpsc::UnboundedSender<crate::protocol::WorkerMsg>) -> Notes {
         Notes(Some(tx))
     }
 
@@ -150,10 +150,10 @@ impl Notes {
     pub fn tell(&self, note: impl Into<String>) {
         let note = note.into();
         let unsent = match &self.0 {
-            Some(tx) => match tx.send(crate::objective::WorkerMsg::Note(note)) {
+            Some(tx) => match tx.send(crate::protocol::WorkerMsg::Note(note)) {
                 Ok(()) => return,
                 Err(tokio::sync::mpsc::error::SendError(msg)) => match msg {
-                    crate::objective::WorkerMsg::Note(note) => note,
+                    crate::protocol::WorkerMsg::Note(note) => note,
                     _ => return,
                 },
             },

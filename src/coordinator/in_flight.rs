@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::objective::Heard;
 use crate::pool::Slot;
+use crate::protocol::Heard;
 use crate::trial::Trial;
 
 /// What a report's step is to the attempt that made it ([`InFlight::take_report`]).

@@ -21,9 +21,10 @@ mod tests;
 
 use crate::error::TuneError;
 use crate::experiment::{stage_exploit, take_exploit, trial_dir};
-use crate::objective::{Heard, Job, Objective, Outcome, WorkerMsg};
+use crate::objective::{Job, Objective};
 use crate::observer::{emit, tell, Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
+use crate::protocol::{Heard, Outcome, WorkerMsg};
 use crate::remote::bridge::{Adopted, Bridge};
 use crate::replay::replay;
 use crate::stop::{StopConditions, StopReason, StopWatch};

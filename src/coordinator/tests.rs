@@ -324,7 +324,7 @@ fn a_tie_for_the_best_goes_to_the_lower_id_everywhere() {
         assert!(ran.trial(1).finished_at <= t0.finished_at);
         assert_eq!(ran.summary.unwrap().best, Some((0, 0.5)), "{mode:?}");
         assert_eq!(
-            crate::tuner::best_trial(trials, "loss", mode, &Default::default()).map(|t| t.id),
+            crate::best::best_trial(trials, "loss", mode, &Default::default()).map(|t| t.id),
             Some(0)
         );
     }

@@ -12,7 +12,9 @@ use tune_trials::{
     CHECKPOINT_FILE,
 };
 
+use super::checkpoint_rule::{checkpoint_after, written_before_report, CheckpointWrite};
 use super::pack::{Decision, Handed, Member, Packs};
+use super::pack_settings::PackSettings;
 use super::spec::ObjectiveSpec;
 use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
@@ -175,7 +177,12 @@ fn train(
     ctx: &mut TrialContext,
 ) -> Result<(), super::BoxError> {
     let cfg = TrainConfig::from_parts(fixed, ctx.params())?;
-    let packs = trains_in_a_pack(packs.size(), ctx.device(), gpu_trials_alone()).then_some(packs);
+    let packs = trains_in_a_pack(
+        packs.size(),
+        ctx.device(),
+        PackSettings::get().gpu_trials_alone,
+    )
+    .then_some(packs);
     // Packs on this slot wait for the trial until it joins one or trains alone.
     let arrival = packs.map(|p| p.arrive(ctx.device()));
     let seed = cfg.seed.unwrap_or(ctx.id());
@@ -213,7 +220,7 @@ fn train(
     }
     if let Some(arrival) = arrival {
         if !trainer.finished() {
-            let key = if packs_by_steps() {
+            let key = if PackSettings::get().by_steps {
                 trainer.pack_key_by_steps()
             } else {
                 trainer.pack_key()
@@ -236,8 +243,8 @@ fn train(
         // The checkpoint follows the decision, as the command protocol's does: a paused
         // trial resumes after the epoch it reported, a stopped one needs none.
         match checkpoint_after(&heard, trainer.finished(), early) {
-            Some(Written::Behind) => trainer.save_behind(ctx.checkpoint_dir()?)?,
-            Some(Written::Now) => trainer.save(ctx.checkpoint_dir()?)?,
+            Some(CheckpointWrite::Behind) => trainer.save_behind(ctx.checkpoint_dir()?)?,
+            Some(CheckpointWrite::Now) => trainer.save(ctx.checkpoint_dir()?)?,
             None => {}
         }
         heard?;
@@ -245,47 +252,10 @@ fn train(
     Ok(())
 }
 
-/// Whether the checkpoint of `epoch` is written before the epoch is reported: at the step
-/// where the scheduler completes every trial (`completes_at`, ASHA's and HyperBand's
-/// `max_t`). The coordinator stores the completion before the trial hears it, so a checkpoint
-/// written after the decision could be lost to a `kill -9` in between, and a completed trial
-/// is never run again.
-pub(super) fn written_before_report(epoch: u64, completes_at: Option<u64>) -> bool {
-    completes_at == Some(epoch)
-}
-
 /// After a checkpoint [`written_before_report`], before the report: where a test kills
 /// the run between the two (the `checkpoint.before-report` failure point).
 fn written_early() -> Result<(), super::BoxError> {
     crate::failpoint::hit("checkpoint.before-report").map_err(|e| e.into())
-}
-
-/// When a trial's checkpoint is written after a report was `heard` (none where it was
-/// written `before` the report, see [`written_before_report`]): a trial going on has it
-/// written behind the next epoch's training; a paused one, one that trained all its epochs and
-/// one the scheduler completes (ASHA at `max_t`) have it on disk before the trial goes on (it
-/// is resumed from it, or kept as the trial's last, the model of its last report); a stopped
-/// one needs none. Whether a trial trains in a pack or alone, this is where it is decided.
-pub(super) fn checkpoint_after(
-    heard: &Result<(), Stop>,
-    finished: bool,
-    before: bool,
-) -> Option<Written> {
-    match heard {
-        _ if before => None,
-        Ok(()) if !finished => Some(Written::Behind),
-        Ok(()) | Err(Stop::Paused | Stop::Completed) => Some(Written::Now),
-        Err(Stop::Scheduler | Stop::Interrupted | Stop::TimedOut) => None,
-    }
-}
-
-/// When a checkpoint is written: see [`checkpoint_after`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Written {
-    /// Queued for the process's checkpoint threads ([`tune_trials::checkpoint::write_behind`]).
-    Behind,
-    /// On disk before the trial goes on ([`tune_trials::checkpoint::write`]).
-    Now,
 }
 
 /// Reports an epoch of a built-in trainable; a trial trained in a pack adds how many trials
@@ -317,31 +287,6 @@ fn report(
 /// ([`gpu_trials_alone`]) keeps a GPU's trials out of packs of one.
 fn trains_in_a_pack(trials_per_pack: usize, slot: &str, gpu_alone: bool) -> bool {
     trials_per_pack > 1 || (super::pack::is_gpu(slot) && !gpu_alone)
-}
-
-/// Whether `TUNE_GPU_TRIALS_ALONE` is set: then a GPU trial of a sweep that does not fuse
-/// (`fuse = 1`) trains alone, through candle's autograd and optimizer, as every unfused trial
-/// did before packs of one. For measuring fused sweeps against that trainer too
-/// (`scripts/gpu-fuse-check`'s `alone`): packs of one run the fused kernels themselves.
-fn gpu_trials_alone() -> bool {
-    std::env::var_os("TUNE_GPU_TRIALS_ALONE").is_some()
-}
-
-/// Whether `TUNE_PACKS_BY_STEPS` is set: then trials whose epochs take other numbers of steps
-/// (batch sizes) go into packs of their own ([`Trainer::pack_key_by_steps`]), which train side
-/// by side where `trials_per_gpu` lets them. For measuring that against packs mixing batch
-/// sizes (`scripts/gpu-fuse-check`'s `KxGs`); on CPU batch sizes never mix.
-fn packs_by_steps() -> bool {
-    std::env::var_os("TUNE_PACKS_BY_STEPS").is_some()
-}
-
-/// Whether `TUNE_PACKS_IN_LOCKSTEP` is set: then a pack trains an epoch of every member at
-/// a time ([`tune_trials::FusedTrainer::train_epoch`]), a member of fewer steps an epoch (a
-/// larger batch) sitting the last ones out, as packs did before their members went through
-/// their own epochs. For measuring the two against each other (`scripts/gpu-fuse-check`'s
-/// `Kl`); on CPU, where batch sizes never mix, they train alike.
-pub(super) fn packs_in_lockstep() -> bool {
-    std::env::var_os("TUNE_PACKS_IN_LOCKSTEP").is_some()
 }
 
 /// One trial trained in a pack: the loop of `train`, with the pack training each epoch and

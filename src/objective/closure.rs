@@ -8,7 +8,8 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::{Params, TrialId};
 
-use super::{BoxError, Heard, IntoMetrics, Job, Outcome, Stop, WorkerMsg};
+use super::{BoxError, IntoMetrics, Job, Stop};
+use crate::protocol::{Heard, Outcome, WorkerMsg};
 
 /// The signature of a closure objective.
 pub type ObjectiveFn = dyn Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync;

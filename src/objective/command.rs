@@ -19,7 +19,8 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::{substitute, Heard, Job, Outcome, WorkerMsg};
+use super::{substitute, Job};
+use crate::protocol::{Heard, Outcome, WorkerMsg};
 
 /// A command template and how to run it.
 pub(crate) struct CommandObjective {
@@ -239,7 +240,9 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
 /// Writes each decision as its protocol line to the trial's stdin, until either side is gone.
 async fn write_decisions(mut stdin: ChildStdin, mut decisions: mpsc::UnboundedReceiver<Heard>) {
     while let Some(d) = decisions.recv().await {
-        let line = d.line();
+        let Some(line) = d.command_line() else {
+            continue;
+        };
         if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
             break;
         }

@@ -2,9 +2,11 @@
 //! process; both report results to the coordinator and wait for its decision.
 
 mod builtin;
+mod checkpoint_rule;
 mod closure;
 pub(crate) mod command;
 mod pack;
+mod pack_settings;
 pub(crate) mod spec;
 
 use std::collections::{BTreeMap, HashMap};
@@ -12,8 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tune_search::{Params, TrialId};
+
+use crate::protocol::WorkerMsg;
 
 pub(crate) use builtin::builtin_objective;
 pub use builtin::{share_cores_among_trials, share_cores_among_worker_slots};
@@ -69,83 +73,6 @@ pub(crate) struct Job {
     pub completes_at: Option<u64>,
     pub tx: mpsc::UnboundedSender<WorkerMsg>,
     pub shutdown: watch::Receiver<bool>,
-}
-
-/// What a trial hears after a report: the scheduler's decision as far as the trial is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Heard {
-    Continue,
-    /// Checkpoint and end this run; the trial runs again later.
-    Pause,
-    Stop,
-    /// End: the trial has the scheduler's whole budget.
-    Complete,
-    /// Not an acknowledgement: the report was not stored (this run is no longer the trial's:
-    /// its end was decided, or its attempt was taken back), so the run must end without
-    /// saving anything of it. A command hears no line for it and is terminated; a closure's
-    /// `report` returns [`Stop::Interrupted`].
-    Refused,
-}
-
-impl Heard {
-    /// The line a command objective reads on stdin.
-    pub(crate) fn line(self) -> &'static str {
-        match self {
-            Heard::Continue => "continue\n",
-            Heard::Pause => "pause\n",
-            // The protocol's commands know no "complete": both end the run.
-            Heard::Stop | Heard::Complete => "stop\n",
-            // Never written: a line would read as the report's acknowledgement.
-            Heard::Refused => "",
-        }
-    }
-}
-
-/// What workers tell the coordinator.
-pub(crate) enum WorkerMsg {
-    /// A result; the worker waits on `ack` for the decision, sent once the result is durable.
-    Report {
-        id: TrialId,
-        attempt: u32,
-        step: Option<u64>,
-        metrics: BTreeMap<String, f64>,
-        ack: oneshot::Sender<Heard>,
-    },
-    /// The attempt ended; its slot is free.
-    Finished {
-        id: TrialId,
-        attempt: u32,
-        outcome: Outcome,
-    },
-    /// A remote worker (`host:pid/slot`) claimed the attempt; `restored`: it goes on from a
-    /// checkpoint it found in its trial folder.
-    Claimed {
-        id: TrialId,
-        attempt: u32,
-        worker: String,
-        restored: bool,
-    },
-    /// Something changed that may let trials start (remote workers came or went).
-    Wake,
-    /// The remote workers serving the sweep, for observers.
-    Workers(Vec<crate::remote::WorkerInfo>),
-    /// The database that remote trials go through has stopped answering (why): the sweep
-    /// ends, resumable.
-    Unreachable(String),
-    /// Something for the user from an observer's thread ([`crate::observer::Notes`]).
-    Note(String),
-}
-
-/// How an attempt ended, as the worker saw it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Outcome {
-    /// The objective returned or exited 0.
-    Returned,
-    /// It ended after a `Stop` decision.
-    Stopped,
-    Failed(String),
-    /// The sweep is shutting down; the trial is re-queued on resume.
-    Interrupted,
 }
 
 impl Objective {

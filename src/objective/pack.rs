@@ -25,7 +25,8 @@ use tune_trials::{
     TrialsError,
 };
 
-use super::builtin::{checkpoint_after, packs_in_lockstep, written_before_report, Written};
+use super::checkpoint_rule::{checkpoint_after, written_before_report, CheckpointWrite};
+use super::pack_settings::PackSettings;
 use super::{BoxError, Stop};
 
 /// The packs of one sweep's built-in objective, on every slot.
@@ -352,17 +353,11 @@ pub(super) fn is_gpu(slot: &str) -> bool {
     slot.starts_with("cuda:")
 }
 
-/// Whether `TUNE_PACK_TRACE` is set: see [`PackTrace`].
-pub(super) fn tracing() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("TUNE_PACK_TRACE").is_some())
-}
-
 /// With `TUNE_PACK_TRACE` set, prints `line` on stderr after `@` and the wall-clock time
 /// (Unix seconds): `scripts/gpu-fuse-check` places the lines among the GPU's busy samples,
 /// which nvidia-smi stamps with the same clock.
 pub(super) fn trace(line: std::fmt::Arguments) {
-    if tracing() {
+    if PackSettings::get().trace {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
@@ -386,7 +381,7 @@ impl PackTrace {
     fn new(id: u64) -> PackTrace {
         PackTrace {
             id,
-            on: tracing(),
+            on: PackSettings::get().trace,
             lap: Instant::now(),
             phases: Vec::new(),
         }
@@ -459,7 +454,7 @@ impl Packs {
         decisions: mpsc::Receiver<(u64, Decision)>,
     ) {
         let threads = self.threads;
-        let segment = if packs_in_lockstep() {
+        let segment = if PackSettings::get().lockstep {
             Segment::Epoch
         } else {
             Segment::ToBoundary
@@ -762,10 +757,10 @@ impl Packs {
                         .checkpoint(),
                 };
                 let now = match checkpoint_after(&heard, false, false) {
-                    Some(Written::Behind) => {
+                    Some(CheckpointWrite::Behind) => {
                         contents().and_then(|c| checkpoint::write_behind(dir, c).map(|()| None))
                     }
-                    Some(Written::Now) => contents().map(Some),
+                    Some(CheckpointWrite::Now) => contents().map(Some),
                     None => Ok(None),
                 };
                 saving += started.elapsed();
@@ -795,7 +790,7 @@ impl Packs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Segment {
     /// An epoch of every member at once, a member of fewer steps an epoch sitting the last
-    /// ones out ([`packs_in_lockstep`]).
+    /// ones out ([`PackSettings::lockstep`]).
     Epoch,
     /// On to the soonest end of any member's epoch, each member through its own (those
     /// within [`MERGE_STOPS_WITHIN`] ticks of it too).

@@ -378,7 +378,7 @@ where
             .label(format!("{} rungs: {}", input.scheduler, shown.join(", ")))
             .legend(legend_line(GREY));
     }
-    let best = crate::tuner::best_trial(input.trials, input.metric, input.mode, input.constraints)
+    let best = crate::best::best_trial(input.trials, input.metric, input.mode, input.constraints)
         .map(|t| t.id);
     // Stopped trials first and completed over them, so that what ran to the end shows.
     let mut order: Vec<&(&Trial, Vec<(f64, f64)>)> = reported.iter().collect();

@@ -111,7 +111,7 @@ fn summary(input: &PlotInput) -> String {
         tune_search::Mode::Min => "minimised",
         tune_search::Mode::Max => "maximised",
     };
-    let best = crate::tuner::best_trial(input.trials, input.metric, input.mode, input.constraints)
+    let best = crate::best::best_trial(input.trials, input.metric, input.mode, input.constraints)
         .and_then(|t| Some((t.id, t.value(input.metric)?)))
         .map(|(id, v)| format!("; best: trial {id}, {} = {}", input.metric, value_brief(v)))
         .unwrap_or_default();

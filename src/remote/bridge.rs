@@ -21,7 +21,7 @@ use super::{
     WORKERS_SQL,
 };
 use crate::error::TuneError;
-use crate::objective::{Heard, Outcome, WorkerMsg};
+use crate::protocol::{Heard, Outcome, WorkerMsg};
 use crate::store::pg_store::{bigint, connect, db_error, existing};
 
 /// An attempt that was running remotely when this coordinator started, taken over as it is.

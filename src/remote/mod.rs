@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tune_search::Params;
 
-use crate::objective::{Heard, Outcome};
+pub use crate::protocol::WorkerInfo;
 
 /// How often each side looks at the database when no notification woke it.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
@@ -70,51 +70,6 @@ pub(crate) struct Offer {
     /// an offer of an older coordinator has none.
     #[serde(default)]
     pub completes_at: Option<u64>,
-}
-
-impl Heard {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Heard::Continue => "continue",
-            Heard::Pause => "pause",
-            Heard::Stop => "stop",
-            Heard::Complete => "complete",
-            Heard::Refused => "refused",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Heard {
-        match text {
-            "continue" => Heard::Continue,
-            "pause" => Heard::Pause,
-            "stop" => Heard::Stop,
-            "complete" => Heard::Complete,
-            // Anything else ends the run without taking the report as kept: the safe reading
-            // of a decision not understood.
-            _ => Heard::Refused,
-        }
-    }
-}
-
-impl Outcome {
-    /// The outcome as `tune_attempts.outcome` holds it.
-    pub(crate) fn to_text(&self) -> String {
-        match self {
-            Outcome::Returned => "returned".into(),
-            Outcome::Stopped => "stopped".into(),
-            Outcome::Interrupted => "interrupted".into(),
-            Outcome::Failed(why) => format!("failed: {why}"),
-        }
-    }
-
-    pub(crate) fn from_text(text: &str) -> Outcome {
-        match text {
-            "returned" => Outcome::Returned,
-            "stopped" => Outcome::Stopped,
-            "interrupted" => Outcome::Interrupted,
-            other => Outcome::Failed(other.strip_prefix("failed: ").unwrap_or(other).into()),
-        }
-    }
 }
 
 /// Metrics as `tune_reports.metrics` holds them: JSON with each value as Rust prints it, so
@@ -157,26 +112,6 @@ pub(crate) fn remote_slot(worker: Option<&str>, device: Option<&str>) -> String 
 /// ```
 pub fn split_remote_slot(device: &str) -> Option<(&str, &str)> {
     device.split_once('/')
-}
-
-/// A worker serving an experiment, as `tune status` and the dashboard list it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerInfo {
-    /// `host:pid`.
-    pub id: String,
-    pub slots: u32,
-    /// The experiment it serves only, or `None` for every one in the database.
-    pub serving: Option<String>,
-    /// Unix milliseconds of its last heartbeat, by this machine's clock (the database judged
-    /// its age; this is now minus that age).
-    pub heartbeat_at: u64,
-    /// Its heartbeat is within its lease.
-    pub live: bool,
-    /// The experiment's trials it runs now.
-    pub running: Vec<tune_search::TrialId>,
-    /// Its machine's GPUs' use at its last heartbeat (NVML's; none without a driver).
-    #[serde(default)]
-    pub gpus: Vec<tune_trials::GpuUse>,
 }
 
 /// The workers of experiment `$1` (registered and not yet exited), as [`worker_from_row`]
@@ -346,27 +281,5 @@ mod tests {
         assert!(back["b"].is_nan());
         assert_eq!(back["c"], f64::NEG_INFINITY);
         assert_eq!(back["d"], 1e-300);
-    }
-
-    #[test]
-    fn outcomes_and_decisions_read_back_as_written() {
-        for o in [
-            Outcome::Returned,
-            Outcome::Stopped,
-            Outcome::Interrupted,
-            Outcome::Failed("exit code 3: oops".into()),
-        ] {
-            assert_eq!(Outcome::from_text(&o.to_text()), o);
-        }
-        for h in [
-            Heard::Continue,
-            Heard::Pause,
-            Heard::Stop,
-            Heard::Complete,
-            Heard::Refused,
-        ] {
-            assert_eq!(Heard::parse(h.as_str()), h);
-        }
-        assert_eq!(Heard::parse("garbled"), Heard::Refused);
     }
 }

@@ -17,9 +17,10 @@ use super::{
     NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
 };
 use crate::error::TuneError;
-use crate::objective::{BoxError, Heard, Job, Objective, Outcome, TrialContext, WorkerMsg};
+use crate::objective::{BoxError, Job, Objective, TrialContext};
 use crate::observer::StopHandle;
 use crate::pool::{Pool, Slot};
+use crate::protocol::{Heard, Outcome, WorkerMsg};
 use crate::spec::{ExperimentSpec, Gpus, Resources};
 use crate::store::pg_store::{bigint, connect_with, db_error, existing, this_process};
 use crate::store::{Meta, StoreError};

@@ -74,7 +74,7 @@ pub fn sync_sweep(
     trials: &[Trial],
     complete: bool,
 ) -> Result<(), MlflowError> {
-    let best = crate::tuner::best_trial(trials, &sweep.metric, sweep.mode, &sweep.constraints);
+    let best = crate::best::best_trial(trials, &sweep.metric, sweep.mode, &sweep.constraints);
     let mut mirror = SweepMirror::new(MlflowClient::new(url, Duration::from_secs(30)), sweep);
     let now = crate::trial::now_ms();
     for t in trials {
