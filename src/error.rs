@@ -21,6 +21,9 @@ pub enum TuneError {
     /// Bad settings given through the API or the command line.
     #[error("{0}")]
     Invalid(String),
+    /// A budget (`samples`) that cannot be: none, or fewer than the trials already created.
+    #[error("`samples`: {0}")]
+    Samples(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{context}: {source}")]
@@ -46,6 +49,7 @@ impl TuneError {
                 | TuneError::ExperimentExists(_)
                 | TuneError::ExperimentExistsIn { .. }
                 | TuneError::Invalid(_)
+                | TuneError::Samples(_)
                 | TuneError::Store(StoreError::Refused { .. })
                 | TuneError::Store(StoreError::BadUrl { .. })
         )

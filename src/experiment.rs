@@ -6,7 +6,9 @@ use tune_search::TrialId;
 
 use crate::error::TuneError;
 use crate::spec::ExperimentSpec;
-use crate::store::{Meta, PgStore, SledStore, StoreError, StoredExperiment, TrialStore};
+use crate::store::{
+    Meta, PgStore, SledStore, StoreError, StorePlace, StoredExperiment, TrialStore,
+};
 
 /// A human-readable copy of the spec the sweep was started with.
 pub const SPEC_FILE: &str = "spec.toml";
@@ -402,7 +404,7 @@ impl Experiment {
         }
         let _ = std::fs::remove_dir_all(&copy);
         let nothing = |problem: String| StoreError::Damaged {
-            path: dir.join(DB_DIR),
+            at: StorePlace::Folder(dir.join(DB_DIR)),
             problem: format!("{problem}; nothing could be salvaged"),
         };
         let salvaged = salvaged.map_err(|e| match e {
@@ -453,7 +455,7 @@ impl Experiment {
         };
         if !FORMATS_READ.contains(&stored.meta.format) {
             return Err(StoreError::Format {
-                path: dir.join(DB_DIR),
+                at: StorePlace::Folder(dir.join(DB_DIR)),
                 found: stored.meta.format,
                 read: &FORMATS_READ,
             }
@@ -472,13 +474,11 @@ impl Experiment {
     pub fn set_samples(&mut self, samples: u64) -> Result<(), TuneError> {
         let created = self.stored.trials.len() as u64;
         if samples == 0 {
-            return Err(TuneError::Invalid(
-                "`samples`: expected at least 1, found 0".into(),
-            ));
+            return Err(TuneError::Samples("expected at least 1, found 0".into()));
         }
         if samples < self.stored.meta.samples && samples < created {
-            return Err(TuneError::Invalid(format!(
-                "`samples`: the budget can only grow, and {samples} is below the {created} trials already created"
+            return Err(TuneError::Samples(format!(
+                "the budget can only grow, and {samples} is below the {created} trials already created"
             )));
         }
         self.stored.meta.samples = samples;
@@ -563,7 +563,9 @@ fn refuse_used_folder(dir: &Path) -> Result<(), TuneError> {
 fn no_experiment(e: StoreError, name: &str, url: &str) -> TuneError {
     match e {
         StoreError::NoMeta => TuneError::NotAnExperiment {
-            path: crate::store::postgres_location(url, name),
+            path: crate::store::postgres_location(url, name)
+                .to_string()
+                .into(),
             reason: format!("no experiment named {name:?} there"),
         },
         other => other.into(),

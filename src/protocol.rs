@@ -1,5 +1,5 @@
 //! What trials and workers tell the coordinator, and what it answers: the messages of local
-//! slots ([`WorkerMsg`]), the answer to a report ([`Heard`]), how an attempt ended
+//! slots ([`WorkerMsg`]), the answer to a report ([`ReportAnswer`]), how an attempt ended
 //! ([`Outcome`]) and a remote worker as the coordinator sees it ([`WorkerInfo`]). Local slots
 //! and remote workers (`crate::remote`) speak it alike, and each type's text form, where the
 //! database or a command needs one, is defined here once.
@@ -12,7 +12,7 @@ use tune_search::TrialId;
 
 /// What a trial hears after a report: the scheduler's decision as far as the trial is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Heard {
+pub(crate) enum ReportAnswer {
     Continue,
     /// Checkpoint and end this run; the trial runs again later.
     Pause,
@@ -26,27 +26,32 @@ pub(crate) enum Heard {
     Refused,
 }
 
-impl Heard {
+impl ReportAnswer {
     /// The one spelling of each answer: `tune_reports.heard` holds it, and a command
-    /// objective reads it as a line ([`Heard::command_line`]).
+    /// objective reads it as a line ([`ReportAnswer::command_line`]).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Heard::Continue => "continue",
-            Heard::Pause => "pause",
-            Heard::Stop => "stop",
-            Heard::Complete => "complete",
-            Heard::Refused => "refused",
+            ReportAnswer::Continue => "continue",
+            ReportAnswer::Pause => "pause",
+            ReportAnswer::Stop => "stop",
+            ReportAnswer::Complete => "complete",
+            ReportAnswer::Refused => "refused",
         }
     }
 
-    /// Reads [`Heard::as_str`] back.
-    pub(crate) fn parse(text: &str) -> Heard {
-        [Heard::Continue, Heard::Pause, Heard::Stop, Heard::Complete]
-            .into_iter()
-            .find(|h| h.as_str() == text)
-            // Anything else ends the run without taking the report as kept: the safe reading of
-            // a decision not understood.
-            .unwrap_or(Heard::Refused)
+    /// Reads [`ReportAnswer::as_str`] back.
+    pub(crate) fn parse(text: &str) -> ReportAnswer {
+        [
+            ReportAnswer::Continue,
+            ReportAnswer::Pause,
+            ReportAnswer::Stop,
+            ReportAnswer::Complete,
+        ]
+        .into_iter()
+        .find(|h| h.as_str() == text)
+        // Anything else ends the run without taking the report as kept: the safe reading of
+        // a decision not understood.
+        .unwrap_or(ReportAnswer::Refused)
     }
 
     /// The line a command objective reads on stdin, if it gets one. The protocol's commands
@@ -54,8 +59,8 @@ impl Heard {
     /// since any line would read as the report's acknowledgement.
     pub(crate) fn command_line(self) -> Option<String> {
         match self {
-            Heard::Refused => None,
-            Heard::Complete => Some(format!("{}\n", Heard::Stop.as_str())),
+            ReportAnswer::Refused => None,
+            ReportAnswer::Complete => Some(format!("{}\n", ReportAnswer::Stop.as_str())),
             other => Some(format!("{}\n", other.as_str())),
         }
     }
@@ -69,7 +74,7 @@ pub(crate) enum WorkerMsg {
         attempt: u32,
         step: Option<u64>,
         metrics: BTreeMap<String, f64>,
-        ack: oneshot::Sender<Heard>,
+        ack: oneshot::Sender<ReportAnswer>,
     },
     /// The attempt ended; its slot is free.
     Finished {
@@ -164,17 +169,23 @@ mod tests {
             assert_eq!(Outcome::from_text(&o.to_text()), o);
         }
         for h in [
-            Heard::Continue,
-            Heard::Pause,
-            Heard::Stop,
-            Heard::Complete,
-            Heard::Refused,
+            ReportAnswer::Continue,
+            ReportAnswer::Pause,
+            ReportAnswer::Stop,
+            ReportAnswer::Complete,
+            ReportAnswer::Refused,
         ] {
-            assert_eq!(Heard::parse(h.as_str()), h);
+            assert_eq!(ReportAnswer::parse(h.as_str()), h);
         }
-        assert_eq!(Heard::parse("garbled"), Heard::Refused);
-        assert_eq!(Heard::Complete.command_line().as_deref(), Some("stop\n"));
-        assert_eq!(Heard::Pause.command_line().as_deref(), Some("pause\n"));
-        assert_eq!(Heard::Refused.command_line(), None);
+        assert_eq!(ReportAnswer::parse("garbled"), ReportAnswer::Refused);
+        assert_eq!(
+            ReportAnswer::Complete.command_line().as_deref(),
+            Some("stop\n")
+        );
+        assert_eq!(
+            ReportAnswer::Pause.command_line().as_deref(),
+            Some("pause\n")
+        );
+        assert_eq!(ReportAnswer::Refused.command_line(), None);
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::pool::Slot;
-use crate::protocol::Heard;
+use crate::protocol::ReportAnswer;
 use crate::trial::Trial;
 
 /// What a report's step is to the attempt that made it ([`InFlight::take_report`]).
@@ -43,7 +43,7 @@ pub(super) struct InFlight {
     pub settled: bool,
     /// The stored report whose decision settled it, and that decision: the same report
     /// delivered again (a coordinator restarted before its worker heard) hears it again.
-    pub decided: Option<(u64, Heard)>,
+    pub decided: Option<(u64, ReportAnswer)>,
 }
 
 impl InFlight {

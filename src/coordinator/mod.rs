@@ -24,7 +24,7 @@ use crate::experiment::{stage_exploit, take_exploit, trial_dir};
 use crate::objective::{Job, Objective};
 use crate::observer::{emit, tell, Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
-use crate::protocol::{Heard, Outcome, WorkerMsg};
+use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 use crate::remote::bridge::{Adopted, Bridge};
 use crate::replay::replay;
 use crate::stop::{StopConditions, StopReason, StopWatch};
@@ -114,7 +114,7 @@ pub(crate) struct Coordinator {
     tx: mpsc::UnboundedSender<WorkerMsg>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
     shutdown: watch::Sender<bool>,
-    acks: Vec<(oneshot::Sender<Heard>, Heard)>,
+    acks: Vec<(oneshot::Sender<ReportAnswer>, ReportAnswer)>,
     to_launch: Vec<TrialId>,
     /// The budget is spent: the scheduler has been told no trial will join.
     all_added: bool,
@@ -652,7 +652,7 @@ impl Coordinator {
                 Ok(())
             }
             WorkerMsg::Unreachable(why) => Err(TuneError::Store(StoreError::Database {
-                path: crate::store::postgres_location(
+                at: crate::store::postgres_location(
                     self.plan.remote.as_deref().unwrap_or_default(),
                     &self.plan.name,
                 ),
@@ -671,7 +671,7 @@ impl Coordinator {
         attempt: u32,
         step: Option<u64>,
         mut metrics: std::collections::BTreeMap<String, f64>,
-        ack: oneshot::Sender<Heard>,
+        ack: oneshot::Sender<ReportAnswer>,
     ) -> Result<(), TuneError> {
         let Some(run) = self
             .in_flight
@@ -687,7 +687,7 @@ impl Coordinator {
                 .filter(|r| r.attempt == attempt)
                 .and_then(|r| r.decided)
                 .filter(|&(decided, _)| step == Some(decided))
-                .map_or(Heard::Refused, |(_, heard)| heard);
+                .map_or(ReportAnswer::Refused, |(_, heard)| heard);
             self.acks.push((ack, heard));
             return Ok(());
         };
@@ -695,7 +695,7 @@ impl Coordinator {
             Taken::New(step) => step,
             Taken::Redone => {
                 // Its result and decision are already stored.
-                self.acks.push((ack, Heard::Continue));
+                self.acks.push((ack, ReportAnswer::Continue));
                 return Ok(());
             }
             Taken::OutOfOrder { step, after } => {
@@ -781,14 +781,14 @@ impl Coordinator {
     fn fail_at_report(
         &mut self,
         id: TrialId,
-        ack: oneshot::Sender<Heard>,
+        ack: oneshot::Sender<ReportAnswer>,
         reason: String,
     ) -> Result<(), TuneError> {
         if let Some(run) = self.in_flight.get_mut(&id) {
             run.settled = true;
         }
         self.settle(id, Status::Failed, Some(reason))?;
-        self.acks.push((ack, Heard::Refused));
+        self.acks.push((ack, ReportAnswer::Refused));
         Ok(())
     }
 
@@ -799,16 +799,16 @@ impl Coordinator {
         id: TrialId,
         step: u64,
         decision: Decision,
-    ) -> Result<Heard, TuneError> {
+    ) -> Result<ReportAnswer, TuneError> {
         let settles = decision != Decision::Continue;
         let heard = match decision {
-            Decision::Continue => Heard::Continue,
+            Decision::Continue => ReportAnswer::Continue,
             Decision::Pause => {
                 self.set_status(id, Status::Paused);
                 let t = self.live.get(&id).expect("a trial being paused");
                 self.store.put_trial(t)?;
                 emit(&mut self.observers, &Event::Paused(t), &self.summary);
-                Heard::Pause
+                ReportAnswer::Pause
             }
             Decision::Exploit { from, params } => {
                 // The run checkpoints and ends; the trial then starts again from `from`'s
@@ -829,15 +829,15 @@ impl Coordinator {
                 self.deferred.push_back(id);
                 let t = &self.live[&id];
                 emit(&mut self.observers, &Event::Paused(t), &self.summary);
-                Heard::Pause
+                ReportAnswer::Pause
             }
             Decision::Stop => {
                 self.settle(id, Status::Stopped, None)?;
-                Heard::Stop
+                ReportAnswer::Stop
             }
             Decision::Complete => {
                 self.settle(id, Status::Completed, None)?;
-                Heard::Complete
+                ReportAnswer::Complete
             }
         };
         if settles {

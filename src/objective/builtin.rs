@@ -13,7 +13,7 @@ use tune_trials::{
 };
 
 use super::checkpoint_rule::{checkpoint_after, written_before_report, CheckpointWrite};
-use super::pack::{Decision, Handed, Member, Packs};
+use super::pack::{Decision, LeavingCheckpoint, Member, Packs};
 use super::pack_settings::PackSettings;
 use super::spec::ObjectiveSpec;
 use super::{ObjectiveFn, Stop, TrialContext};
@@ -302,14 +302,14 @@ fn train_in_pack(
         let (r, trials, handed) = member.next_epoch()?;
         let report = |ctx: &mut TrialContext| report(ctx, &r, n_params, fused.then_some(trials));
         match handed {
-            Some(Handed::BeforeReport(contents)) => {
+            Some(LeavingCheckpoint::BeforeReport(contents)) => {
                 // Its scheduler completes it at this epoch: it left the pack with the report,
                 // and the pack trains on without waiting for it.
                 tune_trials::checkpoint::write(ctx.checkpoint_dir()?, contents)?;
                 written_early()?;
                 return Ok(report(ctx)?);
             }
-            Some(Handed::AfterReport(contents)) => {
+            Some(LeavingCheckpoint::AfterReport(contents)) => {
                 // It has trained its last epoch and left the pack with it.
                 let heard = report(ctx);
                 if checkpoint_after(&heard, true, false).is_some() {

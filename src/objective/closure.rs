@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::{Params, TrialId};
 
 use super::{BoxError, IntoMetrics, Job, Stop};
-use crate::protocol::{Heard, Outcome, WorkerMsg};
+use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 
 /// The signature of a closure objective.
 pub type ObjectiveFn = dyn Fn(&mut TrialContext) -> Result<(), BoxError> + Send + Sync;
@@ -108,11 +108,11 @@ impl TrialContext {
                 .ok()
                 .and_then(|_| answer.blocking_recv().ok())
             {
-                Some(Heard::Continue) => None,
-                Some(Heard::Stop) => Some(Stop::Scheduler),
-                Some(Heard::Complete) => Some(Stop::Completed),
-                Some(Heard::Pause) => Some(Stop::Paused),
-                Some(Heard::Refused) | None => Some(Stop::Interrupted),
+                Some(ReportAnswer::Continue) => None,
+                Some(ReportAnswer::Stop) => Some(Stop::Scheduler),
+                Some(ReportAnswer::Complete) => Some(Stop::Completed),
+                Some(ReportAnswer::Pause) => Some(Stop::Paused),
+                Some(ReportAnswer::Refused) | None => Some(Stop::Interrupted),
             }
         };
         self.stopped = stop;

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::{substitute, Job};
-use crate::protocol::{Heard, Outcome, WorkerMsg};
+use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 
 /// A command template and how to run it.
 pub(crate) struct CommandObjective {
@@ -74,7 +74,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         return Outcome::Failed("the child's pipes were not set up".into());
     };
     // Decisions go through their own task: a trial that never reads stdin must not block us.
-    let (decide, decisions) = mpsc::unbounded_channel::<Heard>();
+    let (decide, decisions) = mpsc::unbounded_channel::<ReportAnswer>();
     let writer = tokio::spawn(write_decisions(stdin, decisions));
     let (leader_gone, leader_exit) = watch::channel(false);
     let stderr_tail = tokio::spawn(stderr_tail(stderr, leader_exit));
@@ -238,7 +238,10 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
 }
 
 /// Writes each decision as its protocol line to the trial's stdin, until either side is gone.
-async fn write_decisions(mut stdin: ChildStdin, mut decisions: mpsc::UnboundedReceiver<Heard>) {
+async fn write_decisions(
+    mut stdin: ChildStdin,
+    mut decisions: mpsc::UnboundedReceiver<ReportAnswer>,
+) {
     while let Some(d) = decisions.recv().await {
         let Some(line) = d.command_line() else {
             continue;
@@ -296,7 +299,7 @@ async fn read_reports(
     job: &Job,
     child: &mut Child,
     stdout: ChildStdout,
-    decide: mpsc::UnboundedSender<Heard>,
+    decide: mpsc::UnboundedSender<ReportAnswer>,
     deadline: Option<Instant>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Cut> {
@@ -369,11 +372,11 @@ async fn read_reports(
         let decision = match answer.await {
             // Not kept: no line (the trial would take it as the acknowledgement and save the
             // step); the run is over.
-            Ok(Heard::Refused) | Err(_) => return Some(Cut::Interrupted),
+            Ok(ReportAnswer::Refused) | Err(_) => return Some(Cut::Interrupted),
             Ok(decision) => decision,
         };
         let _ = decide.send(decision);
-        if decision != Heard::Continue {
+        if decision != ReportAnswer::Continue {
             return Some(Cut::Stopped);
         }
     }

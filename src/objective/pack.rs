@@ -84,7 +84,11 @@ struct Joiner {
 enum FromPack {
     /// The member's epoch, or the error that ends it, how many trials the pack trained, and
     /// its checkpoint where it leaves the pack with this epoch.
-    Epoch(Result<EpochReport, String>, usize, Option<Handed>),
+    Epoch(
+        Result<EpochReport, String>,
+        usize,
+        Option<LeavingCheckpoint>,
+    ),
     /// The answer to a decision (or why the checkpoint asked for failed): whether the member
     /// has left the pack, and the checkpoint its trial writes before it goes on, where one
     /// must be on disk by then (a paused or completed member's). The trial writes it while
@@ -94,7 +98,7 @@ enum FromPack {
 
 /// The checkpoint of a member that leaves its pack with its report, which its trial writes
 /// without the pack (which trains on).
-pub(crate) enum Handed {
+pub(crate) enum LeavingCheckpoint {
     /// Written before the report: its scheduler completes it at this step
     /// ([`written_before_report`]).
     BeforeReport(Contents),
@@ -293,9 +297,11 @@ pub(crate) struct Member {
 
 impl Member {
     /// The member's next epoch, trained in the pack, how many trials the pack trained, and
-    /// its checkpoint where it leaves the pack with the epoch ([`Handed`]): then it owes the
+    /// its checkpoint where it leaves the pack with the epoch ([`LeavingCheckpoint`]): then it owes the
     /// pack no decision.
-    pub(crate) fn next_epoch(&mut self) -> Result<(EpochReport, usize, Option<Handed>), BoxError> {
+    pub(crate) fn next_epoch(
+        &mut self,
+    ) -> Result<(EpochReport, usize, Option<LeavingCheckpoint>), BoxError> {
         match self.hear.recv() {
             Ok(FromPack::Epoch(Ok(report), trials, handed)) => {
                 self.owes_decision = handed.is_none();
@@ -422,12 +428,12 @@ impl PackTrace {
 }
 
 /// A pack's turn to train on its slot.
-struct Turn {
+struct TrainingTurn {
     packs: Arc<Packs>,
     slot: String,
 }
 
-impl Drop for Turn {
+impl Drop for TrainingTurn {
     fn drop(&mut self) {
         if let Some(n) = self.packs.hub().training.get_mut(&self.slot) {
             *n = n.saturating_sub(1);
@@ -437,7 +443,7 @@ impl Drop for Turn {
 }
 
 /// A member as its pack sees it.
-struct Link {
+struct MemberChannel {
     token: u64,
     tell: mpsc::Sender<FromPack>,
     completes_at: Option<u64>,
@@ -462,7 +468,7 @@ impl Packs {
         let packs = self.clone();
         let run = move || {
             let mut fused: Option<FusedTrainer> = None;
-            let mut links: Vec<Link> = Vec::new();
+            let mut links: Vec<MemberChannel> = Vec::new();
             // Which of the members (in `links`' order, the model's) left at the last boundary.
             let mut leaving: Vec<bool> = Vec::new();
             // On a GPU the pack trains on while the members whose epoch ended decide: their
@@ -470,7 +476,7 @@ impl Packs {
             // had at theirs. On CPU, where a stopped member's extra training is the cores'
             // time, it waits for them.
             let speculates = is_gpu(&slot) && segment == Segment::ToBoundary;
-            let mut told: Option<Told> = None;
+            let mut told: Option<StopAwaitingDecisions> = None;
             let mut trace = PackTrace::new(id);
             while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l), |t| {
                 fused.as_ref().is_none_or(|f| f.in_step_with(t, &leaving))
@@ -485,7 +491,7 @@ impl Packs {
                     let mut joining = Vec::with_capacity(joiners.len());
                     for j in joiners {
                         joining.push(j.trainer);
-                        links.push(Link {
+                        links.push(MemberChannel {
                             token: j.token,
                             tell: j.tell,
                             completes_at: j.completes_at,
@@ -540,7 +546,7 @@ impl Packs {
                     Err(e) => {
                         // The pack itself failed (the device, most likely): so do its members
                         // (those that had not left already).
-                        let failing: Vec<&Link> =
+                        let failing: Vec<&MemberChannel> =
                             links.iter().filter(|l| !gone.contains(&l.token)).collect();
                         self.shrink(id, failing.len());
                         for link in failing {
@@ -572,14 +578,14 @@ impl Packs {
     }
 
     /// Waits until the slot may train one more pack; the turn ends when the guard drops.
-    fn take_turn(self: &Arc<Self>, slot: &str) -> Turn {
+    fn take_turn(self: &Arc<Self>, slot: &str) -> TrainingTurn {
         let at_once = if is_gpu(slot) { self.per_gpu } else { 1 };
         let mut hub = self.hub();
         while hub.training.get(slot).is_some_and(|&n| n >= at_once) {
             hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
         }
         *hub.training.entry(slot.to_string()).or_default() += 1;
-        Turn {
+        TrainingTurn {
             packs: self.clone(),
             slot: slot.to_string(),
         }
@@ -642,12 +648,12 @@ impl Packs {
         &self,
         id: u64,
         fused: Option<&FusedTrainer>,
-        links: &[Link],
+        links: &[MemberChannel],
         reports: Vec<Option<Result<EpochReport, TrialsError>>>,
         snapshot: bool,
         trace: &mut PackTrace,
-    ) -> Told {
-        let mut told = Told {
+    ) -> StopAwaitingDecisions {
+        let mut told = StopAwaitingDecisions {
             left: Vec::new(),
             owing: Vec::new(),
         };
@@ -670,9 +676,9 @@ impl Packs {
             let (report, handed, kept) = match report.and_then(|r| {
                 let m = member(k)?;
                 let handed = if early {
-                    Some(Handed::BeforeReport(m.checkpoint()?))
+                    Some(LeavingCheckpoint::BeforeReport(m.checkpoint()?))
                 } else if m.finished() {
-                    Some(Handed::AfterReport(m.checkpoint()?))
+                    Some(LeavingCheckpoint::AfterReport(m.checkpoint()?))
                 } else {
                     None
                 };
@@ -702,7 +708,7 @@ impl Packs {
                 ))
                 .is_ok();
             if owes && heard {
-                told.owing.push(Owing {
+                told.owing.push(AwaitedDecision {
                     token: link.token,
                     k,
                     tell: link.tell.clone(),
@@ -725,11 +731,11 @@ impl Packs {
         &self,
         id: u64,
         fused: Option<&FusedTrainer>,
-        told: Told,
+        told: StopAwaitingDecisions,
         decisions: &mpsc::Receiver<(u64, Decision)>,
         trace: &mut PackTrace,
     ) -> Vec<u64> {
-        let Told {
+        let StopAwaitingDecisions {
             mut left,
             mut owing,
         } = told;
@@ -826,15 +832,15 @@ impl Segment {
 }
 
 /// A stop's reports, told ([`Packs::tell`]); the decisions they owe not yet heard.
-struct Told {
+struct StopAwaitingDecisions {
     /// The members that left with their reports (failed, their trials gone, or finished or
     /// completed, with their last checkpoints), out of the pack's count already.
     left: Vec<u64>,
-    owing: Vec<Owing>,
+    owing: Vec<AwaitedDecision>,
 }
 
 /// A member whose decision on its report the pack waits for.
-struct Owing {
+struct AwaitedDecision {
     token: u64,
     /// Its place in the pack at the stop.
     k: usize,
@@ -900,8 +906,8 @@ mod tests {
                         // checkpoint too, to be written as the decision says.
                         let last = report.epoch == 3;
                         match &handed {
-                            Some(Handed::BeforeReport(_)) => assert!(last && i == 2),
-                            Some(Handed::AfterReport(_)) => assert!(last && i == 1),
+                            Some(LeavingCheckpoint::BeforeReport(_)) => assert!(last && i == 2),
+                            Some(LeavingCheckpoint::AfterReport(_)) => assert!(last && i == 1),
                             None => assert!(!last, "member {i}"),
                         }
                         heard.push((report, trials));
@@ -910,7 +916,10 @@ mod tests {
                             return heard;
                         }
                         std::fs::create_dir_all(&dir).unwrap();
-                        if let Some(Handed::BeforeReport(c) | Handed::AfterReport(c)) = handed {
+                        if let Some(
+                            LeavingCheckpoint::BeforeReport(c) | LeavingCheckpoint::AfterReport(c),
+                        ) = handed
+                        {
                             // It has left the pack: nothing to decide.
                             checkpoint::write(&dir, c).unwrap();
                             return heard;
@@ -991,7 +1000,7 @@ mod tests {
                         heard.push((report, trials));
                         match (handed, decision) {
                             // Its last epoch: it left the pack with its checkpoint.
-                            (Some(Handed::AfterReport(c)), Decision::Continue(dir)) => {
+                            (Some(LeavingCheckpoint::AfterReport(c)), Decision::Continue(dir)) => {
                                 checkpoint::write(&dir, c).unwrap();
                                 return heard;
                             }
@@ -1166,8 +1175,8 @@ mod tests {
             let (_, trials, handed) = leaving.next_epoch().unwrap();
             assert_eq!(trials, 2);
             match handed {
-                Some(Handed::BeforeReport(_)) => assert!(completed),
-                Some(Handed::AfterReport(_)) => assert!(!completed),
+                Some(LeavingCheckpoint::BeforeReport(_)) => assert!(completed),
+                Some(LeavingCheckpoint::AfterReport(_)) => assert!(!completed),
                 None => panic!("the checkpoint comes with the report"),
             }
             assert!(

@@ -21,7 +21,7 @@ use super::{
     WORKERS_SQL,
 };
 use crate::error::TuneError;
-use crate::protocol::{Heard, Outcome, WorkerMsg};
+use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 use crate::store::pg_store::{bigint, connect, db_error, existing};
 
 /// An attempt that was running remotely when this coordinator started, taken over as it is.
@@ -34,9 +34,9 @@ pub(crate) struct Adopted {
 enum Event {
     /// An attempt to offer, with its offer as stored.
     Offer(TrialId, u32, String),
-    Heard {
+    Answered {
         report: i64,
-        heard: Heard,
+        heard: ReportAnswer,
     },
     /// A worker wrote something (a notification says what).
     Wake(Changed),
@@ -302,7 +302,7 @@ struct State {
     /// Offers not yet written.
     offers: Vec<(TrialId, u32, String)>,
     /// Decisions not yet written.
-    heard: Vec<(i64, Heard)>,
+    heard: Vec<(i64, ReportAnswer)>,
     /// Reports handed to the coordinator and not yet decided.
     delivered: HashSet<i64>,
     tx: mpsc::UnboundedSender<WorkerMsg>,
@@ -373,7 +373,7 @@ impl State {
                     .insert((id, attempt), Tracked { claimed: false });
                 self.offers.push((id, attempt, text));
             }
-            Event::Heard { report, heard } => self.heard.push((report, heard)),
+            Event::Answered { report, heard } => self.heard.push((report, heard)),
             Event::Wake(changed) => self.changed.add(changed),
             Event::Shutdown => self.shutting_down = true,
             Event::Ended(complete) => self.ended = Some(complete),
@@ -559,7 +559,7 @@ impl State {
             self.rt.spawn(async move {
                 // A coordinator that ends without deciding leaves the report for the next.
                 if let Ok(heard) = answer.await {
-                    let _ = events.send(Event::Heard { report, heard });
+                    let _ = events.send(Event::Answered { report, heard });
                 }
             });
             let metrics: &str = row.get(4);

@@ -20,7 +20,7 @@ use crate::error::TuneError;
 use crate::objective::{BoxError, Job, Objective, TrialContext};
 use crate::observer::StopHandle;
 use crate::pool::{Pool, Slot};
-use crate::protocol::{Heard, Outcome, WorkerMsg};
+use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 use crate::spec::{ExperimentSpec, Gpus, Resources};
 use crate::store::pg_store::{bigint, connect_with, db_error, existing, this_process};
 use crate::store::{Meta, StoreError};
@@ -175,7 +175,10 @@ impl Worker {
                 self.lease.as_secs_f64()
             )));
         }
-        let location = PathBuf::from(crate::store::redact_url(&self.url));
+        let location = crate::store::StorePlace::Postgres {
+            url: crate::store::redact_url(&self.url),
+            name: None,
+        };
         // A worker must notice a database it cannot reach within its lease (a stalled network
         // otherwise blocks a query for as long as TCP retries), so it stops its trials then.
         let mut config = crate::store::pg_store::parse_url(&self.url, &location)?;
@@ -210,7 +213,7 @@ impl Worker {
                                 "{} holds no experiment named {name:?}{}: start its sweep with \
                                  `tune run SPEC --store URL` (the spec's `name`), then its \
                                  workers, or give them --wait",
-                                location.display(),
+                                location,
                                 if self.wait.is_zero() {
                                     String::new()
                                 } else {
@@ -232,7 +235,7 @@ impl Worker {
         if let Some(note) = note {
             eprintln!("tune worker: {note}");
         }
-        let (wake_tx, wake_rx) = mpsc::unbounded_channel::<Option<(i64, Heard)>>();
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel::<Option<(i64, ReportAnswer)>>();
         let listening = Arc::new(Mutex::new(HashSet::new()));
         let stop_listener = Arc::new(AtomicBool::new(false));
         let listener = {
@@ -252,7 +255,7 @@ impl Worker {
                             .filter(|(id, _)| filter.lock().unwrap().contains(id));
                         match decided {
                             Some((id, heard)) => {
-                                wake_tx.send(Some((id, Heard::parse(heard)))).is_ok()
+                                wake_tx.send(Some((id, ReportAnswer::parse(heard)))).is_ok()
                             }
                             None => true,
                         }
@@ -376,7 +379,7 @@ const CLAIM_ANY_OFFER: &str = claim_sql!("$5::bigint IS NULL");
 struct WorkerState<'a> {
     me: String,
     settings: &'a Worker,
-    location: PathBuf,
+    location: crate::store::StorePlace,
     db: Db,
     only: Option<i64>,
     pool: Pool,
@@ -386,7 +389,7 @@ struct WorkerState<'a> {
     experiments: HashMap<i64, Served>,
     running: HashMap<Key, Running>,
     /// Reports sent and waiting for the decision: report id -> (attempt, answer).
-    pending: HashMap<i64, (Key, oneshot::Sender<Heard>)>,
+    pending: HashMap<i64, (Key, oneshot::Sender<ReportAnswer>)>,
     /// The pending report ids, shared with the listener (it wakes us for these only).
     listening: Arc<Mutex<HashSet<i64>>>,
     tx: mpsc::UnboundedSender<(Key, WorkerMsg)>,
@@ -417,7 +420,7 @@ impl WorkerState<'_> {
         &mut self,
         rt: &tokio::runtime::Runtime,
         mut rx: mpsc::UnboundedReceiver<(Key, WorkerMsg)>,
-        mut wake: mpsc::UnboundedReceiver<Option<(i64, Heard)>>,
+        mut wake: mpsc::UnboundedReceiver<Option<(i64, ReportAnswer)>>,
     ) -> Result<WorkerSummary, TuneError> {
         if let Some(e) = self.only {
             // Its sweep's `fuse` sizes the pool before the slots are told to the coordinator.
@@ -499,7 +502,7 @@ impl WorkerState<'_> {
                     _ = tokio::time::sleep(tick) => (None, None),
                 }
             });
-            let mut wakes: Vec<Option<(i64, Heard)>> = woke.into_iter().collect();
+            let mut wakes: Vec<Option<(i64, ReportAnswer)>> = woke.into_iter().collect();
             while let Ok(w) = wake.try_recv() {
                 wakes.push(w);
             }
@@ -632,7 +635,7 @@ impl WorkerState<'_> {
             .collect();
         for id in answered {
             if let Some((_, ack)) = self.pending.remove(&id) {
-                let _ = ack.send(Heard::Refused);
+                let _ = ack.send(ReportAnswer::Refused);
             }
             self.listening.lock().unwrap().remove(&id);
         }
@@ -780,11 +783,11 @@ impl WorkerState<'_> {
                 step, metrics, ack, ..
             } => {
                 let Some(r) = self.running.get_mut(&key) else {
-                    let _ = ack.send(Heard::Refused);
+                    let _ = ack.send(ReportAnswer::Refused);
                     return Ok(());
                 };
                 if r.lost {
-                    let _ = ack.send(Heard::Refused);
+                    let _ = ack.send(ReportAnswer::Refused);
                     return Ok(());
                 }
                 r.reports += 1;
@@ -797,12 +800,12 @@ impl WorkerState<'_> {
                         self.pending.insert(id, (key, ack));
                     }
                     Ok(None) => {
-                        let _ = ack.send(Heard::Refused);
+                        let _ = ack.send(ReportAnswer::Refused);
                         self.lose(key, "its report was refused: the attempt is no longer its");
                     }
                     Err(e) => {
                         // Not stored: the trial waits no longer; the lease decides its fate.
-                        let _ = ack.send(Heard::Refused);
+                        let _ = ack.send(ReportAnswer::Refused);
                         self.lose(key, "its report could not be sent");
                         return Err(self.err(e));
                     }
@@ -841,13 +844,13 @@ impl WorkerState<'_> {
             )
             .map_err(|e| self.err(e))?;
         for row in rows {
-            self.answer(row.get(0), Heard::parse(row.get(1)));
+            self.answer(row.get(0), ReportAnswer::parse(row.get(1)));
         }
         Ok(())
     }
 
     /// Gives the trial waiting on report `id` its decision.
-    fn answer(&mut self, id: i64, heard: Heard) {
+    fn answer(&mut self, id: i64, heard: ReportAnswer) {
         if let Some((_, ack)) = self.pending.remove(&id) {
             let _ = ack.send(heard);
         }

@@ -871,6 +871,32 @@ impl ExperimentSpec {
     /// Checks what serde cannot: names, ranges (each config checks its own), placeholders, a
     /// built-in trainable's keys.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
+        self.validate_top()?;
+        self.validate_store_and_tracking()?;
+        self.validate_resources()?;
+        self.validate_grid()?;
+        self.validate_initial()?;
+        self.validate_warm_start()?;
+        self.validate_algorithm()?;
+        self.scheduler
+            .validate()
+            .map_err(|e| InvalidSetting::new("scheduler", e))?;
+        self.stop
+            .validate()
+            .map_err(|e| InvalidSetting::new("stop", e))?;
+        self.validate_objectives()?;
+        self.validate_constraints()?;
+        if let Some(obj) = &self.objective {
+            for o in self.objectives() {
+                obj.validate(&self.space, &o.metric)
+                    .map_err(|(section, e)| InvalidSetting::new(section, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The top-level keys: `name`, `metric`, `samples`.
+    fn validate_top(&self) -> Result<(), InvalidSetting> {
         let top = |e| InvalidSetting::new("", e);
         // The name is a folder (and a database key): what no file system takes is input.
         if self.name.is_empty()
@@ -901,6 +927,11 @@ impl ExperimentSpec {
                 "expected at least 1 trial, found 0",
             )));
         }
+        Ok(())
+    }
+
+    /// `[store]` and `[tracking]`: folders and servers named, not empty.
+    fn validate_store_and_tracking(&self) -> Result<(), InvalidSetting> {
         if self
             .store
             .checkpoints
@@ -941,6 +972,11 @@ impl ExperimentSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `[resources]`: slots, and packs only where trials can be fused.
+    fn validate_resources(&self) -> Result<(), InvalidSetting> {
         if self.resources.cpu_slots == 0 {
             return Err(InvalidSetting::new(
                 "resources",
@@ -964,6 +1000,11 @@ impl ExperimentSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `grid` parameters belong to grid search.
+    fn validate_grid(&self) -> Result<(), InvalidSetting> {
         if !matches!(self.search.algorithm, SearchSpec::Grid {}) {
             // Drawn like a choice by random search and TPE, which is rarely what was meant.
             let grid = self
@@ -984,6 +1025,11 @@ impl ExperimentSpec {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `[[search.initial]]`: points in the space, within the budget, not for grid search.
+    fn validate_initial(&self) -> Result<(), InvalidSetting> {
         if !self.search.initial.is_empty() {
             let initial = |message: String| {
                 Err(InvalidSetting::new(
@@ -1019,6 +1065,11 @@ impl ExperimentSpec {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// A warm start: an algorithm that learns, trials in the space with finite values.
+    fn validate_warm_start(&self) -> Result<(), InvalidSetting> {
         if let Some(warm) = &self.search.warm_start {
             let warm_start = |message: String| {
                 Err(InvalidSetting::new(
@@ -1049,6 +1100,11 @@ impl ExperimentSpec {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The algorithm's own options, and a space the algorithm can model.
+    fn validate_algorithm(&self) -> Result<(), InvalidSetting> {
         if let SearchSpec::Tpe(tpe) = &self.search.algorithm {
             tpe.validate()
                 .map_err(|e| InvalidSetting::new("search", e))?;
@@ -1063,20 +1119,6 @@ impl ExperimentSpec {
                     "space",
                     FieldError::new(&first, ConditionalSpace(vec![first.clone()]).to_string()),
                 ));
-            }
-        }
-        self.scheduler
-            .validate()
-            .map_err(|e| InvalidSetting::new("scheduler", e))?;
-        self.stop
-            .validate()
-            .map_err(|e| InvalidSetting::new("stop", e))?;
-        self.validate_objectives()?;
-        self.validate_constraints()?;
-        if let Some(obj) = &self.objective {
-            for o in self.objectives() {
-                obj.validate(&self.space, &o.metric)
-                    .map_err(|(section, e)| InvalidSetting::new(section, e))?;
             }
         }
         Ok(())

@@ -60,26 +60,20 @@ pub enum StoreError {
     /// it (host:pid and since when).
     #[error("the experiment is in use by another tune process{}", holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     InUse { holder: Option<String> },
-    /// The database (at `path`) or the file system under it failed: a full disk, a failed sync.
-    #[error("{}: {source}", path.display())]
+    /// The database (at `at`) or the file system under it failed: a full disk, a failed sync.
+    #[error("{at}: {source}")]
     Database {
-        path: std::path::PathBuf,
+        at: StorePlace,
         #[source]
         source: DatabaseError,
     },
-    /// The database server at `path` refused this user or database (wrong credentials, a role
+    /// The database server at `at` refused this user or database (wrong credentials, a role
     /// or database that does not exist): the URL is at fault, not the server.
-    #[error("{}: the server refused access: {reason}; check the user, the password and the database name in the URL", path.display())]
-    Refused {
-        path: std::path::PathBuf,
-        reason: String,
-    },
+    #[error("{at}: the server refused access: {reason}; check the user, the password and the database name in the URL")]
+    Refused { at: StorePlace, reason: String },
     /// The database URL does not parse: the input is at fault.
-    #[error("{}: not a PostgreSQL URL ({reason}); expected postgresql://USER@HOST:PORT/DATABASE or key=value settings", path.display())]
-    BadUrl {
-        path: std::path::PathBuf,
-        reason: String,
-    },
+    #[error("{at}: not a PostgreSQL URL ({reason}); expected postgresql://USER@HOST:PORT/DATABASE or key=value settings")]
+    BadUrl { at: StorePlace, reason: String },
     #[error("stored {what} is unreadable: {source}")]
     Corrupt {
         what: String,
@@ -96,18 +90,66 @@ pub enum StoreError {
     #[error("the store holds no experiment record")]
     NoMeta,
     /// The store was written in a layout this build does not read (by a newer tune).
-    #[error("{} was written in store format {found}; this build of tune reads formats {read:?} (a newer tune wrote it?)", path.display())]
+    #[error("{at} was written in store format {found}; this build of tune reads formats {read:?} (a newer tune wrote it?)")]
     Format {
-        path: std::path::PathBuf,
+        at: StorePlace,
         found: u32,
         read: &'static [u32],
     },
-    /// The database at `path` is damaged: unreadable, or holding less than it once did.
-    #[error("{} is damaged: {problem}", path.display())]
-    Damaged {
-        path: std::path::PathBuf,
-        problem: String,
-    },
+    /// The database at `at` is damaged: unreadable, or holding less than it once did.
+    #[error("{at} is damaged: {problem}")]
+    Damaged { at: StorePlace, problem: String },
+}
+
+/// Where a store keeps its records, as its errors name them.
+///
+/// ```
+/// use tune::store::StorePlace;
+/// let folder = StorePlace::Folder("runs/mnist/tune.db".into());
+/// assert_eq!(folder.to_string(), "runs/mnist/tune.db");
+/// assert_eq!(folder.experiment(), "runs/mnist");
+/// let db = tune::store::postgres_location("postgres://tune:pw@db/tune", "mnist");
+/// assert_eq!(db.to_string(), "postgres://tune@db/tune (experiment \"mnist\")");
+/// assert_eq!(db.experiment(), "mnist");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorePlace {
+    /// A sled database: its folder (`tune.db` in the experiment folder) or a file in it.
+    Folder(std::path::PathBuf),
+    /// A PostgreSQL database: its URL without the password, and the experiment (none for a
+    /// worker that serves every sweep in it).
+    Postgres { url: String, name: Option<String> },
+}
+
+impl StorePlace {
+    /// What `tune resume` takes for the experiment kept here: the experiment folder, or the
+    /// experiment's name (`NAME` where none is known).
+    pub fn experiment(&self) -> String {
+        match self {
+            StorePlace::Folder(path) => {
+                let db = path.ancestors().find(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n == crate::experiment::DB_DIR)
+                });
+                let folder = db.and_then(|db| db.parent()).unwrap_or(path);
+                folder.display().to_string()
+            }
+            StorePlace::Postgres { name, .. } => name.clone().unwrap_or_else(|| "NAME".into()),
+        }
+    }
+}
+
+impl std::fmt::Display for StorePlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StorePlace::Folder(path) => write!(f, "{}", path.display()),
+            StorePlace::Postgres {
+                url,
+                name: Some(name),
+            } => write!(f, "{url} (experiment {name:?})"),
+            StorePlace::Postgres { url, name: None } => write!(f, "{url}"),
+        }
+    }
 }
 
 /// Durable storage of one experiment.

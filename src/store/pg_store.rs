@@ -11,13 +11,12 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use postgres::{Client, GenericClient, NoTls};
 use tune_search::TrialId;
 
-use super::{decode, encode, Meta, StoreError, StoredExperiment, TrialStore};
+use super::{decode, encode, Meta, StoreError, StorePlace, StoredExperiment, TrialStore};
 use crate::failpoint;
 use crate::trial::{Trial, TrialResult};
 
@@ -149,7 +148,7 @@ pub struct PgStore {
     /// In a cell: [`TrialStore::load`] reads through `&self`.
     client: RefCell<Client>,
     /// The database and experiment, for messages (without a password).
-    location: PathBuf,
+    location: StorePlace,
     experiment: i64,
     pending: Pending,
     /// The sync's statement, once prepared on this connection.
@@ -263,14 +262,17 @@ pub(crate) fn this_process() -> String {
 ///
 /// ```
 /// let at = tune::store::postgres_location("postgres://tune:pw@db/tune", "mnist");
-/// assert_eq!(at.to_str(), Some("postgres://tune@db/tune (experiment \"mnist\")"));
+/// assert_eq!(at.to_string(), "postgres://tune@db/tune (experiment \"mnist\")");
 /// ```
-pub fn location(url: &str, name: &str) -> PathBuf {
-    PathBuf::from(format!("{} (experiment {name:?})", redact(url)))
+pub fn location(url: &str, name: &str) -> StorePlace {
+    StorePlace::Postgres {
+        url: redact(url),
+        name: Some(name.to_string()),
+    }
 }
 
 /// A connection with the schema up to date.
-pub(crate) fn connect(url: &str, location: &std::path::Path) -> Result<Client, StoreError> {
+pub(crate) fn connect(url: &str, location: &StorePlace) -> Result<Client, StoreError> {
     let mut config = parse_url(url, location)?;
     // A network that stalls fails a query after this long instead of blocking it for as long
     // as TCP retries (many minutes); the URL's own settings win.
@@ -281,13 +283,10 @@ pub(crate) fn connect(url: &str, location: &std::path::Path) -> Result<Client, S
 }
 
 /// The URL's settings; one that does not parse is input at fault ([`StoreError::BadUrl`]).
-pub(crate) fn parse_url(
-    url: &str,
-    location: &std::path::Path,
-) -> Result<postgres::Config, StoreError> {
+pub(crate) fn parse_url(url: &str, location: &StorePlace) -> Result<postgres::Config, StoreError> {
     url.parse()
         .map_err(|e: postgres::Error| StoreError::BadUrl {
-            path: location.to_path_buf(),
+            at: location.clone(),
             reason: Described(e).to_string(),
         })
 }
@@ -404,14 +403,14 @@ fn answers_within(config: &postgres::Config, limit: Duration) -> Result<(), Unan
 /// [`connect`] with connection settings of the caller's (timeouts).
 pub(crate) fn connect_with(
     config: &postgres::Config,
-    location: &std::path::Path,
+    location: &StorePlace,
 ) -> Result<Client, StoreError> {
     let mut client = open(config).map_err(|e| {
         let e = match e {
             Unanswered::Client(e) => e,
             silent => {
                 return StoreError::Database {
-                    path: location.to_path_buf(),
+                    at: location.clone(),
                     source: Box::new(silent),
                 }
             }
@@ -424,7 +423,7 @@ pub(crate) fn connect_with(
                     || *db.code() == SqlState::INVALID_CATALOG_NAME =>
             {
                 StoreError::Refused {
-                    path: location.to_path_buf(),
+                    at: location.clone(),
                     reason: db.message().to_string(),
                 }
             }
@@ -439,7 +438,7 @@ pub(crate) fn connect_with(
 pub(crate) fn existing(
     client: &mut Client,
     name: &str,
-    location: &std::path::Path,
+    location: &StorePlace,
 ) -> Result<i64, StoreError> {
     let row = client
         .query_opt(
@@ -452,7 +451,7 @@ pub(crate) fn existing(
 
 /// Applies the migrations the database lacks, under a lock so that processes starting at once
 /// do not race; a database migrated by a newer tune is refused.
-fn migrate(client: &mut Client, location: &std::path::Path) -> Result<(), StoreError> {
+fn migrate(client: &mut Client, location: &StorePlace) -> Result<(), StoreError> {
     let err = |e: postgres::Error| db_error(location, e);
     let mut tx = client.transaction().map_err(err)?;
     tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_SPACE])
@@ -466,7 +465,7 @@ fn migrate(client: &mut Client, location: &std::path::Path) -> Result<(), StoreE
     let known = MIGRATIONS.len() as i32;
     if applied > known {
         return Err(StoreError::Format {
-            path: location.to_path_buf(),
+            at: location.clone(),
             found: applied as u32,
             read: &[SCHEMA_VERSION],
         });
@@ -501,9 +500,9 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-pub(crate) fn db_error(location: &std::path::Path, e: postgres::Error) -> StoreError {
+pub(crate) fn db_error(location: &StorePlace, e: postgres::Error) -> StoreError {
     StoreError::Database {
-        path: location.to_path_buf(),
+        at: location.clone(),
         source: Box::new(Described(e)),
     }
 }
@@ -599,7 +598,7 @@ fn apply(
 fn read(
     client: &mut impl GenericClient,
     experiment: i64,
-    location: &std::path::Path,
+    location: &StorePlace,
 ) -> Result<StoredExperiment, StoreError> {
     let err = |e: postgres::Error| db_error(location, e);
     let meta: Option<String> = client
@@ -719,9 +718,9 @@ fn text(bytes: Vec<u8>) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn io_error(location: &std::path::Path, e: std::io::Error) -> StoreError {
+fn io_error(location: &StorePlace, e: std::io::Error) -> StoreError {
     StoreError::Database {
-        path: location.to_path_buf(),
+        at: location.clone(),
         source: Box::new(e),
     }
 }

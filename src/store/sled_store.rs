@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tune_search::TrialId;
 
-use super::{decode, encode, Meta, StoreError, StoredExperiment, TrialStore};
+use super::{decode, encode, Meta, StoreError, StorePlace, StoredExperiment, TrialStore};
 use crate::failpoint;
 use crate::trial::{Trial, TrialResult};
 
@@ -158,18 +158,18 @@ fn db_err(path: &Path) -> impl Fn(sled::Error) -> StoreError + Copy + '_ {
         // sled's I/O errors are the file system's: keep the io::Error itself.
         sled::Error::Io(io) => io_err(path)(io),
         sled::Error::Corruption { at, .. } => StoreError::Damaged {
-            path: path.to_path_buf(),
+            at: StorePlace::Folder(path.to_path_buf()),
             problem: match at {
                 Some(at) => format!("sled found corrupted data at {at:?}"),
                 None => "sled found corrupted data".into(),
             },
         },
         sled::Error::Unsupported(what) => StoreError::Damaged {
-            path: path.to_path_buf(),
+            at: StorePlace::Folder(path.to_path_buf()),
             problem: format!("sled cannot read it: {what}"),
         },
         e => StoreError::Database {
-            path: path.to_path_buf(),
+            at: StorePlace::Folder(path.to_path_buf()),
             source: Box::new(e),
         },
     }
@@ -185,7 +185,7 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> StoreError + Copy + '_ {
             _ => e,
         };
         StoreError::Database {
-            path: path.to_path_buf(),
+            at: StorePlace::Folder(path.to_path_buf()),
             source: Box::new(e),
         }
     }
@@ -294,7 +294,7 @@ impl SledStore {
             Ok(text) => Tally::parse(&text)
                 .map(Some)
                 .ok_or_else(|| StoreError::Damaged {
-                    path: self.path.clone(),
+                    at: StorePlace::Folder(self.path.clone()),
                     problem: format!("its note of what it holds ({CHECK_FILE}) is unreadable"),
                 }),
         }
@@ -334,7 +334,7 @@ impl SledStore {
 /// pipe) is damage, refused before sled opens it (sled panics closing a log it cannot sync).
 fn refuse_odd_files(path: &Path) -> Result<(), StoreError> {
     let damaged = |at: &Path, what: &str| StoreError::Damaged {
-        path: path.to_path_buf(),
+        at: StorePlace::Folder(path.to_path_buf()),
         problem: format!("{} is {what}, not a regular file", at.display()),
     };
     let kind = |meta: &std::fs::Metadata| {
@@ -400,7 +400,7 @@ impl TrialStore for SledStore {
         if let Some(noted) = self.noted()? {
             if !tally.covers(&noted) {
                 return Err(StoreError::Damaged {
-                    path: self.path.clone(),
+                    at: StorePlace::Folder(self.path.clone()),
                     problem: format!(
                         "it holds {}, but held {} when last synced ({CHECK_FILE}): what was written last is lost",
                         tally.describe(),
