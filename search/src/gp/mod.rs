@@ -7,7 +7,32 @@
 //! a discrete search on stepped and categorical ones. Inputs are in [0, 1] (`UnitSpace`) and
 //! values standardised, by default after a Yeo-Johnson power transform (HEBO's; `warp`).
 
+/// `$f(values)` (an `#[inline(always)]` function), compiled a second time for AVX2 and run so
+/// where the CPU has it. The same arithmetic in wider registers (Rust never fuses a multiply
+/// and an add), so the same bits either way: a suggestion does not depend on the CPU.
+macro_rules! avx2_or_portable {
+    ($f:path, ($($arg:ident: $ty:ty = $value:expr),*) -> $ret:ty) => {{
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn avx2($($arg: $ty),*) -> $ret {
+            $f($($arg),*)
+        }
+        #[inline(always)]
+        fn either($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2, checked just above.
+                return unsafe { avx2($($arg),*) };
+            }
+            $f($($arg),*)
+        }
+        either($($value),*)
+    }};
+}
+
 mod acquisition;
+mod fit;
+mod linalg;
 mod model;
 mod refit;
 mod searcher;
@@ -17,7 +42,8 @@ mod warp;
 pub use acquisition::{
     log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,
 };
-pub use model::{fit, GpError, GpRegressor, KernelParams};
+pub use fit::fit;
+pub use model::{GpError, GpRegressor, KernelParams};
 pub use searcher::{GpOptions, GpSearch};
 pub use space::{ConditionalSpace, UnitSpace};
 

@@ -10,7 +10,8 @@
 //! suggestion stays a pure function of seed, id and history (a resumed sweep refits the same
 //! prefix and gets the same parameters).
 
-use super::model::{fit, GpRegressor, KernelParams};
+use super::fit::fit;
+use super::model::{GpRegressor, KernelParams};
 
 /// How many of `n` training points the kernel is fitted on under `growth`: the largest size of
 /// the schedule at or below `n` (`n` itself where `growth` is 0: every suggestion fits).
