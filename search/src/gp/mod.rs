@@ -34,6 +34,7 @@ mod acquisition;
 mod fit;
 mod linalg;
 mod model;
+mod optimise;
 mod refit;
 mod searcher;
 mod space;
