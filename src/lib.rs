@@ -85,9 +85,9 @@ pub use trial::{budget_by_seq, now_ms, steps_trained, Lineage, Trial, TrialResul
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::gp::GpOptions;
 pub use tune_search::{
-    value_short, value_text, Condition, Domain, DomainError, FieldError, Mode, Nsga2Options,
-    ParamError, Params, PriorTrial, Space, SpaceBuilder, SpaceError, Status, TpeOptions, TrialId,
-    Value,
+    params_digits, value_brief, value_digits, value_short, value_text, Condition, Domain,
+    DomainError, FieldError, Mode, Nsga2Options, ParamError, Params, PriorTrial, Space,
+    SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,
 };
 pub use tuner::{TuneResult, Tuner};
 pub use warm_start::{read_warm_start, read_warm_start_stored, WarmStartRead};

@@ -68,6 +68,28 @@ fn command_sweep_exports_values_equal_to_the_objective() {
         status.contains(&format!("best: trial {} with loss", best["id"])),
         "{status}"
     );
+    // Params as people read them (6 significant digits); the export keeps every digit.
+    for t in &trials {
+        let (x, y) = (
+            t["params"]["x"].as_f64().unwrap(),
+            t["params"]["y"].as_f64().unwrap(),
+        );
+        let shown = format!(
+            "x={} y={}",
+            tune::value_digits(x, 6),
+            tune::value_digits(y, 6)
+        );
+        let row = status
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&t["id"].to_string()))
+            .unwrap_or_else(|| panic!("no row for trial {} in\n{status}", t["id"]));
+        assert!(row.ends_with(&shown), "{row} (want {shown})");
+        assert_ne!(
+            x.to_string(),
+            tune::value_digits(x, 6),
+            "x has more than 6 digits"
+        );
+    }
 
     // CSV: a header and one row per trial, params as columns.
     let csv = run_ok(tune().arg("export").arg(&dir).args(["--format", "csv"]));

@@ -38,7 +38,7 @@ pub use grid::{GridSearch, NoGridParams};
 pub use history::{History, Mode, Observation, Status, TrialId};
 pub use initial::{PointError, WithInitialPoints};
 pub use nsga2::{Nsga2, Nsga2Options};
-pub use number::{value_brief, value_digits, value_short, value_text};
+pub use number::{params_digits, value_brief, value_digits, value_short, value_text};
 pub use params::{ParamError, Params, Value};
 pub use prior::{PriorTrial, WithPriorTrials};
 pub use random::RandomSearch;

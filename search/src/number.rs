@@ -77,6 +77,26 @@ pub fn value_brief(v: f64) -> String {
     value_digits(v, 4)
 }
 
+/// Params as people read them, `name=value` joined by spaces, each float to `digits`
+/// significant digits ([`value_digits`]); the others as they are.
+///
+/// ```
+/// let mut p = tune_search::Params::default();
+/// p.insert("lr", tune_search::Value::Float(0.0031911303));
+/// p.insert("opt", tune_search::Value::Str("sgd".into()));
+/// assert_eq!(tune_search::params_digits(&p, 4), "lr=0.003191 opt=sgd");
+/// ```
+pub fn params_digits(params: &crate::Params, digits: usize) -> String {
+    params
+        .iter()
+        .map(|(k, v)| match v {
+            crate::Value::Float(x) => format!("{k}={}", value_digits(*x, digits)),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! key does. Kept apart from the sweep's state ([`Board`]) and from drawing.
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use tune_search::{value_brief, Status, TrialId, Value};
+use tune_search::{Status, TrialId};
 
 use super::board::{Board, TrialView};
 
@@ -310,14 +310,7 @@ fn row_text(t: &TrialView) -> String {
 
 /// `lr=0.00123 width=64 optimizer=sgd`, numbers to 4 significant digits.
 pub fn params_text(params: &tune_search::Params) -> String {
-    params
-        .iter()
-        .map(|(k, v)| match v {
-            Value::Float(x) => format!("{k}={}", value_brief(*x)),
-            other => format!("{k}={other}"),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    tune_search::params_digits(params, 4)
 }
 
 #[cfg(test)]
@@ -326,6 +319,7 @@ mod tests {
     use crate::dashboard::board::{Header, Update};
     use crate::trial::{Trial, TrialResult};
     use std::collections::BTreeMap;
+    use tune_search::Value;
 
     fn key(c: char) -> KeyEvent {
         KeyEvent::from(KeyCode::Char(c))

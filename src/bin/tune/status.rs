@@ -148,21 +148,14 @@ fn print_status(
             .map(|s| s.to_string())
             .unwrap_or_else(|| "-".into());
         // Six significant digits, as a person reads them; the export keeps every digit.
-        let params: Vec<String> = t
-            .params
-            .iter()
-            .map(|(k, v)| match v {
-                tune::Value::Float(x) => format!("{k}={}", value_short(*x)),
-                other => format!("{k}={other}"),
-            })
-            .collect();
+        let params = tune::params_digits(&t.params, 6);
         let mut line = format!(
             "{:>5}{} {:<10}{value} {:>6}  {}",
             t.id,
             if on_front { "*" } else { " " },
             t.status.as_str(),
             step,
-            params.join(" ")
+            params
         );
         if let Some(e) = &t.error {
             line += &format!("  [{}]", e.lines().next().unwrap_or(""));
