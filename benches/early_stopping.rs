@@ -11,18 +11,11 @@
 //! `TUNE_LCBENCH_METHODS` (`|`-separated parts of names) and `TUNE_BENCH_WORKERS` (`1,8`)
 //! narrow the run; `TUNE_BENCH_ASHA=grace,eta` changes the ASHA rows' settings.
 
-#[path = "common/curves.rs"]
-mod curves;
-#[path = "common/held_out_curves.rs"]
-mod held_out_curves;
-#[path = "common/lcbench.rs"]
-mod lcbench;
-#[path = "common/onnx.rs"]
-mod onnx;
-#[path = "common/simulator.rs"]
-mod simulator;
-#[path = "common/tpe_env.rs"]
-mod tpe_env;
+use tune_testkit::curves;
+use tune_testkit::held_out_curves;
+use tune_testkit::lcbench;
+use tune_testkit::simulator;
+use tune_testkit::tpe_env;
 
 use tpe_env::tpe_options;
 use tune_schedulers::{

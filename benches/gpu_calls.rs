@@ -27,9 +27,8 @@ use std::time::Instant;
 use candle_core::Device;
 use tune_trials::{Builtin, FusedTrainer, Split, SplitTensors, TrainConfig, Trainer};
 
-#[path = "common/packs.rs"]
-mod packs;
 use packs::{digits_shape, glyphs_data, glyphs_shape, member, mixed_member_with_dropout, MemberOf};
+use tune_testkit::packs;
 
 const K: usize = 16;
 

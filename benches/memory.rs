@@ -7,8 +7,7 @@
 //! The coordinator holds only unfinished trials and random search reads no history, so RSS
 //! should stay flat; this says by how much it grows per trial.
 
-#[path = "common/trivial.rs"]
-mod trivial;
+use tune_testkit::trivial;
 
 use std::process::Command;
 

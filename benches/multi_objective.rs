@@ -14,12 +14,9 @@
 //! tune's hypervolume shares, so that the choice is checked away from the reported table.
 //! A third gives TPE's time per suggestion with 2, 3 and 4 objectives (tune's alone).
 
-#[path = "common/mo_functions.rs"]
-mod mo_functions;
-#[path = "common/runs.rs"]
-mod runs;
-#[path = "common/tpe_env.rs"]
-mod tpe_env;
+use tune_testkit::mo_functions;
+use tune_testkit::runs;
+use tune_testkit::tpe_env;
 
 use mo_functions::MultiBenchmark;
 use runs::{in_parallel, median, peer_json};

@@ -18,10 +18,8 @@
 //! (c) runs the closure sweep with and without `[tracking] mlflow`: the sweep's own rate (to
 //!     its last trial's end), and the rate until MLflow holds every trial (`fit` returns then).
 
-#[path = "../tests/common/mlflow_server.rs"]
-mod mlflow_server;
-#[path = "common/trivial.rs"]
-mod trivial;
+use tune_testkit::mlflow_server;
+use tune_testkit::trivial;
 
 use std::path::Path;
 use std::process::Command;

@@ -10,11 +10,9 @@
 //! Every sweep is read back from the database and checked before its rate is printed.
 //! One coordinator, no `tune worker` yet: this is the store's cost, not a distributed sweep.
 
-#[path = "common/trivial.rs"]
-mod trivial;
+use tune_testkit::trivial;
 
-#[path = "../tests/common/pg_server.rs"]
-mod pg_server;
+use tune_testkit::pg_server;
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};

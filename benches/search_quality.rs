@@ -25,12 +25,9 @@
 //! picks tune's GP rows; `TUNE_BENCH_GP_HELD_OUT=1` adds tune's GP with its defaults beside
 //! `GpOptions::optuna()` on the sixteen held-out and validation functions.)
 
-#[path = "common/functions.rs"]
-mod functions;
-#[path = "common/runs.rs"]
-mod runs;
-#[path = "common/tpe_env.rs"]
-mod tpe_env;
+use tune_testkit::functions;
+use tune_testkit::runs;
+use tune_testkit::tpe_env;
 
 use runs::{in_parallel, median, peer_json};
 use tpe_env::tpe_options;

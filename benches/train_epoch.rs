@@ -31,12 +31,11 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use tune_trials::{Builtin, FusedTrainer, Split, TrainConfig, Trainer};
 
-#[path = "common/packs.rs"]
-mod packs;
 use packs::{
     digits_shape, glyphs_data, glyphs_shape, member, mixed_member, mixed_member_with_dropout,
     MemberOf,
 };
+use tune_testkit::packs;
 
 /// Pack sizes of the fused rows.
 const PACKS: [usize; 3] = [1, 4, 16];

@@ -1,10 +1,9 @@
-//! What the fuzz targets (`fuzz/`) and their corpus test (`tests/fuzz_corpus.rs`) drive: each
-//! decoder of outside input, from bytes, as tune itself calls it. None may panic, hang or
+//! What the fuzz targets (`fuzz/`) and their corpus test (`tests/fuzz_corpus.rs`) drive:
+//! each decoder of outside input the library owns (the watch protocol's is `tune_cli::fuzzing`), from bytes, as tune itself calls it. None may panic, hang or
 //! allocate without bound, whatever the bytes.
 
 use std::path::Path;
 
-use crate::dashboard::{Board, Update};
 use crate::objective::command::ReportParser;
 use crate::spec::ExperimentSpec;
 
@@ -33,14 +32,4 @@ pub fn report(bytes: &[u8]) {
 /// A stored record, as each kind the store decodes, and the store's note.
 pub fn records(bytes: &[u8]) {
     crate::store::decode_any(bytes);
-}
-
-/// The watch protocol: one JSON update per line, applied to a board.
-pub fn watch(bytes: &[u8]) {
-    let mut board = Board::default();
-    for line in bytes.split(|&b| b == b'\n') {
-        if let Ok(update) = serde_json::from_slice::<Update>(line) {
-            board.apply(update);
-        }
-    }
 }

@@ -25,7 +25,7 @@
 //! ```
 
 /// The Rust examples of the README and docs/ run as doctests, so the book cannot drift from
-/// the API (`tests/docs.rs` checks that every page with one is here).
+/// the API (`cli/tests/end_to_end/docs.rs` checks that every page with one is here).
 #[cfg(doctest)]
 mod book {
     #[doc = include_str!("../README.md")]
@@ -39,7 +39,6 @@ mod book {
 mod best;
 pub mod check;
 mod coordinator;
-pub mod dashboard;
 mod error;
 pub mod experiment;
 pub mod export;
@@ -49,7 +48,6 @@ pub mod failpoint;
 pub mod fuzzing;
 mod objective;
 mod observer;
-pub mod plot;
 mod pool;
 mod progress;
 mod protocol;
@@ -81,7 +79,9 @@ pub use spec::{
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;
-pub use trial::{budget_by_seq, now_ms, steps_trained, Lineage, Trial, TrialResult};
+pub use trial::{
+    budget_by_seq, budget_of_reports, now_ms, rfc3339, steps_trained, Lineage, Trial, TrialResult,
+};
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::gp::GpOptions;
 pub use tune_search::{

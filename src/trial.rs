@@ -149,7 +149,7 @@ pub fn budget_by_seq(trials: &[Trial]) -> BTreeMap<u64, u64> {
 }
 
 /// [`budget_by_seq`] over each trial's results, wherever they are kept.
-pub(crate) fn budget_of_reports<'a>(
+pub fn budget_of_reports<'a>(
     trials: impl Iterator<Item = &'a [TrialResult]>,
 ) -> BTreeMap<u64, u64> {
     let mut reports: Vec<(u64, usize, u64)> = trials

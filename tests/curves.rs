@@ -1,7 +1,6 @@
-//! benches/common/curves.rs reproduces benches/peers/curves.py bit for bit.
+//! testkit/src/curves.rs reproduces benches/peers/curves.py bit for bit.
 
-#[path = "../benches/common/curves.rs"]
-mod curves;
+use tune_testkit::curves;
 
 #[test]
 fn reference_values_of_curves_py() {

@@ -1,8 +1,7 @@
 //! The benchmark functions of benches/ are bit-exact with benches/peers/functions.py, and
 //! their documented minima hold.
 
-#[path = "../benches/common/functions.rs"]
-mod functions;
+use tune_testkit::functions;
 
 use tune_search::{Params, Value};
 

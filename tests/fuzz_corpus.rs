@@ -1,5 +1,6 @@
 //! Every input the fuzz targets (fuzz/) were seeded with or found, through the same decoders,
-//! on the stable toolchain: what once crashed stays fixed. (A panic fails the test.)
+//! on the stable toolchain: what once crashed stays fixed. (A panic fails the test.) The watch
+//! protocol's corpus is the binary's: `cli/tests/end_to_end/fuzz_corpus.rs`.
 
 use std::path::Path;
 
@@ -29,9 +30,4 @@ fn the_report_corpus() {
 #[test]
 fn the_records_corpus() {
     replay("records", tune::fuzzing::records);
-}
-
-#[test]
-fn the_watch_corpus() {
-    replay("watch", tune::fuzzing::watch);
 }

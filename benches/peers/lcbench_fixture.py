@@ -2,7 +2,7 @@
 """Writes what the Rust LCBench surrogate is checked and scored against, from the
 Python one (benches/peers/lcbench/lcbench.py, onnxruntime):
 
-- tests/fixtures/lcbench_points.json: 400 surrogate calls (task, the 8 raw inputs, the 6
+- cli/tests/fixtures/lcbench_points.json: 400 surrogate calls (task, the 8 raw inputs, the 6
   outputs), drawn at random over every task, epoch and the space's corners;
 - benches/data/lcbench_references.json: per task, run_lcbench.py's normalised-regret anchors
   (best and median val_accuracy at epoch 52 of its 20,000 random configurations).

@@ -1,5 +1,5 @@
 """Optuna 5's NSGAIISampler and TPESampler (multi-objective) on the functions of
-benches/common/mo_functions.rs, for benches/multi_objective.rs.
+testkit/src/mo_functions.rs, for benches/multi_objective.rs.
 
     python3 optuna_mo.py SEEDS FUNCTION [FUNCTION ...]
 

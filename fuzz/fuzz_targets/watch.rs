@@ -1,3 +1,3 @@
 #![no_main]
-//! See tune::fuzzing::watch.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tune::fuzzing::watch(data));
+//! See tune_cli::fuzzing::watch.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tune_cli::fuzzing::watch(data));

@@ -3,7 +3,7 @@
 mod optuna_journal;
 
 pub use optuna_journal::write_optuna_journal;
-pub(crate) use optuna_journal::OptunaDistribution;
+pub use optuna_journal::OptunaDistribution;
 
 use std::collections::BTreeMap;
 use std::io::Write;

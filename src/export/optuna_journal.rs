@@ -158,9 +158,9 @@ fn trial_record(
 }
 
 /// A parameter's distribution as Optuna sees it (optuna/distributions.py): what the journal
-/// records and what PED-ANOVA importances ([`crate::plot`]) discretise.
+/// records and what PED-ANOVA importances (`tune plot`) discretise.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum OptunaDistribution {
+pub enum OptunaDistribution {
     Float {
         low: f64,
         high: f64,
@@ -179,7 +179,7 @@ pub(crate) enum OptunaDistribution {
 impl OptunaDistribution {
     /// The distribution of parameter `name`. Optuna has no unbounded normal: it becomes a
     /// float range holding every value `trials` drew (and mu +- 3 sigma).
-    pub(crate) fn of(domain: &Domain, name: &str, trials: &[Trial]) -> OptunaDistribution {
+    pub fn of(domain: &Domain, name: &str, trials: &[Trial]) -> OptunaDistribution {
         let float = |low: f64, high: f64, log: bool, step: Option<f64>| OptunaDistribution::Float {
             low,
             high,

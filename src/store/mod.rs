@@ -13,8 +13,7 @@ mod sled_store;
 #[cfg(test)]
 pub(crate) mod conformance;
 #[cfg(test)]
-#[path = "../../tests/common/pg_server.rs"]
-pub(crate) mod test_server;
+pub(crate) use tune_testkit::pg_server as test_server;
 
 pub use memory::{MemoryDb, MemoryStore};
 pub use pg_store::location as postgres_location;

@@ -1,0 +1,342 @@
+//! One sweep, many worker processes, one PostgreSQL: trials/s with 1, 4 and 8 `tune worker`
+//! processes (a trivial command objective, and a trivial closure through the Rust API's
+//! [`tune::remote::Worker`]), beside Optuna 5 RDBStorage with the same number of worker
+//! processes on the same server; and the report -> decision round trip as a trial sees it.
+//!
+//!     cargo bench -p tune-cli --bench distributed               # a private server (as the tests start)
+//!     TUNE_BENCH_DATABASE_URL=postgres://... cargo bench -p tune-cli --bench distributed
+//!     TUNE_PEER_PYTHON=venv/bin/python cargo bench -p tune-cli --bench distributed
+//!                                                   # + Optuna 5 (optuna, psycopg2)
+//!     TUNE_BENCH_PART=growth cargo bench -p tune-cli --bench distributed
+//!                                                   # only the cost per trial as tables grow
+//!
+//! The coordinator is `tune run SPEC --store URL --slots 0` (it runs no trial itself). Every
+//! sweep is read back and checked before its rate is printed; a rate is trials between the
+//! first trial's start and the last one's end, as stored.
+
+use tune_testkit::trivial;
+
+use tune_testkit::pg_server;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use trivial::{is_sum_of_params, report_sum};
+use tune::experiment::Experiment;
+
+/// Set in a worker process this bench starts: `URL NAME`.
+const WORKER_ENV: &str = "TUNE_BENCH_WORKER";
+
+/// The trivial command: reports `x0` once.
+const COMMAND: &str = r#"["sh", "-c", "echo '{{\"loss\": {x0}}}'"]"#;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Command,
+    Closure,
+}
+
+/// A closure worker (this bench run again): runs trials until the sweep is finished, then
+/// prints how long each report took to be decided, in microseconds.
+fn closure_worker(spec: &str) {
+    let (url, name) = spec.split_once(' ').expect("URL NAME");
+    let waits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = waits.clone();
+    tune::remote::Worker::new(url)
+        .experiment(name)
+        .slots(1)
+        .run(move |ctx| {
+            let asked = Instant::now();
+            let result = report_sum(ctx);
+            seen.lock()
+                .unwrap()
+                .push(asked.elapsed().as_micros() as u64);
+            result
+        })
+        .expect("worker");
+    let waits = waits.lock().unwrap();
+    let line: Vec<String> = waits.iter().map(u64::to_string).collect();
+    println!("{}", line.join(" "));
+}
+
+fn tune_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tune")
+}
+
+/// Runs a sweep of `n` trials with `workers` worker processes, with `filler` ended attempts
+/// and decided reports of other trials put in the experiment's protocol tables before the
+/// workers start; trials/s, and the report -> decision waits of closure workers.
+fn sweep(url: &str, kind: Kind, workers: usize, n: u64, filler: u64) -> (f64, Vec<u64>) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let name = format!(
+        "{}-{workers}-{n}-{filler}",
+        if kind == Kind::Command {
+            "command"
+        } else {
+            "closure"
+        }
+    );
+    let spec = tmp.path().join("space.toml");
+    let space: String = (0..5)
+        .map(|i| format!("x{i} = {{ uniform = [0.0, 1.0] }}\n"))
+        .collect();
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"{name}\"\nmetric = \"loss\"\nsamples = {n}\n\n[objective]\ncommand = {COMMAND}\n\n[space]\n{space}"
+        ),
+    )
+    .expect("spec");
+    let mut coordinator = Command::new(tune_bin())
+        .arg("run")
+        .arg(&spec)
+        .args(["--store", url, "--slots", "0", "--no-tui", "--dir"])
+        .arg(tmp.path().join("c"))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("coordinator");
+    wait_for_experiment(url, &name, &mut coordinator);
+    if filler > 0 {
+        fill(url, &name, filler);
+    }
+    let started: Vec<Child> = (0..workers)
+        .map(|i| {
+            let mut cmd = match kind {
+                Kind::Command => {
+                    let mut cmd = Command::new(tune_bin());
+                    cmd.args(["worker", url, "--experiment", &name, "--slots", "1"])
+                        .arg("--dir")
+                        .arg(tmp.path().join(format!("w{i}")));
+                    cmd
+                }
+                Kind::Closure => {
+                    let mut cmd = Command::new(std::env::current_exe().expect("this bench"));
+                    cmd.env(WORKER_ENV, format!("{url} {name}"));
+                    cmd
+                }
+            };
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("worker")
+        })
+        .collect();
+    assert!(coordinator.wait().expect("coordinator").success());
+    let mut waits = Vec::new();
+    for w in started {
+        let out = w.wait_with_output().expect("worker");
+        assert!(out.status.success(), "a worker failed");
+        if kind == Kind::Closure {
+            waits.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(|w| w.parse::<u64>().expect("a wait")),
+            );
+        }
+    }
+    let stored = Experiment::read_postgres(url, &name).expect("read back");
+    assert_eq!(stored.trials.len() as u64, n, "every trial stored");
+    for t in &stored.trials {
+        match kind {
+            Kind::Closure => assert!(is_sum_of_params(t), "trial {}", t.id),
+            Kind::Command => assert_eq!(t.value("loss"), t.params.f64("x0").ok(), "trial {}", t.id),
+        }
+        assert_eq!(t.attempts, 1, "trial {} ran once", t.id);
+    }
+    let first = stored
+        .trials
+        .iter()
+        .filter_map(|t| t.started_at)
+        .min()
+        .expect("started");
+    let last = stored
+        .trials
+        .iter()
+        .filter_map(|t| t.finished_at)
+        .max()
+        .expect("finished");
+    ((n - 1) as f64 / ((last - first) as f64 / 1000.0), waits)
+}
+
+/// Puts `count` ended attempts, each with one decided report, of trials the sweep never
+/// creates (ids from 10^9) in experiment `name`: what a long sweep leaves in the tables that
+/// workers and the coordinator's bridge read for every trial. The statistics are left as
+/// autovacuum keeps them, as in a real sweep.
+fn fill(url: &str, name: &str, count: u64) {
+    let mut db = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    let count = count as i64;
+    db.execute(
+        "INSERT INTO tune_attempts (experiment, trial, attempt, job, state, worker, device,
+                                    token, outcome)
+         SELECT e.id, 1000000000 + g, 1, '{}', 'ended', 'filler:1', 'cpu:0',
+                nextval('tune_tokens'), 'returned'
+         FROM tune_experiments e, generate_series(1, $2::bigint) g WHERE e.name = $1",
+        &[&name, &count],
+    )
+    .expect("filler attempts");
+    db.execute(
+        "INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics, heard)
+         SELECT a.experiment, a.trial, 1, a.token, 1, '{\"loss\":\"1\"}', 'continue'
+         FROM tune_attempts a JOIN tune_experiments e ON e.id = a.experiment
+         WHERE e.name = $1 AND a.trial >= 1000000000",
+        &[&name],
+    )
+    .expect("filler reports");
+}
+
+fn wait_for_experiment(url: &str, name: &str, coordinator: &mut Child) {
+    let started = Instant::now();
+    while Experiment::read_postgres(url, name).is_err() {
+        assert!(
+            coordinator.try_wait().expect("wait").is_none(),
+            "the coordinator ended"
+        );
+        assert!(started.elapsed().as_secs() < 60, "no experiment after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Optuna 5's random sampler on RDBStorage, `workers` processes sharing one study, `n` trials
+/// in all: trials/s from the first process's start to the last one's end (each measured after
+/// its imports).
+fn optuna(python: &Path, url: &str, kind: Kind, workers: usize, n: u64) -> Option<f64> {
+    let sa_url = url.replacen("postgres://", "postgresql+psycopg2://", 1);
+    let study = format!(
+        "peer-{}-{workers}",
+        if kind == Kind::Command {
+            "command"
+        } else {
+            "closure"
+        }
+    );
+    let create =
+        format!("import optuna\noptuna.create_study(study_name={study:?}, storage={sa_url:?})\n");
+    let made = Command::new(python).args(["-c", &create]).output().ok()?;
+    if !made.status.success() {
+        eprintln!(
+            "optuna peer failed: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        return None;
+    }
+    let command = kind == Kind::Command;
+    let script = format!(
+        r#"
+import json, subprocess, time, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name={study:?}, storage={sa_url:?},
+                          sampler=optuna.samplers.RandomSampler())
+def objective(trial):
+    xs = [trial.suggest_float(f"x{{i}}", 0.0, 1.0) for i in range(5)]
+    if {command}:
+        out = subprocess.run(["sh", "-c", "echo '{{\"loss\": %r}}'" % xs[0]],
+                             capture_output=True, text=True).stdout
+        return json.loads(out)["loss"]
+    return sum(xs)
+start = time.time()
+study.optimize(objective, n_trials={per})
+print(start, time.time())
+"#,
+        command = if command { "True" } else { "False" },
+        per = n / workers as u64,
+    );
+    let procs: Vec<Child> = (0..workers)
+        .filter_map(|_| {
+            Command::new(python)
+                .args(["-c", &script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .ok()
+        })
+        .collect();
+    let (mut first, mut last) = (f64::MAX, 0.0f64);
+    for p in procs {
+        let out = p.wait_with_output().ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "optuna peer failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return None;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut times = text.split_whitespace().map(|t| t.parse::<f64>().ok());
+        first = first.min(times.next()??);
+        last = last.max(times.next()??);
+    }
+    Some((n / workers as u64 * workers as u64) as f64 / (last - first))
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(WORKER_ENV) {
+        return closure_worker(&spec);
+    }
+    let url =
+        std::env::var("TUNE_BENCH_DATABASE_URL").unwrap_or_else(|_| pg_server::fresh_database());
+    let python = std::env::var("TUNE_PEER_PYTHON")
+        .ok()
+        .map(std::path::PathBuf::from);
+    // `TUNE_BENCH_PART=growth` runs only the second table.
+    let growth_only = std::env::var("TUNE_BENCH_PART").is_ok_and(|p| p == "growth");
+    let (n, n_peer) = (2_000, 500);
+    if !growth_only {
+        main_table(&url, python.as_deref(), n, n_peer);
+    }
+    growth(&url);
+}
+
+/// trials/s with 1, 4 and 8 workers beside Optuna's, and the report -> decision round trip.
+fn main_table(url: &str, python: Option<&Path>, n: u64, n_peer: u64) {
+    println!("| objective | workers | tune trials/s | Optuna 5 RDBStorage trials/s | ratio | tune report -> decision p50 / p99 |");
+    println!("|---|---|---|---|---|---|");
+    for kind in [Kind::Command, Kind::Closure] {
+        for workers in [1, 4, 8] {
+            let (rate, mut waits) = sweep(url, kind, workers, n, 0);
+            let peer = python.and_then(|py| optuna(py, url, kind, workers, n_peer));
+            waits.sort_unstable();
+            let latency = if waits.is_empty() {
+                "-".to_string()
+            } else {
+                format!(
+                    "{:.2} ms / {:.2} ms",
+                    percentile(&waits, 0.5),
+                    percentile(&waits, 0.99)
+                )
+            };
+            println!(
+                "| {} | {workers} | {rate:.0} | {} | {} | {latency} |",
+                if kind == Kind::Command {
+                    "command (sh)"
+                } else {
+                    "closure"
+                },
+                peer.map_or("-".into(), |p| format!("{p:.1}")),
+                peer.map_or("-".into(), |p| format!("{:.1}x", rate / p)),
+            );
+        }
+    }
+}
+
+/// Cost per trial as the protocol tables grow: 1,000 trials on 8 closure workers, in an empty
+/// experiment and in one whose tables already hold 100,000 attempts and reports.
+fn growth(url: &str) {
+    println!();
+    println!("| closure, 8 workers, 1,000 trials | tune trials/s | report -> decision p50 / p99 |");
+    println!("|---|---|---|");
+    for filler in [0, 100_000] {
+        let (rate, mut waits) = sweep(url, Kind::Closure, 8, 1_000, filler);
+        waits.sort_unstable();
+        println!(
+            "| after {filler} attempts stored | {rate:.0} | {:.2} ms / {:.2} ms |",
+            percentile(&waits, 0.5),
+            percentile(&waits, 0.99)
+        );
+    }
+}

@@ -1,0 +1,13 @@
+//! One module per command; `state` and `sweep` hold what several of them share (opening a
+//! stored sweep, running one to its end).
+
+pub mod check;
+pub mod export;
+pub mod plot;
+pub mod resume;
+pub mod run;
+pub mod state;
+pub mod status;
+pub mod sweep;
+pub mod watch;
+pub mod worker;

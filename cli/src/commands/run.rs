@@ -1,0 +1,76 @@
+//! `tune run SPEC`: a new sweep.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use tune::experiment::StoreLocation;
+use tune::{ExperimentSpec, TuneError, Tuner};
+
+use crate::args::RunArgs;
+use crate::commands::sweep::{finish, sweep};
+
+pub fn run(args: RunArgs) -> Result<ExitCode, TuneError> {
+    let RunArgs {
+        spec,
+        dir,
+        no_tui,
+        seed,
+        warm_start,
+        slots,
+        store,
+    } = args;
+    let at = store.location()?;
+    let (mut parsed, text) = ExperimentSpec::read(&spec)?;
+    if parsed.objective.is_none() {
+        return Err(TuneError::Invalid(format!(
+        "{}: expected an [objective] table with `command = [...]` or `builtin = \"mlp\"`, found none",
+        spec.display()
+    )));
+    }
+    if let Some(seed) = seed {
+        parsed.seed = seed;
+    }
+    if let Some(from) = warm_start {
+        let read = match &at {
+            StoreLocation::Folder => tune::read_warm_start(&from, &parsed)?,
+            StoreLocation::Postgres(url) => {
+                tune::read_warm_start_stored(url, &from.to_string_lossy(), &parsed)?
+            }
+        };
+        println!(
+            "tune: warm start from {}: {} completed trials{}",
+            from.display(),
+            read.warm_start.trials.len(),
+            match read.left_out {
+                0 => String::new(),
+                n => format!(" ({n} outside this space's ranges left out)"),
+            }
+        );
+        parsed.search.warm_start = Some(read.warm_start);
+        parsed
+            .validate()
+            .map_err(|e| TuneError::Invalid(format!("{}: {e}", spec.display())))?;
+    }
+    // SAFETY: tune has started no thread yet.
+    unsafe { tune::share_cores_among_trials(&parsed, slots) };
+    let dir = dir.unwrap_or_else(|| Path::new("runs").join(&parsed.name));
+    match &at {
+        StoreLocation::Folder => {
+            println!("tune: sweep `{}` in {}", parsed.name, dir.display())
+        }
+        StoreLocation::Postgres(_) => println!(
+            "tune: sweep `{}` in {at} (trial folders in {})",
+            parsed.name,
+            dir.display()
+        ),
+    }
+    let mut tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
+    if let Some(n) = slots {
+        tuner = tuner.local_slots(n);
+    }
+    let result = sweep(tuner, !no_tui).map_err(|e| match e {
+        TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
+        other => other,
+    })?;
+    Ok(finish(&result))
+}

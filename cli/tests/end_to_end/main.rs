@@ -1,0 +1,29 @@
+//! tune's end-to-end tests: the real `tune` binary run on spec files, killed and resumed,
+//! against private PostgreSQL and MLflow servers and the peers' own readers. One test binary
+//! (each former test file a module) so that the suite links once.
+
+mod common;
+
+mod bad_input;
+mod builtin;
+mod cli;
+mod constraints;
+mod damage;
+mod dashboard;
+mod docs;
+mod failpoints;
+mod fuzz_corpus;
+mod gp;
+mod hostile;
+mod lcbench;
+mod mlflow;
+mod multi_objective;
+mod optuna_journal;
+mod plot;
+mod postgres_store;
+mod resume;
+mod schedulers;
+mod stop;
+mod stored_format;
+mod tensorboard;
+mod workers;
