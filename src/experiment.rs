@@ -106,14 +106,22 @@ fn exploit_staging(dir: &Path, id: TrialId) -> PathBuf {
     dir.join(TRIALS_DIR).join(format!(".exploit-{id}"))
 }
 
+/// Waits for the checkpoint in trial folder `dir` that a built-in trainable may still be
+/// writing behind its training (nothing else writes behind). Its error, if any, is its trial's.
+fn settle_written_behind(dir: &Path) {
+    #[cfg(feature = "builtin")]
+    let _ = tune_trials::checkpoint::settle(dir);
+    #[cfg(not(feature = "builtin"))]
+    let _ = dir;
+}
+
 /// Takes the checkpoint of trial `from` for trial `id`, which exploits it, as it is now (as
 /// Ray Tune does: `from` moves on); [`take_exploit`] moves it in when `id` runs again.
 pub(crate) fn stage_exploit(dir: &Path, id: TrialId, from: TrialId) -> Result<(), TuneError> {
     let staged = exploit_staging(dir, id);
     let _ = std::fs::remove_dir_all(&staged);
-    // A built-in trainable's latest checkpoint may still be on its way to disk (written
-    // behind training): "as it is now" is that one. Its error, if any, is its trial's.
-    let _ = tune_trials::checkpoint::settle(&trial_dir(dir, from));
+    // "As it is now" is the latest checkpoint, also one still on its way to disk.
+    settle_written_behind(&trial_dir(dir, from));
     copy_dir(&trial_dir(dir, from), &staged)
         .map_err(|e| TuneError::io(format!("copying the checkpoint of trial {from}"), e))
 }
@@ -125,7 +133,7 @@ pub(crate) fn take_exploit(dir: &Path, id: TrialId, from: TrialId) -> Result<(),
     let _ = std::fs::remove_dir_all(&dst);
     let moved = staged.is_dir() && std::fs::rename(&staged, &dst).is_ok();
     if !moved {
-        let _ = tune_trials::checkpoint::settle(&trial_dir(dir, from));
+        settle_written_behind(&trial_dir(dir, from));
         copy_dir(&trial_dir(dir, from), &dst).map_err(|e| {
             TuneError::io(
                 format!("copying the checkpoint of trial {from} to trial {id}"),

@@ -40,6 +40,7 @@ impl ReportAnswer {
     }
 
     /// Reads [`ReportAnswer::as_str`] back.
+    #[cfg(feature = "postgres")]
     pub(crate) fn parse(text: &str) -> ReportAnswer {
         [
             ReportAnswer::Continue,
@@ -67,6 +68,8 @@ impl ReportAnswer {
 }
 
 /// What workers tell the coordinator.
+// Remote workers' messages are only sent in a build with the `postgres` feature.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) enum WorkerMsg {
     /// A result; the worker waits on `ack` for the decision, sent once the result is durable.
     Report {
@@ -115,6 +118,7 @@ pub(crate) enum Outcome {
 
 impl Outcome {
     /// The outcome as `tune_attempts.outcome` holds it.
+    #[cfg(feature = "postgres")]
     pub(crate) fn to_text(&self) -> String {
         match self {
             Outcome::Returned => "returned".into(),
@@ -124,6 +128,7 @@ impl Outcome {
         }
     }
 
+    #[cfg(feature = "postgres")]
     pub(crate) fn from_text(text: &str) -> Outcome {
         match text {
             "returned" => Outcome::Returned,

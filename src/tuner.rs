@@ -10,7 +10,7 @@ use crate::best::pareto_front;
 use crate::coordinator::{Coordinator, Plan};
 use crate::error::TuneError;
 use crate::experiment::{Experiment, StoreLocation};
-use crate::objective::{builtin_objective, BoxError, CommandObjective, Objective, TrialContext};
+use crate::objective::{BoxError, CommandObjective, Objective, TrialContext};
 use crate::observer::{Observer, StopHandle};
 use crate::pool::Pool;
 use crate::progress::ProgressLine;
@@ -19,8 +19,7 @@ use crate::spec::{
     SearchSpec, WarmStart,
 };
 use crate::stop::{StopConditions, StopReason};
-use crate::tracking::mlflow::{MlflowLogger, SweepRecord};
-use crate::tracking::tensorboard::TensorBoardLogger;
+use crate::tracking::trackers;
 use crate::trial::Trial;
 
 /// Sets up and runs a sweep.
@@ -516,38 +515,18 @@ impl Tuner {
                     None => packs,
                 });
             }
-            let mlflow = match spec.tracking.mlflow_url().map_err(|e| {
-                TuneError::Invalid(crate::spec::InvalidSetting::new("tracking", e).to_string())
-            })? {
-                Some(url) => Some(MlflowLogger::new(&url, SweepRecord::new(spec, 0)).map_err(
-                    |e| TuneError::Invalid(format!("[tracking] mlflow = {url:?}: {e}")),
-                )?),
-                None => None,
-            };
-            let tensorboard = match &spec.tracking.tensorboard {
-                Some(folder) => Some(
-                    TensorBoardLogger::new(folder)
-                        .map_err(|e| TuneError::Invalid(format!("[tracking] tensorboard: {e}")))?,
-                ),
-                None => None,
-            };
             Ok((
                 objective(spec, dir, pack)?,
                 spec.make_searcher()
                     .map_err(|e| TuneError::Invalid(e.to_string()))?,
                 spec.make_scheduler(),
                 (pool, note),
-                (mlflow, tensorboard),
+                trackers(spec)?,
             ))
         };
-        let (mut exp, (objective, searcher, scheduler, (pool, note), (mlflow, tensorboard))) =
+        let (mut exp, (objective, searcher, scheduler, (pool, note), trackers)) =
             self.start(prepare)?;
-        if let Some(logger) = mlflow {
-            self.observers.push(Box::new(logger));
-        }
-        if let Some(logger) = tensorboard {
-            self.observers.push(Box::new(logger));
-        }
+        self.observers.extend(trackers);
         let spec = exp.stored.meta.spec.clone();
         let plan = Plan {
             name: spec.name.clone(),
@@ -675,12 +654,20 @@ pub(crate) fn spec_objective(
     };
     let workdir = obj.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
     if obj.builtin.is_some() {
-        return Ok(Objective::Closure(builtin_objective(
+        #[cfg(feature = "builtin")]
+        return Ok(Objective::Closure(crate::objective::builtin_objective(
             obj,
             &workdir,
             slots,
             (trials_per_pack, spec.resources.trials_per_gpu as usize),
         )?));
+        #[cfg(not(feature = "builtin"))]
+        let _ = (slots, trials_per_pack);
+        #[cfg(not(feature = "builtin"))]
+        return Err(TuneError::Invalid(format!(
+            "[objective] builtin: {}",
+            crate::objective::spec::NO_BUILTIN
+        )));
     }
     check_program(&obj.command[0], &workdir)?;
     Ok(Objective::Command(Arc::new(CommandObjective {

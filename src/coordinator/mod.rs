@@ -272,7 +272,7 @@ impl Coordinator {
             self.shutdown.subscribe(),
             rt,
         )?;
-        self.plan.pool.take_remote(bridge.capacity.clone());
+        self.plan.pool.take_remote(bridge.capacity());
         self.bridge = Some(bridge);
         for Adopted { id, attempt } in adopted {
             let Some(t) = self.live.get(&id) else {

@@ -179,7 +179,7 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
     let params = serde_json::to_string(&job.params)
         .map_err(|e| Outcome::Failed(format!("the params cannot be written as JSON: {e}")))?;
     let mut cmd = tokio::process::Command::new(&argv[0]);
-    if super::builtin::rayon_set_by_tune() {
+    if super::cores::rayon_set_by_tune() {
         // Set for tune's own trainables: the command keeps the environment it was given (its
         // spec's `env` may still set it).
         cmd.env_remove("RAYON_NUM_THREADS");

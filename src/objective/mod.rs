@@ -1,11 +1,16 @@
 //! Objectives: what a trial runs. A Rust closure on a worker thread, or a command in a child
 //! process; both report results to the coordinator and wait for its decision.
 
+#[cfg(feature = "builtin")]
 mod builtin;
+#[cfg(feature = "builtin")]
 mod checkpoint_rule;
 mod closure;
 pub(crate) mod command;
+mod cores;
+#[cfg(feature = "builtin")]
 mod pack;
+#[cfg(feature = "builtin")]
 mod pack_settings;
 pub(crate) mod spec;
 
@@ -19,10 +24,11 @@ use tune_search::{Params, TrialId};
 
 use crate::protocol::WorkerMsg;
 
+#[cfg(feature = "builtin")]
 pub(crate) use builtin::builtin_objective;
-pub use builtin::{share_cores_among_trials, share_cores_among_worker_slots};
 pub use closure::{ObjectiveFn, TrialContext};
 pub(crate) use command::CommandObjective;
+pub use cores::{share_cores_among_trials, share_cores_among_worker_slots};
 
 /// The error a closure objective returns (anything that converts with `?`).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -35,6 +35,10 @@ pub struct ObjectiveSpec {
 }
 
 /// The keys `[objective]` itself defines (the rest belong to a built-in trainable).
+/// Why a build without the `builtin` feature refuses `[objective] builtin`.
+pub(crate) const NO_BUILTIN: &str =
+    "this build of tune has no built-in trainables (it was built without the `builtin` feature)";
+
 const OBJECTIVE_KEYS: [&str; 5] = ["command", "builtin", "timeout_s", "env", "workdir"];
 
 /// What a built-in trainable reports each epoch (candidates for `metric`); `n_params` is the
@@ -91,6 +95,9 @@ impl ObjectiveSpec {
         let name = self.builtin.as_deref().unwrap_or_default();
         let problem =
             |section, key: &str, message: String| (section, FieldError::new(key, message));
+        if cfg!(not(feature = "builtin")) {
+            return Err(problem("objective", "builtin", NO_BUILTIN.into()));
+        }
         let builtin = name.parse::<Builtin>().map_err(|e| {
             problem(
                 "objective",

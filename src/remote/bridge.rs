@@ -91,7 +91,7 @@ impl Changed {
 pub(crate) struct Bridge {
     events: std_mpsc::Sender<Event>,
     /// How many attempts live workers can run now (their slots).
-    pub capacity: Arc<AtomicUsize>,
+    capacity: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -211,6 +211,11 @@ impl Bridge {
             },
             adopted,
         ))
+    }
+
+    /// How many attempts live workers can run now (their slots), kept up to date by the bridge.
+    pub(crate) fn capacity(&self) -> Arc<AtomicUsize> {
+        self.capacity.clone()
     }
 
     /// Offers `job` to remote workers.

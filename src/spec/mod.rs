@@ -958,6 +958,21 @@ impl ExperimentSpec {
             check_mlflow_url(url)
                 .map_err(|e| InvalidSetting::new("tracking", FieldError::new("mlflow", e)))?;
         }
+        if cfg!(not(feature = "mlflow"))
+            && !matches!(
+                self.tracking.mlflow,
+                None | Some(MlflowServer::FromEnvironment(false))
+            )
+        {
+            return Err(InvalidSetting::new(
+                "tracking",
+                FieldError::new(
+                    "mlflow",
+                    "this build of tune has no MLflow client (it was built without the \
+                     `mlflow` feature)",
+                ),
+            ));
+        }
         if self
             .tracking
             .mlflow_experiment

@@ -7,7 +7,10 @@
 //! conformance suite (`conformance.rs`).
 
 mod memory;
+#[cfg(feature = "postgres")]
 pub(crate) mod pg_store;
+#[cfg(not(feature = "postgres"))]
+mod pg_unbuilt;
 mod sled_store;
 
 #[cfg(test)]
@@ -16,9 +19,10 @@ pub(crate) mod conformance;
 pub(crate) use tune_testkit::pg_server as test_server;
 
 pub use memory::{MemoryDb, MemoryStore};
-pub use pg_store::location as postgres_location;
-pub(crate) use pg_store::redact as redact_url;
+#[cfg(feature = "postgres")]
 pub use pg_store::PgStore;
+#[cfg(not(feature = "postgres"))]
+pub use pg_unbuilt::PgStore;
 pub use sled_store::{Salvaged, SledStore};
 
 use serde::{Deserialize, Serialize};
@@ -98,6 +102,9 @@ pub enum StoreError {
     /// The database at `at` is damaged: unreadable, or holding less than it once did.
     #[error("{at} is damaged: {problem}")]
     Damaged { at: StorePlace, problem: String },
+    /// A PostgreSQL store was asked of a build without one (the `postgres` feature is off).
+    #[error("{at}: this build of tune has no PostgreSQL store (it was built without the `postgres` feature)")]
+    PostgresNotBuilt { at: StorePlace },
 }
 
 /// Where a store keeps its records, as its errors name them.
@@ -148,6 +155,35 @@ impl std::fmt::Display for StorePlace {
             } => write!(f, "{url} (experiment {name:?})"),
             StorePlace::Postgres { url, name: None } => write!(f, "{url}"),
         }
+    }
+}
+
+/// How messages name experiment `name` at `url`: the URL without its password.
+///
+/// ```
+/// let at = tune::store::postgres_location("postgres://tune:pw@db/tune", "mnist");
+/// assert_eq!(at.to_string(), "postgres://tune@db/tune (experiment \"mnist\")");
+/// ```
+pub fn postgres_location(url: &str, name: &str) -> StorePlace {
+    StorePlace::Postgres {
+        url: redact_url(url),
+        name: Some(name.to_string()),
+    }
+}
+
+/// `url` without its password.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            format!("{}{user}@{}", &url[..scheme_end], &rest[at + 1..])
+        }
+        None => url.to_string(),
     }
 }
 
@@ -205,6 +241,16 @@ pub(crate) fn decode_any(bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_never_shows_in_messages() {
+        assert_eq!(
+            redact_url("postgres://tune:s3cret@db:5432/tune?sslmode=disable"),
+            "postgres://tune@db:5432/tune?sslmode=disable"
+        );
+        assert_eq!(redact_url("postgres://db/tune"), "postgres://db/tune");
+        assert_eq!(redact_url("host=db user=tune"), "host=db user=tune");
+    }
 
     #[test]
     fn a_record_that_cannot_be_encoded_is_an_error_not_an_empty_record() {

@@ -185,14 +185,14 @@ impl PgStore {
     /// Everything stored of experiment `name`, read without taking the experiment (its
     /// coordinator may be running): what `tune status` and `tune export` show.
     pub fn read(url: &str, name: &str) -> Result<StoredExperiment, StoreError> {
-        let location = location(url, name);
+        let location = super::postgres_location(url, name);
         let mut client = connect(url, &location)?;
         let experiment = existing(&mut client, name, &location)?;
         read(&mut client, experiment, &location)
     }
 
     fn open_as(url: &str, name: &str, create: bool, wait: Duration) -> Result<PgStore, StoreError> {
-        let location = location(url, name);
+        let location = super::postgres_location(url, name);
         let err = |e: postgres::Error| db_error(&location, e);
         let mut client = connect(url, &location)?;
         let experiment: i64 = if create {
@@ -256,19 +256,6 @@ pub(crate) fn this_process() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());
     format!("{host}:{}", std::process::id())
-}
-
-/// How messages name experiment `name` at `url`: the URL without its password.
-///
-/// ```
-/// let at = tune::store::postgres_location("postgres://tune:pw@db/tune", "mnist");
-/// assert_eq!(at.to_string(), "postgres://tune@db/tune (experiment \"mnist\")");
-/// ```
-pub fn location(url: &str, name: &str) -> StorePlace {
-    StorePlace::Postgres {
-        url: redact(url),
-        name: Some(name.to_string()),
-    }
 }
 
 /// A connection with the schema up to date.
@@ -483,22 +470,6 @@ fn migrate(client: &mut Client, location: &StorePlace) -> Result<(), StoreError>
 
 /// The schema version this build writes.
 const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
-
-/// `url` without its password.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or_default();
-            format!("{}{user}@{}", &url[..scheme_end], &rest[at + 1..])
-        }
-        None => url.to_string(),
-    }
-}
 
 pub(crate) fn db_error(location: &StorePlace, e: postgres::Error) -> StoreError {
     StoreError::Database {
@@ -729,16 +700,6 @@ fn io_error(location: &StorePlace, e: std::io::Error) -> StoreError {
 mod tests {
     use super::*;
     use crate::store::test_server as server;
-
-    #[test]
-    fn a_password_never_shows_in_messages() {
-        assert_eq!(
-            redact("postgres://tune:s3cret@db:5432/tune?sslmode=disable"),
-            "postgres://tune@db:5432/tune?sslmode=disable"
-        );
-        assert_eq!(redact("postgres://db/tune"), "postgres://db/tune");
-        assert_eq!(redact("host=db user=tune"), "host=db user=tune");
-    }
 
     /// One experiment name per harness, in one database per harness.
     pub(crate) struct PgHarness {

@@ -6,6 +6,49 @@ use tune_search::{Params, Value};
 
 use crate::TrialsError;
 
+/// The built-in trainables, as named by `[objective] builtin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Builtin {
+    Mlp,
+    Cnn,
+}
+
+impl std::str::FromStr for Builtin {
+    type Err = TrialsError;
+    fn from_str(s: &str) -> Result<Builtin, TrialsError> {
+        match s {
+            "mlp" => Ok(Builtin::Mlp),
+            "cnn" => Ok(Builtin::Cnn),
+            other => {
+                let hint = tune_search::did_you_mean_hint(other, ["mlp", "cnn"]);
+                Err(TrialsError::Config(format!(
+                    "builtin: expected \"mlp\" or \"cnn\", found \"{other}\"{hint}"
+                )))
+            }
+        }
+    }
+}
+
+impl Builtin {
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::Mlp => "mlp",
+            Builtin::Cnn => "cnn",
+        }
+    }
+}
+
+/// The [`TrainConfig`](crate::TrainConfig) keys that make up a pack's key (`FuseKey`, with the data):
+/// trials that differ in any of them never share a pack. Depth (but 0), width, optimizer and
+/// batch size are not among them.
+///
+/// ```
+/// assert!(tune_trials::PACK_KEYS.contains(&"activation"));
+/// assert!(!tune_trials::PACK_KEYS.contains(&"width"));
+/// ```
+pub const PACK_KEYS: [&str; 3] = ["channels", "activation", "nesterov"];
+
 /// Every hyperparameter of the built-in MLP and CNN, with its default.
 ///
 /// ```

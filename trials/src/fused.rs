@@ -42,13 +42,14 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Shape, Tensor, Var, D};
 
 use crate::checkpoint;
+use crate::config::Builtin;
 use crate::config::{Activation, OptimizerKind};
 use crate::fused_dense::{DenseBackward, DenseForward};
 use crate::fused_dropout::{DropoutMasks, DropoutSite, MaskPlan};
 use crate::fused_loss::{SoftmaxLoss, SoftmaxScore};
 use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
-use crate::trainer::{epoch_order, Builtin, EpochReport, Trainer};
+use crate::trainer::{epoch_order, EpochReport, Trainer};
 use crate::TrialsError;
 
 /// What must be equal for trials to train in one pack: the trainable, the data (features or
@@ -86,16 +87,6 @@ pub struct FuseKey {
     /// Training and validation rows.
     pub rows: (usize, usize),
 }
-
-/// The [`TrainConfig`](crate::TrainConfig) keys that make up a [`FuseKey`] (with the data):
-/// trials that differ in any of them never share a pack. Depth (but 0), width, optimizer and
-/// batch size are not among them.
-///
-/// ```
-/// assert!(tune_trials::PACK_KEYS.contains(&"activation"));
-/// assert!(!tune_trials::PACK_KEYS.contains(&"width"));
-/// ```
-pub const PACK_KEYS: [&str; 3] = ["channels", "activation", "nesterov"];
 
 /// What the coordinator packs trials by: their [`FuseKey`] and, on CPU, their width and batch
 /// size too. A member padded to a wider pack, or to a longer batch, sums over extra zeros,

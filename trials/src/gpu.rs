@@ -36,6 +36,7 @@ pub fn free_bytes(ordinal: usize) -> Option<u64> {
 /// let cpu = tune_trials::open_device("cpu:0").unwrap();
 /// assert_eq!(tune_trials::gpu::pool_release_threshold(&cpu), None);
 /// ```
+#[cfg(feature = "train")]
 pub fn pool_release_threshold(device: &candle_core::Device) -> Option<u64> {
     imp::pool_release_threshold(device)
 }
@@ -191,6 +192,7 @@ mod imp {
         None
     }
 
+    #[cfg(feature = "train")]
     pub fn pool_release_threshold(_device: &candle_core::Device) -> Option<u64> {
         None
     }

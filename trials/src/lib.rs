@@ -11,39 +11,62 @@
 //! assert_eq!(report.epoch, 1);
 //! ```
 
-pub mod checkpoint;
+// What needs no Candle: the trainables' configuration and data, early stopping, GPU discovery.
 mod config;
+mod data;
+mod early_stopping;
+pub mod gpu;
+mod nvml;
+
+// Training itself (the `train` feature): Candle models, optimizers, packs, checkpoints.
+#[cfg(feature = "train")]
+pub mod checkpoint;
 #[cfg(feature = "cuda")]
 mod cuda_kernel;
-mod data;
+#[cfg(feature = "train")]
 mod device;
-mod early_stopping;
+#[cfg(feature = "train")]
 mod fused;
+#[cfg(feature = "train")]
 mod fused_dense;
+#[cfg(feature = "train")]
 mod fused_dropout;
+#[cfg(feature = "train")]
 mod fused_loss;
+#[cfg(feature = "train")]
 mod fused_step;
-pub mod gpu;
 #[cfg(all(test, feature = "cuda"))]
 mod kernel_tests;
+#[cfg(feature = "train")]
 mod model;
-mod nvml;
+#[cfg(feature = "train")]
 mod optim;
+#[cfg(feature = "train")]
 mod trainer;
 
-pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
-pub use config::{Activation, LrDecay, OptimizerKind, TrainConfig, ARCHITECTURE_KEYS, TRAIN_KEYS};
+pub use config::{
+    Activation, Builtin, LrDecay, OptimizerKind, TrainConfig, ARCHITECTURE_KEYS, PACK_KEYS,
+    TRAIN_KEYS,
+};
 pub use data::{
     blobs, glyphs, read_csv, spirals, DataSpec, Dataset, Split, DATASETS, DATA_KEYS, GLYPH_SHAPES,
     GLYPH_SIDE,
 };
-pub use device::open_device;
 pub use early_stopping::EarlyStopping;
-pub use fused::{FuseKey, FusedTrainer, HeldCheckpoint, PackKey, PackedMember, PACK_KEYS};
-pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
 pub use nvml::{gpu_use, GpuUse};
+
+#[cfg(feature = "train")]
+pub use checkpoint::{Checkpoint, CHECKPOINT_FILE};
+#[cfg(feature = "train")]
+pub use device::open_device;
+#[cfg(feature = "train")]
+pub use fused::{FuseKey, FusedTrainer, HeldCheckpoint, PackKey, PackedMember};
+#[cfg(feature = "train")]
+pub use model::{parameter_count, Cnn, Dropout, Mlp, Model, NamedVars};
+#[cfg(feature = "train")]
 pub use optim::{lr_at, Optimizer};
-pub use trainer::{Builtin, EpochReport, SplitTensors, Trainer};
+#[cfg(feature = "train")]
+pub use trainer::{EpochReport, SplitTensors, Trainer};
 
 /// Why a trainable could not run.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +86,7 @@ pub enum TrialsError {
     Train(String),
     #[error("{0}")]
     Device(String),
+    #[cfg(feature = "train")]
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
 }

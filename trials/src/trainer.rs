@@ -8,47 +8,13 @@ use candle_core::{DType, Device, Tensor, D};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::config::{TrainConfig, ARCHITECTURE_KEYS};
+use crate::config::{Builtin, TrainConfig, ARCHITECTURE_KEYS};
 use crate::data::{Dataset, Split};
 use crate::model::{Cnn, Dropout, Mlp, Model};
 use crate::optim::{lr_at, Optimizer};
 use crate::{EarlyStopping, TrialsError};
-
-/// The built-in trainables, as named by `[objective] builtin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Builtin {
-    Mlp,
-    Cnn,
-}
-
-impl std::str::FromStr for Builtin {
-    type Err = TrialsError;
-    fn from_str(s: &str) -> Result<Builtin, TrialsError> {
-        match s {
-            "mlp" => Ok(Builtin::Mlp),
-            "cnn" => Ok(Builtin::Cnn),
-            other => {
-                let hint = tune_search::did_you_mean_hint(other, ["mlp", "cnn"]);
-                Err(TrialsError::Config(format!(
-                    "builtin: expected \"mlp\" or \"cnn\", found \"{other}\"{hint}"
-                )))
-            }
-        }
-    }
-}
-
-impl Builtin {
-    pub fn name(self) -> &'static str {
-        match self {
-            Builtin::Mlp => "mlp",
-            Builtin::Cnn => "cnn",
-        }
-    }
-}
 
 /// What one epoch measured.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -1,0 +1,144 @@
+//! What is read of remote workers straight from the database: who serves an experiment,
+//! which worker ran each attempt, which reports were answered.
+
+use std::collections::BTreeMap;
+
+use super::{Serving, WorkerInfo};
+
+/// The workers of experiment `$1` (registered and not yet exited), as [`worker_from_row`]
+/// reads them.
+pub(crate) const WORKERS_SQL: &str = "SELECT w.id, w.slots, e.name,
+        extract(epoch FROM now() - w.heartbeat_at)::float8,
+        w.heartbeat_at > now() - make_interval(secs => w.lease_s),
+        coalesce((SELECT array_agg(a.trial ORDER BY a.trial) FROM tune_attempts a
+                  WHERE a.worker = w.id AND a.state = 'running' AND a.experiment = $1), '{}'),
+        w.gpus
+     FROM tune_workers w LEFT JOIN tune_experiments e ON e.id = w.experiment
+     WHERE w.experiment IS NULL OR w.experiment = $1 ORDER BY w.id";
+
+pub(crate) fn worker_from_row(r: &postgres::Row) -> WorkerInfo {
+    let age_s: f64 = r.get(3);
+    WorkerInfo {
+        id: r.get(0),
+        slots: r.get::<_, i32>(1).max(0) as u32,
+        serving: r.get(2),
+        heartbeat_at: crate::trial::now_ms().saturating_sub((age_s.max(0.0) * 1000.0) as u64),
+        live: r.get(4),
+        running: r
+            .get::<_, Vec<i64>>(5)
+            .into_iter()
+            .map(|t| t as tune_search::TrialId)
+            .collect(),
+        // Written by the worker itself as JSON; a worker of another version may write what
+        // this one cannot read, which shows as no GPUs rather than an error.
+        gpus: r
+            .get::<_, Option<String>>(6)
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
+    }
+}
+
+/// Who serves experiment `name` at `url` now (one connection, one snapshot).
+///
+/// ```no_run
+/// let serving = tune::remote::serving("postgres://tune@db/tune", "mnist-lr")?;
+/// println!("coordinator: {:?}", serving.coordinator);
+/// for w in &serving.workers {
+///     println!("{} ({} slots): {:?}", w.id, w.slots, w.running);
+/// }
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub fn serving(url: &str, name: &str) -> Result<Serving, crate::StoreError> {
+    use crate::store::pg_store::{connect, coordinator, db_error, existing};
+    let location = crate::store::postgres_location(url, name);
+    let mut client = connect(url, &location)?;
+    let experiment = existing(&mut client, name, &location)?;
+    let err = |e| db_error(&location, e);
+    let mut snapshot = client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(err)?;
+    let coordinator = coordinator(&mut snapshot, experiment).map_err(err)?;
+    let workers = snapshot
+        .query(WORKERS_SQL, &[&experiment])
+        .map_err(err)?
+        .iter()
+        .map(worker_from_row)
+        .collect();
+    snapshot.commit().map_err(err)?;
+    Ok(Serving {
+        coordinator,
+        workers,
+    })
+}
+
+/// The worker (`host:pid`) of each attempt of experiment `name` at `url` that a worker
+/// claimed, by (trial, attempt): what `tune export` gives each result.
+///
+/// ```no_run
+/// let by_attempt = tune::remote::attempt_workers("postgres://tune@db/tune", "mnist-lr")?;
+/// println!("trial 0's first attempt ran on {:?}", by_attempt.get(&(0, 1)));
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub fn attempt_workers(
+    url: &str,
+    name: &str,
+) -> Result<BTreeMap<(tune_search::TrialId, u32), String>, crate::StoreError> {
+    use crate::store::pg_store::{connect, db_error, existing};
+    let location = crate::store::postgres_location(url, name);
+    let mut client = connect(url, &location)?;
+    let experiment = existing(&mut client, name, &location)?;
+    let rows = client
+        .query(
+            "SELECT trial, attempt, worker FROM tune_attempts
+             WHERE experiment = $1 AND worker IS NOT NULL",
+            &[&experiment],
+        )
+        .map_err(|e| db_error(&location, e))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let key = (
+                r.get::<_, i64>(0) as tune_search::TrialId,
+                r.get::<_, i32>(1) as u32,
+            );
+            (key, r.get(2))
+        })
+        .collect())
+}
+
+/// Every report remote workers sent for experiment `name` at `url` that the coordinator
+/// answered, in the order sent: what `tune check` holds against the stored results.
+///
+/// ```no_run
+/// let decided = tune::remote::decided_reports("postgres://tune@db/tune", "mnist-lr")?;
+/// println!("{} reports answered", decided.len());
+/// # Ok::<(), tune::StoreError>(())
+/// ```
+pub fn decided_reports(
+    url: &str,
+    name: &str,
+) -> Result<Vec<crate::check::DecidedReport>, crate::StoreError> {
+    use crate::store::pg_store::{connect, db_error, existing};
+    let location = crate::store::postgres_location(url, name);
+    let mut client = connect(url, &location)?;
+    let experiment = existing(&mut client, name, &location)?;
+    let rows = client
+        .query(
+            "SELECT trial, attempt, step, heard FROM tune_reports
+             WHERE experiment = $1 AND heard IS NOT NULL AND step IS NOT NULL ORDER BY id",
+            &[&experiment],
+        )
+        .map_err(|e| db_error(&location, e))?;
+    Ok(rows
+        .iter()
+        .map(|r| crate::check::DecidedReport {
+            trial: r.get::<_, i64>(0) as tune_search::TrialId,
+            attempt: r.get::<_, i32>(1) as u32,
+            step: r.get::<_, i64>(2) as u64,
+            heard: r.get(3),
+        })
+        .collect())
+}
