@@ -70,7 +70,7 @@ pub enum Action {
 /// The dashboard: the sweep's state plus the user's view of it.
 ///
 /// ```
-/// use tune::dashboard::{Action, App, Board};
+/// use tune_cli::dashboard::{Action, App, Board};
 /// use ratatui::crossterm::event::{KeyCode, KeyEvent};
 /// let mut app = App::new(Board::default(), false);
 /// assert_eq!(app.on_key(KeyEvent::from(KeyCode::Char('q'))), Action::Quit);

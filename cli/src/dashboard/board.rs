@@ -108,7 +108,7 @@ pub enum Update {
 /// Everything a dashboard shows.
 ///
 /// ```
-/// use tune::dashboard::{Board, Header, Update};
+/// use tune_cli::dashboard::{Board, Header, Update};
 /// let mut board = Board::new(Header { name: "demo".into(), total: 3, ..Header::default() });
 /// board.apply(Update::Trial(tune::Trial::new(0, tune::Params::default())));
 /// assert_eq!(board.trials.len(), 1);

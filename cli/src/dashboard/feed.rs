@@ -59,7 +59,7 @@ struct HubState {
 /// The current board and everyone who wants its updates.
 ///
 /// ```
-/// use tune::dashboard::{Hub, Update};
+/// use tune_cli::dashboard::{Hub, Update};
 /// let hub = Hub::default();
 /// let rx = hub.subscribe();
 /// hub.publish(Update::Scheduler(vec!["FIFO".into()]));

@@ -75,7 +75,7 @@ pub fn board_of_stored(
 /// terminal, and for tests).
 ///
 /// ```
-/// use tune::dashboard::{render_to_string, App, Board, Header};
+/// use tune_cli::dashboard::{render_to_string, App, Board, Header};
 /// let board = Board::new(Header { name: "demo".into(), ..Header::default() });
 /// let text = render_to_string(&mut App::new(board, false), 60, 20, 0);
 /// assert!(text.contains("tune · demo") && text.contains("trials ("));

@@ -21,12 +21,12 @@ td.s{text-align:left}.completed{color:#1f77b4}.stopped{color:#e0700e}.failed{col
 /// leaves half a report). `progress(done, total, what)` is called before each part.
 ///
 /// ```no_run
-/// # fn input() -> tune::plot::PlotInput<'static> { unimplemented!() }
+/// # fn input() -> tune_cli::plot::PlotInput<'static> { unimplemented!() }
 /// let input = input();
-/// tune::plot::write_html(&input, std::path::Path::new("report.html"), &mut |done, total, what| {
+/// tune_cli::plot::write_html(&input, std::path::Path::new("report.html"), &mut |done, total, what| {
 ///     eprintln!("{done}/{total} {what}");
 /// })?;
-/// # Ok::<(), tune::plot::PlotError>(())
+/// # Ok::<(), tune_cli::plot::PlotError>(())
 /// ```
 pub fn write_html(
     input: &PlotInput,

@@ -46,7 +46,7 @@ const DENSITY_FLOOR: f64 = 1e-12;
 ///         t
 ///     })
 ///     .collect();
-/// let importances = tune::plot::param_importances(&trials, &space, "loss", tune::Mode::Min);
+/// let importances = tune_cli::plot::param_importances(&trials, &space, "loss", tune::Mode::Min);
 /// assert_eq!(importances[0].0, "x");
 /// assert!(importances[0].1 > 0.9);
 /// ```

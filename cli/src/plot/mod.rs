@@ -25,7 +25,7 @@ pub use importance::param_importances;
 ///
 /// ```
 /// let space = tune::Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
-/// let input = tune::plot::PlotInput {
+/// let input = tune_cli::plot::PlotInput {
 ///     name: "demo",
 ///     metric: "loss",
 ///     mode: tune::Mode::Min,
@@ -37,7 +37,7 @@ pub use importance::param_importances;
 ///     running: false,
 /// };
 /// // Nothing reported yet: a clear error, not an empty picture.
-/// let err = tune::plot::render(tune::plot::Chart::History, &input, tune::plot::ImageFormat::Svg)
+/// let err = tune_cli::plot::render(tune_cli::plot::Chart::History, &input, tune_cli::plot::ImageFormat::Svg)
 ///     .unwrap_err();
 /// assert_eq!(err.to_string(), "no trial of demo has reported `loss` yet: there is nothing to plot");
 /// ```
@@ -221,11 +221,11 @@ pub enum PlotError {
 /// t.params.insert("x", Value::Float(0.25));
 /// t.status = Status::Completed;
 /// t.results.push(TrialResult { step: 1, seq: 0, attempt: 1, metrics: [("loss".into(), 0.5)].into() });
-/// let input = tune::plot::PlotInput {
+/// let input = tune_cli::plot::PlotInput {
 ///     name: "demo", metric: "loss", mode: tune::Mode::Min, constraints: &Default::default(), space: &space,
 ///     trials: &[t], scheduler: "fifo", rungs: vec![], running: false,
 /// };
-/// let svg = tune::plot::render(tune::plot::Chart::History, &input, tune::plot::ImageFormat::Svg)
+/// let svg = tune_cli::plot::render(tune_cli::plot::Chart::History, &input, tune_cli::plot::ImageFormat::Svg)
 ///     .unwrap();
 /// assert!(String::from_utf8(svg).unwrap().starts_with("<svg"));
 /// ```
