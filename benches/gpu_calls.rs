@@ -145,7 +145,9 @@ fn measure(
 
 fn main() {
     let device = match tune_trials::gpu::discover() {
-        Ok(gpus) if !gpus.is_empty() => tune_trials::open_device("cuda:0").expect("cuda:0"),
+        Ok(gpus) if !gpus.is_empty() => {
+            tune_trials::open_device(tune_trials::DeviceId::Cuda(0)).expect("cuda:0")
+        }
         Ok(_) => return println!("gpu_calls: no GPU; run it under scripts/null-cuda"),
         Err(why) => {
             return println!("gpu_calls: {why}; run the cuda build under scripts/null-cuda")

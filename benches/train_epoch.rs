@@ -165,7 +165,7 @@ fn main() {
     let gpu: Option<Vec<f64>> = tune_trials::gpu::discover()
         .ok()
         .filter(|g| !g.is_empty())
-        .and_then(|_| tune_trials::open_device("cuda:0").ok())
+        .and_then(|_| tune_trials::open_device(tune_trials::DeviceId::Cuda(0)).ok())
         .map(|dev| {
             [Builtin::Mlp, Builtin::Cnn]
                 .iter()
@@ -221,7 +221,7 @@ fn main() {
     }
     let gpu_device = gpu
         .as_ref()
-        .and_then(|_| tune_trials::open_device("cuda:0").ok());
+        .and_then(|_| tune_trials::open_device(tune_trials::DeviceId::Cuda(0)).ok());
     println!();
     println!(
         "fused trials (HFTA): ms per trial-epoch, K trials as one pack beside the same K one after another"

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use tune_trials::gpu::GpuInfo;
 
+use tune_trials::DeviceId;
+
 use crate::error::TuneError;
 use crate::spec::{Gpus, Resources};
 
@@ -18,7 +20,7 @@ use crate::spec::{Gpus, Resources};
 /// assert_eq!(Slot::Gpu(1).to_string(), "cuda:1");
 /// assert_eq!(Slot::Cpu(0).to_string(), "cpu:0");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Slot {
     /// CPU slot number N.
     Cpu(usize),
@@ -26,6 +28,25 @@ pub enum Slot {
     Gpu(usize),
     /// A slot of a remote worker (`tune worker`), whichever claims the trial.
     Remote,
+}
+
+impl Slot {
+    /// The device a trial on this slot computes on: the CPU, or the GPU whose share it is;
+    /// `None` for a remote worker's slot, which is no device of this machine.
+    ///
+    /// ```
+    /// use tune::Slot;
+    /// use tune_trials::DeviceId;
+    /// assert_eq!(Slot::Gpu(1).device(), Some(DeviceId::Cuda(1)));
+    /// assert_eq!(Slot::Remote.device(), None);
+    /// ```
+    pub fn device(self) -> Option<DeviceId> {
+        match self {
+            Slot::Cpu(_) => Some(DeviceId::Cpu),
+            Slot::Gpu(n) => Some(DeviceId::Cuda(n)),
+            Slot::Remote => None,
+        }
+    }
 }
 
 impl fmt::Display for Slot {

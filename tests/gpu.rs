@@ -6,14 +6,14 @@
 
 use candle_core::Device;
 use tune_trials::{
-    gpu, open_device, Activation, Builtin, EpochReport, FusedTrainer, OptimizerKind, Split,
-    TrainConfig, Trainer,
+    gpu, open_device, Activation, Builtin, DeviceId, EpochReport, FusedTrainer, OptimizerKind,
+    Split, TrainConfig, Trainer,
 };
 
 fn gpu_device() -> Option<Device> {
     let found = gpu::discover();
     match &found {
-        Ok(g) if !g.is_empty() => Some(open_device("cuda:0").expect("open cuda:0")),
+        Ok(g) if !g.is_empty() => Some(open_device(DeviceId::Cuda(0)).expect("open cuda:0")),
         _ if std::env::var_os("TUNE_TEST_GPU").is_some() => {
             panic!("TUNE_TEST_GPU is set but no GPU can be used: {found:?}")
         }
@@ -86,7 +86,7 @@ fn discovery_names_the_gpus_and_their_memory() {
             let why = gpu::discover().unwrap_err();
             assert!(why.contains("no CUDA driver"), "{why}");
             assert!(gpu::free_bytes(0).is_none());
-            let e = open_device("cuda:0").unwrap_err().to_string();
+            let e = open_device(DeviceId::Cuda(0)).unwrap_err().to_string();
             assert!(e.contains("no CUDA driver"), "{e}");
         }
         return;
@@ -100,7 +100,7 @@ fn discovery_names_the_gpus_and_their_memory() {
     assert!(gpu::free_bytes(0).unwrap() <= gpus[0].total_bytes);
     // The device as tune opens it keeps what its trainers free for their next allocations.
     assert_eq!(gpu::pool_release_threshold(&device), Some(u64::MAX));
-    let e = open_device(&format!("cuda:{}", gpus.len() + 7)).unwrap_err();
+    let e = open_device(DeviceId::Cuda(gpus.len() + 7)).unwrap_err();
     assert!(e.to_string().contains("cuda:"), "{e}");
 }
 

@@ -569,7 +569,7 @@ impl Coordinator {
             id,
             attempt: t.attempts,
             params: t.params.clone(),
-            device: t.device.clone().unwrap_or_default(),
+            device: run.map_or(Slot::Remote, |r| r.slot),
             trial_dir: trial_dir(&self.plan.trials, id),
             restore_dir: self.in_flight.get(&id).and_then(|r| r.restore_dir.clone()),
             timeout: self.plan.timeout,

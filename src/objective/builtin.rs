@@ -19,6 +19,7 @@ use super::pack_settings::PackSettings;
 use super::spec::ObjectiveSpec;
 use super::{ObjectiveFn, Stop, TrialContext};
 use crate::error::TuneError;
+use crate::pool::Slot;
 
 /// The objective for `[objective] builtin = "mlp"` (or `"cnn"`); a relative `csv` path is
 /// taken from `workdir`. `trials_per_pack` above 1 fuses the trials of a slot that share a key; a
@@ -194,7 +195,7 @@ fn train(
             Trainer::with_tensors(builtin, cfg, &*data.wait()?, &tensors, seed)?
         }
         None => {
-            let device = open_device(ctx.device())?;
+            let device = open_device(super::pack::device_of(ctx.device())?)?;
             Trainer::new(builtin, cfg, &*data.wait()?, &device, seed)?
         }
     };
@@ -286,7 +287,7 @@ fn report(
 /// kernel launches of a pack of one (docs/design/fused-trials.md); on CPU only where packs fuse,
 /// since there a pack of one is no faster (the bench's K = 1 rows). `gpu_alone`
 /// ([`gpu_trials_alone`]) keeps a GPU's trials out of packs of one.
-fn trains_in_a_pack(trials_per_pack: usize, slot: &str, gpu_alone: bool) -> bool {
+fn trains_in_a_pack(trials_per_pack: usize, slot: Slot, gpu_alone: bool) -> bool {
     trials_per_pack > 1 || (super::pack::is_gpu(slot) && !gpu_alone)
 }
 
@@ -365,13 +366,13 @@ mod tests {
 
     #[test]
     fn a_gpu_trains_every_trial_in_a_pack_and_a_cpu_slot_only_where_packs_fuse() {
-        assert!(trains_in_a_pack(1, "cuda:0", false));
-        assert!(trains_in_a_pack(16, "cuda:1", false));
-        assert!(!trains_in_a_pack(1, "cpu:0", false));
-        assert!(trains_in_a_pack(4, "cpu:0", false));
+        assert!(trains_in_a_pack(1, Slot::Gpu(0), false));
+        assert!(trains_in_a_pack(16, Slot::Gpu(1), false));
+        assert!(!trains_in_a_pack(1, Slot::Cpu(0), false));
+        assert!(trains_in_a_pack(4, Slot::Cpu(0), false));
         // Trials alone on a GPU only where the sweep does not fuse.
-        assert!(!trains_in_a_pack(1, "cuda:0", true));
-        assert!(trains_in_a_pack(16, "cuda:0", true));
-        assert!(!trains_in_a_pack(1, "cpu:0", true));
+        assert!(!trains_in_a_pack(1, Slot::Gpu(0), true));
+        assert!(trains_in_a_pack(16, Slot::Gpu(0), true));
+        assert!(!trains_in_a_pack(1, Slot::Cpu(0), true));
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::{Params, TrialId};
 
 use super::{BoxError, IntoMetrics, Job, Stop};
+use crate::pool::Slot;
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 
 /// The signature of a closure objective.
@@ -30,7 +31,7 @@ pub struct TrialContext {
     id: TrialId,
     attempt: u32,
     params: Params,
-    device: String,
+    device: Slot,
     trial_dir: PathBuf,
     restore_dir: Option<PathBuf>,
     deadline: Option<Instant>,
@@ -54,10 +55,10 @@ impl TrialContext {
         &self.params
     }
 
-    /// Where the trial runs: `cpu:N` (a CPU slot) or `cuda:N` (a share of GPU N, in the
-    /// `cuda` build). [`tune_trials::open_device`] turns it into a Candle device.
-    pub fn device(&self) -> &str {
-        &self.device
+    /// Where the trial runs: a CPU slot, or a share of a GPU (in the `cuda` build);
+    /// [`Slot::device`] is the device to open (`tune_trials::open_device` opens it in Candle).
+    pub fn device(&self) -> Slot {
+        self.device
     }
 
     /// A folder of this trial's own for checkpoints, created on first use.

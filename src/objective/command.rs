@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::{substitute, Job};
+use crate::pool::Slot;
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 
 /// A command template and how to run it.
@@ -188,7 +189,7 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
         .current_dir(&obj.workdir)
         .env("TUNE_PARAMS", params)
         .env("TUNE_TRIAL_ID", job.id.to_string())
-        .env("TUNE_DEVICE", &job.device)
+        .env("TUNE_DEVICE", job.device.to_string())
         .env("TUNE_ATTEMPT", job.attempt.to_string())
         .env("TUNE_CHECKPOINT_DIR", &job.trial_dir)
         .env("TUNE_EXPERIMENT_DIR", &obj.experiment_dir)
@@ -203,11 +204,10 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<Child, Outcome> {
         // Python buffers a piped stdout; unbuffered, each report arrives when printed.
         .env("PYTHONUNBUFFERED", "1")
         // A trial on a GPU sees only its own (as device 0), as with Ray Tune.
-        .envs(
-            job.device
-                .strip_prefix("cuda:")
-                .map(|n| ("CUDA_VISIBLE_DEVICES", n)),
-        )
+        .envs(match job.device {
+            Slot::Gpu(n) => Some(("CUDA_VISIBLE_DEVICES", n.to_string())),
+            _ => None,
+        })
         .envs(&obj.env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

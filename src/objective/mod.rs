@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tune_search::{Params, TrialId};
 
+use crate::pool::Slot;
 use crate::protocol::WorkerMsg;
 
 #[cfg(feature = "builtin")]
@@ -68,7 +69,8 @@ pub(crate) struct Job {
     pub id: TrialId,
     pub attempt: u32,
     pub params: Params,
-    pub device: String,
+    /// The slot it runs on (its device; a remote worker's own slot on that worker).
+    pub device: Slot,
     pub trial_dir: PathBuf,
     /// The checkpoint to continue from (a paused or interrupted trial that left one).
     pub restore_dir: Option<PathBuf>,

@@ -28,6 +28,7 @@ use tune_trials::{
 use super::checkpoint_rule::{checkpoint_after, written_before_report, CheckpointWrite};
 use super::pack_settings::PackSettings;
 use super::{BoxError, Stop};
+use crate::pool::Slot;
 
 /// The packs of one sweep's built-in objective, on every slot.
 pub(crate) struct Packs {
@@ -48,23 +49,23 @@ pub(crate) struct Packs {
 struct Hub {
     /// Per slot: trials that have started and are still making their trainer, so a pack at
     /// an epoch boundary waits for them rather than training one epoch without them.
-    arriving: HashMap<String, usize>,
+    arriving: HashMap<Slot, usize>,
     packs: Vec<PackEntry>,
     next_id: u64,
     /// Per slot, its device and the split's rows on it, once the first trial there has made
     /// them: members of a pack must have their tensors on the same device, and share the
     /// rows rather than upload a copy each.
-    data: HashMap<String, Arc<Mutex<Option<SplitTensors>>>>,
+    data: HashMap<Slot, Arc<Mutex<Option<SplitTensors>>>>,
     /// Per slot: packs training an epoch now. Packs of different keys on one slot take
     /// turns, so that a slot (its share of the cores, a GPU share) trains one model at a time
     /// as it does unfused, rather than several whose kernels only queue behind each other.
-    training: HashMap<String, usize>,
+    training: HashMap<Slot, usize>,
 }
 
 /// An open pack, as trials looking for one see it.
 struct PackEntry {
     id: u64,
-    slot: String,
+    slot: Slot,
     key: PackKey,
     /// Members and joiners.
     size: usize,
@@ -143,11 +144,11 @@ impl Packs {
     }
 
     /// Says a trial has started on `slot`: packs there wait for it to join or give up.
-    pub(crate) fn arrive(self: &Arc<Self>, slot: &str) -> Arrival {
-        *self.hub().arriving.entry(slot.to_string()).or_default() += 1;
+    pub(crate) fn arrive(self: &Arc<Self>, slot: Slot) -> Arrival {
+        *self.hub().arriving.entry(slot).or_default() += 1;
         Arrival {
             packs: self.clone(),
-            slot: slot.to_string(),
+            slot,
             counted: true,
             at: Instant::now(),
         }
@@ -158,20 +159,20 @@ impl Packs {
     /// before the split is waited for.
     pub(crate) fn tensors(
         &self,
-        slot: &str,
+        slot: Slot,
         split: impl FnOnce() -> Result<Arc<Split>, TrialsError>,
     ) -> Result<SplitTensors, TrialsError> {
         // The first trial of a slot opens its device and uploads the rows while the others
         // there wait (not the hub: other slots go on). At a sweep's start every trial of the
         // first packs asks at once, and each opening its own device (a cuBLAS handle, a
         // random generator) and uploading a copy to be dropped kept the GPU from training.
-        let cell = self.hub().data.entry(slot.to_string()).or_default().clone();
+        let cell = self.hub().data.entry(slot).or_default().clone();
         let mut data = cell.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = data.as_ref() {
             return Ok(d.clone());
         }
         let opening = Instant::now();
-        let device = open_device(slot)?;
+        let device = open_device(device_of(slot)?)?;
         let opened = opening.elapsed();
         let d = SplitTensors::new(&*split()?, &device)?;
         *data = Some(d.clone());
@@ -194,7 +195,7 @@ impl Packs {
 /// A trial that has started on a slot and not yet joined a pack; dropping it gives up.
 pub(crate) struct Arrival {
     packs: Arc<Packs>,
-    slot: String,
+    slot: Slot,
     counted: bool,
     at: Instant,
 }
@@ -237,13 +238,13 @@ impl Arrival {
                 hub.next_id += 1;
                 hub.packs.push(PackEntry {
                     id,
-                    slot: self.slot.clone(),
+                    slot: self.slot,
                     key,
                     size: 1,
                     joiners: vec![joiner],
                     decisions: decide.clone(),
                 });
-                let (packs, slot) = (packs.clone(), self.slot.clone());
+                let (packs, slot) = (packs.clone(), self.slot);
                 std::thread::Builder::new()
                     .name(format!("tune-pack-{id}"))
                     .spawn(move || packs.clone().run_pack(id, slot, decisions))
@@ -354,9 +355,15 @@ impl Drop for Member {
     }
 }
 
-/// Whether `slot` is a GPU (`cuda:N`) rather than a CPU slot.
-pub(super) fn is_gpu(slot: &str) -> bool {
-    slot.starts_with("cuda:")
+/// The device a trial on `slot` opens; a remote worker's slot is none of this machine's.
+pub(super) fn device_of(slot: Slot) -> Result<tune_trials::DeviceId, TrialsError> {
+    slot.device()
+        .ok_or_else(|| TrialsError::Device(format!("{slot} is not a device of this machine")))
+}
+
+/// Whether `slot` is a GPU's rather than a CPU slot.
+pub(super) fn is_gpu(slot: Slot) -> bool {
+    matches!(slot, Slot::Gpu(_))
 }
 
 /// With `TUNE_PACK_TRACE` set, prints `line` on stderr after `@` and the wall-clock time
@@ -430,7 +437,7 @@ impl PackTrace {
 /// A pack's turn to train on its slot.
 struct TrainingTurn {
     packs: Arc<Packs>,
-    slot: String,
+    slot: Slot,
 }
 
 impl Drop for TrainingTurn {
@@ -453,12 +460,7 @@ impl Packs {
     /// A pack's thread: at each boundary take in the trials that joined, train on to the
     /// next end of a member's epoch, tell the members there their reports and act on their
     /// decisions. It ends when the last member has left and nobody is joining.
-    fn run_pack(
-        self: Arc<Self>,
-        id: u64,
-        slot: String,
-        decisions: mpsc::Receiver<(u64, Decision)>,
-    ) {
+    fn run_pack(self: Arc<Self>, id: u64, slot: Slot, decisions: mpsc::Receiver<(u64, Decision)>) {
         let threads = self.threads;
         let segment = if PackSettings::get().lockstep {
             Segment::Epoch
@@ -475,10 +477,10 @@ impl Packs {
             // decisions wait in `told` for the next stop, acted on from the checkpoints they
             // had at theirs. On CPU, where a stopped member's extra training is the cores'
             // time, it waits for them.
-            let speculates = is_gpu(&slot) && segment == Segment::ToBoundary;
+            let speculates = is_gpu(slot) && segment == Segment::ToBoundary;
             let mut told: Option<StopAwaitingDecisions> = None;
             let mut trace = PackTrace::new(id);
-            while let Some(joiners) = self.boundary(id, &slot, leaving.iter().all(|&l| l), |t| {
+            while let Some(joiners) = self.boundary(id, slot, leaving.iter().all(|&l| l), |t| {
                 fused.as_ref().is_none_or(|f| f.in_step_with(t, &leaving))
             }) {
                 trace.lap("boundary");
@@ -505,7 +507,7 @@ impl Packs {
                 };
                 trace.lap("form");
                 let steps = fused.as_ref().map_or(0, |f| segment.ticks(f));
-                let turn = self.take_turn(&slot);
+                let turn = self.take_turn(slot);
                 trace.lap("turn");
                 let reports = formed
                     .and_then(|()| {
@@ -578,16 +580,16 @@ impl Packs {
     }
 
     /// Waits until the slot may train one more pack; the turn ends when the guard drops.
-    fn take_turn(self: &Arc<Self>, slot: &str) -> TrainingTurn {
+    fn take_turn(self: &Arc<Self>, slot: Slot) -> TrainingTurn {
         let at_once = if is_gpu(slot) { self.per_gpu } else { 1 };
         let mut hub = self.hub();
-        while hub.training.get(slot).is_some_and(|&n| n >= at_once) {
+        while hub.training.get(&slot).is_some_and(|&n| n >= at_once) {
             hub = self.changed.wait(hub).unwrap_or_else(|e| e.into_inner());
         }
-        *hub.training.entry(slot.to_string()).or_default() += 1;
+        *hub.training.entry(slot).or_default() += 1;
         TrainingTurn {
             packs: self.clone(),
-            slot: slot.to_string(),
+            slot,
         }
     }
 
@@ -597,7 +599,7 @@ impl Packs {
     fn boundary(
         &self,
         id: u64,
-        slot: &str,
+        slot: Slot,
         empty: bool,
         in_step: impl Fn(&Trainer) -> bool,
     ) -> Option<Vec<Joiner>> {
@@ -620,13 +622,13 @@ impl Packs {
 
     /// Whether pack `id` on `slot` waits at its boundary: trials are still arriving there and
     /// it has room for them. A full pack (a pack of one, where nothing fuses) trains on.
-    fn waits_for_arrivals(&self, hub: &Hub, id: u64, slot: &str) -> bool {
+    fn waits_for_arrivals(&self, hub: &Hub, id: u64, slot: Slot) -> bool {
         let room = hub
             .packs
             .iter()
             .find(|p| p.id == id)
             .is_some_and(|p| p.size < self.size);
-        room && hub.arriving.get(slot).is_some_and(|&n| n > 0)
+        room && hub.arriving.get(&slot).is_some_and(|&n| n > 0)
     }
 
     /// Takes `n` members that leave out of pack `id`'s count, making room for joiners. A
@@ -887,7 +889,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let packs = Packs::new(4, 1, Some(1));
         // All three have arrived before any joins: the pack's first epoch waits for them.
-        let arrivals: Vec<Arrival> = (0..3).map(|_| packs.arrive("cpu:0")).collect();
+        let arrivals: Vec<Arrival> = (0..3).map(|_| packs.arrive(Slot::Cpu(0))).collect();
         let members: Vec<_> = arrivals
             .into_iter()
             .enumerate()
@@ -979,7 +981,7 @@ mod tests {
     /// what each heard, its reports and the trials its pack trained each.
     fn in_one_pack(
         split: &Arc<Split>,
-        slot: &str,
+        slot: Slot,
         decide: impl Fn(usize, u64) -> Decision + Send + Sync + 'static,
     ) -> Vec<Vec<(EpochReport, usize)>> {
         let packs = Packs::new(4, 1, Some(1));
@@ -1027,7 +1029,7 @@ mod tests {
         let split = Arc::new(wine());
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
-        let heard = in_one_pack(&split, "cpu:0", move |i, _| {
+        let heard = in_one_pack(&split, Slot::Cpu(0), move |i, _| {
             let dir = root.join(i.to_string());
             std::fs::create_dir_all(&dir).unwrap();
             Decision::Continue(dir)
@@ -1066,7 +1068,7 @@ mod tests {
         let split = Arc::new(wine());
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
-        let heard = in_one_pack(&split, "cuda:0", move |i, epoch| {
+        let heard = in_one_pack(&split, Slot::Gpu(0), move |i, epoch| {
             if i == 0 {
                 return Decision::Leave;
             }
@@ -1120,7 +1122,7 @@ mod tests {
         let (decide, _decisions) = mpsc::channel();
         packs.hub().packs.push(PackEntry {
             id: 1,
-            slot: "cpu:0".into(),
+            slot: Slot::Cpu(0),
             key: make(32).pack_key(),
             size: 4,
             joiners: vec![joiner(10, 32), joiner(11, 64)],
@@ -1130,20 +1132,20 @@ mod tests {
         let mid_32 = |t: &Trainer| t.steps_per_epoch() != 5;
         let tokens = |j: Vec<Joiner>| j.iter().map(|j| j.token).collect::<Vec<_>>();
         assert_eq!(
-            tokens(packs.boundary(1, "cpu:0", false, mid_32).unwrap()),
+            tokens(packs.boundary(1, Slot::Cpu(0), false, mid_32).unwrap()),
             [11]
         );
         // The batch-32 joiner waits in the pack's entry; with no member left, it joins.
         assert_eq!(
-            tokens(packs.boundary(1, "cpu:0", false, mid_32).unwrap()),
+            tokens(packs.boundary(1, Slot::Cpu(0), false, mid_32).unwrap()),
             Vec::<u64>::new()
         );
         assert_eq!(
-            tokens(packs.boundary(1, "cpu:0", true, mid_32).unwrap()),
+            tokens(packs.boundary(1, Slot::Cpu(0), true, mid_32).unwrap()),
             [10]
         );
         assert!(
-            packs.boundary(1, "cpu:0", true, mid_32).is_none(),
+            packs.boundary(1, Slot::Cpu(0), true, mid_32).is_none(),
             "the pack closes"
         );
     }
@@ -1157,7 +1159,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         for completed in [true, false] {
             let packs = Packs::new(2, 1, Some(1));
-            let arrivals = [packs.arrive("cpu:0"), packs.arrive("cpu:0")];
+            let arrivals = [packs.arrive(Slot::Cpu(0)), packs.arrive(Slot::Cpu(0))];
             let [first, second] = arrivals;
             let epochs = if completed { 3 } else { 1 };
             let cfg = TrainConfig {
@@ -1213,7 +1215,7 @@ mod tests {
         let split = Arc::new(wine());
         let tmp = tempfile::tempdir().unwrap();
         let packs = Packs::new(2, 1, Some(1));
-        let mut arrivals = vec![packs.arrive("cpu:0"), packs.arrive("cpu:0")].into_iter();
+        let mut arrivals = vec![packs.arrive(Slot::Cpu(0)), packs.arrive(Slot::Cpu(0))].into_iter();
         let (joined, has_joined) = mpsc::channel();
         let leaver = {
             let (split, packs, arrival) = (split.clone(), packs.clone(), arrivals.next().unwrap());
@@ -1224,7 +1226,7 @@ mod tests {
                 member.next_epoch().unwrap();
                 // Stopped by the scheduler, and a new trial starts in its place.
                 assert!(member.decide(Decision::Leave).unwrap());
-                let arrival = packs.arrive("cpu:0");
+                let arrival = packs.arrive(Slot::Cpu(0));
                 let t = trainer(&split, 2);
                 let key = t.pack_key();
                 let mut newcomer = arrival.join(t, key, None);
@@ -1260,9 +1262,9 @@ mod tests {
     fn a_pack_waits_for_trials_arriving_on_its_slot_only_while_it_has_room() {
         let split = wine();
         let key = trainer(&split, 0).pack_key();
-        let entry = |id, slot: &str, size| PackEntry {
+        let entry = |id, slot: Slot, size| PackEntry {
             id,
-            slot: slot.to_string(),
+            slot,
             key: key.clone(),
             size,
             joiners: Vec::new(),
@@ -1270,44 +1272,50 @@ mod tests {
         };
         let packs = Packs::new(2, 4, Some(1));
         let mut hub = Hub {
-            packs: vec![entry(1, "cuda:0", 1), entry(2, "cuda:0", 2)],
+            packs: vec![entry(1, Slot::Gpu(0), 1), entry(2, Slot::Gpu(0), 2)],
             ..Hub::default()
         };
         assert!(
-            !packs.waits_for_arrivals(&hub, 1, "cuda:0"),
+            !packs.waits_for_arrivals(&hub, 1, Slot::Gpu(0)),
             "nobody arriving"
         );
-        hub.arriving.insert("cuda:0".into(), 1);
-        assert!(packs.waits_for_arrivals(&hub, 1, "cuda:0"), "room for one");
+        hub.arriving.insert(Slot::Gpu(0), 1);
+        assert!(
+            packs.waits_for_arrivals(&hub, 1, Slot::Gpu(0)),
+            "room for one"
+        );
         // Full: the arriving trial cannot join it, so it trains on (as every pack of one does,
         // a GPU's trials where nothing fuses).
-        assert!(!packs.waits_for_arrivals(&hub, 2, "cuda:0"), "full");
+        assert!(!packs.waits_for_arrivals(&hub, 2, Slot::Gpu(0)), "full");
         let ones = Packs::new(1, 4, Some(1));
-        assert!(!ones.waits_for_arrivals(&hub, 1, "cuda:0"), "a pack of one");
+        assert!(
+            !ones.waits_for_arrivals(&hub, 1, Slot::Gpu(0)),
+            "a pack of one"
+        );
     }
 
     #[test]
     fn a_cpu_slot_trains_one_pack_at_a_time_and_a_gpu_as_many_as_its_shares() {
         let packs = Packs::new(4, 2, Some(1));
-        let training = |slot: &str| packs.hub().training.get(slot).copied().unwrap_or(0);
-        let gpu = (packs.take_turn("cuda:0"), packs.take_turn("cuda:0"));
-        assert_eq!(training("cuda:0"), 2);
-        let cpu = packs.take_turn("cpu:0");
+        let training = |slot: Slot| packs.hub().training.get(&slot).copied().unwrap_or(0);
+        let gpu = (packs.take_turn(Slot::Gpu(0)), packs.take_turn(Slot::Gpu(0)));
+        assert_eq!(training(Slot::Gpu(0)), 2);
+        let cpu = packs.take_turn(Slot::Cpu(0));
         let (tx, rx) = mpsc::channel();
         let waiting = {
             let packs = packs.clone();
             std::thread::spawn(move || {
-                let _turn = packs.take_turn("cpu:0");
-                tx.send(packs.hub().training["cpu:0"]).unwrap();
+                let _turn = packs.take_turn(Slot::Cpu(0));
+                tx.send(packs.hub().training[&Slot::Cpu(0)]).unwrap();
             })
         };
         // The second pack of cpu:0 gets its turn only once the first has given it back.
-        assert_eq!(training("cpu:0"), 1);
+        assert_eq!(training(Slot::Cpu(0)), 1);
         drop(cpu);
         assert_eq!(rx.recv().unwrap(), 1);
         waiting.join().unwrap();
         drop(gpu);
-        assert_eq!((training("cpu:0"), training("cuda:0")), (0, 0));
+        assert_eq!((training(Slot::Cpu(0)), training(Slot::Gpu(0))), (0, 0));
     }
 
     #[test]
@@ -1324,8 +1332,8 @@ mod tests {
             Trainer::new(Builtin::Mlp, cfg, &split, &Device::Cpu, 9).unwrap()
         };
         // Every trial arrives before any joins, so no pack starts an epoch short.
-        let slots = ["cpu:0", "cpu:0", "cpu:0", "cpu:0", "cpu:1"];
-        let arrivals: Vec<Arrival> = slots.iter().map(|s| packs.arrive(s)).collect();
+        let slots = [0, 0, 0, 0, 1].map(Slot::Cpu);
+        let arrivals: Vec<Arrival> = slots.iter().map(|&s| packs.arrive(s)).collect();
         let trainers = [
             trainer(&split, 0),
             trainer(&split, 1),

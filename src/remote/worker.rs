@@ -747,7 +747,7 @@ impl WorkerState<'_> {
                         id: key.1,
                         attempt: key.2,
                         params: offer.params,
-                        device: slot.to_string(),
+                        device: slot,
                         restore_dir: Some(trial_dir.clone()).filter(|_| restored),
                         trial_dir,
                         timeout: offer.timeout_s.map(Duration::from_secs_f64),

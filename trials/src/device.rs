@@ -1,28 +1,19 @@
-//! Where a trial computes: the coordinator names a slot's device (`cpu:0`, `cuda:1`) and the
-//! trainable opens it here.
+//! Opening the device a trial computes on ([`DeviceId`]).
 
 use candle_core::Device;
 
-use crate::TrialsError;
+use crate::{DeviceId, TrialsError};
 
-/// Opens the device a slot names: `cpu:N` is the CPU; `cuda:N` is GPU N (the `cuda` build).
+/// Opens `device`: the CPU, or GPU N (the `cuda` build).
 ///
 /// ```
-/// assert!(tune_trials::open_device("cpu:3").unwrap().is_cpu());
-/// assert!(tune_trials::open_device("tpu:0").is_err());
+/// use tune_trials::{open_device, DeviceId};
+/// assert!(open_device(DeviceId::Cpu).unwrap().is_cpu());
 /// ```
-pub fn open_device(name: &str) -> Result<Device, TrialsError> {
-    let bad = || {
-        TrialsError::Config(format!(
-            "device: expected `cpu:N` or `cuda:N`, found \"{name}\""
-        ))
-    };
-    let (kind, ordinal) = name.split_once(':').ok_or_else(bad)?;
-    let ordinal: usize = ordinal.parse().map_err(|_| bad())?;
-    match kind {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => open_cuda(ordinal),
-        _ => Err(bad()),
+pub fn open_device(device: DeviceId) -> Result<Device, TrialsError> {
+    match device {
+        DeviceId::Cpu => Ok(Device::Cpu),
+        DeviceId::Cuda(ordinal) => open_cuda(ordinal),
     }
 }
 

@@ -33,7 +33,7 @@ pub fn free_bytes(ordinal: usize) -> Option<u64> {
 /// say.
 ///
 /// ```
-/// let cpu = tune_trials::open_device("cpu:0").unwrap();
+/// let cpu = tune_trials::open_device(tune_trials::DeviceId::Cpu).unwrap();
 /// assert_eq!(tune_trials::gpu::pool_release_threshold(&cpu), None);
 /// ```
 #[cfg(feature = "train")]

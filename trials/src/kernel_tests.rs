@@ -15,7 +15,10 @@ fn gpu() -> Option<Device> {
     if std::env::var("TUNE_TEST_GPU").as_deref() != Ok("1") {
         return None;
     }
-    Some(crate::open_device("cuda:0").expect("TUNE_TEST_GPU=1, but cuda:0 does not open"))
+    Some(
+        crate::open_device(crate::DeviceId::Cuda(0))
+            .expect("TUNE_TEST_GPU=1, but cuda:0 does not open"),
+    )
 }
 
 /// `n` values of every sign and a few magnitudes, the same for a seed.

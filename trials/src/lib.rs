@@ -14,6 +14,7 @@
 // What needs no Candle: the trainables' configuration and data, early stopping, GPU discovery.
 mod config;
 mod data;
+mod device_id;
 mod early_stopping;
 pub mod gpu;
 mod nvml;
@@ -52,6 +53,7 @@ pub use data::{
     blobs, glyphs, read_csv, spirals, DataSpec, Dataset, Split, DATASETS, DATA_KEYS, GLYPH_SHAPES,
     GLYPH_SIDE,
 };
+pub use device_id::DeviceId;
 pub use early_stopping::EarlyStopping;
 pub use nvml::{gpu_use, GpuUse};
 
