@@ -1,0 +1,219 @@
+//! `[resources]`: slots, GPUs and fused packs.
+
+use super::*;
+
+/// `[resources]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// Concurrent trials on CPU; defaults to the number of cores.
+    #[serde(default = "default_cpu_slots")]
+    pub cpu_slots: usize,
+    /// `"auto"` or a list of device ordinals; used by the `cuda` build only.
+    #[serde(default)]
+    pub gpus: Gpus,
+    #[serde(default = "one")]
+    pub trials_per_gpu: u32,
+    /// Trials of the built-in mlp per slot, trained as one fused model when they share a
+    /// shape: `"auto"` (the default) or a number.
+    #[serde(default, skip_serializing_if = "Fuse::is_auto")]
+    pub fuse: Fuse,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            cpu_slots: default_cpu_slots(),
+            gpus: Gpus::default(),
+            trials_per_gpu: 1,
+            fuse: Fuse::Auto,
+        }
+    }
+}
+
+/// `fuse = "auto"` or `fuse = K`: how many trials of the built-in mlp one slot (a CPU slot, or
+/// a GPU share) trains at a time as one fused model (HFTA).
+///
+/// ```
+/// use tune::Fuse;
+/// // "auto" packs 16 on a GPU and none on CPU, where a slot per core does as well.
+/// assert_eq!(Fuse::Auto.trials_per_pack(true, true), 16);
+/// assert_eq!(Fuse::Auto.trials_per_pack(true, false), 1);
+/// assert_eq!(Fuse::Auto.trials_per_pack(false, true), 1); // a command objective
+/// assert_eq!(Fuse::Trials(4).trials_per_pack(true, false), 4);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Fuse {
+    #[default]
+    Auto,
+    Trials(u32),
+}
+
+impl Fuse {
+    /// Trials per pack that `"auto"` chooses on a GPU.
+    pub const AUTO_GPU: usize = 16;
+
+    /// Most packs the searched keys may split a sweep's trials into for `"auto"` to fuse:
+    /// the 16 trials in flight on a slot then average two a pack (on an H200 a pack of 4
+    /// mixed shapes trained several times faster than the 4 alone: docs/design/fused-trials.md).
+    pub const AUTO_MOST_PACKS: usize = 8;
+
+    fn is_auto(&self) -> bool {
+        *self == Fuse::Auto
+    }
+
+    /// Trials per pack for an objective whose trials can fuse (`fusable`: a built-in
+    /// trainable whose searched keys leave few packs) or not, on a GPU or on CPU.
+    pub fn trials_per_pack(self, fusable: bool, on_gpu: bool) -> usize {
+        match self {
+            Fuse::Trials(k) => k.max(1) as usize,
+            Fuse::Auto if fusable && on_gpu => Self::AUTO_GPU,
+            Fuse::Auto => 1,
+        }
+    }
+}
+
+impl Serialize for Fuse {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Fuse::Auto => s.serialize_str("auto"),
+            Fuse::Trials(k) => s.serialize_u32(*k),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Fuse {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Fuse, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Fuse;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\" or a number of trials per pack, at least 1")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Fuse, E> {
+                match s {
+                    "auto" => Ok(Fuse::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Fuse, E> {
+                match u32::try_from(n) {
+                    Ok(k) if k >= 1 => Ok(Fuse::Trials(k)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(n), &self)),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Fuse, E> {
+                self.visit_i64(i64::try_from(n).unwrap_or(i64::MAX))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+fn default_cpu_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `gpus = "auto"` or `gpus = [0, 1]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Gpus {
+    #[default]
+    Auto,
+    List(Vec<u32>),
+}
+
+impl Serialize for Gpus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Gpus::Auto => s.serialize_str("auto"),
+            Gpus::List(list) => list.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Gpus {
+    /// One message for anything else ("untagged enum" says nothing to a user).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Gpus, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Gpus;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\" or a list of GPU numbers such as [0, 1]")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Gpus, E> {
+                match s {
+                    "auto" => Ok(Gpus::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Gpus, A::Error> {
+                let mut list = Vec::new();
+                while let Some(n) = seq.next_element::<u32>()? {
+                    list.push(n);
+                }
+                Ok(Gpus::List(list))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl ExperimentSpec {
+    /// Whether the objective's trials can train fused ([`Fuse`]): the built-in trainables'
+    /// can (the mlp and the cnn), a command's cannot.
+    pub fn fusable(&self) -> bool {
+        self.objective.as_ref().is_some_and(|o| o.builtin.is_some())
+    }
+
+    /// Trials per pack on a slot of this sweep ([`Fuse::trials_per_pack`]). `"auto"` packs
+    /// where the sweep's trials fall into few packs: the searched keys whose values trials
+    /// of one pack must share ([`tune_trials::PACK_KEYS`]; depth, width, batch size and
+    /// optimizer mix) are lists of at most [`Fuse::AUTO_MOST_PACKS`] combinations. Otherwise
+    /// packs would hold one trial each and only raise the number of trials running at once.
+    pub fn trials_per_pack(&self, on_gpu: bool) -> usize {
+        let packs = self
+            .space
+            .params()
+            .iter()
+            .filter(|p| tune_trials::PACK_KEYS.contains(&p.name.as_str()))
+            .try_fold(1usize, |n, p| {
+                p.domain.values().map(|v| n.saturating_mul(v.len()))
+            });
+        let few_packs = packs.is_some_and(|n| n <= Fuse::AUTO_MOST_PACKS);
+        self.resources
+            .fuse
+            .trials_per_pack(self.fusable() && few_packs, on_gpu)
+    }
+
+    /// `[resources]`: slots, and packs only where trials can be fused.
+    pub(super) fn validate_resources(&self) -> Result<(), InvalidSetting> {
+        if self.resources.cpu_slots == 0 {
+            return Err(InvalidSetting::new(
+                "resources",
+                FieldError::new("cpu_slots", "expected at least 1 slot, found 0"),
+            ));
+        }
+        if let (Fuse::Trials(k @ 2..), false) = (self.resources.fuse, self.fusable()) {
+            let found = match &self.objective {
+                Some(_) => "a command objective",
+                None => "an objective of code (Tuner::fit)",
+            };
+            return Err(InvalidSetting::new(
+                "resources",
+                FieldError::new(
+                    "fuse",
+                    format!(
+                        "packs of {k} trials train as one model only with a built-in \
+                         trainable (builtin = \"mlp\" or \"cnn\"), found {found}: use fuse = 1 \
+                         or \"auto\""
+                    ),
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! `[store]` and `[tracking]`: where the sweep keeps its records and checkpoints, and the
+//! trackers it copies its results to.
+
+use super::*;
+
+/// `[store]`: where a sweep keeps what its trials write.
+///
+/// ```
+/// let spec = tune::ExperimentSpec::from_toml(r#"
+///     name = "mnist"
+///     metric = "loss"
+///     samples = 20
+///     [store]
+///     checkpoints = "/shared/tune"
+///     [space]
+///     x = { uniform = [0.0, 1.0] }
+/// "#, "space.toml".as_ref()).unwrap();
+/// assert_eq!(spec.trials_folder("runs/mnist".as_ref()), std::path::Path::new("/shared/tune/mnist"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSpec {
+    /// A folder that every machine running the sweep's trials sees (a shared file system):
+    /// trial folders go to `<checkpoints>/<name>/trials/<id>`, so that a paused trial resumes,
+    /// and an exploit finds its source's checkpoint, on whichever worker runs it. Relative to
+    /// the spec file's folder. Default: the experiment folder on the coordinator, `--dir` on
+    /// each worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<PathBuf>,
+}
+
+impl StoreSpec {
+    pub(super) fn is_default(&self) -> bool {
+        *self == StoreSpec::default()
+    }
+}
+
+/// `[tracking]`: tools that get a copy of the results as they arrive.
+///
+/// ```
+/// let spec = tune::ExperimentSpec::from_toml(r#"
+///     name = "mnist"
+///     metric = "loss"
+///     samples = 20
+///     [tracking]
+///     tensorboard = "tb"
+///     [space]
+///     x = { uniform = [0.0, 1.0] }
+/// "#, "space.toml".as_ref()).unwrap();
+/// assert_eq!(spec.tracking.tensorboard.as_deref(), Some(std::path::Path::new("tb")));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrackingSpec {
+    /// An MLflow tracking server (`"http://host:5000"`), or `true` for the one
+    /// `MLFLOW_TRACKING_URI` names when the sweep runs
+    /// ([`crate::tracking::mlflow::MlflowLogger`]). Credentials come from
+    /// `MLFLOW_TRACKING_TOKEN`, or `MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlflow: Option<MlflowServer>,
+    /// The MLflow experiment that holds the sweep's runs; default: the sweep's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlflow_experiment: Option<String>,
+    /// A folder for TensorBoard (`tensorboard --logdir DIR`): a run per trial with its
+    /// metrics by step, and the HParams tab's table
+    /// ([`crate::tracking::tensorboard::TensorBoardLogger`]). Relative to the spec file's
+    /// folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorboard: Option<PathBuf>,
+}
+
+impl TrackingSpec {
+    pub(super) fn is_default(&self) -> bool {
+        *self == TrackingSpec::default()
+    }
+
+    /// The MLflow server's URL, if MLflow logging is on: the spec's, or `MLFLOW_TRACKING_URI`'s
+    /// for `mlflow = true`.
+    pub fn mlflow_url(&self) -> Result<Option<String>, FieldError> {
+        match &self.mlflow {
+            None | Some(MlflowServer::FromEnvironment(false)) => Ok(None),
+            Some(MlflowServer::Url(url)) => Ok(Some(url.clone())),
+            Some(MlflowServer::FromEnvironment(true)) => {
+                match std::env::var("MLFLOW_TRACKING_URI") {
+                    Ok(url) if !url.is_empty() => {
+                        check_mlflow_url(&url).map_err(|e| {
+                            FieldError::new("mlflow", format!("MLFLOW_TRACKING_URI: {e}"))
+                        })?;
+                        Ok(Some(url))
+                    }
+                    _ => Err(FieldError::new(
+                        "mlflow",
+                        "`true` takes the server from MLFLOW_TRACKING_URI, which is not set",
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// `[tracking] mlflow`: a server's URL, or `true` for `MLFLOW_TRACKING_URI`'s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MlflowServer {
+    FromEnvironment(bool),
+    Url(String),
+}
+
+/// An MLflow URL tune can talk to: `http://` or `https://` and a host.
+pub fn check_mlflow_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with('/') => Ok(()),
+        _ => Err(format!(
+            "expected an http:// or https:// URL of an MLflow tracking server, found {url:?} \
+             (file: and databricks URIs are not supported)"
+        )),
+    }
+}
+
+impl ExperimentSpec {
+    /// The folder that holds this sweep's trial folders (`trials/<id>`): `[store] checkpoints`
+    /// joined with the name, else `experiment_dir` (the experiment folder, or a worker's own).
+    pub fn trials_folder(&self, experiment_dir: &Path) -> PathBuf {
+        match &self.store.checkpoints {
+            Some(shared) => shared.join(&self.name),
+            None => experiment_dir.to_path_buf(),
+        }
+    }
+
+    /// `[store]` and `[tracking]`: folders and servers named, not empty.
+    pub(super) fn validate_store_and_tracking(&self) -> Result<(), InvalidSetting> {
+        if self
+            .store
+            .checkpoints
+            .as_ref()
+            .is_some_and(|c| c.as_os_str().is_empty())
+        {
+            return Err(InvalidSetting::new(
+                "store",
+                FieldError::new("checkpoints", "expected a folder, found an empty string"),
+            ));
+        }
+        if self
+            .tracking
+            .tensorboard
+            .as_ref()
+            .is_some_and(|c| c.as_os_str().is_empty())
+        {
+            return Err(InvalidSetting::new(
+                "tracking",
+                FieldError::new("tensorboard", "expected a folder, found an empty string"),
+            ));
+        }
+        if let Some(MlflowServer::Url(url)) = &self.tracking.mlflow {
+            check_mlflow_url(url)
+                .map_err(|e| InvalidSetting::new("tracking", FieldError::new("mlflow", e)))?;
+        }
+        if cfg!(not(feature = "mlflow"))
+            && !matches!(
+                self.tracking.mlflow,
+                None | Some(MlflowServer::FromEnvironment(false))
+            )
+        {
+            return Err(InvalidSetting::new(
+                "tracking",
+                FieldError::new(
+                    "mlflow",
+                    "this build of tune has no MLflow client (it was built without the \
+                     `mlflow` feature)",
+                ),
+            ));
+        }
+        if self
+            .tracking
+            .mlflow_experiment
+            .as_ref()
+            .is_some_and(|e| e.trim().is_empty())
+        {
+            return Err(InvalidSetting::new(
+                "tracking",
+                FieldError::new(
+                    "mlflow_experiment",
+                    "expected an MLflow experiment name, found an empty string",
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
