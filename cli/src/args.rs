@@ -191,7 +191,7 @@ pub struct PlotArgs {
     pub format: Option<PlotFormat>,
     /// One chart only (png and svg).
     #[arg(long, value_enum)]
-    pub chart: Option<PlotChart>,
+    pub chart: Option<tune_cli::plot::Chart>,
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -199,30 +199,6 @@ pub enum PlotFormat {
     Html,
     Png,
     Svg,
-}
-
-#[derive(Clone, Copy, PartialEq, ValueEnum)]
-pub enum PlotChart {
-    History,
-    Curves,
-    Parallel,
-    Slice,
-    Importance,
-    Lineage,
-}
-
-impl PlotChart {
-    pub fn chart(self) -> tune_cli::plot::Chart {
-        use tune_cli::plot::Chart;
-        match self {
-            PlotChart::History => Chart::History,
-            PlotChart::Curves => Chart::Curves,
-            PlotChart::Parallel => Chart::Parallel,
-            PlotChart::Slice => Chart::Slice,
-            PlotChart::Importance => Chart::Importance,
-            PlotChart::Lineage => Chart::Lineage,
-        }
-    }
 }
 
 /// Where the experiment's records are: `--store`, else `TUNE_STORE`, else the folder.

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use tune::TuneError;
 
-use crate::args::{Named, PlotArgs, PlotChart, PlotFormat};
+use crate::args::{Named, PlotArgs, PlotFormat};
 use crate::commands::state::SweepState;
+use tune_cli::plot::Chart;
 
 pub fn plot(args: PlotArgs) -> Result<ExitCode, TuneError> {
     let named = Named::new(args.experiment, &args.store)?;
@@ -19,9 +20,9 @@ fn draw(
     named: &Named,
     out: &Path,
     format: Option<PlotFormat>,
-    chart: Option<PlotChart>,
+    chart: Option<Chart>,
 ) -> Result<ExitCode, TuneError> {
-    use tune_cli::plot::{Chart, ImageFormat, PlotError};
+    use tune_cli::plot::{ImageFormat, PlotError};
     let by_extension = match out.extension().and_then(|e| e.to_str()) {
         Some("html" | "htm") => Some(PlotFormat::Html),
         Some("png") => Some(PlotFormat::Png),
@@ -97,7 +98,7 @@ fn draw(
             eprintln!("tune: wrote {}", out.display());
         }
         (Some(format), Some(chart)) => {
-            tune_cli::plot::write_image(chart.chart(), &input, format, out).map_err(plotted)?;
+            tune_cli::plot::write_image(chart, &input, format, out).map_err(plotted)?;
             eprintln!("tune: wrote {}", out.display());
         }
         (Some(format), None) => {

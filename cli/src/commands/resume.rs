@@ -7,7 +7,7 @@ use tune::experiment::StoreLocation;
 use tune::{ExperimentSpec, TuneError, Tuner};
 
 use crate::args::{Named, ResumeArgs};
-use crate::commands::sweep::{finish, sweep};
+use crate::commands::sweep::sweep_to_end;
 
 pub fn resume(args: ResumeArgs) -> Result<ExitCode, TuneError> {
     let ResumeArgs {
@@ -50,10 +50,6 @@ pub fn resume(args: ResumeArgs) -> Result<ExitCode, TuneError> {
     if no_stop {
         tuner = tuner.stop_when(tune::StopConditions::default());
     }
-    if let Some(n) = slots {
-        tuner = tuner.local_slots(n);
-    }
     println!("tune: resuming {}", dir.display());
-    let result = sweep(tuner, !no_tui)?;
-    Ok(finish(&result))
+    sweep_to_end(tuner, slots, !no_tui)
 }

@@ -7,7 +7,7 @@ use tune::experiment::StoreLocation;
 use tune::{ExperimentSpec, TuneError, Tuner};
 
 use crate::args::RunArgs;
-use crate::commands::sweep::{finish, sweep};
+use crate::commands::sweep::sweep_to_end;
 
 pub fn run(args: RunArgs) -> Result<ExitCode, TuneError> {
     let RunArgs {
@@ -64,13 +64,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode, TuneError> {
             dir.display()
         ),
     }
-    let mut tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
-    if let Some(n) = slots {
-        tuner = tuner.local_slots(n);
-    }
-    let result = sweep(tuner, !no_tui).map_err(|e| match e {
+    let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
+    sweep_to_end(tuner, slots, !no_tui).map_err(|e| match e {
         TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
         other => other,
-    })?;
-    Ok(finish(&result))
+    })
 }

@@ -10,7 +10,7 @@ use tune_cli::dashboard::{Hub, Update};
 
 /// Runs a sweep: under the dashboard when asked for and stdout and stdin are a terminal,
 /// with the progress line otherwise. Either way `tune watch` can look in while it runs.
-pub fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
+fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
     let hub = Hub::default();
     let tuner = tuner.handle_signals(true).observer(hub.serving_observer());
     if !(tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
@@ -54,7 +54,20 @@ pub fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
 }
 
 /// Prints the best trial; exit 1 when no trial completed.
-pub fn finish(result: &tune::TuneResult) -> ExitCode {
+/// What `run` and `resume` end with: the sweep run on `slots` local slots where given (else
+/// the spec's), shown on the dashboard where `tui`, then its end said.
+pub fn sweep_to_end(
+    mut tuner: Tuner,
+    slots: Option<usize>,
+    tui: bool,
+) -> Result<ExitCode, TuneError> {
+    if let Some(n) = slots {
+        tuner = tuner.local_slots(n);
+    }
+    Ok(finish(&sweep(tuner, tui)?))
+}
+
+fn finish(result: &tune::TuneResult) -> ExitCode {
     let (metric, dir) = (result.metric(), result.dir());
     if let Some(reason) = result.stopped() {
         // A resume would meet a target or a no-improvement limit again at once.

@@ -101,8 +101,8 @@ impl PlotInput<'_> {
     }
 }
 
-/// One chart of the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One chart of the report (`tune plot --chart`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Chart {
     /// Each completed trial's value by trial number, with the best so far.
     History,
