@@ -4,15 +4,15 @@ use std::path::PathBuf;
 
 use crate::spec::SpecError;
 use crate::stop::StopReason;
-use crate::store::StoreError;
+use crate::store::{StoreError, StorePlace};
 
 /// Everything that can stop a sweep from starting or finishing.
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     #[error("{0}")]
     Spec(#[from] SpecError),
-    #[error("{}: not a tune experiment ({reason})", path.display())]
-    NotAnExperiment { path: PathBuf, reason: String },
+    #[error("{at}: not a tune experiment ({reason})")]
+    NotAnExperiment { at: StorePlace, reason: String },
     #[error("{} already holds an experiment; resume it, or use another folder for a new one", .0.display())]
     ExperimentExists(PathBuf),
     /// The database `store` (its URL without a password) already has an experiment `name`.

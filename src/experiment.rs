@@ -333,7 +333,7 @@ impl Experiment {
     /// Opens an existing experiment, refusing folders that are not one.
     pub fn open(dir: &Path) -> Result<Experiment, TuneError> {
         let not = |reason: &str| TuneError::NotAnExperiment {
-            path: dir.to_path_buf(),
+            at: StorePlace::Folder(dir.to_path_buf()),
             reason: reason.to_string(),
         };
         match std::fs::metadata(dir) {
@@ -380,7 +380,7 @@ impl Experiment {
     pub fn salvage(dir: &Path) -> Result<(StoredExperiment, Option<String>), TuneError> {
         if !dir.join(DB_DIR).is_dir() {
             return Err(TuneError::NotAnExperiment {
-                path: dir.to_path_buf(),
+                at: StorePlace::Folder(dir.to_path_buf()),
                 reason: format!("it has no {DB_DIR} database"),
             });
         }
@@ -451,7 +451,7 @@ impl Experiment {
     /// refusing a store that holds none or holds a format this build cannot read.
     pub fn from_store(dir: &Path, store: Box<dyn TrialStore>) -> Result<Experiment, TuneError> {
         let not = |reason: String| TuneError::NotAnExperiment {
-            path: dir.to_path_buf(),
+            at: StorePlace::Folder(dir.to_path_buf()),
             reason,
         };
         let stored = match store.load() {
@@ -571,9 +571,7 @@ fn refuse_used_folder(dir: &Path) -> Result<(), TuneError> {
 fn no_experiment(e: StoreError, name: &str, url: &str) -> TuneError {
     match e {
         StoreError::NoMeta => TuneError::NotAnExperiment {
-            path: crate::store::postgres_location(url, name)
-                .to_string()
-                .into(),
+            at: crate::store::postgres_location(url, name),
             reason: format!("no experiment named {name:?} there"),
         },
         other => other.into(),

@@ -120,7 +120,7 @@ pub enum StoreError {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StorePlace {
-    /// A sled database: its folder (`tune.db` in the experiment folder) or a file in it.
+    /// The default store: the experiment folder, its sled database (`tune.db`) or a file in it.
     Folder(std::path::PathBuf),
     /// A PostgreSQL database: its URL without the password, and the experiment (none for a
     /// worker that serves every sweep in it).

@@ -28,7 +28,7 @@ fn findings(named: &Named) -> Result<ExitCode, TuneError> {
     }
     let held = format!(
         "{}: {} trials, {results} results",
-        place.display(),
+        place,
         stored.trials.len()
     );
     if found.is_empty() {

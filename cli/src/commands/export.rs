@@ -108,7 +108,7 @@ fn export_to_mlflow(named: &Named, salvage: bool, url: &str) -> Result<ExitCode,
         return Err(TuneError::Invalid(format!(
             "{} is running: its own `[tracking] mlflow` logs it live; send it with --to-mlflow \
              once it has ended",
-            sweep.dir.display()
+            sweep.place
         )));
     }
     let complete = sweep.trials.len() as u64 >= sweep.samples
@@ -121,7 +121,7 @@ fn export_to_mlflow(named: &Named, salvage: bool, url: &str) -> Result<ExitCode,
         .count();
     tune::tracking::mlflow::sync_sweep(url, record.clone(), &sweep.trials, complete).map_err(
         |e| {
-            let message = format!("sending {} to MLflow: {e}", sweep.dir.display());
+            let message = format!("sending {} to MLflow: {e}", sweep.place);
             if e.is_transient() {
                 TuneError::Io {
                     context: message,

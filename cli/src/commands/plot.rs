@@ -67,19 +67,19 @@ fn draw(
     if sweep.live {
         eprintln!(
             "tune: {} is still running: plotting the {} trials it has now",
-            sweep.dir.display(),
+            sweep.place,
             sweep.trials.len()
         );
     }
     let plotted = |e: PlotError| match e {
         PlotError::NothingReported { .. } | PlotError::NotApplicable { .. } => {
-            TuneError::Invalid(format!("{}: {e}", sweep.dir.display()))
+            TuneError::Invalid(format!("{}: {e}", sweep.place))
         }
         PlotError::Io { path, source } => {
             TuneError::io(format!("writing {}", path.display()), source)
         }
         PlotError::Draw { .. } => TuneError::io(
-            format!("plotting {}", sweep.dir.display()),
+            format!("plotting {}", sweep.place),
             std::io::Error::other(e.to_string()),
         ),
     };

@@ -1,18 +1,22 @@
 //! What `status`, `export`, `plot`, `check` and `watch` read of an experiment.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tune::experiment::Experiment;
+use tune::store::StorePlace;
 use tune::{ExperimentSpec, TuneError};
 
 use crate::args::Named;
 
 /// What is stored of the experiment, with how to name where it is kept.
-pub fn stored_of(named: &Named) -> Result<(PathBuf, tune::store::StoredExperiment), TuneError> {
+pub fn stored_of(named: &Named) -> Result<(StorePlace, tune::store::StoredExperiment), TuneError> {
     match named {
-        Named::Folder(dir) => Ok((dir.clone(), Experiment::open(dir)?.stored)),
+        Named::Folder(dir) => Ok((
+            StorePlace::Folder(dir.clone()),
+            Experiment::open(dir)?.stored,
+        )),
         Named::InDatabase { url, name } => Ok((
-            tune::store::postgres_location(url, name).to_string().into(),
+            tune::store::postgres_location(url, name),
             Experiment::read_postgres(url, name)?,
         )),
     }
@@ -32,7 +36,8 @@ pub fn quiet_on_broken_pipe(written: std::io::Result<()>) -> Result<(), TuneErro
 /// What `status` and `export` read: the experiment's store, or, while a sweep runs there and
 /// holds the store, what that sweep's coordinator holds (as `tune watch` sees it).
 pub struct SweepState {
-    pub dir: PathBuf,
+    /// Where it is kept, as messages name it.
+    pub place: StorePlace,
     pub spec: ExperimentSpec,
     /// The budget in force.
     pub samples: u64,
@@ -54,7 +59,7 @@ impl SweepState {
                 Named::Folder(_) => Default::default(),
             };
             return Ok(SweepState {
-                dir: place,
+                place,
                 spec: stored.meta.spec,
                 samples: stored.meta.samples,
                 created_at: stored.meta.created_at,
@@ -69,7 +74,7 @@ impl SweepState {
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| TuneError::io(format!("reading {}", file.display()), e))?;
             return Ok(SweepState {
-                dir: dir.to_path_buf(),
+                place: StorePlace::Folder(dir.to_path_buf()),
                 spec: ExperimentSpec::from_toml(&text, &file)?,
                 samples: board.header.total,
                 created_at: 0,
@@ -80,7 +85,7 @@ impl SweepState {
         }
         let exp = Experiment::open(dir)?;
         Ok(SweepState {
-            dir: exp.dir,
+            place: StorePlace::Folder(exp.dir),
             spec: exp.stored.meta.spec,
             samples: exp.stored.meta.samples,
             created_at: exp.stored.meta.created_at,
@@ -102,7 +107,7 @@ impl SweepState {
                 .unwrap_or_default()
         );
         Ok(SweepState {
-            dir: dir.to_path_buf(),
+            place: StorePlace::Folder(dir.to_path_buf()),
             spec: stored.meta.spec,
             samples: stored.meta.samples,
             created_at: stored.meta.created_at,

@@ -26,12 +26,7 @@ fn print_status(
     let trials = &sweep.trials;
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
     let running = if sweep.live { ", running now" } else { "" };
-    writeln!(
-        out,
-        "experiment: {} ({}{running})",
-        spec.name,
-        sweep.dir.display()
-    )?;
+    writeln!(out, "experiment: {} ({}{running})", spec.name, sweep.place)?;
     writeln!(
         out,
         "trials: {} of {} created | {} completed, {} stopped, {} failed, {} unfinished",

@@ -31,7 +31,7 @@ use tune::StopHandle;
 /// database), and `serving` who runs it now (for a sweep in a database: its coordinator, which
 /// makes the board a running one, and its workers).
 pub fn board_of_stored(
-    place: &std::path::Path,
+    place: &tune::store::StorePlace,
     stored: &StoredExperiment,
     serving: &tune::remote::Serving,
 ) -> Board {
@@ -42,7 +42,7 @@ pub fn board_of_stored(
     slots.dedup();
     let header = Header {
         name: spec.name.clone(),
-        dir: place.display().to_string(),
+        dir: place.to_string(),
         search: spec.search.algorithm.algorithm().as_str().into(),
         scheduler: spec.scheduler.name().into(),
         metric: spec.metric.clone(),
