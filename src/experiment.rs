@@ -12,8 +12,7 @@ use crate::store::{
 
 /// A human-readable copy of the spec the sweep was started with.
 pub const SPEC_FILE: &str = "spec.toml";
-/// The sled database.
-pub const DB_DIR: &str = "tune.db";
+pub use crate::store::DB_DIR;
 /// One folder per trial, for checkpoints and outputs.
 pub const TRIALS_DIR: &str = "trials";
 /// In the folder of an experiment kept in PostgreSQL: the database's URL (without its

@@ -31,6 +31,9 @@ use tune_search::TrialId;
 use crate::spec::ExperimentSpec;
 use crate::trial::{Trial, TrialResult};
 
+/// The sled database's folder, in the experiment folder.
+pub const DB_DIR: &str = "tune.db";
+
 /// The experiment-wide record: the frozen spec and the current budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Meta {
@@ -133,10 +136,9 @@ impl StorePlace {
     pub fn experiment(&self) -> String {
         match self {
             StorePlace::Folder(path) => {
-                let db = path.ancestors().find(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n == crate::experiment::DB_DIR)
-                });
+                let db = path
+                    .ancestors()
+                    .find(|p| p.file_name().is_some_and(|n| n == DB_DIR));
                 let folder = db.and_then(|db| db.parent()).unwrap_or(path);
                 folder.display().to_string()
             }

@@ -3,7 +3,8 @@
 
 use argmin::core::{CostFunction, Gradient};
 
-use super::model::{GpError, GpRegressor, KernelParams, PairDiffs};
+use super::linalg::GpError;
+use super::model::{GpRegressor, KernelParams, PairDiffs};
 use super::{lbfgs_minimise, LastAnswer};
 
 /// Optuna's log prior of the kernel parameters (optuna/_gp/prior.py), without constants:

@@ -2,7 +2,14 @@
 //! fixed order, the Cholesky factor and the inverses a posterior needs, AVX2 where the CPU
 //! has it (the same additions in wider registers).
 
-use super::model::GpError;
+/// Why a model could not be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpError {
+    #[error("the covariance matrix is not positive definite, even with jitter {jitter:e}")]
+    NotPositiveDefinite { jitter: f64 },
+    #[error("expected {expected} values per point, found {found}")]
+    Dimensions { expected: usize, found: usize },
+}
 
 /// Jitter added to the diagonal when a Cholesky factorisation fails: from 1e-10 of the
 /// diagonal's mean, ten times more on each retry, up to 1e-4 of it.

@@ -44,7 +44,8 @@ pub use acquisition::{
     log_expected_improvement, log_expected_improvement_with_gradient, log_probability_above,
 };
 pub use fit::fit;
-pub use model::{GpError, GpRegressor, KernelParams};
+pub use linalg::GpError;
+pub use model::{GpRegressor, KernelParams};
 pub use searcher::{GpOptions, GpSearch};
 pub use space::{ConditionalSpace, UnitSpace};
 

@@ -25,15 +25,6 @@ impl KernelParams {
     }
 }
 
-/// Why a model could not be made.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GpError {
-    #[error("the covariance matrix is not positive definite, even with jitter {jitter:e}")]
-    NotPositiveDefinite { jitter: f64 },
-    #[error("expected {expected} values per point, found {found}")]
-    Dimensions { expected: usize, found: usize },
-}
-
 /// Matérn 5/2 of a squared (scaled) distance `d2`, and its derivative in `d2`.
 #[inline(always)]
 fn matern52(d2: f64) -> (f64, f64) {
