@@ -22,8 +22,7 @@ fn print_status(
     sweep: &SweepState,
     gpus: &[tune_trials::GpuUse],
 ) -> std::io::Result<()> {
-    let spec = &sweep.spec;
-    let trials = &sweep.trials;
+    let (spec, trials) = (&sweep.spec, &sweep.trials);
     let count = |s: Status| trials.iter().filter(|t| t.status == s).count();
     let running = if sweep.live { ", running now" } else { "" };
     writeln!(out, "experiment: {} ({}{running})", spec.name, sweep.place)?;
@@ -42,6 +41,18 @@ fn print_status(
         "steps trained: {} (each report's advance over its trial's previous one, summed)",
         tune::steps_trained(trials)
     )?;
+    let front = print_best(out, sweep)?;
+    print_serving(out, sweep, gpus)?;
+    print_trials(out, sweep, front.as_deref())
+}
+
+/// The best trial, or with several objectives the Pareto front, whose ids it returns.
+fn print_best(out: &mut impl Write, sweep: &SweepState) -> std::io::Result<Option<Vec<u64>>> {
+    let (spec, trials) = (&sweep.spec, &sweep.trials);
+    let completed = trials
+        .iter()
+        .filter(|t| t.status == Status::Completed)
+        .count();
     let objectives = spec.objectives();
     let front: Option<Vec<u64>> = (objectives.len() > 1).then(|| {
         tune::pareto_front(trials, &objectives, &spec.constraints)
@@ -74,14 +85,23 @@ fn print_status(
                 spec.metric,
                 value_text(b.value(&spec.metric).unwrap_or(f64::NAN))
             ),
-            None if !spec.constraints.is_empty() && count(Status::Completed) > 0 => writeln!(
+            None if !spec.constraints.is_empty() && completed > 0 => writeln!(
                 out,
                 "best: none within [constraints] yet ({} completed outside them)",
-                count(Status::Completed)
+                completed
             ),
             None => writeln!(out, "best: none yet"),
         },
     }?;
+    Ok(front)
+}
+
+/// The coordinator, this machine's GPUs and the workers that serve the sweep.
+fn print_serving(
+    out: &mut impl Write,
+    sweep: &SweepState,
+    gpus: &[tune_trials::GpuUse],
+) -> std::io::Result<()> {
     if let Some(coordinator) = &sweep.serving.coordinator {
         writeln!(out, "coordinator: {coordinator}")?;
     }
@@ -120,6 +140,17 @@ fn print_status(
             writeln!(out, "    {}", g.line())?;
         }
     }
+    Ok(())
+}
+
+/// One line per trial: its values, step and params, and what is wrong with it.
+fn print_trials(
+    out: &mut impl Write,
+    sweep: &SweepState,
+    front: Option<&[u64]>,
+) -> std::io::Result<()> {
+    let (spec, trials) = (&sweep.spec, &sweep.trials);
+    let objectives = spec.objectives();
     let columns: String = objectives
         .iter()
         .map(|o| format!(" {:>14}", o.metric))
@@ -137,7 +168,7 @@ fn print_status(
                 format!(" {:>14}", v.unwrap_or_else(|| "-".into()))
             })
             .collect();
-        let on_front = front.as_ref().is_some_and(|f| f.contains(&t.id));
+        let on_front = front.is_some_and(|f| f.contains(&t.id));
         let step = t
             .last_step()
             .map(|s| s.to_string())
