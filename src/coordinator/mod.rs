@@ -16,6 +16,7 @@ use tune_schedulers::{Decision, Scheduler};
 use tune_search::{History, Mode, Searcher, Status, TrialId};
 
 mod in_flight;
+mod reports;
 #[cfg(test)]
 mod tests;
 
@@ -333,6 +334,39 @@ impl Coordinator {
     /// `[stop]` condition is met (returned with the trials, or as the error for failures).
     pub(crate) fn run(mut self, rt: &Handle) -> Result<Ended, TuneError> {
         let mut shutdown_rx = self.shutdown.subscribe();
+        self.begin(rt)?;
+        let budget = self.plan.stop_when.time_budget();
+        let deadline = budget.and_then(|b| tokio::time::Instant::now().checked_add(b));
+        loop {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) && self.stopped.is_none()
+            {
+                let seconds = budget.map_or(0.0, |b| b.as_secs_f64());
+                self.stop_sweep(StopReason::TimeBudget { seconds });
+            }
+            let interrupted = *shutdown_rx.borrow();
+            self.settle_ended()?;
+            if !interrupted {
+                self.fill_slots()?;
+            }
+            self.sync_and_answer()?;
+            for id in std::mem::take(&mut self.to_launch) {
+                self.launch(id, rt);
+            }
+            let waiting_for_workers = self.waiting_for_workers(interrupted);
+            if self.in_flight.is_empty() && !waiting_for_workers {
+                if !interrupted {
+                    self.stop_paused_leftovers()?;
+                }
+                break;
+            }
+            self.wait_and_handle(rt, &mut shutdown_rx, deadline, interrupted)?;
+        }
+        self.end(&shutdown_rx)
+    }
+
+    /// Tells the observers the sweep starts, connects remote workers, and applies what a
+    /// resume found decided but not yet delivered.
+    fn begin(&mut self, rt: &Handle) -> Result<(), TuneError> {
         let info = SweepInfo {
             name: &self.plan.name,
             dir: &self.plan.dir,
@@ -363,93 +397,103 @@ impl Coordinator {
         if let Some(reason) = self.stop_watch.already_met() {
             self.stop_sweep(reason);
         }
-        let budget = self.plan.stop_when.time_budget();
-        let deadline = budget.and_then(|b| tokio::time::Instant::now().checked_add(b));
-        loop {
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) && self.stopped.is_none()
-            {
-                let seconds = budget.map_or(0.0, |b| b.as_secs_f64());
-                self.stop_sweep(StopReason::TimeBudget { seconds });
-            }
-            let interrupted = *shutdown_rx.borrow();
-            self.settle_ended()?;
-            if !interrupted {
-                self.fill_slots()?;
-            }
-            // Sync before acknowledging, and at the end. Launches need not wait: what a new
-            // attempt does reaches anyone only through reports, acknowledged after a later sync.
-            // Remote launches wait: an offer is seen by other machines at once, and a resumed
-            // coordinator takes over only attempts its store says are running.
-            let offering = self.to_launch.iter().any(|id| {
-                self.in_flight
-                    .get(id)
-                    .is_some_and(|r| r.slot == Slot::Remote)
-            });
-            if !self.acks.is_empty() || self.in_flight.is_empty() || offering {
-                self.store.sync()?;
-            }
-            if !self.acks.is_empty() {
-                let failed = |e| TuneError::io("answering reports", e);
-                crate::failpoint::hit("ack.before").map_err(failed)?;
-                for (ack, decision) in self.acks.drain(..) {
-                    let _ = ack.send(decision);
-                }
-                crate::failpoint::hit("ack.after").map_err(failed)?;
-            }
-            for id in std::mem::take(&mut self.to_launch) {
-                self.launch(id, rt);
-            }
-            let waiting_for_workers = self.in_flight.is_empty()
-                && !interrupted
-                && self.plan.pool.may_grow()
-                && !self.plan.pool.has_free()
-                && self.work_remains();
-            if waiting_for_workers && !self.told_waiting {
-                self.told_waiting = true;
-                let note = format!(
-                    "waiting for workers: start `tune worker URL --experiment {}` where the \
-                     trials should run",
-                    self.plan.name
-                );
-                self.note(&note);
-            }
-            if self.in_flight.is_empty() && !waiting_for_workers {
-                if !interrupted {
-                    // Nothing runs and nothing will start: paused trials the scheduler never
-                    // resumed are over.
-                    let leftover: Vec<TrialId> = self
-                        .live
-                        .values()
-                        .filter(|t| t.status == Status::Paused)
-                        .map(|t| t.id)
-                        .collect();
-                    for id in leftover {
-                        self.settle(id, Status::Stopped, None)?;
-                    }
-                    self.store.sync()?;
-                }
-                break;
-            }
-            let msg = rt.block_on(async {
-                let time_is_up = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    m = self.rx.recv() => m,
-                    _ = shutdown_rx.changed(), if !interrupted => None,
-                    _ = time_is_up, if !interrupted => None,
-                }
-            });
-            if let Some(msg) = msg {
-                self.handle(msg)?;
-            }
-            while let Ok(msg) = self.rx.try_recv() {
-                self.handle(msg)?;
-            }
+        Ok(())
+    }
+
+    /// Syncs the store where something waits on it (acknowledgements, the end, offers to
+    /// remote workers), then answers the reports that waited.
+    fn sync_and_answer(&mut self) -> Result<(), TuneError> {
+        // Sync before acknowledging, and at the end. Launches need not wait: what a new
+        // attempt does reaches anyone only through reports, acknowledged after a later sync.
+        // Remote launches wait: an offer is seen by other machines at once, and a resumed
+        // coordinator takes over only attempts its store says are running.
+        let offering = self.to_launch.iter().any(|id| {
+            self.in_flight
+                .get(id)
+                .is_some_and(|r| r.slot == Slot::Remote)
+        });
+        if !self.acks.is_empty() || self.in_flight.is_empty() || offering {
+            self.store.sync()?;
         }
+        if !self.acks.is_empty() {
+            let failed = |e| TuneError::io("answering reports", e);
+            crate::failpoint::hit("ack.before").map_err(failed)?;
+            for (ack, decision) in self.acks.drain(..) {
+                let _ = ack.send(decision);
+            }
+            crate::failpoint::hit("ack.after").map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    /// Whether nothing runs only because no worker has a free slot yet (saying so, once).
+    fn waiting_for_workers(&mut self, interrupted: bool) -> bool {
+        let waiting_for_workers = self.in_flight.is_empty()
+            && !interrupted
+            && self.plan.pool.may_grow()
+            && !self.plan.pool.has_free()
+            && self.work_remains();
+        if waiting_for_workers && !self.told_waiting {
+            self.told_waiting = true;
+            let note = format!(
+                "waiting for workers: start `tune worker URL --experiment {}` where the \
+                 trials should run",
+                self.plan.name
+            );
+            self.note(&note);
+        }
+        waiting_for_workers
+    }
+
+    /// Nothing runs and nothing will start: paused trials the scheduler never resumed are
+    /// over.
+    fn stop_paused_leftovers(&mut self) -> Result<(), TuneError> {
+        let leftover: Vec<TrialId> = self
+            .live
+            .values()
+            .filter(|t| t.status == Status::Paused)
+            .map(|t| t.id)
+            .collect();
+        for id in leftover {
+            self.settle(id, Status::Stopped, None)?;
+        }
+        self.store.sync()?;
+        Ok(())
+    }
+
+    /// Waits for the next message (or the shutdown, or the time budget's end) and handles it
+    /// and every other one already there.
+    fn wait_and_handle(
+        &mut self,
+        rt: &Handle,
+        shutdown_rx: &mut watch::Receiver<bool>,
+        deadline: Option<tokio::time::Instant>,
+        interrupted: bool,
+    ) -> Result<(), TuneError> {
+        let msg = rt.block_on(async {
+            let time_is_up = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                m = self.rx.recv() => m,
+                _ = shutdown_rx.changed(), if !interrupted => None,
+                _ = time_is_up, if !interrupted => None,
+            }
+        });
+        if let Some(msg) = msg {
+            self.handle(msg)?;
+        }
+        while let Ok(msg) = self.rx.try_recv() {
+            self.handle(msg)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the observers and the workers the sweep ended, and how.
+    fn end(mut self, shutdown_rx: &watch::Receiver<bool>) -> Result<Ended, TuneError> {
         self.describe_scheduler(true);
         // Loggers end first, so that what they say while ending (MLflow's last sends) shows on
         // the dashboard or before the progress line's summary.
@@ -663,233 +707,6 @@ impl Coordinator {
                 Ok(())
             }
         }
-    }
-
-    fn on_report(
-        &mut self,
-        id: TrialId,
-        attempt: u32,
-        step: Option<u64>,
-        mut metrics: std::collections::BTreeMap<String, f64>,
-        ack: oneshot::Sender<ReportAnswer>,
-    ) -> Result<(), TuneError> {
-        let Some(run) = self
-            .in_flight
-            .get_mut(&id)
-            .filter(|r| r.attempt == attempt && !r.settled)
-        else {
-            // The report that settled the run, delivered again, hears its stored decision;
-            // anything else (a late report after a decision, a stale attempt's) is not kept,
-            // and is told so: a decision would read as its acknowledgement.
-            let heard = self
-                .in_flight
-                .get(&id)
-                .filter(|r| r.attempt == attempt)
-                .and_then(|r| r.decided)
-                .filter(|&(decided, _)| step == Some(decided))
-                .map_or(ReportAnswer::Refused, |(_, heard)| heard);
-            self.acks.push((ack, heard));
-            return Ok(());
-        };
-        let step = match run.take_report(step) {
-            Taken::New(step) => step,
-            Taken::Redone => {
-                // Its result and decision are already stored.
-                self.acks.push((ack, ReportAnswer::Continue));
-                return Ok(());
-            }
-            Taken::OutOfOrder { step, after } => {
-                let reason = format!(
-                    "it reported step {step} after step {after} in the same attempt: steps must \
-                     increase (each is stored once, in order)"
-                );
-                return self.fail_at_report(id, ack, reason);
-            }
-        };
-        if let Some(key) = metrics
-            .keys()
-            .find(|k| crate::export::RESULT_KEYS.contains(&k.as_str()))
-        {
-            let reason = format!(
-                "the report at step {step} has a metric named `{key}`, a name results keep for \
-                 their own ({}): rename it",
-                crate::export::RESULT_KEYS.join(", ")
-            );
-            return self.fail_at_report(id, ack, reason);
-        }
-        // Every objective's value, or the first missing or non-finite one.
-        let values: Result<Vec<f64>, (&str, Option<f64>)> = self
-            .plan
-            .objectives
-            .iter()
-            .map(|o| match metrics.get(&o.metric) {
-                Some(&v) if v.is_finite() => Ok(v),
-                bad => Err((o.metric.as_str(), bad.copied())),
-            })
-            .collect();
-        // A constrained key missing is as bad as an objective missing.
-        let values = values.and_then(|v| match self.plan.constraints.values(&metrics) {
-            Ok(c) => Ok((v, c)),
-            Err(key) => Err((key, metrics.get(key).copied())),
-        });
-        let (values, constraints) = match values {
-            Ok(values) => values,
-            Err((metric, bad)) => {
-                let reason = match bad {
-                    Some(v) => format!("`{metric}` was {v} at step {step}"),
-                    None => {
-                        let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
-                        let found = if keys.is_empty() {
-                            "no metrics".to_string()
-                        } else {
-                            keys.join(", ")
-                        };
-                        format!("the report at step {step} has no `{metric}` (it had: {found})")
-                    }
-                };
-                return self.fail_at_report(id, ack, reason);
-            }
-        };
-        // Other non-finite metrics are dropped: the stored form (JSON) has no NaN.
-        metrics.retain(|_, x| x.is_finite());
-        let result = TrialResult {
-            step,
-            seq: self.next_seq,
-            attempt,
-            metrics,
-        };
-        self.next_seq += 1;
-        self.store.add_result(id, &result)?;
-        self.history.report_values(id, step, &values);
-        if !constraints.is_empty() {
-            self.history.report_constraints(id, &constraints);
-        }
-        let decision = self.scheduler.on_result(id, step, values[0]);
-        let t = self.live.get_mut(&id).expect("a trial in flight");
-        t.results.push(result);
-        if let Some(r) = t.results.last() {
-            emit(&mut self.observers, &Event::Result(t, r), &self.summary);
-        }
-        // The decision is stored with the result, before the trial hears it.
-        let heard = self.apply_decision(id, step, decision)?;
-        self.acks.push((ack, heard));
-        self.describe_scheduler(false);
-        Ok(())
-    }
-
-    /// Fails trial `id` at a report that is not kept (`reason` says why); its run hears so.
-    fn fail_at_report(
-        &mut self,
-        id: TrialId,
-        ack: oneshot::Sender<ReportAnswer>,
-        reason: String,
-    ) -> Result<(), TuneError> {
-        if let Some(run) = self.in_flight.get_mut(&id) {
-            run.settled = true;
-        }
-        self.settle(id, Status::Failed, Some(reason))?;
-        self.acks.push((ack, ReportAnswer::Refused));
-        Ok(())
-    }
-
-    /// Acts on the scheduler's `decision` for trial `id`'s result at `step`: stores what it
-    /// changes (status, params, lineage) and says what the trial's run is to hear.
-    fn apply_decision(
-        &mut self,
-        id: TrialId,
-        step: u64,
-        decision: Decision,
-    ) -> Result<ReportAnswer, TuneError> {
-        let settles = decision != Decision::Continue;
-        let heard = match decision {
-            Decision::Continue => ReportAnswer::Continue,
-            Decision::Pause => {
-                self.set_status(id, Status::Paused);
-                let t = self.live.get(&id).expect("a trial being paused");
-                self.store.put_trial(t)?;
-                emit(&mut self.observers, &Event::Paused(t), &self.summary);
-                ReportAnswer::Pause
-            }
-            Decision::Exploit { from, params } => {
-                // The run checkpoints and ends; the trial then starts again from `from`'s
-                // checkpoint with the new params (see `fill_slots`).
-                self.set_status(id, Status::Paused);
-                let t = self.live.get_mut(&id).expect("a trial exploiting another");
-                let previous = std::mem::replace(&mut t.params, params.clone());
-                t.lineage.push(crate::trial::Lineage {
-                    step,
-                    from,
-                    previous,
-                });
-                t.parent = Some(from);
-                t.restore_from = Some(from);
-                self.store.put_trial(t)?;
-                stage_exploit(&self.plan.trials, id, from)?;
-                self.history.set_params(id, params);
-                self.deferred.push_back(id);
-                let t = &self.live[&id];
-                emit(&mut self.observers, &Event::Paused(t), &self.summary);
-                ReportAnswer::Pause
-            }
-            Decision::Stop => {
-                self.settle(id, Status::Stopped, None)?;
-                ReportAnswer::Stop
-            }
-            Decision::Complete => {
-                self.settle(id, Status::Completed, None)?;
-                ReportAnswer::Complete
-            }
-        };
-        if settles {
-            // The trial's end (or pause) is decided: its run, if any, is only winding down.
-            if let Some(run) = self.in_flight.get_mut(&id) {
-                run.settled = true;
-                run.decided = Some((step, heard));
-            }
-        }
-        Ok(heard)
-    }
-
-    /// Copies the checkpoint of the trial that `id` exploited into `id`'s folder (then forgets
-    /// the pending copy, durably). A crash before the copy repeats it on resume.
-    fn apply_exploit(&mut self, id: TrialId) -> Result<(), TuneError> {
-        let Some(from) = self.live(id).restore_from else {
-            return Ok(());
-        };
-        take_exploit(&self.plan.trials, id, from)?;
-        let t = self.live.get_mut(&id).expect("a trial being started");
-        t.restore_from = None;
-        self.store.put_trial(t)?;
-        Ok(())
-    }
-
-    /// A paused trial the scheduler wants resumed now (ids it names that are not paused here,
-    /// as after a replay, are skipped).
-    fn next_paused(&mut self) -> Option<TrialId> {
-        let is_paused = |live: &BTreeMap<TrialId, Trial>, id: TrialId| {
-            live.get(&id).is_some_and(|t| t.status == Status::Paused)
-        };
-        // Resumes that had to wait for the trial's previous run to end come first.
-        self.deferred.retain(|&id| is_paused(&self.live, id));
-        if let Some(pos) = self
-            .deferred
-            .iter()
-            .position(|id| !self.in_flight.contains_key(id))
-        {
-            return self.deferred.remove(pos);
-        }
-        while let Some(id) = self.scheduler.choose_paused() {
-            if !is_paused(&self.live, id) {
-                continue;
-            }
-            if self.in_flight.contains_key(&id) {
-                // Its paused run is still writing its checkpoint: relaunch it after that run ends.
-                self.deferred.push_back(id);
-                continue;
-            }
-            return Some(id);
-        }
-        None
     }
 
     /// Settles the paused trials the scheduler has ended.
