@@ -165,12 +165,17 @@ fn a_trial_whose_setsid_child_keeps_its_output_open_ends_with_its_process() {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
-    assert_eq!(left.len(), 2, "the session children: {left:?}");
-    for t in export_json(&dir) {
+    let text = stderr(&out);
+    let trials = export_json(&dir);
+    assert_eq!(
+        left.len(),
+        2,
+        "the session children: {left:?}\ntrials: {trials:?}\nstderr: {text}"
+    );
+    for t in trials {
         assert_eq!(t["status"], "completed", "{t}");
         assert_eq!(steps(&t), [1]);
     }
-    let text = stderr(&out);
     assert_eq!(
         text.matches("still held its output open").count(),
         2,

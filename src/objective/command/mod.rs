@@ -1,0 +1,428 @@
+//! Command objectives: one child process per trial attempt.
+//!
+//! The protocol, in full in docs/guide/protocol.md: the trial reports by
+//! printing lines to stdout, a JSON object (`{"step": 3, "val_loss": 0.31}`) or `key: value`
+//! pairs (`val_loss: 0.31, acc: 0.9`); after each report, once it is durable, the coordinator
+//! writes its decision (`continue`, `stop` or `pause`) as one line to the trial's stdin. A
+//! trial that ignores `stop` or `pause` gets SIGTERM, then SIGKILL, and whatever it reports
+//! after the decision is discarded. Exit 0 completes the trial; anything else fails it with the
+//! tail of its stderr.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::{substitute, Job};
+use crate::pool::Slot;
+use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
+use process::{held_outside_the_group, pipe_holds, TrialProcess};
+use reports::shortened;
+pub(crate) use reports::ReportParser;
+
+mod process;
+mod reports;
+
+/// A command template and how to run it.
+pub(crate) struct CommandObjective {
+    /// argv with `{param}` placeholders.
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub workdir: PathBuf,
+    pub experiment_dir: PathBuf,
+    pub metric: String,
+    /// How long a trial told to stop may take before SIGTERM, and after SIGTERM before SIGKILL.
+    pub grace: Duration,
+}
+
+const STDERR_TAIL: usize = 2000;
+
+/// The longest line of stdout read: a longer one (100 MB of output with no newline) fails the
+/// trial instead of filling memory.
+pub(crate) const MAX_LINE: usize = 1 << 20;
+
+pub(super) async fn run(obj: Arc<CommandObjective>, job: Job) {
+    let outcome = run_attempt(&obj, &job).await;
+    let _ = job.tx.send(WorkerMsg::Finished {
+        id: job.id,
+        attempt: job.attempt,
+        outcome,
+    });
+}
+
+/// Why the read loop ended before the child closed its stdout.
+enum Cut {
+    Stopped,
+    TimedOut,
+    Interrupted,
+    /// A report that could not be read: the trial fails with this reason.
+    BadReport(String),
+}
+
+async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
+    let mut process = match spawn(obj, job) {
+        Ok(process) => process,
+        Err(failed) => return failed,
+    };
+    let Some((stdin, stdout, stderr)) = process.take_pipes() else {
+        return Outcome::Failed("the child's pipes were not set up".into());
+    };
+    // Decisions go through their own task: a trial that never reads stdin must not block us.
+    let (decide, decisions) = mpsc::unbounded_channel::<ReportAnswer>();
+    let writer = tokio::spawn(write_decisions(stdin, decisions));
+    let (leader_gone, leader_exit) = watch::channel(false);
+    let stderr_tail = tokio::spawn(stderr_tail(stderr, leader_exit));
+    let deadline = job.timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut shutdown = job.shutdown.clone();
+    let cut = read_reports(
+        obj,
+        job,
+        &mut process,
+        stdout,
+        decide,
+        deadline,
+        &mut shutdown,
+    )
+    .await;
+    let outcome = finish(
+        obj,
+        job,
+        &mut process,
+        cut,
+        (stderr_tail, &leader_gone),
+        deadline,
+        &mut shutdown,
+    )
+    .await;
+    let _ = leader_gone.send(true);
+    writer.abort();
+    // Every path has ended it by now; this only makes sure nothing of it is left.
+    let _ = process.end().await;
+    outcome
+}
+
+/// Starts the trial's process: argv with the params filled in, the `TUNE_*` environment, pipes
+/// for the protocol, its own process group. `Err` is the failed outcome.
+fn spawn(obj: &CommandObjective, job: &Job) -> Result<TrialProcess, Outcome> {
+    let argv: Vec<String> = obj
+        .argv
+        .iter()
+        .map(|a| substitute(a, &job.params))
+        .collect();
+    if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
+        return Err(Outcome::Failed(format!(
+            "cannot create {}: {e}",
+            job.trial_dir.display()
+        )));
+    }
+    let params = serde_json::to_string(&job.params)
+        .map_err(|e| Outcome::Failed(format!("the params cannot be written as JSON: {e}")))?;
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    if super::cores::rayon_set_by_tune() {
+        // Set for tune's own trainables: the command keeps the environment it was given (its
+        // spec's `env` may still set it).
+        cmd.env_remove("RAYON_NUM_THREADS");
+    }
+    cmd.args(&argv[1..])
+        .current_dir(&obj.workdir)
+        .env("TUNE_PARAMS", params)
+        .env("TUNE_TRIAL_ID", job.id.to_string())
+        .env("TUNE_DEVICE", job.device.to_string())
+        .env("TUNE_ATTEMPT", job.attempt.to_string())
+        .env("TUNE_CHECKPOINT_DIR", &job.trial_dir)
+        .env("TUNE_EXPERIMENT_DIR", &obj.experiment_dir)
+        .env_remove("TUNE_RESTORE_DIR")
+        .envs(job.restore_dir.iter().map(|d| ("TUNE_RESTORE_DIR", d)))
+        .env_remove("TUNE_COMPLETES_AT")
+        .envs(
+            job.completes_at
+                .iter()
+                .map(|s| ("TUNE_COMPLETES_AT", s.to_string())),
+        )
+        // Python buffers a piped stdout; unbuffered, each report arrives when printed.
+        .env("PYTHONUNBUFFERED", "1")
+        // A trial on a GPU sees only its own (as device 0), as with Ray Tune.
+        .envs(match job.device {
+            Slot::Gpu(n) => Some(("CUDA_VISIBLE_DEVICES", n.to_string())),
+            _ => None,
+        })
+        .envs(&obj.env);
+    TrialProcess::start(cmd).map_err(|e| {
+        Outcome::Failed(format!(
+            "cannot start `{}` (in {}): {e}",
+            argv[0],
+            obj.workdir.display()
+        ))
+    })
+}
+
+/// Writes each decision as its protocol line to the trial's stdin, until either side is gone.
+async fn write_decisions(
+    mut stdin: ChildStdin,
+    mut decisions: mpsc::UnboundedReceiver<ReportAnswer>,
+) {
+    while let Some(d) = decisions.recv().await {
+        let Some(line) = d.command_line() else {
+            continue;
+        };
+        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// The last [`STDERR_TAIL`] bytes of the trial's stderr (whole characters), for its error:
+/// read to its end, or, once `leader_exit` says the trial's process is gone, to what was in
+/// the pipe then (a process it started in a session of its own may hold stderr open for ever).
+async fn stderr_tail(mut stderr: ChildStderr, mut leader_exit: watch::Receiver<bool>) -> String {
+    use std::os::fd::AsRawFd;
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut left: Option<usize> = None;
+    loop {
+        let want = left.map_or(buf.len(), |n| n.min(buf.len()));
+        if want == 0 {
+            break;
+        }
+        let read = tokio::select! {
+            r = stderr.read(&mut buf[..want]) => r,
+            _ = leader_exit.wait_for(|gone| *gone), if left.is_none() => {
+                left = Some(pipe_holds(stderr.as_raw_fd()));
+                continue;
+            }
+        };
+        let n = match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(l) = &mut left {
+            *l -= n.min(*l);
+        }
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 2 * STDERR_TAIL {
+            tail.drain(..tail.len() - STDERR_TAIL);
+        }
+    }
+    let text = String::from_utf8_lossy(&tail).into_owned();
+    let start = text.len().saturating_sub(STDERR_TAIL);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    text[start..].trim().to_string()
+}
+
+/// Reads reports from the trial's stdout, sends each to the coordinator and its decision back
+/// to the trial, until the trial closes stdout (`None`) or the read is cut short.
+async fn read_reports(
+    obj: &CommandObjective,
+    job: &Job,
+    process: &mut TrialProcess,
+    stdout: ChildStdout,
+    decide: mpsc::UnboundedSender<ReportAnswer>,
+    deadline: Option<Instant>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Cut> {
+    use std::os::fd::AsRawFd;
+    let mut stdout = BufReader::new(stdout);
+    let mut parser = ReportParser::new(&obj.metric);
+    let mut line = Vec::new();
+    // Once the leader has exited: how much of what it wrote is left to read. The trial ends
+    // with its process, not with its stdout, which a process it started in a session of its
+    // own (`setsid`) can hold open for ever.
+    let mut left: Option<usize> = None;
+    loop {
+        if left == Some(0) && line.is_empty() {
+            if held_outside_the_group(stdout.get_ref().as_raw_fd(), process.group()).await {
+                let note = format!(
+                    "trial {}: its process exited while a process it started in a session of \
+                     its own (setsid) still held its output open; the trial ended with its \
+                     process, that process is left running and its output is ignored",
+                    job.id
+                );
+                let _ = job.tx.send(WorkerMsg::Note(note));
+            }
+            return None;
+        }
+        // A line partly read when the leader's exit won the race goes on where it stopped
+        // (`read_line_capped` keeps what it consumed in `line`).
+        let read = tokio::select! {
+            r = read_line_capped(&mut stdout, &mut line, &mut left) => r,
+            _ = process.exited(), if left.is_none() => {
+                // What it wrote is still in the pipe, read next; what it left running goes.
+                let _ = process.end().await;
+                left = Some(stdout.buffer().len() + pipe_holds(stdout.get_ref().as_raw_fd()));
+                continue;
+            }
+            _ = sleep_until(deadline) => return Some(Cut::TimedOut),
+            _ = until_shutdown(shutdown) => return Some(Cut::Interrupted),
+        };
+        match read {
+            Ok(0) | Err(_) => return None,
+            Ok(n) if n > MAX_LINE => {
+                return Some(Cut::BadReport(format!(
+                    "a line of its output is longer than {} MiB (it starts: {})",
+                    MAX_LINE >> 20,
+                    shortened(&String::from_utf8_lossy(&line[..line.len().min(200)]), 80)
+                )))
+            }
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line).into_owned();
+        line.clear();
+        let (step, metrics) = match parser.feed(&text) {
+            Ok(Some(report)) => report,
+            Ok(None) => continue,
+            Err(reason) => return Some(Cut::BadReport(reason)),
+        };
+        let (ack, answer) = oneshot::channel();
+        let msg = WorkerMsg::Report {
+            id: job.id,
+            attempt: job.attempt,
+            step,
+            metrics,
+            ack,
+        };
+        if job.tx.send(msg).is_err() {
+            return Some(Cut::Interrupted);
+        }
+        let decision = match answer.await {
+            // Not kept: no line (the trial would take it as the acknowledgement and save the
+            // step); the run is over.
+            Ok(ReportAnswer::Refused) | Err(_) => return Some(Cut::Interrupted),
+            Ok(decision) => decision,
+        };
+        let _ = decide.send(decision);
+        if decision != ReportAnswer::Continue {
+            return Some(Cut::Stopped);
+        }
+    }
+}
+
+/// Reads up to and including the next newline into `line`, keeping at most [`MAX_LINE`] + 1
+/// bytes of it, and no more of the pipe than `left` (counted down) where set; returns how many
+/// bytes the line had so far (more than `MAX_LINE`: it was cut there, unread beyond).
+async fn read_line_capped(
+    stdout: &mut BufReader<ChildStdout>,
+    line: &mut Vec<u8>,
+    left: &mut Option<usize>,
+) -> std::io::Result<usize> {
+    loop {
+        if *left == Some(0) {
+            return Ok(line.len());
+        }
+        let buf = stdout.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(line.len());
+        }
+        let buf = &buf[..left.map_or(buf.len(), |n| n.min(buf.len()))];
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = (MAX_LINE + 1).saturating_sub(line.len());
+        line.extend_from_slice(&buf[..take.min(room)]);
+        stdout.consume(take);
+        if let Some(n) = left {
+            *n -= take;
+        }
+        if done || line.len() > MAX_LINE {
+            return Ok(line.len());
+        }
+    }
+}
+
+/// Ends the attempt after the reads: waits for the exit of a trial that closed its stdout (or
+/// terminates it), and says how the attempt went.
+async fn finish(
+    obj: &CommandObjective,
+    job: &Job,
+    process: &mut TrialProcess,
+    cut: Option<Cut>,
+    (stderr_tail, leader_gone): (tokio::task::JoinHandle<String>, &watch::Sender<bool>),
+    deadline: Option<Instant>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Outcome {
+    let cut = match cut {
+        Some(cut) => cut,
+        None => {
+            let exited = tokio::select! {
+                _ = process.exited() => None,
+                _ = sleep_until(deadline) => Some(Cut::TimedOut),
+                _ = until_shutdown(shutdown) => Some(Cut::Interrupted),
+            };
+            match exited {
+                Some(cut) => cut,
+                None => match process.end().await {
+                    Ok(status) if status.success() => return Outcome::Returned,
+                    Ok(status) => {
+                        // It has exited: its stderr is read no further than it wrote.
+                        let _ = leader_gone.send(true);
+                        let tail = stderr_tail.await.unwrap_or_default();
+                        return Outcome::Failed(describe_exit(status, &tail));
+                    }
+                    Err(e) => {
+                        return Outcome::Failed(format!("waiting for the process failed: {e}"))
+                    }
+                },
+            }
+        }
+    };
+    match cut {
+        Cut::Stopped => {
+            // A trial told to stop may end on its own (and checkpoint) within the grace.
+            process.terminate(obj.grace, obj.grace).await;
+            Outcome::Stopped
+        }
+        Cut::TimedOut => {
+            process.terminate(Duration::ZERO, obj.grace).await;
+            timed_out(job)
+        }
+        Cut::Interrupted => {
+            process.terminate(Duration::ZERO, obj.grace).await;
+            Outcome::Interrupted
+        }
+        Cut::BadReport(reason) => {
+            process.terminate(Duration::ZERO, obj.grace).await;
+            Outcome::Failed(reason)
+        }
+    }
+}
+
+fn timed_out(job: &Job) -> Outcome {
+    let secs = job.timeout.map_or(0.0, |t| t.as_secs_f64());
+    Outcome::Failed(format!("timed out after {secs} s"))
+}
+
+async fn until_shutdown(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|s| *s).await.is_err() {
+        // The coordinator is gone without asking for a stop: nothing will ever ask.
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn describe_exit(status: ExitStatus, stderr: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "ended abnormally".to_string(),
+    };
+    if stderr.is_empty() {
+        how
+    } else {
+        format!("{how}; stderr ends with:\n{stderr}")
+    }
+}

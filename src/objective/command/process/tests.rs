@@ -1,0 +1,110 @@
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use super::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `sh -c script` as a trial process; the first line it prints.
+async fn start(script: &str, poll: bool) -> (TrialProcess, String) {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script);
+    let mut process = TrialProcess::start(cmd).unwrap();
+    if poll {
+        process.exit_fd = None;
+    }
+    let (_stdin, stdout, _stderr) = process.take_pipes().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).await.unwrap();
+    (process, line.trim().to_string())
+}
+
+/// Whether `pid` is running (not gone, not a zombie).
+fn running(pid: libc::pid_t) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Waits until `pid` is not running; a bound for a test that would otherwise hang, not a
+/// timing check.
+fn wait_gone(pid: libc::pid_t) {
+    let since = std::time::Instant::now();
+    while running(pid) {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "{pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn a_leader_that_exits_leaves_its_group_to_be_killed_before_it_is_reaped(poll: bool) {
+    runtime().block_on(async {
+        // The leader exits at once, leaving a member of its group running.
+        let (mut process, member) = start("sleep 30 & echo $!; exit 0", poll).await;
+        let member: libc::pid_t = member.parse().unwrap();
+        process.exited().await;
+        // Exited and not reaped: its pid, the group's id, is still its own.
+        assert!(process.reaped.is_none());
+        // SAFETY: getpgid(2) takes a pid and only reads.
+        let group = unsafe { libc::getpgid(member) };
+        assert_eq!(group, process.group());
+        assert!(running(member));
+        let status = process.end().await.unwrap();
+        assert!(status.success(), "{status}");
+        wait_gone(member);
+        // Reaped: a later signal to its group id reaches nothing.
+        assert!(process.reaped.is_some());
+        assert_eq!(process.end().await.unwrap(), status);
+    });
+}
+
+#[test]
+fn a_leader_that_exits_leaves_its_group_to_be_killed_before_it_is_reaped_pidfd() {
+    a_leader_that_exits_leaves_its_group_to_be_killed_before_it_is_reaped(false);
+}
+
+#[test]
+fn a_leader_that_exits_leaves_its_group_to_be_killed_before_it_is_reaped_polled() {
+    a_leader_that_exits_leaves_its_group_to_be_killed_before_it_is_reaped(true);
+}
+
+#[test]
+fn a_group_ignoring_sigterm_is_killed_after_the_grace() {
+    runtime().block_on(async {
+        let (mut process, member) = start("trap '' TERM; sleep 30 & echo $!; wait", false).await;
+        let member: libc::pid_t = member.parse().unwrap();
+        process
+            .terminate(Duration::ZERO, Duration::from_millis(50))
+            .await;
+        let status = process.end().await.unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+        wait_gone(member);
+    });
+}
+
+#[test]
+fn a_dropped_process_leaves_nothing_of_its_group_running() {
+    runtime().block_on(async {
+        let (process, member) = start("sleep 30 & echo $!; sleep 30", false).await;
+        let member: libc::pid_t = member.parse().unwrap();
+        drop(process);
+        wait_gone(member);
+    });
+}
