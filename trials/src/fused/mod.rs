@@ -45,11 +45,11 @@ use crate::checkpoint;
 use crate::config::Builtin;
 use crate::config::{Activation, OptimizerKind};
 use crate::fused_dense::{DenseBackward, DenseForward};
-use crate::fused_dropout::{DropoutMasks, DropoutSite, MaskPlan};
-use crate::fused_loss::{SoftmaxLoss, SoftmaxScore};
+use crate::fused_dropout::{DropoutSite, MaskPlan};
+use crate::fused_loss::SoftmaxScore;
 use crate::fused_step::{column, FusedStep};
 use crate::model::{activate, linear, Dropout};
-use crate::trainer::{epoch_order, EpochReport, Trainer};
+use crate::trainer::{EpochReport, Trainer};
 use crate::TrialsError;
 
 mod gradients;
@@ -59,8 +59,8 @@ mod stacked;
 #[cfg(test)]
 mod tests;
 mod ticks;
+mod training;
 
-use gradients::LogSoftmax;
 pub use keys::{FuseKey, PackKey};
 pub use members::{HeldCheckpoint, PackedMember};
 use stacked::*;
@@ -119,16 +119,17 @@ pub struct FusedTrainer {
     /// its summed training loss over them.
     at: Vec<u64>,
     loss_sums: Vec<f32>,
-    /// The members' shuffles of the rows, by `(seed, epoch)` ([`epoch_order`]): made once per
-    /// member's epoch, which the pack stops in several times where batch sizes mix (a shuffle
-    /// of the glyphs' 16,000 rows for 16 members is ~1-2 ms of the host's).
+    /// The members' shuffles of the rows, by `(seed, epoch)`
+    /// ([`crate::trainer::epoch_order`]): made once per member's epoch, which the pack stops
+    /// in several times where batch sizes mix (a shuffle of the glyphs' 16,000 rows for 16
+    /// members is ~1-2 ms of the host's).
     orders: HashMap<(u64, u64), Vec<u32>>,
     /// Whether a member's arithmetic is its unfused arithmetic to the bit, as on CPU (what
     /// lets a resumed sweep decide as the uninterrupted one whichever trials share a pack).
     /// On a GPU, whose batched matmuls round otherwise than one trial's anyway, the pack
     /// leaves out what serves only that (the log-softmax max's gradient, zero but for
     /// rounding, and the training loss's scaling batch by batch) and fuses the elementwise
-    /// work into fewer kernels ([`SoftmaxLoss`], [`DenseForward`], [`DenseBackward`]).
+    /// work into fewer kernels ([`crate::fused_loss::SoftmaxLoss`], [`DenseForward`], [`DenseBackward`]).
     exact: bool,
     device: Device,
 }
@@ -238,55 +239,40 @@ impl FusedTrainer {
             state: Vec::new(),
             has_layer,
         };
-        // Member `k`'s weight `j` (`slot: None`) or optimizer slot, as `as_stacked` shapes
-        // it: from its earlier pack, or from its trainer.
-        let part =
-            |k: usize, j: usize, slot: Option<usize>| -> candle_core::Result<Option<Tensor>> {
-                let t = &members[k];
-                if let Some(s) = slot {
-                    if s >= t.optimizer.state[j].len() {
-                        return Ok(None);
-                    }
-                }
-                match from {
-                    Some((old, places)) if k < places.len() => {
-                        let place = places[k];
-                        let p = (0..old.weights.len())
-                            .find(|&p| old.member_weight(place, p) == Some(j))
-                            .ok_or_else(|| {
-                                candle_core::Error::Msg(format!(
-                                    "member {place}'s weight {j} is not in its pack"
-                                ))
-                            })?;
-                        let stacked = match slot {
-                            None => old.weights[p].clone(),
-                            Some(s) => old.state[p].get(s)?,
-                        };
-                        let own = as_stacked(t.model.vars()[j].1.as_tensor())?;
-                        member_view(&stacked, place, own.dims())?
-                            .squeeze(0)
-                            .map(Some)
-                    }
-                    _ => match slot {
-                        None => as_stacked(t.model.vars()[j].1.as_tensor()).map(Some),
-                        Some(s) => as_stacked(&t.optimizer.state[j][s]).map(Some),
-                    },
-                }
-            };
+        (pack.weights, pack.state) = pack.stack_members(&members, from, slots)?;
+        if let Some((old, places)) = from {
+            for (k, &place) in places.iter().enumerate() {
+                pack.at[k] = old.at[place];
+                pack.loss_sums[k] = old.loss_sums[place];
+            }
+        }
+        pack.members = members;
+        Ok(pack)
+    }
+
+    /// Every weight of the pack, and its optimizer's `slots` slots, stacked from the
+    /// `members`' parts (zeros where a member has none).
+    fn stack_members(
+        &self,
+        members: &[Trainer],
+        from: Option<(&FusedTrainer, &[usize])>,
+        slots: usize,
+    ) -> candle_core::Result<(Vec<Tensor>, Vec<Tensor>)> {
+        let first = &members[0];
         let mut weights = Vec::new();
         let mut state = Vec::new();
-        for p in 0..pack.convs + 2 * (depth + 1) {
-            let shape = pack.stacked_shape(first, p)?;
+        for p in 0..self.convs + 2 * (self.depth + 1) {
+            let shape = self.stacked_shape(first, p)?;
             let stacked = |slot: Option<usize>| {
                 let parts = (0..members.len())
                     .map(|k| {
-                        let got = match pack.member_weight(k, p) {
-                            Some(j) => part(k, j, slot)?,
+                        let got = match self.member_weight(k, p) {
+                            Some(j) => member_part(members, from, k, j, slot)?,
                             None => None,
                         };
                         match got {
                             Some(w) => pad_to(&w, &shape),
-                            None => Tensor::zeros(shape.as_slice(), DType::F32, &pack.device),
+                            None => Tensor::zeros(shape.as_slice(), DType::F32, &self.device),
                         }
                     })
                     .collect::<candle_core::Result<Vec<_>>>()?;
@@ -300,16 +286,7 @@ impl FusedTrainer {
                 .collect::<candle_core::Result<Vec<_>>>()?;
             state.push(Tensor::stack(&slots, 0)?.contiguous()?);
         }
-        pack.weights = weights;
-        pack.state = state;
-        if let Some((old, places)) = from {
-            for (k, &place) in places.iter().enumerate() {
-                pack.at[k] = old.at[place];
-                pack.loss_sums[k] = old.loss_sums[place];
-            }
-        }
-        pack.members = members;
-        Ok(pack)
+        Ok((weights, state))
     }
 
     /// Weight `p` of the pack as one member's part of it: `(out, in)` for a dense layer's
@@ -472,180 +449,6 @@ impl FusedTrainer {
         })
     }
 
-    /// Trains `counts[k]` updates of member `k` from where it is in its epoch (not past its
-    /// end), in `max(counts)` ticks, then validates the members whose epoch ended: their
-    /// reports, `None` for the others.
-    fn train(
-        &mut self,
-        counts: &[u64],
-    ) -> Result<Vec<Option<Result<EpochReport, TrialsError>>>, TrialsError> {
-        if let Some(k) = self.members.iter().position(Trainer::finished) {
-            return Err(TrialsError::Train(format!(
-                "member {k} has finished; re-form the pack without it before the next epoch"
-            )));
-        }
-        let members = self.members.len();
-        let (x, y, n) = self.members[0].train.clone();
-        let features = x.dim(1)?;
-        let classes = self.key.classes;
-        let mut made = std::mem::take(&mut self.orders);
-        made.retain(|&(seed, epoch), _| {
-            (self.members.iter()).any(|m| m.seed == seed && m.epoch == epoch)
-        });
-        for m in &self.members {
-            (made.entry((m.seed, m.epoch))).or_insert_with(|| epoch_order(m.seed, m.epoch, n));
-        }
-        let orders: Vec<&[u32]> = (self.members.iter())
-            .map(|m| made[&(m.seed, m.epoch)].as_slice())
-            .collect();
-        // Each member's first update of the ticks, counted from its first epoch's.
-        let first_updates: Vec<u64> = self
-            .members
-            .iter()
-            .zip(&self.at)
-            .map(|(m, &at)| m.epoch * m.steps_per_epoch() + at)
-            .collect();
-        // Everything a batch needs from the host is uploaded once per call: on a GPU each
-        // upload from pageable memory waits for the queue to drain.
-        let ticks = Ticks::new(&self.members, &self.at, counts, &orders, n, &self.device)?;
-        self.orders = made;
-        let mut masks = if self.members.iter().any(|m| m.cfg.dropout > 0.0) {
-            let (dropouts, plan) = self.dropout_plan(&ticks);
-            Some(DropoutMasks::new(
-                dropouts,
-                plan,
-                &self.device,
-                self.device.is_cuda(),
-            )?)
-        } else {
-            None
-        };
-        // A member's learning rate at each tick; after its last update, that update's (the
-        // tick's results are discarded for it, so it only needs to be finite).
-        let lrs: Vec<Vec<f64>> = (0..ticks.count())
-            .map(|i| {
-                self.members
-                    .iter()
-                    .zip(first_updates.iter().zip(counts))
-                    .map(|(m, (&first, &count))| {
-                        m.lr_at_update(first + (i as u64).min(count.saturating_sub(1)))
-                    })
-                    .collect()
-            })
-            .collect();
-        let coefficients = Coefficients::new(&self.members, &lrs, &ticks.lens, &self.device)?;
-        let targets = y.index_select(&ticks.idx, 0)?;
-        // For the exact path (its own log-softmax backward), the loss's gradient at the rows'
-        // log-probabilities for all the ticks: the row's weight at its class, 0 elsewhere, as
-        // the backward pass of candle's `nll` scatters it batch by batch; and the weights
-        // negated. ([`SoftmaxLoss`] needs neither.)
-        let exact_grads = if self.exact {
-            let row_weights = ticks.weights.unsqueeze(1)?;
-            let at_log_probs =
-                Tensor::zeros((ticks.idx.dim(0)?, classes), DType::F32, &self.device)?
-                    .scatter_add(&targets.unsqueeze(1)?, &row_weights, 1)?;
-            Some((at_log_probs, row_weights.neg()?))
-        } else {
-            None
-        };
-        let mut loss_sums = Tensor::from_vec(self.loss_sums.clone(), members, &self.device)?;
-        let device = self.device.clone();
-        for i in 0..ticks.count() {
-            let (rows, lens) = (ticks.rows[i], &ticks.lens[i]);
-            let (at, len) = (ticks.offsets[i], members * rows);
-            let tick_masks = masks.as_mut().map(DropoutMasks::next).transpose()?;
-            // The masks' upload is the tick's only host data but for layouts.
-            loss_sums = with_layouts_cached(&device, || {
-                let bx = x
-                    .index_select(&ticks.idx.narrow(0, at, len)?, 0)?
-                    .reshape((members, rows, features))?;
-                let (scores, tape) = self.forward(&bx, tick_masks.as_deref(), true)?;
-                let bias = self.output_bias();
-                let (at_logits, loss_sums, at_bias) =
-                    if let Some((at_log_probs, minus_weights)) = &exact_grads {
-                        let logits = scores.broadcast_add(bias)?.reshape((len, classes))?;
-                        let softmax = LogSoftmax::new(&logits)?;
-                        let at_logits = softmax.backward(
-                            &at_log_probs.narrow(0, at, len)?,
-                            &minus_weights.narrow(0, at, len)?,
-                            &self.zero,
-                        )?;
-                        // Each member's summed loss over its own rows: as an unfused trial sums
-                        // it (its batch's mean loss times its rows), to the bit.
-                        let picked = softmax
-                            .log_probs
-                            .gather(&targets.narrow(0, at, len)?.unsqueeze(1)?, 1)?;
-                        let tick_losses = match &ticks.own {
-                            None => picked
-                                .reshape((members, rows))?
-                                .sum(1)?
-                                .affine(-1.0 / rows as f64, 0.0)?
-                                .affine(rows as f64, 0.0)?,
-                            Some(own) => picked
-                                .mul(&own.narrow(0, at, len)?.unsqueeze(1)?)?
-                                .reshape((members, rows))?
-                                .sum(1)?
-                                .neg()?,
-                        };
-                        let at_logits = at_logits.reshape((members, rows, classes))?;
-                        (at_logits, (&loss_sums + tick_losses)?, None)
-                    } else {
-                        // One kernel for the ~15 above, within rounding of them.
-                        let op = SoftmaxLoss {
-                            bias: bias.reshape((members, classes))?,
-                            targets: targets.narrow(0, at, len)?,
-                            weights: ticks.weights.narrow(0, at, len)?,
-                            own: ticks
-                                .own
-                                .as_ref()
-                                .map(|o| o.narrow(0, at, len))
-                                .transpose()?,
-                            losses: loss_sums.clone(),
-                        };
-                        let out = scores.reshape((len, classes))?.apply_op1_no_bwd(&op)?;
-                        let (at_logits, loss_sums, at_bias) =
-                            SoftmaxLoss::split(&out, members, rows, classes)?;
-                        (at_logits, loss_sums, Some(at_bias))
-                    };
-                let grads = self.backward(tape, &at_logits, at_bias)?;
-                self.step(&grads, &coefficients, i, lens)?;
-                Ok::<_, TrialsError>(loss_sums)
-            })?;
-        }
-        let ends: Vec<bool> = (0..members)
-            .map(|k| self.at[k] + counts[k] >= self.members[k].steps_per_epoch())
-            .collect();
-        // The validation goes into the device's queue behind the ticks before anything is
-        // read back, so that the device runs it without waiting for the host between.
-        let validation = if ends.contains(&true) {
-            Some(self.validation()?)
-        } else {
-            None
-        };
-        self.loss_sums = loss_sums.to_vec1::<f32>()?;
-        let validation = match validation {
-            Some(v) => read_validation(v)?,
-            None => Vec::new(),
-        };
-        let mut reports = Vec::with_capacity(members);
-        for k in 0..members {
-            if !ends[k] {
-                self.at[k] += counts[k];
-                reports.push(None);
-                continue;
-            }
-            let (val_loss, val_accuracy) = validation[k];
-            // The learning rate of the member's last update of the epoch.
-            let last = (counts[k] as usize).saturating_sub(1);
-            let lr = lrs.get(last).map_or(0.0, |l| l[k]);
-            let train_loss = std::mem::take(&mut self.loss_sums[k]) as f64 / n as f64;
-            self.at[k] = 0;
-            let m = &mut self.members[k];
-            reports.push(Some(m.end_epoch(train_loss, val_loss, val_accuracy, lr)));
-        }
-        Ok(reports)
-    }
-
     /// Each member's mean cross-entropy and accuracy on the validation rows.
     pub fn evaluate(&self) -> Result<Vec<(f64, f64)>, TrialsError> {
         read_validation(self.validation()?)
@@ -780,6 +583,48 @@ impl FusedTrainer {
         // The new weights and states are views of the one output: nothing is copied.
         (self.weights, self.state) = FusedStep::split(&out, &self.weights, &self.state)?;
         Ok(())
+    }
+}
+
+/// Member `k`'s weight `j` (`slot: None`) or optimizer slot, as `as_stacked` shapes it: from
+/// its earlier pack (`from`: the pack and each member's place in it), or from its trainer;
+/// `None` where it has no such slot.
+fn member_part(
+    members: &[Trainer],
+    from: Option<(&FusedTrainer, &[usize])>,
+    k: usize,
+    j: usize,
+    slot: Option<usize>,
+) -> candle_core::Result<Option<Tensor>> {
+    let t = &members[k];
+    if let Some(s) = slot {
+        if s >= t.optimizer.state[j].len() {
+            return Ok(None);
+        }
+    }
+    match from {
+        Some((old, places)) if k < places.len() => {
+            let place = places[k];
+            let p = (0..old.weights.len())
+                .find(|&p| old.member_weight(place, p) == Some(j))
+                .ok_or_else(|| {
+                    candle_core::Error::Msg(format!(
+                        "member {place}'s weight {j} is not in its pack"
+                    ))
+                })?;
+            let stacked = match slot {
+                None => old.weights[p].clone(),
+                Some(s) => old.state[p].get(s)?,
+            };
+            let own = as_stacked(t.model.vars()[j].1.as_tensor())?;
+            member_view(&stacked, place, own.dims())?
+                .squeeze(0)
+                .map(Some)
+        }
+        _ => match slot {
+            None => as_stacked(t.model.vars()[j].1.as_tensor()).map(Some),
+            Some(s) => as_stacked(&t.optimizer.state[j][s]).map(Some),
+        },
     }
 }
 

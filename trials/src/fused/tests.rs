@@ -1,4 +1,5 @@
 use super::*;
+use crate::trainer::epoch_order;
 use crate::{DataSpec, TrainConfig};
 
 /// Digits with a tenth of its rows to train on: these tests are about the arithmetic.
