@@ -179,52 +179,17 @@ impl Worker {
             url: crate::store::redact_url(&self.url),
             name: None,
         };
-        // A worker must notice a database it cannot reach within its lease (a stalled network
-        // otherwise blocks a query for as long as TCP retries), so it stops its trials then.
-        let mut config = crate::store::pg_store::parse_url(&self.url, &location)?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(self.lease);
-        }
-        config
-            .tcp_user_timeout(self.lease)
-            .keepalives(true)
-            .keepalives_idle((self.lease / 2).max(Duration::from_secs(1)));
+        let config = self.connection_config(&location)?;
         let mut client = connect_with(&config, &location)?;
         let rt = crate::tuner::runtime()?;
         if self.handle_signals {
             rt.spawn(crate::tuner::stop_on_signals(self.stop.clone(), self.grace));
         }
         let only = match &self.experiment {
-            Some(name) => {
-                let deadline = Instant::now() + self.wait;
-                loop {
-                    match existing(&mut client, name, &location) {
-                        Ok(id) => break Some(id),
-                        Err(StoreError::NoMeta)
-                            if Instant::now() < deadline && !self.stop.is_stopped() =>
-                        {
-                            std::thread::sleep(POLL);
-                        }
-                        Err(StoreError::NoMeta) if self.stop.is_stopped() => {
-                            return Ok(WorkerSummary::default());
-                        }
-                        Err(StoreError::NoMeta) => {
-                            return Err(TuneError::Invalid(format!(
-                                "{} holds no experiment named {name:?}{}: start its sweep with \
-                                 `tune run SPEC --store URL` (the spec's `name`), then its \
-                                 workers, or give them --wait",
-                                location,
-                                if self.wait.is_zero() {
-                                    String::new()
-                                } else {
-                                    format!(" after {} s", self.wait.as_secs_f64())
-                                }
-                            )))
-                        }
-                        Err(e) => return Err(TuneError::Store(e)),
-                    }
-                }
-            }
+            Some(name) => match self.experiment_id(&mut client, name, &location)? {
+                Some(id) => Some(id),
+                None => return Ok(WorkerSummary::default()),
+            },
             None => None,
         };
         let (pool, note) = Pool::new(
@@ -235,35 +200,10 @@ impl Worker {
         if let Some(note) = note {
             eprintln!("tune worker: {note}");
         }
-        let (wake_tx, wake_rx) = mpsc::unbounded_channel::<Option<(i64, ReportAnswer)>>();
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel();
         let listening = Arc::new(Mutex::new(HashSet::new()));
         let stop_listener = Arc::new(AtomicBool::new(false));
-        let listener = {
-            let (url, filter, stop) = (self.url.clone(), listening.clone(), stop_listener.clone());
-            std::thread::spawn(move || {
-                listen(
-                    &url,
-                    &[OFFERS_CHANNEL, DECISIONS_CHANNEL],
-                    |channel, payload| {
-                        if channel != DECISIONS_CHANNEL {
-                            return wake_tx.send(None).is_ok();
-                        }
-                        // Only our own reports' decisions wake us, with the decision.
-                        let decided = payload
-                            .split_once(':')
-                            .and_then(|(id, heard)| Some((id.parse::<i64>().ok()?, heard)))
-                            .filter(|(id, _)| filter.lock().unwrap().contains(id));
-                        match decided {
-                            Some((id, heard)) => {
-                                wake_tx.send(Some((id, ReportAnswer::parse(heard)))).is_ok()
-                            }
-                            None => true,
-                        }
-                    },
-                    &stop,
-                )
-            })
-        };
+        let listener = spawn_listener(&self.url, &listening, &stop_listener, wake_tx);
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = WorkerState {
             me: this_process(),
@@ -293,6 +233,88 @@ impl Worker {
         rt.shutdown_timeout(Duration::from_secs(5));
         result
     }
+
+    /// The database's connection settings from the worker's URL, with timeouts within its
+    /// lease: a worker must notice a database it cannot reach within its lease (a stalled
+    /// network otherwise blocks a query for as long as TCP retries), so it stops its trials
+    /// then.
+    fn connection_config(
+        &self,
+        location: &crate::store::StorePlace,
+    ) -> Result<postgres::Config, TuneError> {
+        let mut config = crate::store::pg_store::parse_url(&self.url, location)?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(self.lease);
+        }
+        config
+            .tcp_user_timeout(self.lease)
+            .keepalives(true)
+            .keepalives_idle((self.lease / 2).max(Duration::from_secs(1)));
+        Ok(config)
+    }
+
+    /// The id of the experiment `name`, waiting up to `--wait` for its sweep to store it;
+    /// `None` where the worker is stopped meanwhile.
+    fn experiment_id(
+        &self,
+        client: &mut postgres::Client,
+        name: &str,
+        location: &crate::store::StorePlace,
+    ) -> Result<Option<i64>, TuneError> {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            match existing(client, name, location) {
+                Ok(id) => return Ok(Some(id)),
+                Err(StoreError::NoMeta) if self.stop.is_stopped() => return Ok(None),
+                Err(StoreError::NoMeta) if Instant::now() < deadline => std::thread::sleep(POLL),
+                Err(StoreError::NoMeta) => {
+                    return Err(TuneError::Invalid(format!(
+                        "{location} holds no experiment named {name:?}{}: start its sweep with \
+                         `tune run SPEC --store URL` (the spec's `name`), then its workers, or \
+                         give them --wait",
+                        if self.wait.is_zero() {
+                            String::new()
+                        } else {
+                            format!(" after {} s", self.wait.as_secs_f64())
+                        }
+                    )))
+                }
+                Err(e) => return Err(TuneError::Store(e)),
+            }
+        }
+    }
+}
+
+/// A thread listening for offers and decisions until `stop`: an offer wakes the worker
+/// (`None`), and so does a decision on one of the reports `listening` holds, with the
+/// decision.
+fn spawn_listener(
+    url: &str,
+    listening: &Arc<Mutex<HashSet<i64>>>,
+    stop: &Arc<AtomicBool>,
+    wake: mpsc::UnboundedSender<Option<(i64, ReportAnswer)>>,
+) -> std::thread::JoinHandle<()> {
+    let (url, filter, stop) = (url.to_string(), listening.clone(), stop.clone());
+    std::thread::spawn(move || {
+        listen(
+            &url,
+            &[OFFERS_CHANNEL, DECISIONS_CHANNEL],
+            |channel, payload| {
+                if channel != DECISIONS_CHANNEL {
+                    return wake.send(None).is_ok();
+                }
+                let decided = payload
+                    .split_once(':')
+                    .and_then(|(id, heard)| Some((id.parse::<i64>().ok()?, heard)))
+                    .filter(|(id, _)| filter.lock().unwrap().contains(id));
+                match decided {
+                    Some((id, heard)) => wake.send(Some((id, ReportAnswer::parse(heard)))).is_ok(),
+                    None => true,
+                }
+            },
+            &stop,
+        )
+    })
 }
 
 /// This machine's GPUs' use now as JSON, for `tune_workers.gpus`; `None` without a driver.
@@ -347,6 +369,18 @@ struct Running {
     reports: u64,
     /// Its lease is gone: nothing more it writes is sent.
     lost: bool,
+}
+
+/// An attempt this worker has claimed, before it starts.
+struct ClaimedAttempt {
+    key: Key,
+    token: i64,
+    slot: Slot,
+    /// The coordinator's offer, or why it cannot be read.
+    offer: Result<Offer, String>,
+    trial_dir: PathBuf,
+    /// Whether it goes on from the checkpoint in `trial_dir`.
+    restored: bool,
 }
 
 /// The claim of the oldest offer nobody holds, ours with a fresh token; `$filter` picks the
@@ -422,32 +456,7 @@ impl WorkerState<'_> {
         mut rx: mpsc::UnboundedReceiver<(Key, WorkerMsg)>,
         mut wake: mpsc::UnboundedReceiver<Option<(i64, ReportAnswer)>>,
     ) -> Result<WorkerSummary, TuneError> {
-        if let Some(e) = self.only {
-            // Its sweep's `fuse` sizes the pool before the slots are told to the coordinator.
-            let packing = self.packing();
-            let served =
-                serve_experiment(&mut self.db, e, self.settings, &*self.objective_of, packing)
-                    .map_err(|e| self.err(e))?;
-            if served.trials_per_pack > 1 {
-                self.pool.pack_trials(served.trials_per_pack);
-                eprintln!(
-                    "tune worker: up to {} trials per slot train as one fused model",
-                    served.trials_per_pack
-                );
-            }
-            self.experiments.insert(e, served);
-        }
-        let slots = self.pool.slots().len() as i32;
-        let lease = self.settings.lease.as_secs_f64();
-        self.db
-            .execute(
-                "INSERT INTO tune_workers (id, experiment, slots, lease_s, gpus)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (id) DO UPDATE SET experiment = $2, slots = $3, lease_s = $4,
-                     started_at = now(), heartbeat_at = now(), gpus = $5",
-                &[&self.me, &self.only, &slots, &lease, &gpus_now()],
-            )
-            .map_err(|e| self.err(e))?;
+        self.register()?;
         let mut stop = self.settings.stop.0.subscribe();
         // Offers are looked for when a notification says there are some, a slot came free, or
         // (as notifications may be missed) every poll interval; so are decisions and the end.
@@ -482,15 +491,8 @@ impl WorkerState<'_> {
                 if stopping {
                     break;
                 }
-                if let Some(e) = self.only.filter(|_| timer) {
-                    let finished: bool = self
-                        .db
-                        .query_one("SELECT finished FROM tune_experiments WHERE id = $1", &[&e])
-                        .map(|r| r.get(0))
-                        .unwrap_or(false);
-                    if finished {
-                        break;
-                    }
+                if timer && self.experiment_finished() {
+                    break;
                 }
             }
             let tick = (self.settings.lease / 4).min(POLL.saturating_sub(looked.elapsed()));
@@ -502,30 +504,94 @@ impl WorkerState<'_> {
                     _ = tokio::time::sleep(tick) => (None, None),
                 }
             });
-            let mut wakes: Vec<Option<(i64, ReportAnswer)>> = woke.into_iter().collect();
-            while let Ok(w) = wake.try_recv() {
-                wakes.push(w);
-            }
-            for w in wakes {
-                match w {
-                    Some((id, heard)) => self.answer(id, heard),
-                    None => may_claim = true,
-                }
-            }
-            let mut msgs: Vec<(Key, WorkerMsg)> = msg.into_iter().collect();
-            while let Ok(m) = rx.try_recv() {
-                msgs.push(m);
-            }
-            for (key, msg) in msgs {
-                if matches!(msg, WorkerMsg::Finished { .. }) {
-                    may_claim = true;
-                }
-                if let Err(e) = self.handle(key, msg) {
-                    self.recover(e);
-                }
-            }
+            may_claim |= self.take_wakes(woke, &mut wake);
+            may_claim |= self.take_messages(msg, &mut rx);
         }
         Ok(self.summary.clone())
+    }
+
+    /// Registers the worker in `tune_workers` with its slots; one serving a single sweep
+    /// first sizes its pool by that sweep's `fuse`, before the slots are told.
+    fn register(&mut self) -> Result<(), TuneError> {
+        if let Some(e) = self.only {
+            let packing = self.packing();
+            let served =
+                serve_experiment(&mut self.db, e, self.settings, &*self.objective_of, packing)
+                    .map_err(|e| self.err(e))?;
+            if served.trials_per_pack > 1 {
+                self.pool.pack_trials(served.trials_per_pack);
+                eprintln!(
+                    "tune worker: up to {} trials per slot train as one fused model",
+                    served.trials_per_pack
+                );
+            }
+            self.experiments.insert(e, served);
+        }
+        let slots = self.pool.slots().len() as i32;
+        let lease = self.settings.lease.as_secs_f64();
+        self.db
+            .execute(
+                "INSERT INTO tune_workers (id, experiment, slots, lease_s, gpus)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (id) DO UPDATE SET experiment = $2, slots = $3, lease_s = $4,
+                     started_at = now(), heartbeat_at = now(), gpus = $5",
+                &[&self.me, &self.only, &slots, &lease, &gpus_now()],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Whether the one sweep this worker serves has finished (not known: not finished).
+    fn experiment_finished(&mut self) -> bool {
+        let Some(e) = self.only else {
+            return false;
+        };
+        self.db
+            .query_one("SELECT finished FROM tune_experiments WHERE id = $1", &[&e])
+            .map(|r| r.get(0))
+            .unwrap_or(false)
+    }
+
+    /// Answers the decisions heard (`woke` and whatever else waits); whether an offer was
+    /// heard of, so that the worker looks for one.
+    fn take_wakes(
+        &mut self,
+        woke: Option<Option<(i64, ReportAnswer)>>,
+        wake: &mut mpsc::UnboundedReceiver<Option<(i64, ReportAnswer)>>,
+    ) -> bool {
+        let mut offered = false;
+        let mut wakes: Vec<Option<(i64, ReportAnswer)>> = woke.into_iter().collect();
+        while let Ok(w) = wake.try_recv() {
+            wakes.push(w);
+        }
+        for w in wakes {
+            match w {
+                Some((id, heard)) => self.answer(id, heard),
+                None => offered = true,
+            }
+        }
+        offered
+    }
+
+    /// Handles the trials' messages (`msg` and whatever else waits); whether a trial
+    /// finished, freeing a slot.
+    fn take_messages(
+        &mut self,
+        msg: Option<(Key, WorkerMsg)>,
+        rx: &mut mpsc::UnboundedReceiver<(Key, WorkerMsg)>,
+    ) -> bool {
+        let mut freed = false;
+        let mut msgs: Vec<(Key, WorkerMsg)> = msg.into_iter().collect();
+        while let Ok(m) = rx.try_recv() {
+            msgs.push(m);
+        }
+        for (key, msg) in msgs {
+            freed |= matches!(msg, WorkerMsg::Finished { .. });
+            if let Err(e) = self.handle(key, msg) {
+                self.recover(e);
+            }
+        }
+        freed
     }
 
     /// After database error `e` (not returned: the next round retries what failed, and the
@@ -641,140 +707,160 @@ impl WorkerState<'_> {
         }
     }
 
-    /// Claims offered attempts for the free slots and starts them.
+    /// Claims offered attempts for the free slots and starts them. After a database error
+    /// the attempts claimed before it still start, and the slots left are free again.
     fn claim(&mut self, rt: &tokio::runtime::Runtime) -> Result<(), TuneError> {
         let mut slots = Vec::new();
         while let Some(slot) = self.pool.claim() {
             slots.push(slot);
         }
-        if slots.is_empty() {
-            return Ok(());
-        }
-        let lease = self.settings.lease.as_secs_f64();
-        let mut jobs = Vec::new();
+        let mut claimed = Vec::new();
         let mut free = slots.into_iter();
-        // One statement per slot: the oldest offer nobody holds, ours with a fresh token.
+        let mut result = Ok(());
         while let Some(slot) = free.next() {
-            let sql = match self.only {
-                Some(_) => CLAIM_OFFER_OF_ONE,
-                None => CLAIM_ANY_OFFER,
-            };
-            let claimed = self
-                .db
-                .query_opt(
-                    sql,
-                    &[&self.me, &slot.to_string(), &lease, &NOTE_CLAIM, &self.only],
-                )
-                .map_err(|e| self.err(e));
-            let row = match claimed {
-                Ok(Some(row)) => row,
+            match self.claim_offer(slot) {
+                Ok(Some(attempt)) => claimed.push(attempt),
                 other => {
                     self.pool.release(slot);
-                    free.for_each(|s| self.pool.release(s));
-                    other?;
-                    break;
+                    free.by_ref().for_each(|s| self.pool.release(s));
+                    result = other.map(|_| ());
                 }
-            };
-            let experiment: i64 = row.get(0);
-            let key: Key = (
+            }
+        }
+        for attempt in claimed {
+            self.start(rt, attempt);
+        }
+        result
+    }
+
+    /// One statement for `slot`: the oldest offer nobody holds, ours with a fresh token;
+    /// `None` where there is none.
+    fn claim_offer(&mut self, slot: Slot) -> Result<Option<ClaimedAttempt>, TuneError> {
+        let lease = self.settings.lease.as_secs_f64();
+        let sql = match self.only {
+            Some(_) => CLAIM_OFFER_OF_ONE,
+            None => CLAIM_ANY_OFFER,
+        };
+        let Some(row) = self
+            .db
+            .query_opt(
+                sql,
+                &[&self.me, &slot.to_string(), &lease, &NOTE_CLAIM, &self.only],
+            )
+            .map_err(|e| self.err(e))?
+        else {
+            return Ok(None);
+        };
+        let experiment: i64 = row.get(0);
+        let key: Key = (
+            experiment,
+            row.get::<_, i64>(1) as TrialId,
+            row.get::<_, i32>(2) as u32,
+        );
+        let token: i64 = row.get(3);
+        let job: &str = row.get(4);
+        if !self.experiments.contains_key(&experiment) {
+            let packing = self.packing();
+            let served = serve_experiment(
+                &mut self.db,
                 experiment,
-                row.get::<_, i64>(1) as TrialId,
-                row.get::<_, i32>(2) as u32,
-            );
-            let token: i64 = row.get(3);
-            let job: &str = row.get(4);
-            if !self.experiments.contains_key(&experiment) {
-                let packing = self.packing();
-                let served = serve_experiment(
-                    &mut self.db,
-                    experiment,
-                    self.settings,
-                    &*self.objective_of,
-                    packing,
+                self.settings,
+                &*self.objective_of,
+                packing,
+            )
+            .map_err(|e| self.err(e))?;
+            self.experiments.insert(experiment, served);
+        }
+        let served = &self.experiments[&experiment];
+        let offer: Result<Offer, _> = serde_json::from_str(job);
+        let trial_dir = crate::experiment::trial_dir(&served.dir, key.1);
+        let restored = offer.as_ref().is_ok_and(|o| {
+            o.last_step.is_some()
+                && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
+        });
+        if restored {
+            // Told to the coordinator with the attempt's end (it numbers nothing by it before
+            // then).
+            self.db
+                .execute(
+                    "UPDATE tune_attempts SET restored = true WHERE token = $1",
+                    &[&token],
                 )
                 .map_err(|e| self.err(e))?;
-                self.experiments.insert(experiment, served);
-            }
-            let served = &self.experiments[&experiment];
-            let offer: Result<Offer, _> = serde_json::from_str(job);
-            let trial_dir = crate::experiment::trial_dir(&served.dir, key.1);
-            let restored = offer.as_ref().is_ok_and(|o| {
-                o.last_step.is_some()
-                    && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
-            });
-            if restored {
-                // Told to the coordinator with the attempt's end (it numbers nothing by it
-                // before then).
-                self.db
-                    .execute(
-                        "UPDATE tune_attempts SET restored = true WHERE token = $1",
-                        &[&token],
-                    )
-                    .map_err(|e| self.err(e))?;
-            }
-            jobs.push((key, token, slot, offer, trial_dir, restored));
         }
-        for (key, token, slot, offer, trial_dir, restored) in jobs {
-            self.summary.attempts += 1;
-            let (shutdown, shutdown_rx) = watch::channel(false);
-            let (job_tx, mut job_rx) = mpsc::unbounded_channel();
-            let tx = self.tx.clone();
-            rt.spawn(async move {
-                while let Some(m) = job_rx.recv().await {
-                    if tx.send((key, m)).is_err() {
-                        return;
-                    }
+        Ok(Some(ClaimedAttempt {
+            key,
+            token,
+            slot,
+            offer: offer.map_err(|e| format!("its offer is unreadable: {e}")),
+            trial_dir,
+            restored,
+        }))
+    }
+
+    /// Starts a claimed attempt on its slot; one that cannot start (its sweep's objective
+    /// or its offer unreadable) fails at once, through the same channel as its end.
+    fn start(&mut self, rt: &tokio::runtime::Runtime, attempt: ClaimedAttempt) {
+        let ClaimedAttempt {
+            key,
+            token,
+            slot,
+            offer,
+            trial_dir,
+            restored,
+        } = attempt;
+        self.summary.attempts += 1;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (job_tx, mut job_rx) = mpsc::unbounded_channel();
+        let tx = self.tx.clone();
+        rt.spawn(async move {
+            while let Some(m) = job_rx.recv().await {
+                if tx.send((key, m)).is_err() {
+                    return;
                 }
-            });
-            let base = match &offer {
-                Ok(o) if restored || o.exploited => o.last_step.unwrap_or(0),
-                _ => 0,
-            };
-            self.running.insert(
-                key,
-                Running {
-                    token,
-                    slot,
-                    shutdown,
-                    base,
-                    reports: 0,
-                    lost: false,
-                },
-            );
-            let objective = match (&self.experiments[&key.0].objective, offer) {
-                (Ok(objective), Ok(offer)) => {
-                    let job = Job {
-                        id: key.1,
-                        attempt: key.2,
-                        params: offer.params,
-                        device: slot,
-                        restore_dir: Some(trial_dir.clone()).filter(|_| restored),
-                        trial_dir,
-                        timeout: offer.timeout_s.map(Duration::from_secs_f64),
-                        completes_at: offer.completes_at,
-                        tx: job_tx.clone(),
-                        shutdown: shutdown_rx,
-                    };
-                    Ok((objective.clone(), job))
-                }
-                (Err(why), _) => Err(why.clone()),
-                (_, Err(e)) => Err(format!("its offer is unreadable: {e}")),
-            };
-            match objective {
-                Ok((objective, job)) => {
-                    let _guard = rt.enter();
-                    objective.launch(job);
-                }
-                Err(why) => {
-                    let _ = job_tx.send(WorkerMsg::Finished {
-                        id: key.1,
-                        attempt: key.2,
-                        outcome: Outcome::Failed(format!("worker {}: {why}", self.me)),
-                    });
-                }
+            }
+        });
+        let base = match &offer {
+            Ok(o) if restored || o.exploited => o.last_step.unwrap_or(0),
+            _ => 0,
+        };
+        self.running.insert(
+            key,
+            Running {
+                token,
+                slot,
+                shutdown,
+                base,
+                reports: 0,
+                lost: false,
+            },
+        );
+        let objective = self.experiments[&key.0].objective.clone();
+        match objective.and_then(|objective| Ok((objective, offer?))) {
+            Ok((objective, offer)) => {
+                let job = Job {
+                    id: key.1,
+                    attempt: key.2,
+                    params: offer.params,
+                    device: slot,
+                    restore_dir: Some(trial_dir.clone()).filter(|_| restored),
+                    trial_dir,
+                    timeout: offer.timeout_s.map(Duration::from_secs_f64),
+                    completes_at: offer.completes_at,
+                    tx: job_tx,
+                    shutdown: shutdown_rx,
+                };
+                let _guard = rt.enter();
+                objective.launch(job);
+            }
+            Err(why) => {
+                let _ = job_tx.send(WorkerMsg::Finished {
+                    id: key.1,
+                    attempt: key.2,
+                    outcome: Outcome::Failed(format!("worker {}: {why}", self.me)),
+                });
             }
         }
-        Ok(())
     }
 
     fn handle(&mut self, key: Key, msg: WorkerMsg) -> Result<(), TuneError> {
