@@ -493,28 +493,7 @@ impl Tuner {
         }
         let local_slots = self.local_slots;
         let prepare = |spec: &ExperimentSpec, dir: &Path| -> Result<_, TuneError> {
-            let mut resources = spec.resources.clone();
-            if let Some(n) = local_slots {
-                resources.cpu_slots = n;
-                if n == 0 {
-                    resources.gpus = crate::spec::Gpus::List(Vec::new());
-                }
-            }
-            let (mut pool, mut note) = Pool::new(
-                &resources,
-                tune_trials::gpu::discover(),
-                Box::new(tune_trials::gpu::free_bytes),
-            )?;
-            let pack = spec.trials_per_pack(pool.on_gpu());
-            // A coordinator that runs no trial itself (`--slots 0`) packs none.
-            if pack > 1 && !pool.slots().is_empty() {
-                pool.pack_trials(pack);
-                let packs = format!("up to {pack} trials per slot train as one fused model");
-                note = Some(match note {
-                    Some(n) => format!("{n}; {packs}"),
-                    None => packs,
-                });
-            }
+            let (pool, note, pack) = local_pool(spec, local_slots)?;
             Ok((
                 objective(spec, dir, pack)?,
                 spec.make_searcher()
@@ -878,4 +857,35 @@ impl TuneResult {
     pub fn store(&self) -> &StoreLocation {
         &self.store
     }
+}
+
+/// The slots this process runs trials on (`local_slots`, where given, in place of the spec's
+/// CPU slots; none at all with 0), a note for the user, and how many trials a slot packs.
+fn local_pool(
+    spec: &ExperimentSpec,
+    local_slots: Option<usize>,
+) -> Result<(Pool, Option<String>, usize), TuneError> {
+    let mut resources = spec.resources.clone();
+    if let Some(n) = local_slots {
+        resources.cpu_slots = n;
+        if n == 0 {
+            resources.gpus = crate::spec::Gpus::List(Vec::new());
+        }
+    }
+    let (mut pool, mut note) = Pool::new(
+        &resources,
+        tune_trials::gpu::discover(),
+        Box::new(tune_trials::gpu::free_bytes),
+    )?;
+    let pack = spec.trials_per_pack(pool.on_gpu());
+    // A coordinator that runs no trial itself (`--slots 0`) packs none.
+    if pack > 1 && !pool.slots().is_empty() {
+        pool.pack_trials(pack);
+        let packs = format!("up to {pack} trials per slot train as one fused model");
+        note = Some(match note {
+            Some(n) => format!("{n}; {packs}"),
+            None => packs,
+        });
+    }
+    Ok((pool, note, pack))
 }

@@ -139,74 +139,94 @@ pub(crate) struct Coordinator {
     told_unshared: bool,
 }
 
+/// Re-queues the loaded trials that had not finished, with their ids and params: the queue.
+/// Paused trials stay paused: the scheduler resumes or ends them.
+fn requeue(trials: &mut [Trial]) -> VecDeque<TrialId> {
+    let mut queue = VecDeque::new();
+    for t in trials {
+        if !t.status.is_finished() && t.status != Status::Paused {
+            t.status = Status::Pending;
+            queue.push_back(t.id);
+        }
+    }
+    queue
+}
+
+/// The loaded trials counted by status, and the best of them.
+fn summary_of(plan: &Plan, trials: &[Trial]) -> Summary {
+    let mut summary = Summary::new(plan.metric(), plan.mode(), plan.constraints.clone());
+    for t in trials {
+        *summary.count(t.status) += 1;
+        summary.note_best(t);
+    }
+    summary
+}
+
+/// The trials paused by an exploit not yet applied: they run again as soon as a slot is free.
+fn pending_exploits(live: &BTreeMap<TrialId, Trial>) -> VecDeque<TrialId> {
+    (live.values())
+        .filter(|t| t.status == Status::Paused && t.restore_from.is_some())
+        .map(|t| t.id)
+        .collect()
+}
+
+/// The searcher's history of the loaded trials: every report, as the run heard them (a model
+/// fitted at a rung reads the values at earlier steps too), and the constraints' values at
+/// each one's last.
+fn history_of(plan: &Plan, trials: &[Trial]) -> History {
+    let mut history = History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
+    for t in trials {
+        history.record(t.id, t.params.clone(), t.status);
+        for r in &t.results {
+            let values: Option<Vec<f64>> = (plan.objectives.iter())
+                .map(|o| r.metrics.get(&o.metric).copied())
+                .collect();
+            if let Some(values) = values {
+                history.report_values(t.id, r.step, &values);
+            }
+        }
+        let last = t.results.last();
+        if let Some(Ok(c)) = last.map(|r| plan.constraints.values(&r.metrics)) {
+            history.report_constraints(t.id, &c);
+        }
+    }
+    history
+}
+
 impl Coordinator {
     /// Takes over a loaded experiment: finished trials stay as they are, unfinished ones are
     /// re-queued with their ids and params.
     pub(crate) fn new(
         plan: Plan,
         store: Box<dyn TrialStore>,
-        trials: Vec<Trial>,
+        mut trials: Vec<Trial>,
         searcher: Box<dyn Searcher>,
-        scheduler: Box<dyn Scheduler>,
+        mut scheduler: Box<dyn Scheduler>,
         objective: Objective,
         observers: Vec<Box<dyn Observer>>,
     ) -> Coordinator {
-        let mut history =
-            History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
-        let mut summary = Summary::new(plan.metric(), plan.mode(), plan.constraints.clone());
-        let mut queue = VecDeque::new();
-        let mut next_seq = 0;
-        let mut trials = trials;
-        let stored_running = trials
-            .iter()
+        let stored_running = (trials.iter())
             .filter(|t| t.status == Status::Running)
             .map(|t| (t.id, t.attempts))
             .collect();
-        for t in &mut trials {
-            // Paused trials stay paused: the scheduler resumes or ends them.
-            if !t.status.is_finished() && t.status != Status::Paused {
-                t.status = Status::Pending;
-                queue.push_back(t.id);
-            }
-            if searcher.reads_history() {
-                history.record(t.id, t.params.clone(), t.status);
-                // Every report, as the run heard them: a model fitted at a rung reads the
-                // values at earlier steps too.
-                for r in &t.results {
-                    let values: Option<Vec<f64>> = plan
-                        .objectives
-                        .iter()
-                        .map(|o| r.metrics.get(&o.metric).copied())
-                        .collect();
-                    if let Some(values) = values {
-                        history.report_values(t.id, r.step, &values);
-                    }
-                }
-                if let Some(Ok(c)) = t
-                    .results
-                    .last()
-                    .map(|r| plan.constraints.values(&r.metrics))
-                {
-                    history.report_constraints(t.id, &c);
-                }
-            }
-            next_seq = t.results.iter().map(|r| r.seq + 1).fold(next_seq, u64::max);
-            *summary.count(t.status) += 1;
-            summary.note_best(t);
-        }
+        let queue = requeue(&mut trials);
+        let history = if searcher.reads_history() {
+            history_of(&plan, &trials)
+        } else {
+            History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect())
+        };
+        let next_seq = (trials.iter().flat_map(|t| &t.results))
+            .map(|r| r.seq + 1)
+            .max()
+            .unwrap_or(0);
+        let mut summary = summary_of(&plan, &trials);
         let first_failure = trials.iter().find(|t| t.status == Status::Failed).cloned();
         let best = summary
             .best
             .and_then(|(id, _)| trials.get(id as usize).cloned());
-        let live: BTreeMap<TrialId, Trial> = trials
-            .iter()
+        let live: BTreeMap<TrialId, Trial> = (trials.iter())
             .filter(|t| !t.status.is_finished())
             .map(|t| (t.id, t.clone()))
-            .collect();
-        let trials_pending_exploit: VecDeque<TrialId> = live
-            .values()
-            .filter(|t| t.status == Status::Paused && t.restore_from.is_some())
-            .map(|t| t.id)
             .collect();
         let stop_watch = StopWatch::new(
             plan.stop_when.clone(),
@@ -214,7 +234,6 @@ impl Coordinator {
             plan.constraints.clone(),
             &trials,
         );
-        let mut scheduler = scheduler;
         let created = trials.len() as u64;
         let budget = searcher.total_trials(plan.samples).max(created);
         let all_added = created >= budget;
@@ -230,6 +249,7 @@ impl Coordinator {
             objective,
             observers,
             history,
+            deferred: pending_exploits(&live),
             live,
             loaded: trials,
             created,
@@ -246,8 +266,6 @@ impl Coordinator {
             acks: Vec::new(),
             to_launch: Vec::new(),
             all_added,
-            // Paused by an exploit not yet applied: they run again as soon as a slot is free.
-            deferred: trials_pending_exploit,
             described_at: None,
             undelivered,
             stop_watch,

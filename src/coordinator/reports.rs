@@ -3,13 +3,58 @@
 
 use super::*;
 
+/// A report's objective values and constraint values, or why it is not kept: a metric under a
+/// name results keep for their own, or an objective or constrained key missing or not finite.
+fn judge(
+    plan: &Plan,
+    step: u64,
+    metrics: &BTreeMap<String, f64>,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    if let Some(key) = metrics
+        .keys()
+        .find(|k| crate::export::RESULT_KEYS.contains(&k.as_str()))
+    {
+        return Err(format!(
+            "the report at step {step} has a metric named `{key}`, a name results keep for \
+             their own ({}): rename it",
+            crate::export::RESULT_KEYS.join(", ")
+        ));
+    }
+    // Every objective's value, or the first missing or non-finite one.
+    let values: Result<Vec<f64>, (&str, Option<f64>)> = (plan.objectives.iter())
+        .map(|o| match metrics.get(&o.metric) {
+            Some(&v) if v.is_finite() => Ok(v),
+            bad => Err((o.metric.as_str(), bad.copied())),
+        })
+        .collect();
+    // A constrained key missing is as bad as an objective missing.
+    let values = values.and_then(|v| match plan.constraints.values(metrics) {
+        Ok(c) => Ok((v, c)),
+        Err(key) => Err((key, metrics.get(key).copied())),
+    });
+    values.map_err(|(metric, bad)| match bad {
+        Some(v) => format!("`{metric}` was {v} at step {step}"),
+        None => {
+            let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
+            let found = if keys.is_empty() {
+                "no metrics".to_string()
+            } else {
+                keys.join(", ")
+            };
+            format!("the report at step {step} has no `{metric}` (it had: {found})")
+        }
+    })
+}
+
 impl Coordinator {
+    /// Report `step` of trial `id`'s `attempt`: judged, stored, decided on; `ack` hears the
+    /// decision once it is stored, or that the report was not kept.
     pub(super) fn on_report(
         &mut self,
         id: TrialId,
         attempt: u32,
         step: Option<u64>,
-        mut metrics: std::collections::BTreeMap<String, f64>,
+        mut metrics: BTreeMap<String, f64>,
         ack: oneshot::Sender<ReportAnswer>,
     ) -> Result<(), TuneError> {
         let Some(run) = self
@@ -45,49 +90,9 @@ impl Coordinator {
                 return self.fail_at_report(id, ack, reason);
             }
         };
-        if let Some(key) = metrics
-            .keys()
-            .find(|k| crate::export::RESULT_KEYS.contains(&k.as_str()))
-        {
-            let reason = format!(
-                "the report at step {step} has a metric named `{key}`, a name results keep for \
-                 their own ({}): rename it",
-                crate::export::RESULT_KEYS.join(", ")
-            );
-            return self.fail_at_report(id, ack, reason);
-        }
-        // Every objective's value, or the first missing or non-finite one.
-        let values: Result<Vec<f64>, (&str, Option<f64>)> = self
-            .plan
-            .objectives
-            .iter()
-            .map(|o| match metrics.get(&o.metric) {
-                Some(&v) if v.is_finite() => Ok(v),
-                bad => Err((o.metric.as_str(), bad.copied())),
-            })
-            .collect();
-        // A constrained key missing is as bad as an objective missing.
-        let values = values.and_then(|v| match self.plan.constraints.values(&metrics) {
-            Ok(c) => Ok((v, c)),
-            Err(key) => Err((key, metrics.get(key).copied())),
-        });
-        let (values, constraints) = match values {
-            Ok(values) => values,
-            Err((metric, bad)) => {
-                let reason = match bad {
-                    Some(v) => format!("`{metric}` was {v} at step {step}"),
-                    None => {
-                        let keys: Vec<&str> = metrics.keys().map(String::as_str).collect();
-                        let found = if keys.is_empty() {
-                            "no metrics".to_string()
-                        } else {
-                            keys.join(", ")
-                        };
-                        format!("the report at step {step} has no `{metric}` (it had: {found})")
-                    }
-                };
-                return self.fail_at_report(id, ack, reason);
-            }
+        let (values, constraints) = match judge(&self.plan, step, &metrics) {
+            Ok(judged) => judged,
+            Err(reason) => return self.fail_at_report(id, ack, reason),
         };
         // Other non-finite metrics are dropped: the stored form (JSON) has no NaN.
         metrics.retain(|_, x| x.is_finite());

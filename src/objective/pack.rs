@@ -468,103 +468,7 @@ impl Packs {
             Segment::ToBoundary
         };
         let packs = self.clone();
-        let run = move || {
-            let mut fused: Option<FusedTrainer> = None;
-            let mut links: Vec<MemberChannel> = Vec::new();
-            // Which of the members (in `links`' order, the model's) left at the last boundary.
-            let mut leaving: Vec<bool> = Vec::new();
-            // On a GPU the pack trains on while the members whose epoch ended decide: their
-            // decisions wait in `told` for the next stop, acted on from the checkpoints they
-            // had at theirs. On CPU, where a stopped member's extra training is the cores'
-            // time, it waits for them.
-            let speculates = is_gpu(slot) && segment == Segment::ToBoundary;
-            let mut told: Option<StopAwaitingDecisions> = None;
-            let mut trace = PackTrace::new(id);
-            while let Some(joiners) = self.boundary(id, slot, leaving.iter().all(|&l| l), |t| {
-                fused.as_ref().is_none_or(|f| f.in_step_with(t, &leaving))
-            }) {
-                trace.lap("boundary");
-                let formed = if joiners.is_empty() && !leaving.contains(&true) {
-                    Ok(())
-                } else {
-                    // Leavers out and joiners in, in one re-forming of the model. Should it
-                    // fail, every member (joiners too) hears why.
-                    links = staying(std::mem::take(&mut links), &leaving);
-                    let mut joining = Vec::with_capacity(joiners.len());
-                    for j in joiners {
-                        joining.push(j.trainer);
-                        links.push(MemberChannel {
-                            token: j.token,
-                            tell: j.tell,
-                            completes_at: j.completes_at,
-                        });
-                    }
-                    match fused.take() {
-                        Some(f) => f.reform(&leaving, joining),
-                        None => FusedTrainer::new(joining),
-                    }
-                    .map(|f| fused = Some(f))
-                };
-                trace.lap("form");
-                let steps = fused.as_ref().map_or(0, |f| segment.ticks(f));
-                let turn = self.take_turn(slot);
-                trace.lap("turn");
-                let reports = formed
-                    .and_then(|()| {
-                        crate::failpoint::hit("pack.epoch")
-                            .map_err(|e| TrialsError::Train(format!("the pack failed: {e}")))
-                    })
-                    .and_then(|()| match fused.as_mut() {
-                        Some(f) => segment.train(f),
-                        None => Err(TrialsError::Train("a pack lost its model".into())),
-                    });
-                drop(turn);
-                trace.lap("train");
-                let trained = links.len();
-                // The last stop's decisions, which came while the pack trained on.
-                let mut gone = match told.take() {
-                    Some(t) => self.settle(id, fused.as_ref(), t, &decisions, &mut trace),
-                    None => Vec::new(),
-                };
-                leaving = match reports {
-                    Ok(reports) => {
-                        // A member that left at the last stop trained on for nothing: its
-                        // report goes untold.
-                        let reports = reports
-                            .into_iter()
-                            .zip(&links)
-                            .map(|(r, l)| r.filter(|_| !gone.contains(&l.token)))
-                            .collect();
-                        let t =
-                            self.tell(id, fused.as_ref(), &links, reports, speculates, &mut trace);
-                        gone.extend(&t.left);
-                        if speculates {
-                            told = Some(t);
-                        } else {
-                            gone.extend(self.settle(id, fused.as_ref(), t, &decisions, &mut trace));
-                        }
-                        links.iter().map(|l| gone.contains(&l.token)).collect()
-                    }
-                    Err(e) => {
-                        // The pack itself failed (the device, most likely): so do its members
-                        // (those that had not left already).
-                        let failing: Vec<&MemberChannel> =
-                            links.iter().filter(|l| !gone.contains(&l.token)).collect();
-                        self.shrink(id, failing.len());
-                        for link in failing {
-                            let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0, None));
-                        }
-                        vec![true; links.len()]
-                    }
-                };
-                trace.lap("decide");
-                trace.end_epoch(trained, steps);
-            }
-            // Decisions still owed when the last member left (its last epoch).
-            if let Some(t) = told.take() {
-                self.settle(id, fused.as_ref(), t, &decisions, &mut trace);
-            }
-        };
+        let run = move || self.drive_pack(id, slot, segment, &decisions);
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match threads {
             Some(n) => match rayon::ThreadPoolBuilder::new().num_threads(n).build() {
                 Ok(pool) => pool.install(run),
@@ -576,6 +480,46 @@ impl Packs {
             // The members see their pack end (their channels close) and fail; trials that
             // were joining it go with it, and later ones start a new pack.
             packs.hub().packs.retain(|p| p.id != id);
+        }
+    }
+
+    /// The pack's rounds, boundary after boundary, until its last member has left.
+    fn drive_pack(
+        self: &Arc<Self>,
+        id: u64,
+        slot: Slot,
+        segment: Segment,
+        decisions: &mpsc::Receiver<(u64, Decision)>,
+    ) {
+        let mut pack = PackState {
+            id,
+            slot,
+            segment,
+            speculates: is_gpu(slot) && segment == Segment::ToBoundary,
+            fused: None,
+            links: Vec::new(),
+            leaving: Vec::new(),
+            told: None,
+            trace: PackTrace::new(id),
+        };
+        let empty = |pack: &PackState| pack.leaving.iter().all(|&l| l);
+        while let Some(joiners) = self.boundary(id, slot, empty(&pack), |t| {
+            (pack.fused.as_ref()).is_none_or(|f| f.in_step_with(t, &pack.leaving))
+        }) {
+            pack.trace.lap("boundary");
+            let formed = pack.form(joiners);
+            pack.trace.lap("form");
+            let steps = pack.fused.as_ref().map_or(0, |f| segment.ticks(f));
+            let reports = pack.train(self, formed);
+            pack.trace.lap("train");
+            let trained = pack.links.len();
+            pack.leaving = pack.decide(self, reports, decisions);
+            pack.trace.lap("decide");
+            pack.trace.end_epoch(trained, steps);
+        }
+        // Decisions still owed when the last member left (its last epoch).
+        if let Some(t) = pack.told.take() {
+            self.settle(id, pack.fused.as_ref(), t, decisions, &mut pack.trace);
         }
     }
 
@@ -850,6 +794,128 @@ struct AwaitedDecision {
     /// Its checkpoint at the stop, where the pack trained on before hearing the decision:
     /// copied out only if the decision wants it.
     snapshot: Option<HeldCheckpoint>,
+}
+
+/// A pack's members and model between its boundaries, on the pack's thread.
+struct PackState {
+    id: u64,
+    slot: Slot,
+    segment: Segment,
+    /// On a GPU the pack trains on while the members whose epoch ended decide: their
+    /// decisions wait in `told` for the next stop, acted on from the checkpoints they had at
+    /// theirs. On CPU, where a stopped member's extra training is the cores' time, it waits
+    /// for them.
+    speculates: bool,
+    fused: Option<FusedTrainer>,
+    links: Vec<MemberChannel>,
+    /// Which of the members (in `links`' order, the model's) left at the last boundary.
+    leaving: Vec<bool>,
+    told: Option<StopAwaitingDecisions>,
+    trace: PackTrace,
+}
+
+/// Per member: its report where its epoch ended in a round, `None` where it did not.
+type RoundReports = Vec<Option<Result<EpochReport, TrialsError>>>;
+
+impl PackState {
+    /// Leavers out and joiners in, in one re-forming of the model. Should it fail, every
+    /// member (joiners too) hears why.
+    fn form(&mut self, joiners: Vec<Joiner>) -> Result<(), TrialsError> {
+        if joiners.is_empty() && !self.leaving.contains(&true) {
+            return Ok(());
+        }
+        self.links = staying(std::mem::take(&mut self.links), &self.leaving);
+        let mut joining = Vec::with_capacity(joiners.len());
+        for j in joiners {
+            joining.push(j.trainer);
+            self.links.push(MemberChannel {
+                token: j.token,
+                tell: j.tell,
+                completes_at: j.completes_at,
+            });
+        }
+        let fused = match self.fused.take() {
+            Some(f) => f.reform(&self.leaving, joining),
+            None => FusedTrainer::new(joining),
+        }?;
+        self.fused = Some(fused);
+        Ok(())
+    }
+
+    /// Trains the formed pack to its next stop, in its turn on the slot.
+    fn train(
+        &mut self,
+        packs: &Arc<Packs>,
+        formed: Result<(), TrialsError>,
+    ) -> Result<RoundReports, TrialsError> {
+        let turn = packs.take_turn(self.slot);
+        self.trace.lap("turn");
+        let reports = formed
+            .and_then(|()| {
+                crate::failpoint::hit("pack.epoch")
+                    .map_err(|e| TrialsError::Train(format!("the pack failed: {e}")))
+            })
+            .and_then(|()| match self.fused.as_mut() {
+                Some(f) => self.segment.train(f),
+                None => Err(TrialsError::Train("a pack lost its model".into())),
+            });
+        drop(turn);
+        reports
+    }
+
+    /// Settles the last stop's decisions (those that came while the pack trained on), tells
+    /// the members this stop's reports and, unless the pack speculates, waits for their
+    /// decisions: which members leave.
+    fn decide(
+        &mut self,
+        packs: &Packs,
+        reports: Result<RoundReports, TrialsError>,
+        decisions: &mpsc::Receiver<(u64, Decision)>,
+    ) -> Vec<bool> {
+        let (id, fused) = (self.id, self.fused.as_ref());
+        let mut gone = match self.told.take() {
+            Some(t) => packs.settle(id, fused, t, decisions, &mut self.trace),
+            None => Vec::new(),
+        };
+        match reports {
+            Ok(reports) => {
+                // A member that left at the last stop trained on for nothing: its report goes
+                // untold.
+                let reports = reports
+                    .into_iter()
+                    .zip(&self.links)
+                    .map(|(r, l)| r.filter(|_| !gone.contains(&l.token)))
+                    .collect();
+                let t = packs.tell(
+                    id,
+                    fused,
+                    &self.links,
+                    reports,
+                    self.speculates,
+                    &mut self.trace,
+                );
+                gone.extend(&t.left);
+                if self.speculates {
+                    self.told = Some(t);
+                } else {
+                    gone.extend(packs.settle(id, fused, t, decisions, &mut self.trace));
+                }
+                self.links.iter().map(|l| gone.contains(&l.token)).collect()
+            }
+            Err(e) => {
+                // The pack itself failed (the device, most likely): so do its members (those
+                // that had not left already).
+                let failing: Vec<&MemberChannel> = (self.links.iter())
+                    .filter(|l| !gone.contains(&l.token))
+                    .collect();
+                packs.shrink(id, failing.len());
+                for link in failing {
+                    let _ = link.tell.send(FromPack::Epoch(Err(e.to_string()), 0, None));
+                }
+                vec![true; self.links.len()]
+            }
+        }
+    }
 }
 
 /// The `items` whose flag in `leaving` is not set.

@@ -102,6 +102,53 @@ impl Drop for Bridge {
     }
 }
 
+/// Marks the sweep unfinished and adopts, of the attempts stored as `running`, those still
+/// offered or running remotely; other attempts left offered or running are cancelled, so
+/// that their workers stop. One transaction.
+fn adopt(
+    client: &mut Client,
+    experiment: i64,
+    running: &[(TrialId, u32)],
+    location: &crate::store::StorePlace,
+) -> Result<Vec<Adopted>, TuneError> {
+    let err = |e| TuneError::Store(db_error(location, e));
+    let mut db = client.transaction().map_err(err)?;
+    db.execute(
+        "UPDATE tune_experiments SET finished = false WHERE id = $1",
+        &[&experiment],
+    )
+    .map_err(err)?;
+    let ids: Vec<i64> = running.iter().map(|&(id, _)| bigint(id)).collect();
+    let attempts: Vec<i32> = running.iter().map(|&(_, a)| a as i32).collect();
+    let adopted: Vec<Adopted> = db
+        .query(
+            "SELECT a.trial, a.attempt FROM tune_attempts a
+             JOIN unnest($2::bigint[], $3::int[]) AS r (trial, attempt)
+               ON a.trial = r.trial AND a.attempt = r.attempt
+             WHERE a.experiment = $1 AND a.state IN ('offered', 'running', 'ended', 'lost')",
+            &[&experiment, &ids, &attempts],
+        )
+        .map_err(err)?
+        .iter()
+        .map(|row| Adopted {
+            id: row.get::<_, i64>(0) as TrialId,
+            attempt: row.get::<_, i32>(1) as u32,
+        })
+        .collect();
+    let kept_ids: Vec<i64> = adopted.iter().map(|a| bigint(a.id)).collect();
+    let kept_attempts: Vec<i32> = adopted.iter().map(|a| a.attempt as i32).collect();
+    db.execute(
+        "UPDATE tune_attempts a SET state = 'cancelled'
+         WHERE a.experiment = $1 AND a.state IN ('offered', 'running')
+           AND NOT EXISTS (SELECT 1 FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
+                           WHERE k.trial = a.trial AND k.attempt = a.attempt)",
+        &[&experiment, &kept_ids, &kept_attempts],
+    )
+    .map_err(err)?;
+    db.commit().map_err(err)?;
+    Ok(adopted)
+}
+
 impl Bridge {
     /// Starts the bridge for experiment `name` at `url`. `running` are the trials stored as
     /// running, with their attempt: those still offered or running remotely are adopted
@@ -118,42 +165,8 @@ impl Bridge {
         let location = crate::store::postgres_location(url, name);
         let mut client = connect(url, &location)?;
         let experiment = existing(&mut client, name, &location)?;
+        let adopted = adopt(&mut client, experiment, running, &location)?;
         let err = |e| TuneError::Store(db_error(&location, e));
-        let mut db = client.transaction().map_err(err)?;
-        db.execute(
-            "UPDATE tune_experiments SET finished = false WHERE id = $1",
-            &[&experiment],
-        )
-        .map_err(err)?;
-        let ids: Vec<i64> = running.iter().map(|&(id, _)| bigint(id)).collect();
-        let attempts: Vec<i32> = running.iter().map(|&(_, a)| a as i32).collect();
-        let adopted: Vec<Adopted> = db
-            .query(
-                "SELECT a.trial, a.attempt FROM tune_attempts a
-                 JOIN unnest($2::bigint[], $3::int[]) AS r (trial, attempt)
-                   ON a.trial = r.trial AND a.attempt = r.attempt
-                 WHERE a.experiment = $1 AND a.state IN ('offered', 'running', 'ended', 'lost')",
-                &[&experiment, &ids, &attempts],
-            )
-            .map_err(err)?
-            .iter()
-            .map(|row| Adopted {
-                id: row.get::<_, i64>(0) as TrialId,
-                attempt: row.get::<_, i32>(1) as u32,
-            })
-            .collect();
-        let kept_ids: Vec<i64> = adopted.iter().map(|a| bigint(a.id)).collect();
-        let kept_attempts: Vec<i32> = adopted.iter().map(|a| a.attempt as i32).collect();
-        db.execute(
-            "UPDATE tune_attempts a SET state = 'cancelled'
-             WHERE a.experiment = $1 AND a.state IN ('offered', 'running')
-               AND NOT EXISTS (SELECT 1 FROM unnest($2::bigint[], $3::int[]) AS k (trial, attempt)
-                               WHERE k.trial = a.trial AND k.attempt = a.attempt)",
-            &[&experiment, &kept_ids, &kept_attempts],
-        )
-        .map_err(err)?;
-        db.commit().map_err(err)?;
-
         let (events, inbox) = std_mpsc::channel();
         let capacity = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -397,46 +410,8 @@ impl State {
                 .execute("SELECT pg_notify($1, '')", &[&OFFERS_CHANNEL])?;
             return Ok(());
         }
-        if !self.offers.is_empty() {
-            let ids: Vec<i64> = self.offers.iter().map(|o| bigint(o.0)).collect();
-            let attempts: Vec<i32> = self.offers.iter().map(|o| o.1 as i32).collect();
-            let jobs: Vec<&str> = self.offers.iter().map(|o| o.2.as_str()).collect();
-            self.db.query(
-                "WITH o AS (
-                    INSERT INTO tune_attempts (experiment, trial, attempt, job, state)
-                    SELECT $1, *, 'offered' FROM unnest($2::bigint[], $3::int[], $4::text[])
-                    ON CONFLICT (experiment, trial, attempt) DO UPDATE
-                    SET job = excluded.job, state = 'offered', worker = NULL, token = NULL,
-                        lease_until = NULL, outcome = NULL, offered_at = clock_timestamp()
-                    RETURNING 1)
-                 SELECT pg_notify($5, '') WHERE EXISTS (SELECT 1 FROM o)",
-                &[&e, &ids, &attempts, &jobs, &OFFERS_CHANNEL],
-            )?;
-            if attempts.iter().any(|&a| a > 1) {
-                // Only kills, delays and waits mean something here.
-                let _ = crate::failpoint::hit("bridge.offer.resumed");
-            }
-            self.offers.clear();
-        }
-        if !self.heard.is_empty() {
-            let _ = crate::failpoint::hit("bridge.heard.before");
-            let ids: Vec<i64> = self.heard.iter().map(|h| h.0).collect();
-            let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
-            // The decision rides on the notification too: a worker that hears it need not ask.
-            self.db.query(
-                // `id = ANY`: an index lookup per report, whatever the table's statistics say.
-                "WITH d AS (
-                    UPDATE tune_reports r SET heard = ($2::text[])[array_position($1, r.id)]
-                    WHERE r.id = ANY($1::bigint[])
-                    RETURNING r.id, r.heard)
-                 SELECT pg_notify($3, id || ':' || heard) FROM d",
-                &[&ids, &heard, &DECISIONS_CHANNEL],
-            )?;
-            for id in &ids {
-                self.delivered.remove(id);
-            }
-            self.heard.clear();
-        }
+        self.write_offers()?;
+        self.write_decisions()?;
         if self.shutting_down {
             // Offers nobody claimed are withdrawn (resume offers them again); attempts running
             // remotely go on, for the next coordinator to adopt.
@@ -472,6 +447,59 @@ impl State {
         if full {
             self.read_workers()?;
         }
+        Ok(())
+    }
+
+    /// Writes the buffered offers, and wakes the workers where any is new.
+    fn write_offers(&mut self) -> Result<(), postgres::Error> {
+        if self.offers.is_empty() {
+            return Ok(());
+        }
+        let e = self.experiment;
+        let ids: Vec<i64> = self.offers.iter().map(|o| bigint(o.0)).collect();
+        let attempts: Vec<i32> = self.offers.iter().map(|o| o.1 as i32).collect();
+        let jobs: Vec<&str> = self.offers.iter().map(|o| o.2.as_str()).collect();
+        self.db.query(
+            "WITH o AS (
+                INSERT INTO tune_attempts (experiment, trial, attempt, job, state)
+                SELECT $1, *, 'offered' FROM unnest($2::bigint[], $3::int[], $4::text[])
+                ON CONFLICT (experiment, trial, attempt) DO UPDATE
+                SET job = excluded.job, state = 'offered', worker = NULL, token = NULL,
+                    lease_until = NULL, outcome = NULL, offered_at = clock_timestamp()
+                RETURNING 1)
+             SELECT pg_notify($5, '') WHERE EXISTS (SELECT 1 FROM o)",
+            &[&e, &ids, &attempts, &jobs, &OFFERS_CHANNEL],
+        )?;
+        if attempts.iter().any(|&a| a > 1) {
+            // Only kills, delays and waits mean something here.
+            let _ = crate::failpoint::hit("bridge.offer.resumed");
+        }
+        self.offers.clear();
+        Ok(())
+    }
+
+    /// Writes the buffered decisions on reports, each with a notification that carries it.
+    fn write_decisions(&mut self) -> Result<(), postgres::Error> {
+        if self.heard.is_empty() {
+            return Ok(());
+        }
+        let _ = crate::failpoint::hit("bridge.heard.before");
+        let ids: Vec<i64> = self.heard.iter().map(|h| h.0).collect();
+        let heard: Vec<&str> = self.heard.iter().map(|h| h.1.as_str()).collect();
+        // The decision rides on the notification too: a worker that hears it need not ask.
+        self.db.query(
+            // `id = ANY`: an index lookup per report, whatever the table's statistics say.
+            "WITH d AS (
+                UPDATE tune_reports r SET heard = ($2::text[])[array_position($1, r.id)]
+                WHERE r.id = ANY($1::bigint[])
+                RETURNING r.id, r.heard)
+             SELECT pg_notify($3, id || ':' || heard) FROM d",
+            &[&ids, &heard, &DECISIONS_CHANNEL],
+        )?;
+        for id in &ids {
+            self.delivered.remove(id);
+        }
+        self.heard.clear();
         Ok(())
     }
 

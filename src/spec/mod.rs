@@ -373,6 +373,19 @@ impl ExperimentSpec {
         if self.objectives.is_empty() {
             return Ok(());
         }
+        self.validate_objective_list()?;
+        let names: Vec<&str> = self.objectives.iter().map(|o| o.metric.as_str()).collect();
+        let several = format!(
+            "this sweep has {} objectives ({})",
+            names.len(),
+            names.join(", ")
+        );
+        self.refuse_what_needs_one_value(&several)
+    }
+
+    /// The objectives' list: distinct names, at least two, the first being `metric` and
+    /// `mode`.
+    fn validate_objective_list(&self) -> Result<(), InvalidSetting> {
         let first_ok =
             self.objectives[0].metric == self.metric && self.objectives[0].mode == self.mode;
         for (i, o) in self.objectives.iter().enumerate() {
@@ -396,12 +409,12 @@ impl ExperimentSpec {
                 ),
             ));
         }
-        let names: Vec<&str> = self.objectives.iter().map(|o| o.metric.as_str()).collect();
-        let several = format!(
-            "this sweep has {} objectives ({})",
-            names.len(),
-            names.join(", ")
-        );
+        Ok(())
+    }
+
+    /// What needs one value (the other schedulers, GP, a warm start, `[stop]`'s target and
+    /// no-improvement limit) is refused: `several` says how many objectives there are.
+    fn refuse_what_needs_one_value(&self, several: &str) -> Result<(), InvalidSetting> {
         if !matches!(self.scheduler, SchedulerSpec::Fifo {}) {
             return Err(InvalidSetting::new(
                 "scheduler",

@@ -35,33 +35,11 @@ pub struct Goal {
 /// objective) and `objectives` (all). A one-element list is one objective. Mismatched lists
 /// are refused, naming what was expected and found.
 pub(super) fn split_objective_lists(table: &mut toml::Table) -> Result<(), InvalidSetting> {
-    let top = |key: &str, message: String| InvalidSetting::new("", FieldError::new(key, message));
-    let metrics: Vec<String> = match table.get("metric") {
-        Some(toml::Value::Array(items)) => {
-            let mut names: Vec<String> = Vec::new();
-            for item in items {
-                let Some(name) = item.as_str().filter(|n| !n.is_empty()) else {
-                    return Err(top(
-                        "metric",
-                        format!("expected names of reported keys, found {item}"),
-                    ));
-                };
-                if names.iter().any(|n| n == name) {
-                    return Err(top("metric", format!("`{name}` is listed twice")));
-                }
-                names.push(name.to_string());
-            }
-            if names.is_empty() {
-                return Err(top(
-                    "metric",
-                    "expected at least one reported key, found an empty list".into(),
-                ));
-            }
-            names
-        }
+    let metrics = match table.get("metric") {
+        Some(toml::Value::Array(items)) => metric_list(items)?,
         Some(toml::Value::String(_)) | None => {
             if let Some(toml::Value::Array(_)) = table.get("mode") {
-                return Err(top(
+                return Err(top_level(
                     "mode",
                     "a list of directions is for several objectives: `metric` must be a list \
                      of the same length"
@@ -73,48 +51,8 @@ pub(super) fn split_objective_lists(table: &mut toml::Table) -> Result<(), Inval
         // Left to serde, which says what it expected.
         Some(_) => return Ok(()),
     };
-    let modes: Vec<Mode> = match table.get("mode") {
-        None => vec![Mode::Min; metrics.len()],
-        Some(toml::Value::Array(items)) => {
-            if items.len() != metrics.len() {
-                return Err(top(
-                    "mode",
-                    format!(
-                        "expected {} directions, one per metric ({}), found {}",
-                        metrics.len(),
-                        metrics.join(", "),
-                        items.len()
-                    ),
-                ));
-            }
-            items
-                .iter()
-                .map(|item| match item.as_str() {
-                    Some("min") => Ok(Mode::Min),
-                    Some("max") => Ok(Mode::Max),
-                    _ => Err(top(
-                        "mode",
-                        format!("expected \"min\" or \"max\", found {item}"),
-                    )),
-                })
-                .collect::<Result<_, _>>()?
-        }
-        Some(other) if metrics.len() == 1 => vec![match other.as_str() {
-            Some("max") => Mode::Max,
-            Some("min") => Mode::Min,
-            // Left to serde.
-            _ => return Ok(()),
-        }],
-        Some(other) => {
-            return Err(top(
-                "mode",
-                format!(
-                    "expected a list of {} directions, one per metric ({}), found {other}",
-                    metrics.len(),
-                    metrics.join(", ")
-                ),
-            ))
-        }
+    let Some(modes) = mode_list(table.get("mode"), &metrics)? else {
+        return Ok(());
     };
     let mode_text = |m: Mode| toml::Value::String(m.as_str().into());
     table.insert("metric".into(), toml::Value::String(metrics[0].clone()));
@@ -133,4 +71,84 @@ pub(super) fn split_objective_lists(table: &mut toml::Table) -> Result<(), Inval
         table.insert("objectives".into(), toml::Value::Array(objectives));
     }
     Ok(())
+}
+
+/// An error in a top-level key of the spec.
+fn top_level(key: &str, message: String) -> InvalidSetting {
+    InvalidSetting::new("", FieldError::new(key, message))
+}
+
+/// The names a `metric = [...]` list gives: distinct and not empty, at least one.
+fn metric_list(items: &[toml::Value]) -> Result<Vec<String>, InvalidSetting> {
+    let mut names: Vec<String> = Vec::new();
+    for item in items {
+        let Some(name) = item.as_str().filter(|n| !n.is_empty()) else {
+            return Err(top_level(
+                "metric",
+                format!("expected names of reported keys, found {item}"),
+            ));
+        };
+        if names.iter().any(|n| n == name) {
+            return Err(top_level("metric", format!("`{name}` is listed twice")));
+        }
+        names.push(name.to_string());
+    }
+    if names.is_empty() {
+        return Err(top_level(
+            "metric",
+            "expected at least one reported key, found an empty list".into(),
+        ));
+    }
+    Ok(names)
+}
+
+/// One direction per metric from `mode` (none: all "min"); `None` where `mode` is for serde
+/// to judge.
+fn mode_list(
+    mode: Option<&toml::Value>,
+    metrics: &[String],
+) -> Result<Option<Vec<Mode>>, InvalidSetting> {
+    let modes = match mode {
+        None => vec![Mode::Min; metrics.len()],
+        Some(toml::Value::Array(items)) => {
+            if items.len() != metrics.len() {
+                return Err(top_level(
+                    "mode",
+                    format!(
+                        "expected {} directions, one per metric ({}), found {}",
+                        metrics.len(),
+                        metrics.join(", "),
+                        items.len()
+                    ),
+                ));
+            }
+            items
+                .iter()
+                .map(|item| match item.as_str() {
+                    Some("min") => Ok(Mode::Min),
+                    Some("max") => Ok(Mode::Max),
+                    _ => Err(top_level(
+                        "mode",
+                        format!("expected \"min\" or \"max\", found {item}"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Some(other) if metrics.len() == 1 => match other.as_str() {
+            Some("max") => vec![Mode::Max],
+            Some("min") => vec![Mode::Min],
+            _ => return Ok(None),
+        },
+        Some(other) => {
+            return Err(top_level(
+                "mode",
+                format!(
+                    "expected a list of {} directions, one per metric ({}), found {other}",
+                    metrics.len(),
+                    metrics.join(", ")
+                ),
+            ))
+        }
+    };
+    Ok(Some(modes))
 }

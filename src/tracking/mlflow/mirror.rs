@@ -320,6 +320,66 @@ fn trial_run(r: &RunInfo) -> TrialRun {
     }
 }
 
+/// The tags a finished trial's run ends with: its status, why it stopped or failed, and its
+/// PBT parent, lineage and final params.
+fn end_tags(t: &Trial, scheduler: &str) -> Vec<(String, String)> {
+    let mut tags = vec![("tune.status".to_string(), t.status.as_str().to_string())];
+    match t.status {
+        Status::Stopped => tags.push((
+            "tune.stopped".into(),
+            match t.last_step() {
+                Some(step) => format!("stopped by {scheduler} at step {step}"),
+                None => format!("stopped by {scheduler}"),
+            },
+        )),
+        Status::Failed => {
+            if let Some(e) = &t.error {
+                tags.push(("tune.error".into(), e.chars().take(5000).collect()));
+            }
+        }
+        _ => {}
+    }
+    if let Some(p) = t.parent {
+        tags.push(("tune.parent_trial".into(), p.to_string()));
+    }
+    if !t.lineage.is_empty() {
+        let steps: Vec<String> = t
+            .lineage
+            .iter()
+            .map(|l| format!("step {} from trial {}", l.step, l.from))
+            .collect();
+        tags.push(("tune.lineage".into(), steps.join("; ")));
+        for (k, v) in t.params.iter() {
+            tags.push((format!("tune.final_params.{k}"), v.to_string()));
+        }
+    }
+    tags
+}
+
+/// Sends `batch` to `run`, with the tags that say how far the run now is: its params logged
+/// (`params_done`) and its whole results sent (`through`); `batch` is empty afterwards.
+fn send_batch(
+    client: &MlflowClient,
+    batch: &mut Batch,
+    run: &mut TrialRun,
+    through: usize,
+    params_done: bool,
+) -> Result<(), MlflowError> {
+    if params_done && !run.params_logged {
+        batch.tags.push((PARAMS_LOGGED.into(), "true".into()));
+    }
+    if through != run.logged {
+        batch.tags.push((LOGGED.into(), through.to_string()));
+    }
+    if !batch.is_empty() {
+        client.log_batch(&run.run_id, batch)?;
+    }
+    run.logged = through;
+    run.params_logged = params_done;
+    *batch = Batch::default();
+    Ok(())
+}
+
 /// Sends what `run` lacks of trial `t`.
 fn sync_run(
     client: &MlflowClient,
@@ -330,11 +390,7 @@ fn sync_run(
 ) -> Result<(), MlflowError> {
     if run.unsure {
         // A request got no answer: it may have been carried out.
-        let now = trial_run(&client.get_run(&run.run_id)?);
-        *run = TrialRun {
-            unsure: false,
-            ..now
-        };
+        *run = trial_run(&client.get_run(&run.run_id)?);
     }
     // As few requests as MLflow's limits allow: params, results and end tags share them. Each
     // request carries the count of whole results sent so far (a result of more than 1,000 keys
@@ -344,19 +400,7 @@ fn sync_run(
     let mut through = run.logged;
     let mut params_done = run.params_logged;
     let send = |batch: &mut Batch, run: &mut TrialRun, through: usize, params_done: bool| {
-        if params_done && !run.params_logged {
-            batch.tags.push((PARAMS_LOGGED.into(), "true".into()));
-        }
-        if through != run.logged {
-            batch.tags.push((LOGGED.into(), through.to_string()));
-        }
-        if !batch.is_empty() {
-            client.log_batch(&run.run_id, batch)?;
-        }
-        run.logged = through;
-        run.params_logged = params_done;
-        *batch = Batch::default();
-        Ok::<(), MlflowError>(())
+        send_batch(client, batch, run, through, params_done)
     };
     if !params_done {
         // An exploited PBT trial's params changed; MLflow's are immutable, so the run keeps
@@ -387,37 +431,7 @@ fn sync_run(
     }
     let ending = !run.ended && t.status.is_finished();
     if ending {
-        let mut tags = vec![("tune.status".to_string(), t.status.as_str().to_string())];
-        match t.status {
-            Status::Stopped => tags.push((
-                "tune.stopped".into(),
-                match t.last_step() {
-                    Some(step) => format!("stopped by {scheduler} at step {step}"),
-                    None => format!("stopped by {scheduler}"),
-                },
-            )),
-            Status::Failed => {
-                if let Some(e) = &t.error {
-                    tags.push(("tune.error".into(), e.chars().take(5000).collect()));
-                }
-            }
-            _ => {}
-        }
-        if let Some(p) = t.parent {
-            tags.push(("tune.parent_trial".into(), p.to_string()));
-        }
-        if !t.lineage.is_empty() {
-            let steps: Vec<String> = t
-                .lineage
-                .iter()
-                .map(|l| format!("step {} from trial {}", l.step, l.from))
-                .collect();
-            tags.push(("tune.lineage".into(), steps.join("; ")));
-            for (k, v) in t.params.iter() {
-                tags.push((format!("tune.final_params.{k}"), v.to_string()));
-            }
-        }
-        for (k, v) in tags {
+        for (k, v) in end_tags(t, scheduler) {
             if !batch.has_room(0, 0, 1, k.len() + v.len()) {
                 send(&mut batch, run, through, params_done)?;
             }
