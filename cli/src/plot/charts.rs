@@ -4,6 +4,7 @@
 use std::sync::Once;
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -30,6 +31,9 @@ const GREY: RGBColor = RGBColor(170, 170, 170);
 const INK: RGBColor = RGBColor(40, 40, 40);
 
 type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// A chart of values over f64 x, on `Y`.
+type ValueChart<'a, DB, Y> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>;
 
 fn register_font() {
     static ONCE: Once = Once::new();
@@ -247,20 +251,8 @@ where
     let completed = input.completed();
     let stopped = input.stopped();
     let last_id = input.trials.iter().map(|t| t.id).max().unwrap_or(0) as f64;
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption(input, "optimisation history"), (FAMILY, 22))
-        .margin(14)
-        .x_label_area_size(42)
-        .y_label_area_size(72)
-        .build_cartesian_2d(-0.5..last_id + 0.5, y)?;
-    chart
-        .configure_mesh()
-        .x_desc("trial")
-        .y_desc(axis.label(input.metric))
-        .x_label_formatter(&whole)
-        .y_label_formatter(&|v| value_brief(*v))
-        .light_line_style(RGBColor(238, 238, 238))
-        .draw()?;
+    let x = ("trial", -0.5..last_id + 0.5);
+    let mut chart = value_chart(input, root, "optimisation history", x, axis, y)?;
     if !stopped.is_empty() {
         chart
             .draw_series(
@@ -301,13 +293,7 @@ where
         .draw_series(LineSeries::new(steps, BEST.stroke_width(2)))?
         .label("best so far")
         .legend(legend_line(BEST));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(GREY)
-        .label_font((FAMILY, 13))
-        .draw()
+    draw_legend(&mut chart)
 }
 
 /// A trial's reports of the metric, by step.
@@ -349,20 +335,8 @@ where
         .flat_map(|(_, c)| c.iter().map(|(s, _)| *s))
         .fold(last_step, f64::min);
     let (lo, hi) = axis.bounds();
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption(input, "learning curves"), (FAMILY, 22))
-        .margin(14)
-        .x_label_area_size(42)
-        .y_label_area_size(72)
-        .build_cartesian_2d(first_step.min(0.0)..last_step * 1.02, y)?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc(axis.label(input.metric))
-        .x_label_formatter(&whole)
-        .y_label_formatter(&|v| value_brief(*v))
-        .light_line_style(RGBColor(238, 238, 238))
-        .draw()?;
+    let x = ("step", first_step.min(0.0)..last_step * 1.02);
+    let mut chart = value_chart(input, root, "learning curves", x, axis, y)?;
     let rungs: Vec<u64> = input
         .rungs
         .iter()
@@ -380,6 +354,68 @@ where
     }
     let best =
         tune::best_trial(input.trials, input.metric, input.mode, input.constraints).map(|t| t.id);
+    draw_curves(&mut chart, reported, best)?;
+    status_legend(&mut chart, reported)?;
+    if let Some((t, c)) = reported.iter().find(|(t, _)| Some(t.id) == best) {
+        chart
+            .draw_series(LineSeries::new(c.iter().copied(), BEST.stroke_width(2)))?
+            .label(format!("best: trial {}", t.id))
+            .legend(legend_line(BEST));
+    }
+    draw_legend(&mut chart)
+}
+
+/// A chart of the metric's values (`y`, on `axis`) over whole numbers `x` (its name and
+/// range), as the history and the curves draw it.
+fn value_chart<'a, DB: DrawingBackend, Y>(
+    input: &PlotInput,
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    (x_desc, x): (&str, std::ops::Range<f64>),
+    axis: &ValueAxis,
+    y: Y,
+) -> Result<ValueChart<'a, DB, Y::CoordDescType>, DrawingAreaErrorKind<DB::ErrorType>>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption(input, title), (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(42)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x, y)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(axis.label(input.metric))
+        .x_label_formatter(&whole)
+        .y_label_formatter(&|v| value_brief(*v))
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    Ok(chart)
+}
+
+/// The series' labels, top right.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Drawn<DB> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(GREY)
+        .label_font((FAMILY, 13))
+        .draw()
+}
+
+/// Every reported trial's curve but the `best` one's, coloured by status; a cross where the
+/// scheduler stopped one.
+fn draw_curves<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(
+    chart: &mut ValueChart<'a, DB, Y>,
+    reported: &[(&Trial, Vec<(f64, f64)>)],
+    best: Option<TrialId>,
+) -> Drawn<DB> {
     // Stopped trials first and completed over them, so that what ran to the end shows.
     let mut order: Vec<&(&Trial, Vec<(f64, f64)>)> = reported.iter().collect();
     order.sort_by_key(|(t, _)| match t.status {
@@ -402,6 +438,14 @@ where
             }
         }
     }
+    Ok(())
+}
+
+/// A legend line per status that some reported trial has, with their count.
+fn status_legend<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(
+    chart: &mut ValueChart<'a, DB, Y>,
+    reported: &[(&Trial, Vec<(f64, f64)>)],
+) -> Drawn<DB> {
     let count = |status: Status| reported.iter().filter(|(t, _)| t.status == status).count();
     let legend = [
         (Status::Completed, "completed", count(Status::Completed)),
@@ -425,19 +469,7 @@ where
                 .legend(legend_line(status_colour(status)));
         }
     }
-    if let Some((t, c)) = reported.iter().find(|(t, _)| Some(t.id) == best) {
-        chart
-            .draw_series(LineSeries::new(c.iter().copied(), BEST.stroke_width(2)))?
-            .label(format!("best: trial {}", t.id))
-            .legend(legend_line(BEST));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(GREY)
-        .label_font((FAMILY, 13))
-        .draw()
+    Ok(())
 }
 
 /// How a parameter's values map onto [0, 1]: a (log) range, or the listed choices.
