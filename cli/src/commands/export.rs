@@ -21,32 +21,9 @@ pub fn export(args: ExportArgs) -> Result<ExitCode, TuneError> {
     if let Some(url) = to_mlflow {
         return export_to_mlflow(&Named::new(experiment, &store)?, salvage, &url);
     }
-    match (format, &folder) {
-        (Format::Tensorboard, None) => {
-            return Err(TuneError::Invalid(
-                "--format tensorboard writes a folder: name it after the experiment \
-             (tune export NAME --format tensorboard OUT)"
-                    .into(),
-            ))
-        }
-        (Format::Json | Format::Csv | Format::OptunaJournal, Some(folder)) => {
-            return Err(TuneError::Invalid(format!(
-                "unexpected argument {}: only --format tensorboard writes to a folder; \
-             the other formats go to stdout",
-                folder.display()
-            )))
-        }
-        _ => {}
-    }
+    check_destination(format, folder.as_deref())?;
     let named = Named::new(experiment, &store)?;
-    let sweep = match (named.clone(), salvage) {
-        (Named::Folder(dir), true) => SweepState::salvage(&dir)?,
-        (Named::InDatabase { .. }, true) => return Err(TuneError::Invalid(
-            "--salvage reads a damaged sled store (tune.db/); a PostgreSQL store is read as it is"
-                .into(),
-        )),
-        (named, false) => SweepState::load(&named)?,
-    };
+    let sweep = load_to_export(&named, salvage)?;
     let spec = &sweep.spec;
     let workers = match &named {
         Named::InDatabase { url, name } if format == Format::Json => {
@@ -95,6 +72,38 @@ pub fn export(args: ExportArgs) -> Result<ExitCode, TuneError> {
     };
     quiet_on_broken_pipe(written)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `format` goes where `folder` says: TensorBoard's into a folder, the others to
+/// stdout.
+fn check_destination(format: Format, folder: Option<&std::path::Path>) -> Result<(), TuneError> {
+    match (format, folder) {
+        (Format::Tensorboard, None) => Err(TuneError::Invalid(
+            "--format tensorboard writes a folder: name it after the experiment \
+             (tune export NAME --format tensorboard OUT)"
+                .into(),
+        )),
+        (Format::Json | Format::Csv | Format::OptunaJournal, Some(folder)) => {
+            Err(TuneError::Invalid(format!(
+                "unexpected argument {}: only --format tensorboard writes to a folder; the \
+                 other formats go to stdout",
+                folder.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The sweep to export; `salvage`: read what a damaged sled store still holds.
+fn load_to_export(named: &Named, salvage: bool) -> Result<SweepState, TuneError> {
+    match (named, salvage) {
+        (Named::Folder(dir), true) => SweepState::salvage(dir),
+        (Named::InDatabase { .. }, true) => Err(TuneError::Invalid(
+            "--salvage reads a damaged sled store (tune.db/); a PostgreSQL store is read as it is"
+                .into(),
+        )),
+        (named, false) => SweepState::load(named),
+    }
 }
 
 /// `tune export NAME --to-mlflow URL`.

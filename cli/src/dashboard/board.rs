@@ -227,22 +227,10 @@ impl Board {
         self.log.push_back((at, text));
     }
 
-    fn apply_trial(&mut self, trial: Trial) {
-        let id = trial.id as usize;
-        while self.trials.len() <= id {
-            let placeholder = Trial::new(self.trials.len() as TrialId, Default::default());
-            self.trials.push(TrialView {
-                trial: placeholder,
-                results: Vec::new(),
-            });
-        }
-        let before = self.trials[id].trial.clone();
-        let at = trial
-            .finished_at
-            .or(trial.started_at)
-            .unwrap_or(trial.created_at);
-        // What the log says about the change.
-        let line = match trial.status {
+    /// What the log says about trial `before` becoming `trial`, if anything.
+    fn change_line(&self, before: &Trial, trial: &Trial) -> Option<String> {
+        let id = trial.id;
+        match trial.status {
             _ if trial.parent != before.parent && trial.parent.is_some() => Some(format!(
                 "trial {id} took trial {}'s weights and new params",
                 trial.parent.unwrap_or_default()
@@ -263,15 +251,18 @@ impl Board {
             )),
             Status::Stopped => Some(format!(
                 "trial {id} stopped at step {}",
-                self.trials[id].results.last().map_or(0, |r| r.step)
+                self.trials[id as usize]
+                    .results
+                    .last()
+                    .map_or(0, |r| r.step)
             )),
             Status::Paused => Some(format!("trial {id} paused")),
             Status::Completed | Status::Pending => None,
-        };
-        if let Some(line) = line {
-            self.log_line(at, line);
         }
-        // Workers: the slot it runs on now, and no other.
+    }
+
+    /// The slot `trial` runs on now, and no other.
+    fn place(&mut self, trial: &Trial) {
         for w in self.workers.iter_mut() {
             if *w == Some(trial.id) {
                 *w = None;
@@ -301,6 +292,27 @@ impl Board {
                 self.workers[slot] = Some(trial.id);
             }
         }
+    }
+
+    fn apply_trial(&mut self, trial: Trial) {
+        let id = trial.id as usize;
+        while self.trials.len() <= id {
+            let placeholder = Trial::new(self.trials.len() as TrialId, Default::default());
+            self.trials.push(TrialView {
+                trial: placeholder,
+                results: Vec::new(),
+            });
+        }
+        let before = self.trials[id].trial.clone();
+        let at = trial
+            .finished_at
+            .or(trial.started_at)
+            .unwrap_or(trial.created_at);
+        let line = self.change_line(&before, &trial);
+        if let Some(line) = line {
+            self.log_line(at, line);
+        }
+        self.place(&trial);
         self.trials[id].trial = trial;
         let view = &self.trials[id];
         let feasible = self

@@ -9,9 +9,10 @@ use ratatui::widgets::{
     TableState, Wrap,
 };
 use ratatui::Frame;
-use tune_search::{value_brief, Status, TrialId};
+use tune_search::{value_brief, Mode, Status, TrialId};
 
 use super::app::{params_text, App, Focus, Popup};
+use super::board::{Board, TrialView};
 use tune::remote::{split_remote_slot, WorkerInfo};
 
 /// Colours, or none at all when `NO_COLOR` is set.
@@ -255,24 +256,7 @@ pub(crate) fn draw_trials(
         .skip(offset)
         .take(height)
         .filter_map(|&id| app.board.trial(id))
-        .map(|t| {
-            let step = t.results.last().map_or("-".into(), |r| r.step.to_string());
-            let value = |v: Option<f64>| v.map_or("-".into(), value_brief);
-            let mut cells = vec![
-                Cell::from(t.trial.id.to_string()),
-                Cell::from(t.trial.status.as_str()).style(theme.status(t.trial.status)),
-                Cell::from(step),
-                Cell::from(value(t.last(&metric))),
-                Cell::from(value(t.best(&metric, mode))),
-            ];
-            if remote {
-                let device = t.trial.device.as_deref().unwrap_or("-");
-                let worker = split_remote_slot(device).map_or(device, |(w, _)| w);
-                cells.push(Cell::from(worker.to_string()));
-            }
-            cells.push(Cell::from(params_text(&t.trial.params)));
-            Row::new(cells)
-        })
+        .map(|t| trial_row(t, (&metric, mode), remote, theme))
         .collect();
     let mut widths = vec![
         Constraint::Length(5),
@@ -299,6 +283,32 @@ pub(crate) fn draw_trials(
         state.select(Some(selected - offset));
     }
     frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// A trial's row: id, status, step, the metric's last and peak values, its worker (where
+/// trials run on remote workers) and params.
+fn trial_row<'a>(
+    t: &'a TrialView,
+    (metric, mode): (&str, Mode),
+    remote: bool,
+    theme: Theme,
+) -> Row<'a> {
+    let step = t.results.last().map_or("-".into(), |r| r.step.to_string());
+    let value = |v: Option<f64>| v.map_or("-".into(), value_brief);
+    let mut cells = vec![
+        Cell::from(t.trial.id.to_string()),
+        Cell::from(t.trial.status.as_str()).style(theme.status(t.trial.status)),
+        Cell::from(step),
+        Cell::from(value(t.last(metric))),
+        Cell::from(value(t.best(metric, mode))),
+    ];
+    if remote {
+        let device = t.trial.device.as_deref().unwrap_or("-");
+        let worker = split_remote_slot(device).map_or(device, |(w, _)| w);
+        cells.push(Cell::from(worker.to_string()));
+    }
+    cells.push(Cell::from(params_text(&t.trial.params)));
+    Row::new(cells)
 }
 
 /// Axis bounds a little wider than the data, never empty.
@@ -362,7 +372,7 @@ pub(crate) fn draw_curves(
     let metric = &b.header.metric;
     let selected = selected.and_then(|id| b.trial(id));
     let best = b.best().and_then(|(id, _)| b.trial(id));
-    let to_points = |t: Option<&super::board::TrialView>| -> Vec<(f64, f64)> {
+    let to_points = |t: Option<&TrialView>| -> Vec<(f64, f64)> {
         t.map(|t| {
             t.curve(metric)
                 .into_iter()
@@ -408,59 +418,64 @@ pub(crate) fn draw_curves(
     frame.render_widget(chart, area);
 }
 
+/// One line per slot of `slots` (each with the trial it runs, if any). A slot named more than
+/// once holds several trials: a GPU's shares, or a pack of fused trials (`fuse`), here or on
+/// a remote worker. One line each, with every trial running there, after how many of its
+/// places are busy (`places`: a remote worker's places per slot are not known here).
+fn slot_lines(
+    b: &Board,
+    slots: Vec<(&str, Option<TrialId>)>,
+    places: bool,
+    indent: &str,
+) -> Vec<Line<'static>> {
+    let mut grouped: Vec<(&str, Vec<TrialId>, usize)> = Vec::new();
+    for (slot, trial) in slots {
+        let at = match grouped.iter().position(|(s, _, _)| *s == slot) {
+            Some(at) => at,
+            None => {
+                grouped.push((slot, Vec::new(), 0));
+                grouped.len() - 1
+            }
+        };
+        grouped[at].1.extend(trial);
+        grouped[at].2 += 1;
+    }
+    let each = |id: TrialId| {
+        b.trial(id).map(|t| {
+            format!(
+                "trial {} step {}",
+                t.trial.id,
+                t.results.last().map_or(0, |r| r.step)
+            )
+        })
+    };
+    grouped
+        .into_iter()
+        .map(|(slot, trials, n)| {
+            let text = match (trials.as_slice(), n) {
+                (&[], _) => "idle".to_string(),
+                (&[one], n) if n == 1 || !places => each(one).unwrap_or_else(|| "idle".into()),
+                (trials, n) => {
+                    let listed: Vec<String> = trials.iter().filter_map(|&id| each(id)).collect();
+                    match places {
+                        true => format!("{}/{n}: {}", trials.len(), listed.join(" · ")),
+                        false => format!("{}: {}", trials.len(), listed.join(" · ")),
+                    }
+                }
+            };
+            Line::from(format!("{indent}{slot:<7} {text}"))
+        })
+        .collect()
+}
+
 pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
     let b = &app.board;
     let slots = || b.header.slots.iter().zip(&b.workers);
-    // A slot named more than once holds several trials: a GPU's shares, or a pack of fused
-    // trials (`fuse`), here or on a remote worker. One line each, with every trial running
-    // there, after how many of its places are busy (a remote worker's places per slot are
-    // not known here).
-    let slot_lines = |slots: Vec<(&str, Option<TrialId>)>, places: bool, indent: &str| {
-        let mut grouped: Vec<(&str, Vec<TrialId>, usize)> = Vec::new();
-        for (slot, trial) in slots {
-            let at = match grouped.iter().position(|(s, _, _)| *s == slot) {
-                Some(at) => at,
-                None => {
-                    grouped.push((slot, Vec::new(), 0));
-                    grouped.len() - 1
-                }
-            };
-            grouped[at].1.extend(trial);
-            grouped[at].2 += 1;
-        }
-        let each = |id: TrialId| {
-            b.trial(id).map(|t| {
-                format!(
-                    "trial {} step {}",
-                    t.trial.id,
-                    t.results.last().map_or(0, |r| r.step)
-                )
-            })
-        };
-        grouped
-            .into_iter()
-            .map(|(slot, trials, n)| {
-                let text = match (trials.as_slice(), n) {
-                    (&[], _) => "idle".to_string(),
-                    (&[one], n) if n == 1 || !places => each(one).unwrap_or_else(|| "idle".into()),
-                    (trials, n) => {
-                        let listed: Vec<String> =
-                            trials.iter().filter_map(|&id| each(id)).collect();
-                        match places {
-                            true => format!("{}/{n}: {}", trials.len(), listed.join(" · ")),
-                            false => format!("{}: {}", trials.len(), listed.join(" · ")),
-                        }
-                    }
-                };
-                Line::from(format!("{indent}{slot:<7} {text}"))
-            })
-            .collect::<Vec<Line>>()
-    };
     let local: Vec<(&str, Option<TrialId>)> = slots()
         .filter(|(slot, _)| split_remote_slot(slot).is_none())
         .map(|(slot, &trial)| (slot.as_str(), trial))
         .collect();
-    let mut lines: Vec<Line> = slot_lines(local, true, "");
+    let mut lines: Vec<Line> = slot_lines(b, local, true, "");
     lines.extend(b.gpus.iter().map(|g| Line::from(g.line())));
     // Remote workers: those serving now, then any only a trial's device names (it exited).
     let mut names: Vec<&str> = b.remote.iter().map(|w| w.id.as_str()).collect();
@@ -491,7 +506,7 @@ pub(crate) fn draw_workers(frame: &mut Frame, area: Rect, app: &App, now: u64) {
             None => format!("{name} · gone"),
         };
         lines.push(Line::from(title));
-        lines.extend(slot_lines(busy, false, "  "));
+        lines.extend(slot_lines(b, busy, false, "  "));
         // Its GPUs' use at its last heartbeat, after its slots as a local GPU's is, while
         // that heartbeat is recent.
         if let Some(w) = b.remote.iter().find(|w| w.id == name && w.live) {
