@@ -83,6 +83,44 @@ pub enum DomainError {
     Empty,
 }
 
+/// The first of `xs` that is not finite, as an error.
+fn finite(xs: &[f64]) -> Result<(), DomainError> {
+    match xs.iter().find(|x| !x.is_finite()) {
+        Some(&x) => Err(DomainError::NonFinite(value_text(x))),
+        None => Ok(()),
+    }
+}
+
+/// `low` below `high`.
+fn ordered<T: PartialOrd + Into<Shown>>(low: T, high: T) -> Result<(), DomainError> {
+    if low < high {
+        Ok(())
+    } else {
+        Err(DomainError::EmptyRange {
+            low: low.into().0,
+            high: high.into().0,
+        })
+    }
+}
+
+/// A log scale's `low` above 0.
+fn positive_log(low: f64) -> Result<(), DomainError> {
+    if low > 0.0 {
+        Ok(())
+    } else {
+        Err(DomainError::NonPositiveLog(value_text(low)))
+    }
+}
+
+/// A range of finitely many steps `q`.
+fn finite_width(low: f64, high: f64, q: f64) -> Result<(), DomainError> {
+    if ((high - low) / q).is_finite() {
+        Ok(())
+    } else {
+        Err(DomainError::TooWide { low, high })
+    }
+}
+
 impl Domain {
     /// The domain's key in the TOML form (`uniform`, `int`, `choice`, ...).
     pub fn kind(&self) -> &'static str {
@@ -108,36 +146,6 @@ impl Domain {
 
     /// Checks the definition: ordered finite bounds, positive log bounds and steps, non-empty lists.
     pub fn validate(&self) -> Result<(), DomainError> {
-        fn finite(xs: &[f64]) -> Result<(), DomainError> {
-            match xs.iter().find(|x| !x.is_finite()) {
-                Some(&x) => Err(DomainError::NonFinite(value_text(x))),
-                None => Ok(()),
-            }
-        }
-        fn ordered<T: PartialOrd + Into<Shown>>(low: T, high: T) -> Result<(), DomainError> {
-            if low < high {
-                Ok(())
-            } else {
-                Err(DomainError::EmptyRange {
-                    low: low.into().0,
-                    high: high.into().0,
-                })
-            }
-        }
-        fn positive_log(low: f64) -> Result<(), DomainError> {
-            if low > 0.0 {
-                Ok(())
-            } else {
-                Err(DomainError::NonPositiveLog(value_text(low)))
-            }
-        }
-        fn finite_width(low: f64, high: f64, q: f64) -> Result<(), DomainError> {
-            if ((high - low) / q).is_finite() {
-                Ok(())
-            } else {
-                Err(DomainError::TooWide { low, high })
-            }
-        }
         match *self {
             Domain::Uniform { low, high } => {
                 finite(&[low, high])?;

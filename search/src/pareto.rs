@@ -191,43 +191,10 @@ pub fn greedy_hypervolume_subset<P: AsRef<[f64]>>(
     reference: &[f64],
     k: usize,
 ) -> Vec<usize> {
-    /// A point's gain as of the step `fresh_at`; the heap's top is the largest gain, then
-    /// the lowest index.
-    struct Bound {
-        gain: f64,
-        index: usize,
-        fresh_at: usize,
-    }
-    impl PartialEq for Bound {
-        fn eq(&self, other: &Self) -> bool {
-            self.cmp(other).is_eq()
-        }
-    }
-    impl Eq for Bound {}
-    impl PartialOrd for Bound {
-        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-    impl Ord for Bound {
-        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-            self.gain
-                .total_cmp(&other.gain)
-                .then(other.index.cmp(&self.index))
-        }
-    }
-
     let k = k.min(points.len());
     let mut chosen: Vec<usize> = Vec::with_capacity(k);
     let mut chosen_points: Vec<&[f64]> = Vec::with_capacity(k + 1);
     let mut base = 0.0;
-    /// What `p` adds to `chosen` (of hypervolume `base`).
-    fn gain_of<'a>(p: &'a [f64], chosen: &mut Vec<&'a [f64]>, reference: &[f64], base: f64) -> f64 {
-        chosen.push(p);
-        let gain = hypervolume(chosen, reference) - base;
-        chosen.pop();
-        gain
-    }
     let mut heap: std::collections::BinaryHeap<Bound> = (0..points.len())
         .map(|index| Bound {
             gain: gain_of(points[index].as_ref(), &mut chosen_points, reference, base),
@@ -279,6 +246,40 @@ pub fn greedy_hypervolume_subset<P: AsRef<[f64]>>(
         }
     }
     chosen
+}
+
+/// [`greedy_hypervolume_subset`]'s bound on a point's gain, as of the step `fresh_at`; the
+/// heap's top is the largest gain, then the lowest index.
+struct Bound {
+    gain: f64,
+    index: usize,
+    fresh_at: usize,
+}
+impl PartialEq for Bound {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for Bound {}
+impl PartialOrd for Bound {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Bound {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.gain
+            .total_cmp(&other.gain)
+            .then(other.index.cmp(&self.index))
+    }
+}
+
+/// What `p` adds to `chosen` (of hypervolume `base`).
+fn gain_of<'a>(p: &'a [f64], chosen: &mut Vec<&'a [f64]>, reference: &[f64], base: f64) -> f64 {
+    chosen.push(p);
+    let gain = hypervolume(chosen, reference) - base;
+    chosen.pop();
+    gain
 }
 
 /// The reference point MOTPE measures a set of losses against: 10% beyond the worst value of

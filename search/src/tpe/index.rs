@@ -133,31 +133,37 @@ impl TrialIndex {
             if old == role {
                 continue;
             }
-            match old {
-                Role::Complete(v) => remove(&mut self.complete, &(v, t.id), by_value),
-                Role::Stopped(s, v) => remove(&mut self.stopped, &(s, v, t.id), by_depth),
-                Role::Infeasible(v) => remove(&mut self.infeasible, &(v, t.id), by_value),
-                _ => {}
-            }
-            match role {
-                Role::Complete(v) => insert(&mut self.complete, (v, t.id), by_value),
-                Role::Stopped(s, v) => insert(&mut self.stopped, (s, v, t.id), by_depth),
-                Role::Infeasible(v) => insert(&mut self.infeasible, (v, t.id), by_value),
-                _ => {}
-            }
-            let (was, is) = (old != Role::Out, role != Role::Out);
-            if was != is {
-                if let Some(c) = coords.get(t.id) {
-                    for (p, &x) in c.iter().enumerate().filter(|(_, x)| !x.is_nan()) {
-                        if is {
-                            insert(&mut self.by_param[p], (x, t.id), by_value);
-                        } else {
-                            remove(&mut self.by_param[p], &(x, t.id), by_value);
-                        }
+            self.move_trial(t.id, old, role, coords);
+            self.roles[t.id as usize] = role;
+        }
+    }
+
+    /// Moves trial `id` from the list of its `old` role to that of its new `role`, and into
+    /// or out of the per-parameter lists (at its `coords`) as it becomes modelled or not.
+    fn move_trial(&mut self, id: TrialId, old: Role, role: Role, coords: &TrialCoords) {
+        match old {
+            Role::Complete(v) => remove(&mut self.complete, &(v, id), by_value),
+            Role::Stopped(s, v) => remove(&mut self.stopped, &(s, v, id), by_depth),
+            Role::Infeasible(v) => remove(&mut self.infeasible, &(v, id), by_value),
+            _ => {}
+        }
+        match role {
+            Role::Complete(v) => insert(&mut self.complete, (v, id), by_value),
+            Role::Stopped(s, v) => insert(&mut self.stopped, (s, v, id), by_depth),
+            Role::Infeasible(v) => insert(&mut self.infeasible, (v, id), by_value),
+            _ => {}
+        }
+        let (was, is) = (old != Role::Out, role != Role::Out);
+        if was != is {
+            if let Some(c) = coords.get(id) {
+                for (p, &x) in c.iter().enumerate().filter(|(_, x)| !x.is_nan()) {
+                    if is {
+                        insert(&mut self.by_param[p], (x, id), by_value);
+                    } else {
+                        remove(&mut self.by_param[p], &(x, id), by_value);
                     }
                 }
             }
-            self.roles[t.id as usize] = role;
         }
     }
 
