@@ -76,6 +76,23 @@ pub(crate) struct Pool {
     remote: Option<(Arc<AtomicUsize>, usize)>,
 }
 
+/// The ordinals of the GPUs `gpus` asks for among those `found`: all of them (`"auto"`), or
+/// the listed ones, each of which must exist.
+fn chosen_gpus(gpus: &Gpus, found: &[GpuInfo]) -> Result<Vec<usize>, TuneError> {
+    let list = match gpus {
+        Gpus::Auto => return Ok(found.iter().map(|g| g.ordinal).collect()),
+        Gpus::List(list) => list,
+    };
+    if let Some(n) = (list.iter()).find(|&&n| !found.iter().any(|g| g.ordinal == n as usize)) {
+        let there: Vec<String> = found.iter().map(|g| g.ordinal.to_string()).collect();
+        return Err(TuneError::Invalid(format!(
+            "[resources] `gpus`: GPU {n} does not exist; this machine has {}",
+            there.join(", ")
+        )));
+    }
+    Ok(list.iter().map(|&n| n as usize).collect())
+}
+
 impl Pool {
     /// The pool for `resources` on a machine whose GPUs are `found` (or, as `Err`, why there
     /// are none). Returns a note for the user: the GPUs used, or why GPUs that were wanted
@@ -111,24 +128,7 @@ impl Pool {
             (Ok(found), _) if found.is_empty() => return cpu(fallback("none found")),
             (Ok(found), _) => found,
         };
-        let ordinals: Vec<usize> = match &resources.gpus {
-            Gpus::Auto => found.iter().map(|g| g.ordinal).collect(),
-            Gpus::List(list) => {
-                for &n in list {
-                    if !found.iter().any(|g| g.ordinal == n as usize) {
-                        return Err(TuneError::Invalid(format!(
-                            "[resources] `gpus`: GPU {n} does not exist; this machine has {}",
-                            found
-                                .iter()
-                                .map(|g| g.ordinal.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )));
-                    }
-                }
-                list.iter().map(|&n| n as usize).collect()
-            }
-        };
+        let ordinals = chosen_gpus(&resources.gpus, &found)?;
         let per_gpu = resources.trials_per_gpu.max(1) as usize;
         let used = ordinals
             .iter()

@@ -161,15 +161,7 @@ pub fn write_csv(
         header.push("violation".into());
     }
     header.extend(names.iter().map(|n| format!("params.{n}")));
-    writeln!(
-        out,
-        "{}",
-        header
-            .iter()
-            .map(|h| csv_field(h))
-            .collect::<Vec<_>>()
-            .join(",")
-    )?;
+    write_csv_row(out, &header)?;
     for t in trials {
         let mut row = vec![
             t.id.to_string(),
@@ -202,16 +194,15 @@ pub fn write_csv(
                 .iter()
                 .map(|n| t.params.get(n).map(|v| v.to_string()).unwrap_or_default()),
         );
-        writeln!(
-            out,
-            "{}",
-            row.iter()
-                .map(|f| csv_field(f))
-                .collect::<Vec<_>>()
-                .join(",")
-        )?;
+        write_csv_row(out, &row)?;
     }
     Ok(())
+}
+
+/// One CSV line of `fields`.
+fn write_csv_row(out: &mut impl Write, fields: &[String]) -> std::io::Result<()> {
+    let fields: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+    writeln!(out, "{}", fields.join(","))
 }
 
 /// RFC 4180 quoting.

@@ -234,6 +234,15 @@ fn train(
             return train_in_pack(member, n_params, fused, ctx);
         }
     }
+    train_alone(trainer, n_params, ctx)
+}
+
+/// Trains on alone, epoch by epoch: each reported, and checkpointed as its decision says.
+fn train_alone(
+    mut trainer: Trainer,
+    n_params: f64,
+    ctx: &mut TrialContext,
+) -> Result<(), super::BoxError> {
     while !trainer.finished() {
         let r = trainer.train_epoch()?;
         let early = written_before_report(r.epoch, ctx.completes_at());

@@ -239,13 +239,12 @@ async fn read_reports(
     loop {
         if left == Some(0) && line.is_empty() {
             if held_outside_the_group(stdout.get_ref().as_raw_fd(), process.group()).await {
-                let note = format!(
+                let _ = job.tx.send(WorkerMsg::Note(format!(
                     "trial {}: its process exited while a process it started in a session of \
                      its own (setsid) still held its output open; the trial ended with its \
                      process, that process is left running and its output is ignored",
                     job.id
-                );
-                let _ = job.tx.send(WorkerMsg::Note(note));
+                )));
             }
             return None;
         }
@@ -280,27 +279,36 @@ async fn read_reports(
             Ok(None) => continue,
             Err(reason) => return Some(Cut::BadReport(reason)),
         };
-        let (ack, answer) = oneshot::channel();
-        let msg = WorkerMsg::Report {
-            id: job.id,
-            attempt: job.attempt,
-            step,
-            metrics,
-            ack,
-        };
-        if job.tx.send(msg).is_err() {
+        let Some(decision) = decision_on(job, step, metrics).await else {
             return Some(Cut::Interrupted);
-        }
-        let decision = match answer.await {
-            // Not kept: no line (the trial would take it as the acknowledgement and save the
-            // step); the run is over.
-            Ok(ReportAnswer::Refused) | Err(_) => return Some(Cut::Interrupted),
-            Ok(decision) => decision,
         };
         let _ = decide.send(decision);
         if decision != ReportAnswer::Continue {
             return Some(Cut::Stopped);
         }
+    }
+}
+
+/// Sends the report to the coordinator and waits for its decision; `None` where it is not
+/// kept (then the trial gets no line, which it would take as the acknowledgement and save the
+/// step) or nobody answers: the run is over.
+async fn decision_on(
+    job: &Job,
+    step: Option<u64>,
+    metrics: BTreeMap<String, f64>,
+) -> Option<ReportAnswer> {
+    let (ack, answer) = oneshot::channel();
+    let msg = WorkerMsg::Report {
+        id: job.id,
+        attempt: job.attempt,
+        step,
+        metrics,
+        ack,
+    };
+    job.tx.send(msg).ok()?;
+    match answer.await {
+        Ok(ReportAnswer::Refused) | Err(_) => None,
+        Ok(decision) => Some(decision),
     }
 }
 
