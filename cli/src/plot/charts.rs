@@ -633,6 +633,16 @@ fn parallel<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>
             gradient(bad(*v) * 0.9).mix(0.8).stroke_width(2),
         )
     }))?;
+    draw_axes(&mut chart, &axes, &both)
+}
+
+/// Parallel coordinates' axes: each one's line, name and ticks, and where a parameter some
+/// trial of `both` lacks sits.
+fn draw_axes<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ValueChart<'a, DB, RangedCoordf64>,
+    axes: &[(&str, Scale)],
+    both: &[(&Trial, f64)],
+) -> Drawn<DB> {
     let label = |anchor: HPos, vpos: VPos| {
         (FAMILY, 13)
             .into_font()

@@ -63,10 +63,7 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
     let Some((_, header)) = lines.next() else {
         return Err(TrialsError::Data(format!("{shown}: the file is empty")));
     };
-    let columns: Vec<&str> = header
-        .split(',')
-        .map(|c| c.trim().trim_matches('"'))
-        .collect();
+    let columns = split_fields(header);
     let label_col = match target {
         None => columns.len() - 1,
         Some(t) => columns.iter().position(|c| *c == t).ok_or_else(|| {
@@ -84,10 +81,7 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
     }
     let (mut x, mut labels) = (Vec::new(), Vec::new());
     for (i, line) in lines {
-        let fields: Vec<&str> = line
-            .split(',')
-            .map(|c| c.trim().trim_matches('"'))
-            .collect();
+        let fields = split_fields(line);
         if fields.len() != columns.len() {
             return Err(TrialsError::Data(format!(
                 "{shown}:{}: expected {} fields like the header, found {}",
@@ -111,14 +105,7 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
             }
         }
     }
-    // Numeric labels sort as numbers (2 before 10), names as text.
-    let numeric: Option<Vec<f64>> = labels.iter().map(|l| l.parse::<f64>().ok()).collect();
-    let mut classes: Vec<String> = labels.clone();
-    match &numeric {
-        Some(_) => classes.sort_by(|a, b| a.parse::<f64>().unwrap().total_cmp(&b.parse().unwrap())),
-        None => classes.sort(),
-    }
-    classes.dedup();
+    let classes = class_names(&labels);
     if classes.len() < 2 {
         return Err(TrialsError::Data(format!(
             "{shown}: target column `{}` needs at least two classes, found {}",
@@ -139,6 +126,28 @@ pub fn read_csv(path: &Path, target: Option<&str>) -> Result<Dataset, TrialsErro
         classes: classes.len(),
         image: None,
     })
+}
+
+/// A line's comma-separated fields, trimmed and unquoted.
+fn split_fields(line: &str) -> Vec<&str> {
+    line.split(',')
+        .map(|c| c.trim().trim_matches('"'))
+        .collect()
+}
+
+/// The distinct labels in order: numeric labels as numbers (2 before 10), names as text.
+fn class_names(labels: &[String]) -> Vec<String> {
+    let mut classes: Vec<String> = labels.to_vec();
+    let numbers: Option<Vec<f64>> = labels.iter().map(|l| l.parse::<f64>().ok()).collect();
+    match numbers {
+        Some(_) => {
+            let number = |c: &String| c.parse::<f64>().unwrap_or(f64::NAN);
+            classes.sort_by(|a, b| number(a).total_cmp(&number(b)));
+        }
+        None => classes.sort(),
+    }
+    classes.dedup();
+    classes
 }
 
 #[cfg(test)]
