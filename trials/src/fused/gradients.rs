@@ -17,71 +17,15 @@ impl FusedTrainer {
     ) -> candle_core::Result<(Tensor, Tape)> {
         let mut masks = masks.map(|m| m.iter());
         let mut next_mask = || masks.as_mut().and_then(Iterator::next).cloned();
-        let activation = self.key.activation;
-        let mut h = x.clone();
-        let mut features = None;
-        if let Some((c, height, width)) = self.key.image {
-            // The CNN (crate::model::cnn): two convolutions, a 2x2 max-pool, then dense layers
-            // as the MLP's, with dropout after the pool and after the dense layer. While
-            // training, candle's autograd tracks the convolutions: their kernels are `Var`s.
-            let kernels: Vec<Var> = if training {
-                self.weights[..self.convs]
-                    .iter()
-                    .map(Var::from_tensor)
-                    .collect::<candle_core::Result<_>>()?
-            } else {
-                Vec::new()
-            };
-            let weights: Vec<&Tensor> = if training {
-                kernels.iter().map(Var::as_tensor).collect()
-            } else {
-                self.weights[..self.convs].iter().collect()
-            };
-            let (members, batch) = (x.dim(0)?, x.dim(1)?);
-            h = h.reshape((members, batch, c, height, width))?;
-            for conv in weights.chunks(2) {
-                h = activate(&fused_conv3x3(&h, conv[0], conv[1])?, activation)?;
-            }
-            let (channels, height, width) = (h.dim(2)?, h.dim(3)?, h.dim(4)?);
-            h = h
-                .reshape((members * batch, channels, height, width))?
-                .max_pool2d(2)?
-                .reshape((members, batch, ()))?;
-            if let Some(mask) = next_mask() {
-                h = h.mul(&mask)?;
-            }
-            if training {
-                features = Some((h.clone(), kernels));
-                h = h.detach();
-            }
-        }
+        let (mut h, features) = match self.key.image {
+            Some(image) => self.conv_features(x, image, &mut next_mask, training)?,
+            None => (x.clone(), None),
+        };
         let dense = &self.weights[self.convs..];
         let mut layers = Vec::with_capacity(if training { self.depth } else { 0 });
         for i in 0..self.depth {
             let mask = next_mask();
-            let (z, a, next) = if self.fuses_layers() {
-                let op = DenseForward {
-                    bias: dense[2 * i + 1].clone(),
-                    mask: mask.clone(),
-                    has: self.has_layer[i].clone(),
-                    input: h.clone(),
-                };
-                let out = h.matmul(&dense[2 * i].t()?)?.apply_op1_no_bwd(&op)?;
-                (out.get(0)?, None, out.get(1)?)
-            } else {
-                let z = linear(&h, &dense[2 * i], &dense[2 * i + 1])?;
-                let a = activate(&z, activation)?;
-                let out = match &mask {
-                    Some(mask) => a.mul(mask)?,
-                    None => a.clone(),
-                };
-                // A member without this layer passes its activations through it.
-                let next = match &self.has_layer[i] {
-                    Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, &h)?,
-                    None => out,
-                };
-                (z, Some(a), next)
-            };
+            let (z, a, next) = self.dense_layer(i, &h, mask.clone())?;
             if training {
                 layers.push(DenseTape {
                     input: h,
@@ -101,6 +45,90 @@ impl FusedTrainer {
             last: h,
         };
         Ok((scores, tape))
+    }
+
+    /// The CNN's features (crate::model::cnn) of inputs `x` of `image`'s shape (channels,
+    /// height, width): two convolutions, a 2x2 max-pool, and dropout after the pool (the
+    /// first of `next_mask`'s masks). While training, candle's autograd tracks the
+    /// convolutions: their kernels are `Var`s, returned with the features they lead to.
+    #[allow(clippy::type_complexity)]
+    fn conv_features(
+        &self,
+        x: &Tensor,
+        (c, height, width): (usize, usize, usize),
+        next_mask: &mut impl FnMut() -> Option<Tensor>,
+        training: bool,
+    ) -> candle_core::Result<(Tensor, Option<(Tensor, Vec<Var>)>)> {
+        let activation = self.key.activation;
+        let mut h = x.clone();
+        let mut features = None;
+        let kernels: Vec<Var> = if training {
+            self.weights[..self.convs]
+                .iter()
+                .map(Var::from_tensor)
+                .collect::<candle_core::Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let weights: Vec<&Tensor> = if training {
+            kernels.iter().map(Var::as_tensor).collect()
+        } else {
+            self.weights[..self.convs].iter().collect()
+        };
+        let (members, batch) = (x.dim(0)?, x.dim(1)?);
+        h = h.reshape((members, batch, c, height, width))?;
+        for conv in weights.chunks(2) {
+            h = activate(&fused_conv3x3(&h, conv[0], conv[1])?, activation)?;
+        }
+        let (channels, height, width) = (h.dim(2)?, h.dim(3)?, h.dim(4)?);
+        h = h
+            .reshape((members * batch, channels, height, width))?
+            .max_pool2d(2)?
+            .reshape((members, batch, ()))?;
+        if let Some(mask) = next_mask() {
+            h = h.mul(&mask)?;
+        }
+        if training {
+            features = Some((h.clone(), kernels));
+            h = h.detach();
+        }
+        Ok((h, features))
+    }
+
+    /// Dense layer `i` on `h` with dropout `mask`: its pre-activation, its activation (not
+    /// kept where the layer is fused) and its output, where a member without the layer
+    /// passes its activations through.
+    fn dense_layer(
+        &self,
+        i: usize,
+        h: &Tensor,
+        mask: Option<Tensor>,
+    ) -> candle_core::Result<(Tensor, Option<Tensor>, Tensor)> {
+        let dense = &self.weights[self.convs..];
+        let activation = self.key.activation;
+        if self.fuses_layers() {
+            let op = DenseForward {
+                bias: dense[2 * i + 1].clone(),
+                mask: mask.clone(),
+                has: self.has_layer[i].clone(),
+                input: h.clone(),
+            };
+            let out = h.matmul(&dense[2 * i].t()?)?.apply_op1_no_bwd(&op)?;
+            Ok((out.get(0)?, None, out.get(1)?))
+        } else {
+            let z = linear(h, &dense[2 * i], &dense[2 * i + 1])?;
+            let a = activate(&z, activation)?;
+            let out = match &mask {
+                Some(mask) => a.mul(mask)?,
+                None => a.clone(),
+            };
+            // A member without this layer passes its activations through it.
+            let next = match &self.has_layer[i] {
+                Some(has) => has.broadcast_as(out.shape())?.where_cond(&out, h)?,
+                None => out,
+            };
+            Ok((z, Some(a), next))
+        }
     }
 
     /// Every weight's gradient, in the pack's order, from the gradient at the logits
