@@ -105,6 +105,24 @@ fn exploit_staging(dir: &Path, id: TrialId) -> PathBuf {
     dir.join(TRIALS_DIR).join(format!(".exploit-{id}"))
 }
 
+/// Removes the exploits' staged checkpoints but those of the trials `exploiting` (stored as
+/// waiting for theirs). Best effort: a folder left behind is only disk.
+pub(crate) fn remove_stale_exploits(dir: &Path, exploiting: &[TrialId]) {
+    let Ok(entries) = std::fs::read_dir(dir.join(TRIALS_DIR)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.strip_prefix(".exploit-")) else {
+            continue;
+        };
+        if id.parse().is_ok_and(|id: TrialId| exploiting.contains(&id)) {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+}
+
 /// Waits for the checkpoint in trial folder `dir` that a built-in trainable may still be
 /// writing behind its training (nothing else writes behind). Its error, if any, is its trial's.
 fn settle_written_behind(dir: &Path) {

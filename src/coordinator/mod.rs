@@ -21,7 +21,7 @@ mod reports;
 mod tests;
 
 use crate::error::TuneError;
-use crate::experiment::{stage_exploit, take_exploit, trial_dir};
+use crate::experiment::{remove_stale_exploits, stage_exploit, take_exploit, trial_dir};
 use crate::objective::{Job, Objective};
 use crate::observer::{emit, tell, Event, Notes, Observer, StopHandle, Summary, SweepInfo};
 use crate::pool::{Pool, Slot};
@@ -404,6 +404,13 @@ impl Coordinator {
         if let Some(note) = self.plan.note.clone() {
             self.note(&note);
         }
+        // An exploit's copy staged by a run killed before the exploit was stored is taken by
+        // nothing: a replayed decision stages it again.
+        let exploiting: Vec<TrialId> = (self.live.values())
+            .filter(|t| t.restore_from.is_some())
+            .map(|t| t.id)
+            .collect();
+        remove_stale_exploits(&self.plan.trials, &exploiting);
         for (id, step, decision) in std::mem::take(&mut self.undelivered) {
             self.queue.retain(|&q| q != id);
             self.apply_decision(id, step, decision)?;

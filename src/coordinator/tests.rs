@@ -642,6 +642,27 @@ fn a_staged_exploit_is_moved_in_before_the_trial_runs_again() {
 }
 
 #[test]
+fn a_staged_exploit_that_was_never_stored_is_removed_and_not_restored() {
+    // A run killed while it copied an exploit's checkpoint, before the exploit was stored:
+    // trial 0 is stored as running, with no exploit pending.
+    let sweep = Sweep::new(1).stored(vec![stored(0, Status::Running, vec![result(1, 0, 0.9)])]);
+    let staged = sweep.dir.path().join(TRIALS_DIR).join(".exploit-0");
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("state"), "never exploited").unwrap();
+    let ran = sweep.run(|ctx| {
+        if let Some(dir) = ctx.restore_dir() {
+            let state = std::fs::read_to_string(dir.join("state")).unwrap_or_default();
+            assert_ne!(state, "never exploited");
+        }
+        ctx.report(2, [("loss", 0.5)])?;
+        Ok(())
+    });
+    ran.result.as_ref().unwrap();
+    assert!(!ran.dir.path().join(TRIALS_DIR).join(".exploit-0").exists());
+    assert_eq!(ran.trial(0).status, Status::Completed);
+}
+
+#[test]
 fn an_exploit_whose_copy_a_crash_prevented_takes_the_sources_latest_checkpoint() {
     let (ran, seen) = run_exploiter(exploited_sweep());
     ran.result.as_ref().unwrap();
