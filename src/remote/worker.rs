@@ -13,11 +13,11 @@ use tune_search::TrialId;
 use super::bridge::listen;
 use super::db::Db;
 use super::{
-    coordinator_channel, metrics_to_text, Offer, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_CLAIM,
-    NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
+    coordinator_channel, metrics_to_text, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_END, NOTE_REPORT,
+    OFFERS_CHANNEL, POLL,
 };
 use crate::error::TuneError;
-use crate::objective::{BoxError, Job, Objective, TrialContext};
+use crate::objective::{BoxError, Objective, TrialContext};
 use crate::observer::StopHandle;
 use crate::pool::{Pool, Slot};
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
@@ -371,45 +371,6 @@ struct Running {
     lost: bool,
 }
 
-/// An attempt this worker has claimed, before it starts.
-struct ClaimedAttempt {
-    key: Key,
-    token: i64,
-    slot: Slot,
-    /// The coordinator's offer, or why it cannot be read.
-    offer: Result<Offer, String>,
-    trial_dir: PathBuf,
-    /// Whether it goes on from the checkpoint in `trial_dir`.
-    restored: bool,
-}
-
-/// The claim of the oldest offer nobody holds, ours with a fresh token; `$filter` picks the
-/// offers (`$5`: the experiment served, or `NULL` for every one).
-macro_rules! claim_sql {
-    ($filter:literal) => {
-        concat!(
-            "WITH c AS (
-                SELECT experiment, trial, attempt FROM tune_attempts
-                WHERE state = 'offered' AND ",
-            $filter,
-            " ORDER BY offered_at LIMIT 1 FOR UPDATE SKIP LOCKED),
-             u AS (
-                UPDATE tune_attempts a SET state = 'running', worker = $1, device = $2,
-                    token = nextval('tune_tokens'),
-                    lease_until = now() + make_interval(secs => $3)
-                FROM c WHERE a.experiment = c.experiment AND a.trial = c.trial
-                    AND a.attempt = c.attempt
-                RETURNING a.experiment, a.trial, a.attempt, a.token, a.job)
-             SELECT u.*, pg_notify('tune_e' || u.experiment, $4) FROM u"
-        )
-    };
-}
-
-/// Two statements, not one with `$5 IS NULL OR experiment = $5`: each gets a plan of its own,
-/// the first on the offers index (experiment, offered_at).
-const CLAIM_OFFER_OF_ONE: &str = claim_sql!("experiment = $5");
-const CLAIM_ANY_OFFER: &str = claim_sql!("$5::bigint IS NULL");
-
 struct WorkerState<'a> {
     me: String,
     settings: &'a Worker,
@@ -707,162 +668,6 @@ impl WorkerState<'_> {
         }
     }
 
-    /// Claims offered attempts for the free slots and starts them. After a database error
-    /// the attempts claimed before it still start, and the slots left are free again.
-    fn claim(&mut self, rt: &tokio::runtime::Runtime) -> Result<(), TuneError> {
-        let mut slots = Vec::new();
-        while let Some(slot) = self.pool.claim() {
-            slots.push(slot);
-        }
-        let mut claimed = Vec::new();
-        let mut free = slots.into_iter();
-        let mut result = Ok(());
-        while let Some(slot) = free.next() {
-            match self.claim_offer(slot) {
-                Ok(Some(attempt)) => claimed.push(attempt),
-                other => {
-                    self.pool.release(slot);
-                    free.by_ref().for_each(|s| self.pool.release(s));
-                    result = other.map(|_| ());
-                }
-            }
-        }
-        for attempt in claimed {
-            self.start(rt, attempt);
-        }
-        result
-    }
-
-    /// One statement for `slot`: the oldest offer nobody holds, ours with a fresh token;
-    /// `None` where there is none.
-    fn claim_offer(&mut self, slot: Slot) -> Result<Option<ClaimedAttempt>, TuneError> {
-        let lease = self.settings.lease.as_secs_f64();
-        let sql = match self.only {
-            Some(_) => CLAIM_OFFER_OF_ONE,
-            None => CLAIM_ANY_OFFER,
-        };
-        let Some(row) = self
-            .db
-            .query_opt(
-                sql,
-                &[&self.me, &slot.to_string(), &lease, &NOTE_CLAIM, &self.only],
-            )
-            .map_err(|e| self.err(e))?
-        else {
-            return Ok(None);
-        };
-        let experiment: i64 = row.get(0);
-        let key: Key = (
-            experiment,
-            row.get::<_, i64>(1) as TrialId,
-            row.get::<_, i32>(2) as u32,
-        );
-        let token: i64 = row.get(3);
-        let job: &str = row.get(4);
-        if !self.experiments.contains_key(&experiment) {
-            let packing = self.packing();
-            let served = serve_experiment(
-                &mut self.db,
-                experiment,
-                self.settings,
-                &*self.objective_of,
-                packing,
-            )
-            .map_err(|e| self.err(e))?;
-            self.experiments.insert(experiment, served);
-        }
-        let served = &self.experiments[&experiment];
-        let offer: Result<Offer, _> = serde_json::from_str(job);
-        let trial_dir = crate::experiment::trial_dir(&served.dir, key.1);
-        let restored = offer.as_ref().is_ok_and(|o| {
-            o.last_step.is_some()
-                && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
-        });
-        if restored {
-            // Told to the coordinator with the attempt's end (it numbers nothing by it before
-            // then).
-            self.db
-                .execute(
-                    "UPDATE tune_attempts SET restored = true WHERE token = $1",
-                    &[&token],
-                )
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(Some(ClaimedAttempt {
-            key,
-            token,
-            slot,
-            offer: offer.map_err(|e| format!("its offer is unreadable: {e}")),
-            trial_dir,
-            restored,
-        }))
-    }
-
-    /// Starts a claimed attempt on its slot; one that cannot start (its sweep's objective
-    /// or its offer unreadable) fails at once, through the same channel as its end.
-    fn start(&mut self, rt: &tokio::runtime::Runtime, attempt: ClaimedAttempt) {
-        let ClaimedAttempt {
-            key,
-            token,
-            slot,
-            offer,
-            trial_dir,
-            restored,
-        } = attempt;
-        self.summary.attempts += 1;
-        let (shutdown, shutdown_rx) = watch::channel(false);
-        let (job_tx, mut job_rx) = mpsc::unbounded_channel();
-        let tx = self.tx.clone();
-        rt.spawn(async move {
-            while let Some(m) = job_rx.recv().await {
-                if tx.send((key, m)).is_err() {
-                    return;
-                }
-            }
-        });
-        let base = match &offer {
-            Ok(o) if restored || o.exploited => o.last_step.unwrap_or(0),
-            _ => 0,
-        };
-        self.running.insert(
-            key,
-            Running {
-                token,
-                slot,
-                shutdown,
-                base,
-                reports: 0,
-                lost: false,
-            },
-        );
-        let objective = self.experiments[&key.0].objective.clone();
-        match objective.and_then(|objective| Ok((objective, offer?))) {
-            Ok((objective, offer)) => {
-                let job = Job {
-                    id: key.1,
-                    attempt: key.2,
-                    params: offer.params,
-                    device: slot,
-                    restore_dir: Some(trial_dir.clone()).filter(|_| restored),
-                    trial_dir,
-                    timeout: offer.timeout_s.map(Duration::from_secs_f64),
-                    completes_at: offer.completes_at,
-                    tx: job_tx,
-                    shutdown: shutdown_rx,
-                };
-                let _guard = rt.enter();
-                objective.launch(job);
-            }
-            Err(why) => {
-                let _ = job_tx.send(WorkerMsg::Finished {
-                    id: key.1,
-                    attempt: key.2,
-                    outcome: Outcome::Failed(format!("worker {}: {why}", self.me)),
-                });
-            }
-        }
-    }
-
     fn handle(&mut self, key: Key, msg: WorkerMsg) -> Result<(), TuneError> {
         match msg {
             WorkerMsg::Report {
@@ -1043,5 +848,6 @@ fn serve_experiment(
     })
 }
 
+mod claim;
 #[cfg(test)]
 mod tests;
