@@ -185,37 +185,10 @@ impl FusedTrainer {
                 at_h = at_input;
                 continue;
             }
-            // Where a member has no such layer, its activations passed it by: its gradient
-            // goes to the layer's input instead (`where_cond`'s two sides).
-            let (at_out, passed) = match &self.has_layer[i] {
-                Some(has) => {
-                    let has = has.broadcast_as(at_out.shape())?;
-                    let zero = self.zero.broadcast_as(at_out.shape())?;
-                    (
-                        has.where_cond(&at_out, &zero)?,
-                        Some(has.where_cond(&zero, &at_out)?),
-                    )
-                }
-                None => (at_out, None),
-            };
-            let at_a = match &layer.mask {
-                Some(mask) => at_out.mul(mask)?,
-                None => at_out,
-            };
-            let a = layer.a.as_ref().ok_or_else(|| {
-                TrialsError::Train(
-                    "a fused layer's activations reached the unfused backward".into(),
-                )
-            })?;
-            let at_z = activation_backward(&layer.z, a, &at_a, self.key.activation, &self.zero)?;
-            let w = self.convs + 2 * i;
-            let (at_w, at_b, at_input) =
-                linear_backward(&layer.input, &self.weights[w], &at_z, None, needs_input(i))?;
+            let (at_b, at_w, at_input) =
+                self.unfused_layer_backward(i, layer, at_out, needs_input(i))?;
             grads.extend([at_b, at_w]);
-            at_h = match (at_input, passed) {
-                (Some(at_input), Some(passed)) => Some((passed + at_input)?),
-                (at_input, _) => at_input,
-            };
+            at_h = at_input;
         }
         // As the unfused layers add it: where the layer's input has a gradient.
         if let (Some(passed), Some(at_input)) = (carried, &at_h) {
@@ -232,6 +205,46 @@ impl FusedTrainer {
         }
         grads.reverse();
         Ok(grads)
+    }
+
+    /// Dense layer `i`'s backward pass where it is not fused, from `at_out`, the gradient at
+    /// its output: its bias's and weight's gradients and (where `needs_input`) its input's.
+    fn unfused_layer_backward(
+        &self,
+        i: usize,
+        layer: &DenseTape,
+        at_out: Tensor,
+        needs_input: bool,
+    ) -> Result<(Tensor, Tensor, Option<Tensor>), TrialsError> {
+        // Where a member has no such layer, its activations passed it by: its gradient
+        // goes to the layer's input instead (`where_cond`'s two sides).
+        let (at_out, passed) = match &self.has_layer[i] {
+            Some(has) => {
+                let has = has.broadcast_as(at_out.shape())?;
+                let zero = self.zero.broadcast_as(at_out.shape())?;
+                (
+                    has.where_cond(&at_out, &zero)?,
+                    Some(has.where_cond(&zero, &at_out)?),
+                )
+            }
+            None => (at_out, None),
+        };
+        let at_a = match &layer.mask {
+            Some(mask) => at_out.mul(mask)?,
+            None => at_out,
+        };
+        let a = layer.a.as_ref().ok_or_else(|| {
+            TrialsError::Train("a fused layer's activations reached the unfused backward".into())
+        })?;
+        let at_z = activation_backward(&layer.z, a, &at_a, self.key.activation, &self.zero)?;
+        let w = self.convs + 2 * i;
+        let (at_w, at_b, at_input) =
+            linear_backward(&layer.input, &self.weights[w], &at_z, None, needs_input)?;
+        let at_h = match (at_input, passed) {
+            (Some(at_input), Some(passed)) => Some((passed + at_input)?),
+            (at_input, _) => at_input,
+        };
+        Ok((at_b, at_w, at_h))
     }
 }
 
