@@ -170,11 +170,10 @@ fn pending_exploits(live: &BTreeMap<TrialId, Trial>) -> VecDeque<TrialId> {
         .collect()
 }
 
-/// The searcher's history of the loaded trials: every report, as the run heard them (a model
-/// fitted at a rung reads the values at earlier steps too), and the constraints' values at
-/// each one's last.
-fn history_of(plan: &Plan, trials: &[Trial]) -> History {
-    let mut history = History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
+/// Records the loaded trials in the searcher's `history`: every report, as the run heard
+/// them (a model fitted at a rung reads the values at earlier steps too), and the
+/// constraints' values at each one's last.
+fn record_loaded(history: &mut History, plan: &Plan, trials: &[Trial]) {
     for t in trials {
         history.record(t.id, t.params.clone(), t.status);
         for r in &t.results {
@@ -190,7 +189,6 @@ fn history_of(plan: &Plan, trials: &[Trial]) -> History {
             history.report_constraints(t.id, &c);
         }
     }
-    history
 }
 
 impl Coordinator {
@@ -210,11 +208,11 @@ impl Coordinator {
             .map(|t| (t.id, t.attempts))
             .collect();
         let queue = requeue(&mut trials);
-        let history = if searcher.reads_history() {
-            history_of(&plan, &trials)
-        } else {
-            History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect())
-        };
+        let mut history =
+            History::with_objectives(plan.objectives.iter().map(|o| o.mode).collect());
+        if searcher.reads_history() {
+            record_loaded(&mut history, &plan, &trials);
+        }
         let next_seq = (trials.iter().flat_map(|t| &t.results))
             .map(|r| r.seq + 1)
             .max()
