@@ -399,16 +399,13 @@ fn sync_run(
     let mut batch = Batch::default();
     let mut through = run.logged;
     let mut params_done = run.params_logged;
-    let send = |batch: &mut Batch, run: &mut TrialRun, through: usize, params_done: bool| {
-        send_batch(client, batch, run, through, params_done)
-    };
     if !params_done {
         // An exploited PBT trial's params changed; MLflow's are immutable, so the run keeps
         // the ones it started with, and the current ones go in tags at its end.
         for (k, v) in t.original_params().iter() {
             let value = v.to_string();
             if !batch.has_room(1, 0, 0, k.len() + value.len()) {
-                send(&mut batch, run, through, false)?;
+                send_batch(client, &mut batch, run, through, false)?;
             }
             batch.params.push((k.to_string(), value));
         }
@@ -418,7 +415,7 @@ fn sync_run(
         let at = reported_at(i);
         for (key, value) in &r.metrics {
             if !batch.has_room(0, 1, 0, key.len()) {
-                send(&mut batch, run, through, params_done)?;
+                send_batch(client, &mut batch, run, through, params_done)?;
             }
             batch.metrics.push(MetricPoint {
                 key: key.clone(),
@@ -433,12 +430,12 @@ fn sync_run(
     if ending {
         for (k, v) in end_tags(t, scheduler) {
             if !batch.has_room(0, 0, 1, k.len() + v.len()) {
-                send(&mut batch, run, through, params_done)?;
+                send_batch(client, &mut batch, run, through, params_done)?;
             }
             batch.tags.push((k, v));
         }
     }
-    send(&mut batch, run, through, params_done)?;
+    send_batch(client, &mut batch, run, through, params_done)?;
     if ending {
         let status = match t.status {
             Status::Completed => "FINISHED",
