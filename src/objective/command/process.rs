@@ -30,6 +30,19 @@ pub(super) struct TrialProcess {
 /// How often an exit is looked for where the kernel has no pidfd.
 const EXIT_POLL: Duration = Duration::from_millis(10);
 
+/// Held while a trial's process is started. A child holds every descriptor of the coordinator
+/// from its fork to its exec (close-on-exec closes them only then), so another trial's pipes
+/// stay open for that moment; with this held, no trial's start is between the two.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits until no trial's process is being started (between its fork and its exec), and keeps
+/// any from starting until the guard is dropped.
+fn no_start_under_way() -> std::sync::MutexGuard<'static, ()> {
+    STARTING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl TrialProcess {
     /// Starts `cmd` with piped stdin, stdout and stderr, as the leader of a process group of
     /// its own, killed by the kernel when the coordinator dies.
@@ -54,7 +67,11 @@ impl TrialProcess {
                 Ok(())
             });
         }
-        let child = cmd.spawn()?;
+        // `spawn` returns once the child has exec'd (it waits for the exec to report).
+        let child = {
+            let _starting = no_start_under_way();
+            cmd.spawn()?
+        };
         let group = child
             .id()
             .ok_or_else(|| std::io::Error::other("the started process has no pid"))?
@@ -202,7 +219,13 @@ pub(super) async fn held_outside_the_group(fd: RawFd, group: libc::pid_t) -> boo
         }
         // SAFETY: kill(2) with signal 0 only asks whether the group has members.
         let gone = unsafe { libc::kill(-group, 0) } != 0;
-        if gone || since.elapsed() >= DYING {
+        if gone {
+            // Another trial's process between its fork and its exec holds the pipe too; with
+            // no start under way, what holds it is the trial's.
+            let _no_start = no_start_under_way();
+            return pipe_has_writer(fd);
+        }
+        if since.elapsed() >= DYING {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -108,3 +108,56 @@ fn a_dropped_process_leaves_nothing_of_its_group_running() {
         wait_gone(member);
     });
 }
+
+/// Trials started side by side: each child holds the others' pipes from its fork to its exec,
+/// which must not read as a process of the trial's own session holding them (the overhead
+/// bench's `echo` trials did, 40 of 200 at 8 slots). Fails without the start lock: the check
+/// then sees a sibling's fork holding the pipe.
+#[test]
+fn a_pipe_held_only_by_another_trials_start_is_not_held_outside_the_group() {
+    // A coordinator's worth of touched memory, so that each fork copies page tables for a
+    // while (as tune's own forks do) and the window between fork and exec is wide.
+    let ballast = vec![1u8; 256 << 20];
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = runtime.block_on(async {
+        let slots = (0..8).map(|_| {
+            tokio::spawn(async {
+                let mut held = 0;
+                for _ in 0..40 {
+                    let mut cmd = Command::new("echo");
+                    cmd.arg("x");
+                    let mut process = TrialProcess::start(cmd).unwrap();
+                    let (_stdin, stdout, _stderr) = process.take_pipes().unwrap();
+                    process.exited().await;
+                    process.end().await.unwrap();
+                    use std::os::fd::AsRawFd;
+                    if held_outside_the_group(stdout.as_raw_fd(), process.group()).await {
+                        held += 1;
+                    }
+                }
+                held
+            })
+        });
+        let mut held = 0;
+        for slot in slots.collect::<Vec<_>>() {
+            held += slot.await.unwrap();
+        }
+        held
+    });
+    assert_eq!(
+        held, 0,
+        "of 320 trials, {held} read as held outside their group"
+    );
+    assert_eq!(
+        ballast
+            .iter()
+            .step_by(4096)
+            .map(|&b| b as usize)
+            .sum::<usize>(),
+        65_536
+    );
+}
