@@ -23,7 +23,9 @@ pub(crate) struct PackSettings {
     pub gpu_trials_alone: bool,
     /// `TUNE_PACK_TRACE`: each pack prints its timeline on stderr (`@` and the Unix time,
     /// then what happened), which `scripts/gpu-fuse-check` places among the GPU's busy
-    /// samples.
+    /// samples. Plain lines rather than `tracing` events: they are data that a script and
+    /// the pack tests parse, in one format, and the library logs nothing else that would
+    /// share a subscriber.
     pub trace: bool,
 }
 

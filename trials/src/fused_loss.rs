@@ -186,41 +186,15 @@ impl CustomOp1 for SoftmaxLoss {
         .flatten()
         .map(Tensor::storage_and_layout)
         .collect();
-        let cuda = |i: usize, what: &str| -> candle_core::Result<&candle_core::CudaStorage> {
-            match &*held[i].0 {
-                Storage::Cuda(s) => Ok(s),
-                _ => candle_core::bail!("softmax-loss: {what} on another device than the logits"),
-            }
-        };
-        let bias = cuda_view::<f32>("softmax-loss", cuda(0, "the bias")?, held[0].1, "the bias")?;
-        let targets = cuda_view::<u32>(
-            "softmax-loss",
-            cuda(1, "the targets")?,
-            held[1].1,
-            "the targets",
-        )?;
-        let weights = cuda_view::<f32>(
-            "softmax-loss",
-            cuda(2, "the weights")?,
-            held[2].1,
-            "the weights",
-        )?;
+        let view = |i: usize, what: &str| held_view::<f32>("softmax-loss", &held[i], what);
+        let bias = view(0, "the bias")?;
+        let targets = held_view::<u32>("softmax-loss", &held[1], "the targets")?;
+        let weights = view(2, "the weights")?;
         let own = match self.own {
-            Some(_) => Some(cuda_view::<f32>(
-                "softmax-loss",
-                cuda(3, "own")?,
-                held[3].1,
-                "own",
-            )?),
+            Some(_) => Some(view(3, "own")?),
             None => None,
         };
-        let last = held.len() - 1;
-        let losses = cuda_view::<f32>(
-            "softmax-loss",
-            cuda(last, "the losses")?,
-            held[last].1,
-            "the losses",
-        )?;
+        let losses = view(held.len() - 1, "the losses")?;
         let func =
             crate::cuda_kernel::Kernel::load(&device, "softmax_loss_f32", "tune_fused_loss", PTX)?;
         let n = members * rows;
@@ -357,15 +331,9 @@ impl CustomOp1 for SoftmaxScore {
         let (members, rows, classes) = self.sizes(zl)?;
         let device = z.device.clone();
         let zv = cuda_view::<f32>("softmax-score", z, zl, "the logits")?;
-        let (bias, bl) = self.bias.storage_and_layout();
-        let (targets, tl) = self.targets.storage_and_layout();
-        let (Storage::Cuda(bias), Storage::Cuda(targets)) = (&*bias, &*targets) else {
-            candle_core::bail!(
-                "softmax-score: the bias or targets on another device than the logits"
-            );
-        };
-        let bias = cuda_view::<f32>("softmax-score", bias, bl, "the bias")?;
-        let targets = cuda_view::<u32>("softmax-score", targets, tl, "the targets")?;
+        let held = [&self.bias, &self.targets].map(Tensor::storage_and_layout);
+        let bias = held_view::<f32>("softmax-score", &held[0], "the bias")?;
+        let targets = held_view::<u32>("softmax-score", &held[1], "the targets")?;
         let func =
             crate::cuda_kernel::Kernel::load(&device, "softmax_score_f32", "tune_fused_loss", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
@@ -401,6 +369,23 @@ where
     T: candle_core::cuda_backend::cudarc::driver::DeviceRepr + candle_core::cuda_backend::CudaDType,
 {
     Ok(s.as_cuda_slice::<T>()?.slice(contiguous(op, l, what)?))
+}
+
+/// Op `op`'s input `what`, held as a tensor's storage and layout, for a kernel's argument:
+/// refused where it is not on the GPU beside the logits.
+#[cfg(feature = "cuda")]
+fn held_view<'a, T>(
+    op: &str,
+    (storage, layout): &'a (candle_core::StorageRef<'_>, &Layout),
+    what: &str,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, T>>
+where
+    T: candle_core::cuda_backend::cudarc::driver::DeviceRepr + candle_core::cuda_backend::CudaDType,
+{
+    let Storage::Cuda(s) = &**storage else {
+        candle_core::bail!("{op}: {what} on another device than the logits");
+    };
+    cuda_view(op, s, layout, what)
 }
 
 /// A CPU tensor's values, for an op whose main input is on the CPU.

@@ -225,25 +225,8 @@ impl CustomOp1 for FusedStep<'_> {
         c: &candle_core::CudaStorage,
         cl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::cuda_backend::cudarc::driver::{
-            DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
-        };
+        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
         use candle_core::cuda_backend::WrapErr;
-
-        /// The kernel's `Tensors` (fused_step.cu): a launch's weights, by value.
-        #[repr(C)]
-        #[derive(Clone, Copy)]
-        struct Tensors {
-            p: [u64; MAX_TENSORS],
-            g: [u64; MAX_TENSORS],
-            s: [u64; MAX_TENSORS],
-            numel: [u64; MAX_TENSORS],
-            per: [u64; MAX_TENSORS],
-            at: [u64; MAX_TENSORS],
-            slots: [u32; MAX_TENSORS],
-        }
-        // SAFETY: plain old data, laid out as the kernel's struct.
-        unsafe impl DeviceRepr for Tensors {}
 
         let (parts, total) = self.parts(cl)?;
         let device = c.device.clone();
@@ -251,30 +234,12 @@ impl CustomOp1 for FusedStep<'_> {
         let cv = c
             .as_cuda_slice::<f32>()?
             .slice(contiguous(cl, "coefficients")?);
-        let held: Vec<_> = [self.weights, self.grads, self.states]
-            .iter()
-            .map(|ts| {
-                ts.iter()
-                    .map(Tensor::storage_and_layout)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let mut views = Vec::with_capacity(3);
-        for (kind, what) in held
-            .iter()
-            .zip(["a weight", "a gradient", "an optimizer state"])
-        {
-            let mut of_kind = Vec::with_capacity(kind.len());
-            for (storage, layout) in kind {
-                let Storage::Cuda(s) = &**storage else {
-                    candle_core::bail!(
-                        "fused-step: {what} on another device than the coefficients"
-                    );
-                };
-                of_kind.push(s.as_cuda_slice::<f32>()?.slice(contiguous(layout, what)?));
-            }
-            views.push(of_kind);
-        }
+        let held = [self.weights, self.grads, self.states].map(|ts| {
+            ts.iter()
+                .map(Tensor::storage_and_layout)
+                .collect::<Vec<_>>()
+        });
+        let views = cuda_views(&held)?;
         let func =
             crate::cuda_kernel::Kernel::load(&device, "fused_step_f32", "tune_fused_step", PTX)?;
         // SAFETY: the kernel writes every element of `out`.
@@ -282,31 +247,8 @@ impl CustomOp1 for FusedStep<'_> {
         let (decay, nesterov) = (u32::from(self.decay), u32::from(self.nesterov));
         for first in (0..parts.len()).step_by(MAX_TENSORS) {
             let chunk = &parts[first..parts.len().min(first + MAX_TENSORS)];
-            let mut tensors = Tensors {
-                p: [0; MAX_TENSORS],
-                g: [0; MAX_TENSORS],
-                s: [0; MAX_TENSORS],
-                numel: [0; MAX_TENSORS],
-                per: [0; MAX_TENSORS],
-                at: [0; MAX_TENSORS],
-                slots: [0; MAX_TENSORS],
-            };
             // The pointers' guards live until the launch is queued.
-            let mut guards = Vec::with_capacity(3 * chunk.len());
-            for (i, part) in chunk.iter().enumerate() {
-                let j = first + i;
-                let (p, gp) = views[0][j].device_ptr(&stream);
-                let (g, gg) = views[1][j].device_ptr(&stream);
-                let (s, gs) = views[2][j].device_ptr(&stream);
-                guards.extend([gp, gg, gs]);
-                tensors.p[i] = p;
-                tensors.g[i] = g;
-                tensors.s[i] = s;
-                tensors.numel[i] = part.numel as u64;
-                tensors.per[i] = part.per as u64;
-                tensors.at[i] = part.at as u64;
-                tensors.slots[i] = part.slots as u32;
-            }
+            let (tensors, guards) = Tensors::of(chunk, &views, first, &stream);
             let largest = chunk.iter().map(|p| p.numel).max().unwrap_or(0);
             let count = chunk.len() as u32;
             let mut builder = func.builder();
@@ -330,6 +272,89 @@ impl CustomOp1 for FusedStep<'_> {
             candle_core::CudaStorage::wrap_cuda_slice(out, device),
             Shape::from(total),
         ))
+    }
+}
+
+/// The weights, gradients and optimizer states as the kernel reads them: one list of views
+/// of each kind, in the op's order; refused where one is not on the GPU.
+#[cfg(feature = "cuda")]
+fn cuda_views<'a>(
+    held: &'a [Vec<(candle_core::StorageRef<'_>, &Layout)>; 3],
+) -> candle_core::Result<Vec<Vec<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>>>> {
+    let mut views = Vec::with_capacity(3);
+    for (kind, what) in held
+        .iter()
+        .zip(["a weight", "a gradient", "an optimizer state"])
+    {
+        let mut of_kind = Vec::with_capacity(kind.len());
+        for (storage, layout) in kind {
+            let Storage::Cuda(s) = &**storage else {
+                candle_core::bail!("fused-step: {what} on another device than the coefficients");
+            };
+            of_kind.push(s.as_cuda_slice::<f32>()?.slice(contiguous(layout, what)?));
+        }
+        views.push(of_kind);
+    }
+    Ok(views)
+}
+
+/// The kernel's `Tensors` (fused_step.cu): a launch's weights, by value.
+#[cfg(feature = "cuda")]
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Tensors {
+    p: [u64; MAX_TENSORS],
+    g: [u64; MAX_TENSORS],
+    s: [u64; MAX_TENSORS],
+    numel: [u64; MAX_TENSORS],
+    per: [u64; MAX_TENSORS],
+    at: [u64; MAX_TENSORS],
+    slots: [u32; MAX_TENSORS],
+}
+
+// SAFETY: plain old data, laid out as the kernel's struct.
+#[cfg(feature = "cuda")]
+unsafe impl candle_core::cuda_backend::cudarc::driver::DeviceRepr for Tensors {}
+
+#[cfg(feature = "cuda")]
+impl Tensors {
+    /// One launch's weights: parts `first..first + chunk.len()` of the op, with the guards
+    /// that keep their device pointers valid until the launch is queued.
+    fn of<'a>(
+        chunk: &[Part],
+        views: &'a [Vec<candle_core::cuda_backend::cudarc::driver::CudaView<'_, f32>>],
+        first: usize,
+        stream: &'a std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaStream>,
+    ) -> (
+        Self,
+        Vec<candle_core::cuda_backend::cudarc::driver::SyncOnDrop<'a>>,
+    ) {
+        use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+        let mut tensors = Tensors {
+            p: [0; MAX_TENSORS],
+            g: [0; MAX_TENSORS],
+            s: [0; MAX_TENSORS],
+            numel: [0; MAX_TENSORS],
+            per: [0; MAX_TENSORS],
+            at: [0; MAX_TENSORS],
+            slots: [0; MAX_TENSORS],
+        };
+        let mut guards = Vec::with_capacity(3 * chunk.len());
+        for (i, part) in chunk.iter().enumerate() {
+            let j = first + i;
+            let (p, gp) = views[0][j].device_ptr(stream);
+            let (g, gg) = views[1][j].device_ptr(stream);
+            let (s, gs) = views[2][j].device_ptr(stream);
+            guards.extend([gp, gg, gs]);
+            tensors.p[i] = p;
+            tensors.g[i] = g;
+            tensors.s[i] = s;
+            tensors.numel[i] = part.numel as u64;
+            tensors.per[i] = part.per as u64;
+            tensors.at[i] = part.at as u64;
+            tensors.slots[i] = part.slots as u32;
+        }
+        (tensors, guards)
     }
 }
 
