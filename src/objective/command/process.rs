@@ -30,16 +30,24 @@ pub(super) struct TrialProcess {
 /// How often an exit is looked for where the kernel has no pidfd.
 const EXIT_POLL: Duration = Duration::from_millis(10);
 
-/// Held while a trial's process is started. A child holds every descriptor of the coordinator
-/// from its fork to its exec (close-on-exec closes them only then), so another trial's pipes
-/// stay open for that moment; with this held, no trial's start is between the two.
-static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Read-held while a trial's process is started (starts run side by side), write-held to see
+/// that none is under way. A child holds every descriptor of the coordinator from its fork to
+/// its exec (close-on-exec closes them only then), so another trial's pipes stay open for that
+/// moment.
+static STARTING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held while one trial's process starts.
+fn starting() -> std::sync::RwLockReadGuard<'static, ()> {
+    STARTING
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Waits until no trial's process is being started (between its fork and its exec), and keeps
 /// any from starting until the guard is dropped.
-fn no_start_under_way() -> std::sync::MutexGuard<'static, ()> {
+fn no_start_under_way() -> std::sync::RwLockWriteGuard<'static, ()> {
     STARTING
-        .lock()
+        .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -69,7 +77,7 @@ impl TrialProcess {
         }
         // `spawn` returns once the child has exec'd (it waits for the exec to report).
         let child = {
-            let _starting = no_start_under_way();
+            let _starting = starting();
             cmd.spawn()?
         };
         let group = child
@@ -220,16 +228,42 @@ pub(super) async fn held_outside_the_group(fd: RawFd, group: libc::pid_t) -> boo
         // SAFETY: kill(2) with signal 0 only asks whether the group has members.
         let gone = unsafe { libc::kill(-group, 0) } != 0;
         if gone {
-            // Another trial's process between its fork and its exec holds the pipe too; with
-            // no start under way, what holds it is the trial's.
+            // Another trial's process between its fork and its exec holds the pipe too, and
+            // one just past its exec may not have let go of it yet (the kernel releases a
+            // closed pipe a moment later): with no start under way, a process that still
+            // lists it among its descriptors is the trial's.
             let _no_start = no_start_under_way();
-            return pipe_has_writer(fd);
+            return pipe_has_writer(fd) && held_by_another_process(fd);
         }
         if since.elapsed() >= DYING {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Whether a process other than this one has the pipe `fd` among its descriptors, as
+/// `/proc` lists them (a trial's processes run as tune's user, so their lists are readable).
+fn held_by_another_process(fd: RawFd) -> bool {
+    let Ok(pipe) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+        return true;
+    };
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    let me = std::process::id().to_string();
+    processes.flatten().any(|process| {
+        let pid = process.file_name();
+        let pid = pid.to_string_lossy();
+        if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let Ok(fds) = std::fs::read_dir(process.path().join("fd")) else {
+            return false;
+        };
+        fds.flatten()
+            .any(|f| std::fs::read_link(f.path()).is_ok_and(|target| target == pipe))
+    })
 }
 
 /// Whether a process still holds the write end of the pipe `fd` (no hang-up reported yet).

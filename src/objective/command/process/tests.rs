@@ -111,8 +111,9 @@ fn a_dropped_process_leaves_nothing_of_its_group_running() {
 
 /// Trials started side by side: each child holds the others' pipes from its fork to its exec,
 /// which must not read as a process of the trial's own session holding them (the overhead
-/// bench's `echo` trials did, 40 of 200 at 8 slots). Fails without the start lock: the check
-/// then sees a sibling's fork holding the pipe.
+/// bench's `echo` trials did, 40 of 200 at 8 slots). Failed before the start lock (a sibling's
+/// fork holding the pipe), and with it alone 2 of 320 times (a sibling past its exec not yet
+/// having let go of the pipe).
 #[test]
 fn a_pipe_held_only_by_another_trials_start_is_not_held_outside_the_group() {
     // A coordinator's worth of touched memory, so that each fork copies page tables for a
