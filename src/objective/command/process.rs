@@ -7,7 +7,7 @@
 //! leader is unreaped (a zombie still holds its pid), and the leader is reaped only after
 //! what is left of its group has been killed.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -232,14 +232,34 @@ pub(super) async fn held_outside_the_group(fd: RawFd, group: libc::pid_t) -> boo
             // one just past its exec may not have let go of it yet (the kernel releases a
             // closed pipe a moment later): with no start under way, a process that still
             // lists it among its descriptors is the trial's.
-            let _no_start = no_start_under_way();
-            return pipe_has_writer(fd) && held_by_another_process(fd);
+            // Waiting for starts and scanning /proc block: off the runtime's workers, on a
+            // copy of the descriptor that stays open even if this wait is dropped.
+            let Ok(pipe) = dup(fd) else {
+                return true;
+            };
+            return tokio::task::spawn_blocking(move || {
+                let _no_start = no_start_under_way();
+                pipe_has_writer(pipe.as_raw_fd()) && held_by_another_process(pipe.as_raw_fd())
+            })
+            .await
+            .unwrap_or(true);
         }
         if since.elapsed() >= DYING {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A descriptor of its own for what `fd` refers to, closed on exec like tune's others.
+fn dup(fd: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC only reads `fd` and returns a new descriptor, owned from here.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `copy` was just returned by fcntl and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
 /// Whether a process other than this one has the pipe `fd` among its descriptors, as
