@@ -55,6 +55,9 @@ pub struct Trial {
     /// rung cut or an exploit sees the same trials as it did in the uninterrupted sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_seq: Option<u64>,
+    /// With `algorithm = "auto"`: the searcher that suggested its params, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggested_by: Option<tune_search::AutoChoice>,
     /// Results in the order received; kept apart from the record in the store.
     #[serde(skip)]
     pub results: Vec<TrialResult>,
@@ -76,6 +79,7 @@ impl Trial {
             lineage: Vec::new(),
             restore_from: None,
             end_seq: None,
+            suggested_by: None,
             results: Vec::new(),
         }
     }

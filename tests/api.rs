@@ -417,3 +417,119 @@ fn the_best_params_come_back_typed() {
         "{err}"
     );
 }
+
+/// Which searcher `auto` named for each trial.
+fn suggested_by(trials: &[tune::Trial]) -> Vec<&'static str> {
+    trials
+        .iter()
+        .map(|t| {
+            t.suggested_by
+                .as_ref()
+                .map_or("none", |c| c.algorithm.as_str())
+        })
+        .collect()
+}
+
+#[test]
+fn auto_gives_a_numeric_closure_sweep_to_a_gp_and_a_conditional_one_to_tpe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let numeric = Space::builder()
+        .uniform("x", -5.0, 5.0)
+        .uniform("y", -5.0, 5.0)
+        .build()
+        .unwrap();
+    let bowl = |ctx: &mut tune::TrialContext| -> Result<(), tune::BoxError> {
+        let x = ctx.params().f64("x")?;
+        let y = ctx.params().f64("y").unwrap_or(0.0);
+        ctx.report(1, [("loss", (x - 1.0).powi(2) + y * y)])?;
+        Ok(())
+    };
+    let trials = Tuner::new(numeric)
+        .algorithm(Algorithm::Auto)
+        .samples(12)
+        .seed(3)
+        .cpu_slots(1)
+        .dir(tmp.path().join("numeric"))
+        .fit(bowl)
+        .unwrap()
+        .trials()
+        .unwrap();
+    assert_eq!(suggested_by(&trials), vec!["gp"; 12]);
+    let reason = &trials[0].suggested_by.as_ref().unwrap().reason;
+    assert!(reason.contains("2 numeric and 0 categorical"), "{reason}");
+
+    let trials = Tuner::new(space())
+        .algorithm(Algorithm::Auto)
+        .samples(6)
+        .dir(tmp.path().join("conditional"))
+        .fit(bowl)
+        .unwrap()
+        .trials()
+        .unwrap();
+    assert_eq!(suggested_by(&trials), vec!["tpe"; 6]);
+    let reason = &trials[0].suggested_by.as_ref().unwrap().reason;
+    assert!(reason.contains("conditional space (momentum)"), "{reason}");
+}
+
+#[test]
+fn auto_gives_a_sweep_with_two_objectives_to_tpe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+    let result = Tuner::new(space)
+        .objectives([("loss", Mode::Min), ("size", Mode::Min)])
+        .algorithm(Algorithm::Auto)
+        .samples(8)
+        .dir(tmp.path().join("front"))
+        .fit(|ctx| {
+            let x = ctx.params().f64("x")?;
+            ctx.report(1, [("loss", x), ("size", 1.0 - x)])?;
+            Ok(())
+        })
+        .unwrap();
+    let trials = result.trials().unwrap();
+    assert_eq!(suggested_by(&trials), vec!["tpe"; 8]);
+    assert_eq!(
+        trials[0].suggested_by.as_ref().unwrap().reason,
+        "2 objectives"
+    );
+}
+
+#[test]
+fn a_resumed_auto_sweep_suggests_what_the_sweep_run_in_one_go_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let space = || {
+        Space::builder()
+            .uniform("x", -5.0, 5.0)
+            .loguniform("lr", 1e-4, 1.0)
+            .build()
+            .unwrap()
+    };
+    let objective = |ctx: &mut tune::TrialContext| -> Result<(), tune::BoxError> {
+        let x = ctx.params().f64("x")?;
+        let lr = ctx.params().f64("lr")?;
+        ctx.report(1, [("loss", (x - 2.0).powi(2) + (lr.ln() + 4.0).powi(2))])?;
+        Ok(())
+    };
+    let sweep = |name: &str, samples: u64| {
+        Tuner::new(space())
+            .algorithm(Algorithm::Auto)
+            .samples(samples)
+            .seed(21)
+            .cpu_slots(1)
+            .dir(tmp.path().join(name))
+            .fit(objective)
+            .unwrap()
+    };
+    // GP's ten random trials, then two of its own before the resume and four after.
+    sweep("resumed", 12);
+    let resumed = Tuner::resume(tmp.path().join("resumed"))
+        .samples(16)
+        .fit(objective)
+        .unwrap()
+        .trials()
+        .unwrap();
+    let whole = sweep("whole", 16).trials().unwrap();
+    let params = |ts: &[tune::Trial]| ts.iter().map(|t| t.params.clone()).collect::<Vec<_>>();
+    assert_eq!(params(&resumed), params(&whole));
+    assert_eq!(suggested_by(&resumed), vec!["gp"; 16]);
+}

@@ -188,6 +188,14 @@ impl Searcher for WithInitialPoints {
     fn reads_history(&self) -> bool {
         self.searcher.reads_history()
     }
+
+    fn choice(&self, id: TrialId, history: &History) -> Option<crate::AutoChoice> {
+        let initial = usize::try_from(id).is_ok_and(|i| i < self.points.len());
+        if initial {
+            return None;
+        }
+        self.searcher.choice(id, history)
+    }
 }
 
 #[cfg(test)]

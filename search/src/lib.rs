@@ -15,6 +15,7 @@
 //! assert!(params.f64("lr").unwrap() < 0.1);
 //! ```
 
+mod auto;
 mod domain;
 mod field;
 pub mod gp;
@@ -32,6 +33,7 @@ mod space;
 mod space_serde;
 mod tpe;
 
+pub use auto::{AutoChoice, AutoPick, AutoSearch, EarlyStopping, SweepShape, GP_TRIALS};
 pub use domain::{Domain, DomainError};
 pub use field::FieldError;
 pub use grid::{GridSearch, NoGridParams};

@@ -82,6 +82,11 @@ impl Searcher for WithPriorTrials {
     fn reads_history(&self) -> bool {
         self.searcher.reads_history()
     }
+
+    fn choice(&self, id: TrialId, history: &History) -> Option<crate::AutoChoice> {
+        self.searcher
+            .choice(id + self.offset(), &self.merged(history))
+    }
 }
 
 #[cfg(test)]

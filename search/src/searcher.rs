@@ -3,7 +3,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::{History, Params, TrialId};
+use crate::{AutoChoice, History, Params, TrialId};
 
 /// Proposes parameters for new trials.
 ///
@@ -30,6 +30,14 @@ pub trait Searcher: Send {
     /// empty one, so that a long sweep keeps no record of finished trials in memory.
     fn reads_history(&self) -> bool {
         true
+    }
+
+    /// For a searcher that hands each suggestion to another (`auto`): which one suggests
+    /// trial `id` given `history`, and why. `None` for a searcher that is one algorithm, and
+    /// for a trial it does not suggest itself (an initial point).
+    fn choice(&self, id: TrialId, history: &History) -> Option<AutoChoice> {
+        let _ = (id, history);
+        None
     }
 }
 

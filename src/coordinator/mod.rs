@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_schedulers::{Decision, Scheduler};
-use tune_search::{History, Mode, Searcher, Status, TrialId};
+use tune_search::{AutoChoice, History, Mode, Searcher, Status, TrialId};
 
 mod in_flight;
 mod reports;
@@ -123,6 +123,8 @@ pub(crate) struct Coordinator {
     deferred: VecDeque<TrialId>,
     /// When observers last heard the scheduler describe itself.
     described_at: Option<Instant>,
+    /// What `auto` chose for the last trial it suggested in this run.
+    last_choice: Option<AutoChoice>,
     /// Decisions made before a kill whose effect was not stored yet (see [`replay`]).
     undelivered: Vec<(TrialId, u64, Decision)>,
     stop_watch: StopWatch,
@@ -265,6 +267,7 @@ impl Coordinator {
             to_launch: Vec::new(),
             all_added,
             described_at: None,
+            last_choice: None,
             undelivered,
             stop_watch,
             stopped: None,
@@ -582,6 +585,7 @@ impl Coordinator {
                 id
             } else if self.created < self.budget {
                 let id = self.created;
+                let choice = self.searcher.choice(id, &self.history);
                 let Some(params) = self.searcher.suggest(id, &self.history) else {
                     // The searcher has nothing left (a grid): the budget ends here.
                     self.budget = id;
@@ -593,7 +597,10 @@ impl Coordinator {
                     self.history.record(id, params.clone(), Status::Pending);
                 }
                 self.scheduler.on_trial_add(id, &params);
-                self.live.insert(id, Trial::new(id, params));
+                let mut trial = Trial::new(id, params);
+                self.note_choice(id, choice.as_ref());
+                trial.suggested_by = choice;
+                self.live.insert(id, trial);
                 self.created += 1;
                 self.summary.pending += 1;
                 if self.created >= self.budget {
@@ -619,6 +626,23 @@ impl Coordinator {
             self.to_launch.push(id);
         }
         Ok(())
+    }
+
+    /// Tells observers when `auto` hands trial `id` to another searcher, or for another
+    /// reason, than the trial before (and at the first trial of a run or resume).
+    fn note_choice(&mut self, id: TrialId, choice: Option<&AutoChoice>) {
+        let Some(choice) = choice else {
+            return;
+        };
+        if self.last_choice.as_ref() == Some(choice) {
+            return;
+        }
+        self.note(&format!(
+            "search: {} from trial {id} on ({})",
+            choice.algorithm.as_str(),
+            choice.reason
+        ));
+        self.last_choice = Some(choice.clone());
     }
 
     /// Tells the scheduler, once, that no trial will join any more.

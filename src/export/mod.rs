@@ -30,6 +30,7 @@ pub const RESULT_KEYS: &[&str] = &["step", "seq", "attempt", "sweep_steps", "wor
 /// "attempt", "sweep_steps", <metric>: ..}, ..], "attempts", "device", "started_at",
 /// "finished_at", "error"}`; a result's `sweep_steps` is the steps the whole sweep had trained
 /// when it arrived ([`crate::budget_by_seq`]).
+/// With `algorithm = "auto"` a trial gets `"suggested_by"`: `{"algorithm", "reason"}`.
 /// Where `workers` names the worker of an attempt, the trial gets `"worker"` (its last
 /// attempt's) and each result of that attempt its `"worker"`. `value` is the first
 /// objective's; with several, a trial also gets `"values"` (each objective's last value, by
@@ -91,6 +92,9 @@ pub fn to_json(
                 });
                 if let Some(w) = workers.get(&(t.id, t.attempts)) {
                     trial["worker"] = json!(w);
+                }
+                if let Some(choice) = &t.suggested_by {
+                    trial["suggested_by"] = json!(choice);
                 }
                 if let Some(front) = &front {
                     let values: Map<String, Json> = objectives

@@ -108,6 +108,10 @@ pub enum SearchSpec {
     Gp(GpOptions),
     /// The genetic algorithm NSGA-II (Optuna's NSGAIISampler), for several objectives.
     Nsga2(Nsga2Options),
+    /// A GP or TPE for each suggestion, by the sweep's space, objectives, scheduler and how
+    /// many trials have completed ([`tune_search::AutoSearch`]); each with its default
+    /// options.
+    Auto {},
 }
 
 impl Default for SearchSpec {
@@ -124,6 +128,7 @@ impl SearchSpec {
             SearchSpec::Tpe(_) => Algorithm::Tpe,
             SearchSpec::Gp(_) => Algorithm::Gp,
             SearchSpec::Nsga2(_) => Algorithm::Nsga2,
+            SearchSpec::Auto {} => Algorithm::Auto,
         }
     }
 
@@ -135,6 +140,7 @@ impl SearchSpec {
             Algorithm::Tpe => SearchSpec::Tpe(TpeOptions::default()),
             Algorithm::Gp => SearchSpec::Gp(GpOptions::default()),
             Algorithm::Nsga2 => SearchSpec::Nsga2(Nsga2Options::default()),
+            Algorithm::Auto => SearchSpec::Auto {},
         }
     }
 }
@@ -154,6 +160,8 @@ pub enum Algorithm {
     Gp,
     /// NSGA-II (Deb et al. 2002), a genetic algorithm for several objectives.
     Nsga2,
+    /// A GP or TPE for each suggestion, chosen by the sweep's shape and history.
+    Auto,
 }
 
 impl Algorithm {
@@ -164,6 +172,7 @@ impl Algorithm {
             Algorithm::Tpe => "tpe",
             Algorithm::Gp => "gp",
             Algorithm::Nsga2 => "nsga2",
+            Algorithm::Auto => "auto",
         }
     }
 }
@@ -187,13 +196,28 @@ impl ExperimentSpec {
         let SearchSpec::Tpe(tpe) = &self.search.algorithm else {
             return None;
         };
-        let tpe = tpe.clone();
-        Some(match self.scheduler {
+        Some(self.tpe_under_scheduler(tpe.clone()))
+    }
+
+    /// TPE's options `tpe` as this spec's scheduler makes them.
+    fn tpe_under_scheduler(&self, tpe: TpeOptions) -> TpeOptions {
+        match self.scheduler {
             SchedulerSpec::Fifo {} => tpe,
             SchedulerSpec::Asha(_) => tpe.under_rungs(),
             SchedulerSpec::Hyperband(_) => tpe.under_hyperband(),
             SchedulerSpec::Median(_) | SchedulerSpec::Pbt(_) => tpe.under_scheduler(),
-        })
+        }
+    }
+
+    /// What `algorithm = "auto"` knows of this sweep before it runs.
+    pub fn sweep_shape(&self) -> SweepShape {
+        SweepShape {
+            objectives: self.objectives.len().max(1),
+            early_stopping: match self.scheduler {
+                SchedulerSpec::Fifo {} => EarlyStopping::None,
+                _ => EarlyStopping::Scheduler,
+            },
+        }
     }
 
     /// The search algorithm this spec asks for, with its options.
@@ -208,6 +232,12 @@ impl ExperimentSpec {
             }
             SearchSpec::Gp(options) => Box::new(GpSearch::new(space, self.seed, options.clone())?),
             SearchSpec::Nsga2(options) => Box::new(Nsga2::new(space, self.seed, options.clone())),
+            SearchSpec::Auto {} => Box::new(AutoSearch::new(
+                space,
+                self.seed,
+                self.sweep_shape(),
+                self.tpe_under_scheduler(TpeOptions::default()),
+            )),
         };
         let searcher: Box<dyn Searcher> = match &self.search.warm_start {
             Some(warm) => Box::new(WithPriorTrials::new(warm.trials.clone(), searcher)),

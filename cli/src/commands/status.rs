@@ -41,9 +41,39 @@ fn print_status(
         "steps trained: {} (each report's advance over its trial's previous one, summed)",
         tune::steps_trained(trials)
     )?;
+    if spec.search.algorithm.algorithm() == tune::Algorithm::Auto {
+        writeln!(out, "search: auto: {}", auto_runs(trials))?;
+    }
     let front = print_best(out, sweep)?;
     print_serving(out, sweep, gpus)?;
     print_trials(out, sweep, front.as_deref())
+}
+
+/// What `auto` handed each run of trials to, in id order: "trials 0-249 by gp (why), ..".
+/// Trials it did not suggest (initial points) are "given".
+fn auto_runs(trials: &[tune::Trial]) -> String {
+    let label = |t: &tune::Trial| match &t.suggested_by {
+        Some(c) => format!("by {} ({})", c.algorithm.as_str(), c.reason),
+        None => "given".to_string(),
+    };
+    let mut runs: Vec<(u64, u64, String)> = Vec::new();
+    for t in trials {
+        let l = label(t);
+        match runs.last_mut() {
+            Some((_, last, prev)) if *prev == l && *last + 1 == t.id => *last = t.id,
+            _ => runs.push((t.id, t.id, l)),
+        }
+    }
+    if runs.is_empty() {
+        return "no trial yet".into();
+    }
+    runs.iter()
+        .map(|(first, last, l)| match first == last {
+            true => format!("trial {first} {l}"),
+            false => format!("trials {first}-{last} {l}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The best trial, or with several objectives the Pareto front, whose ids it returns.

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod auto;
 mod bad_input;
 mod builtin;
 mod cli;

@@ -1,0 +1,196 @@
+//! `algorithm = "auto"`: each suggestion handed to the searcher that suits the sweep, chosen
+//! from what is known of it before it runs (its space, objectives, early stopping) and from its
+//! history (how many trials have ended), so the choice is as pure as the suggestion.
+//!
+//! The rules, in order, and the numbers behind them (docs/guide/search.md says the same):
+//! 1. Several objectives: TPE (its hypervolume-weighted MOTPE beat NSGA-II on ZDT1, ZDT2, DTLZ2
+//!    and NetCost at 200-300 trials, docs/benchmarks/multi-objective.md).
+//! 2. A conditional space: TPE (a GP needs every parameter in every trial).
+//! 3. Early stopping (ASHA, HyperBand, median, PBT): TPE, which fits the trials stopped at a
+//!    rung as well as the completed ones; a GP sees only completed trials.
+//! 4. More choices than numbers among the parameters: TPE (a GP's kernel on categories is a
+//!    Hamming distance, and with mostly categories it has little to model).
+//! 5. Otherwise a GP while fewer than [`GP_TRIALS`] trials have ended, then TPE: a GP led
+//!    TPE on all six development functions at 100-200 trials (docs/benchmarks/gp.md), and
+//!    its cost grows with the square of the trials per suggestion and their cube per fit
+//!    (18 ms and 250 ms at 300 trials), where TPE's grows linearly. OptunaHub's AutoSampler
+//!    switches at the same count (`_MAX_BUDGET_FOR_SINGLE_GP = 250`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::gp::{GpOptions, GpSearch};
+use crate::{Domain, History, Params, Searcher, Space, Status, Tpe, TpeOptions, TrialId};
+
+/// Trials completed with a value, up to which a single-objective numeric sweep is
+/// modelled by a GP.
+pub const GP_TRIALS: usize = 250;
+
+/// How a sweep stops trials early, as far as the choice of a searcher goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EarlyStopping {
+    /// Every trial runs to its end (FIFO).
+    #[default]
+    None,
+    /// A scheduler stops or pauses trials (ASHA, HyperBand, median stopping, PBT).
+    Scheduler,
+}
+
+/// What `auto` knows of a sweep before it runs.
+///
+/// ```
+/// use tune_search::{EarlyStopping, SweepShape};
+/// let shape = SweepShape { objectives: 1, early_stopping: EarlyStopping::None };
+/// assert_eq!(shape, SweepShape::default());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepShape {
+    /// How many objectives the sweep optimises (1 for one metric).
+    pub objectives: usize,
+    pub early_stopping: EarlyStopping,
+}
+
+impl Default for SweepShape {
+    fn default() -> Self {
+        SweepShape {
+            objectives: 1,
+            early_stopping: EarlyStopping::None,
+        }
+    }
+}
+
+/// A searcher `auto` hands suggestions to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoPick {
+    Gp,
+    Tpe,
+}
+
+impl AutoPick {
+    /// Its `algorithm` name in a spec.
+    ///
+    /// ```
+    /// assert_eq!(tune_search::AutoPick::Gp.as_str(), "gp");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AutoPick::Gp => "gp",
+            AutoPick::Tpe => "tpe",
+        }
+    }
+}
+
+/// Which searcher suggests a trial, and the rule that chose it, for people: the same words
+/// for every trial the rule holds for, so that a sweep's log and status show each switch once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoChoice {
+    pub algorithm: AutoPick,
+    pub reason: String,
+}
+
+/// Hands each suggestion to a GP or TPE by the rules in this module's documentation.
+///
+/// ```
+/// use tune_search::{AutoPick, AutoSearch, History, Mode, Searcher, Space, SweepShape, TpeOptions};
+/// let space = Space::builder().uniform("x", 0.0, 1.0).uniform("y", 0.0, 1.0).build().unwrap();
+/// let mut auto = AutoSearch::new(space, 7, SweepShape::default(), TpeOptions::default());
+/// let history = History::new(Mode::Min);
+/// assert_eq!(auto.choice(0, &history).unwrap().algorithm, AutoPick::Gp);
+/// assert!(auto.suggest(0, &history).is_some());
+/// ```
+#[derive(Debug, Clone)]
+pub struct AutoSearch {
+    space: Space,
+    shape: SweepShape,
+    tpe: Tpe,
+    /// `None` for a conditional space, which a GP cannot model (and the rules never give it).
+    gp: Option<GpSearch>,
+}
+
+impl AutoSearch {
+    /// `tpe` are the options TPE runs with when chosen (the spec's, as its scheduler makes
+    /// them).
+    pub fn new(space: Space, seed: u64, shape: SweepShape, tpe: TpeOptions) -> AutoSearch {
+        AutoSearch {
+            tpe: Tpe::new(space.clone(), seed, tpe),
+            gp: GpSearch::new(space.clone(), seed, GpOptions::default()).ok(),
+            space,
+            shape,
+        }
+    }
+
+    /// The searcher for the next trial, given the history so far, and why.
+    fn decide(&self, history: &History) -> AutoChoice {
+        let tpe = |reason: String| AutoChoice {
+            algorithm: AutoPick::Tpe,
+            reason,
+        };
+        if self.shape.objectives > 1 {
+            return tpe(format!("{} objectives", self.shape.objectives));
+        }
+        let conditional: Vec<&str> = self
+            .space
+            .params()
+            .iter()
+            .filter(|p| !p.when.is_empty())
+            .map(|p| p.name.as_str())
+            .collect();
+        if let Some(first) = conditional.first() {
+            return tpe(format!(
+                "a conditional space ({first}{})",
+                if conditional.len() > 1 { ", .." } else { "" }
+            ));
+        }
+        if self.shape.early_stopping == EarlyStopping::Scheduler {
+            return tpe("a scheduler stops trials early, and TPE learns from them".into());
+        }
+        let choices = self
+            .space
+            .params()
+            .iter()
+            .filter(|p| matches!(p.domain, Domain::Choice(_) | Domain::Grid(_)))
+            .count();
+        let numbers = self.space.len() - choices;
+        if choices > numbers {
+            return tpe(format!(
+                "{choices} of {} parameters are choices",
+                self.space.len()
+            ));
+        }
+        let ended = history
+            .iter()
+            .filter(|o| o.status == Status::Completed && o.value.is_some())
+            .count();
+        if ended >= GP_TRIALS {
+            return tpe(format!(
+                "{GP_TRIALS} trials have completed, the most a GP models"
+            ));
+        }
+        AutoChoice {
+            algorithm: AutoPick::Gp,
+            reason: format!(
+                "one objective over {numbers} numeric and {choices} categorical parameters, \
+                 fewer than {GP_TRIALS} trials completed"
+            ),
+        }
+    }
+}
+
+impl Searcher for AutoSearch {
+    fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
+        match self.decide(history).algorithm {
+            AutoPick::Tpe => self.tpe.suggest(id, history),
+            AutoPick::Gp => match &mut self.gp {
+                Some(gp) => gp.suggest(id, history),
+                None => self.tpe.suggest(id, history),
+            },
+        }
+    }
+
+    fn choice(&self, _id: TrialId, history: &History) -> Option<AutoChoice> {
+        Some(self.decide(history))
+    }
+}
+
+#[cfg(test)]
+mod tests;

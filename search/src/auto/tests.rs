@@ -1,0 +1,176 @@
+use super::*;
+use crate::gp::GpOptions;
+use crate::{Mode, Value};
+
+fn numeric() -> Space {
+    Space::builder()
+        .uniform("x", -2.0, 2.0)
+        .loguniform("lr", 1e-4, 1e-1)
+        .choice("opt", ["sgd", "adam"])
+        .build()
+        .unwrap()
+}
+
+fn x_of(p: &Params, name: &str) -> f64 {
+    match p.get(name) {
+        Some(Value::Float(v)) => *v,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+/// A history of `n` completed trials of `space`, drawn at random, valued by a bowl.
+fn completed(space: &Space, n: u64) -> History {
+    let mut random = crate::RandomSearch::new(space.clone(), 99);
+    let mut h = History::new(Mode::Min);
+    for id in 0..n {
+        let p = random.suggest(id, &h).unwrap();
+        let v = x_of(&p, "x").powi(2);
+        h.record(id, p, Status::Running);
+        h.report(id, 1, v);
+        h.set_status(id, Status::Completed);
+    }
+    h
+}
+
+fn pick(space: Space, shape: SweepShape, h: &History) -> AutoChoice {
+    AutoSearch::new(space, 1, shape, TpeOptions::default())
+        .choice(h.len() as TrialId, h)
+        .unwrap()
+}
+
+#[test]
+fn a_numeric_single_objective_sweep_gets_a_gp_until_250_trials_have_completed() {
+    let space = numeric();
+    let early = pick(space.clone(), SweepShape::default(), &completed(&space, 0));
+    assert_eq!(early.algorithm, AutoPick::Gp, "{}", early.reason);
+    assert!(
+        early.reason.contains("2 numeric and 1 categorical"),
+        "{}",
+        early.reason
+    );
+    let h = completed(&space, 249);
+    assert_eq!(
+        pick(space.clone(), SweepShape::default(), &h).algorithm,
+        AutoPick::Gp
+    );
+    let h = completed(&space, 250);
+    let late = pick(space, SweepShape::default(), &h);
+    assert_eq!(late.algorithm, AutoPick::Tpe);
+    assert!(
+        late.reason
+            .contains("250 trials have completed, the most a GP models"),
+        "{}",
+        late.reason
+    );
+}
+
+#[test]
+fn running_and_failed_trials_do_not_count_toward_the_gps_250() {
+    let space = numeric();
+    let mut h = completed(&space, 249);
+    for id in 249..300 {
+        let p = space.sample(&mut crate::trial_rng(5, id));
+        h.record(
+            id,
+            p,
+            if id % 2 == 0 {
+                Status::Running
+            } else {
+                Status::Failed
+            },
+        );
+    }
+    assert_eq!(
+        pick(space, SweepShape::default(), &h).algorithm,
+        AutoPick::Gp
+    );
+}
+
+#[test]
+fn a_conditional_space_several_objectives_a_scheduler_and_mostly_choices_get_tpe() {
+    let conditional = Space::builder()
+        .choice("opt", ["sgd", "adam"])
+        .uniform("momentum", 0.0, 0.99)
+        .when("opt", "sgd")
+        .uniform("x", 0.0, 1.0)
+        .build()
+        .unwrap();
+    let h = History::new(Mode::Min);
+    let c = pick(conditional, SweepShape::default(), &h);
+    assert_eq!(c.algorithm, AutoPick::Tpe);
+    assert!(
+        c.reason.contains("conditional space (momentum)"),
+        "{}",
+        c.reason
+    );
+
+    let two = SweepShape {
+        objectives: 2,
+        ..SweepShape::default()
+    };
+    let c = pick(numeric(), two, &h);
+    assert_eq!(
+        (c.algorithm, c.reason.as_str()),
+        (AutoPick::Tpe, "2 objectives")
+    );
+
+    let stopping = SweepShape {
+        early_stopping: EarlyStopping::Scheduler,
+        ..SweepShape::default()
+    };
+    assert_eq!(pick(numeric(), stopping, &h).algorithm, AutoPick::Tpe);
+
+    let choices = Space::builder()
+        .choice("a", [1, 2, 3])
+        .choice("b", ["u", "v"])
+        .uniform("x", 0.0, 1.0)
+        .build()
+        .unwrap();
+    let c = pick(choices, SweepShape::default(), &h);
+    assert_eq!(c.algorithm, AutoPick::Tpe);
+    assert!(
+        c.reason.contains("2 of 3 parameters are choices"),
+        "{}",
+        c.reason
+    );
+}
+
+#[test]
+fn each_suggestion_is_the_chosen_searchers_own() {
+    let space = numeric();
+    let h = completed(&space, 20);
+    let mut auto = AutoSearch::new(
+        space.clone(),
+        3,
+        SweepShape::default(),
+        TpeOptions::default(),
+    );
+    let mut gp = GpSearch::new(space.clone(), 3, GpOptions::default()).unwrap();
+    assert_eq!(auto.suggest(20, &h), gp.suggest(20, &h));
+
+    let h = completed(&space, 250);
+    let mut tpe = Tpe::new(space.clone(), 3, TpeOptions::default());
+    assert_eq!(auto.suggest(250, &h), tpe.suggest(250, &h));
+}
+
+#[test]
+fn a_fresh_searcher_given_the_history_suggests_what_the_running_one_does() {
+    // What a resumed sweep relies on: no state but the history decides.
+    let space = numeric();
+    let mut running = AutoSearch::new(
+        space.clone(),
+        11,
+        SweepShape::default(),
+        TpeOptions::default(),
+    );
+    let mut h = History::new(Mode::Min);
+    for id in 0..24 {
+        let p = running.suggest(id, &h).unwrap();
+        let v = (x_of(&p, "x") - 0.5).powi(2) + x_of(&p, "lr").ln().abs() * 1e-3;
+        h.record(id, p, Status::Running);
+        h.report(id, 1, v);
+        h.set_status(id, Status::Completed);
+    }
+    let mut fresh = AutoSearch::new(space, 11, SweepShape::default(), TpeOptions::default());
+    assert_eq!(fresh.suggest(24, &h), running.suggest(24, &h));
+}
