@@ -24,6 +24,9 @@
 //! `TUNE_PEER_PYTHON` the GP tables have tune's columns alone; `TUNE_BENCH_FUNCTIONS=Hartmann6`
 //! picks tune's GP rows; `TUNE_BENCH_GP_HELD_OUT=1` adds tune's GP with its defaults beside
 //! `GpOptions::optuna()` on the sixteen held-out and validation functions.)
+//!
+//! `TUNE_BENCH_ONLY=auto` gives docs/benchmarks/auto.md's tables; `TUNE_BENCH_ONLY=gp-options`
+//! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget.
 
 use tune_testkit::functions;
 use tune_testkit::runs;
@@ -35,7 +38,9 @@ use tpe_env::tpe_options;
 use std::time::Instant;
 
 use tune_search::gp::{GpOptions, GpSearch};
-use tune_search::{History, Mode, RandomSearch, Searcher, Space, Status, Tpe, TpeOptions};
+use tune_search::{
+    AutoSearch, History, Mode, RandomSearch, Searcher, Space, Status, SweepShape, Tpe, TpeOptions,
+};
 
 /// Peer medians from benches/peers/README.md: optuna random, optuna TPE (5.0 default =
 /// multivariate), optuna TPE independent, hyperopt TPE.
@@ -49,9 +54,14 @@ const PEERS: [(&str, [f64; 4]); 6] = [
 ];
 
 fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
+    final_regret_within(searcher, b, b.budget)
+}
+
+/// The regret of the best of `budget` trials of `searcher` on `b`, one at a time.
+fn final_regret_within(searcher: &mut dyn Searcher, b: &functions::Benchmark, budget: u64) -> f64 {
     let mut h = History::new(Mode::Min);
     let mut best = f64::INFINITY;
-    for id in 0..b.budget {
+    for id in 0..budget {
         let p = searcher.suggest(id, &h).expect("a suggestion");
         let v = (b.f)(&p);
         best = best.min(v);
@@ -74,6 +84,14 @@ fn main() {
         tpe_tables(seeds);
     }
     let timing_trials = if full { 331 } else { 30 };
+    if only == "auto" {
+        auto_table(seeds);
+        return;
+    }
+    if only == "gp-options" {
+        gp_options_trial(seeds);
+        return;
+    }
     match only.as_str() {
         "tpe" => {}
         "gp-timing" => gp_timing(timing_trials),
@@ -161,6 +179,124 @@ fn tpe_tables(seeds: u64) {
     if let Ok(json) = std::env::var("TUNE_TPE_AB") {
         let variant: TpeOptions = serde_json::from_str(&json).expect("TUNE_TPE_AB");
         compare(seeds, tpe_options(), variant, &json);
+    }
+}
+
+/// `algorithm = "auto"` at half and at the full budget beside tune's TPE at the full budget and
+/// the best peer's full-budget median (benches/peers/README.md), on the six development
+/// functions: the goals are auto at half the budget at or below the best peer, and auto at the
+/// full budget not behind TPE.
+fn auto_table(seeds: u64) {
+    println!("algorithm = \"auto\": median final regret over {seeds} seeds (lower is better)");
+    println!();
+    println!("| function (budget) | auto, half | auto, full | tune tpe, full | best peer, full | auto half vs best peer | auto full vs tpe full |");
+    println!("|---|---|---|---|---|---|---|");
+    let (mut half_wins, mut full_ahead) = (0, 0);
+    let auto = |b: &functions::Benchmark, budget: u64| {
+        median(in_parallel(seeds, |s| {
+            let mut a = AutoSearch::new(
+                b.space.clone(),
+                s,
+                SweepShape::default(),
+                TpeOptions::default(),
+            );
+            final_regret_within(&mut a, b, budget)
+        }))
+    };
+    for b in functions::all() {
+        let half = auto(&b, b.budget / 2);
+        let full = auto(&b, b.budget);
+        let tpe = median(in_parallel(seeds, |s| {
+            final_regret(&mut Tpe::new(b.space.clone(), s, tpe_options()), &b)
+        }));
+        let best_peer = PEERS
+            .iter()
+            .find(|(n, _)| *n == b.name)
+            .map(|(_, p)| p.iter().copied().fold(f64::INFINITY, f64::min))
+            .expect("peer row");
+        half_wins += usize::from(half <= best_peer);
+        full_ahead += usize::from(full <= tpe);
+        println!(
+            "| {} ({}) | {half:.3e} | {full:.3e} | {tpe:.3e} | {best_peer} | {:.2}x | {:.2}x |",
+            b.name,
+            b.budget,
+            half / best_peer,
+            full / tpe
+        );
+    }
+    println!();
+    println!("auto at half the budget at or below the best peer's full budget on {half_wins}/6; auto at the full budget at or below tpe on {full_ahead}/6");
+    println!();
+    println!("held-out and validation functions (no choice made on them), full budget: auto beside tune's GP and TPE with their defaults, median (mean log10 regret)");
+    println!();
+    println!("| function (budget) | auto | tune gp | tune tpe |");
+    println!("|---|---|---|---|");
+    let all: Vec<_> = functions::held_out()
+        .into_iter()
+        .chain(functions::validation())
+        .collect();
+    let (mut vs_gp, mut vs_tpe) = (0, 0);
+    for b in &all {
+        let auto = in_parallel(seeds, |s| {
+            let mut a = AutoSearch::new(
+                b.space.clone(),
+                s,
+                SweepShape::default(),
+                TpeOptions::default(),
+            );
+            final_regret(&mut a, b)
+        });
+        let gp = gp_regrets(b, seeds, GpOptions::default());
+        let tpe = in_parallel(seeds, |s| {
+            final_regret(&mut Tpe::new(b.space.clone(), s, tpe_options()), b)
+        });
+        let logs = (mean_log10(&auto), mean_log10(&gp), mean_log10(&tpe));
+        let (a, g, t) = (median(auto), median(gp), median(tpe));
+        vs_gp += usize::from(a <= g);
+        vs_tpe += usize::from(a <= t);
+        println!(
+            "| {} ({}) | {a:.3e} ({:.2}) | {g:.3e} ({:.2}) | {t:.3e} ({:.2}) |",
+            b.name, b.budget, logs.0, logs.1, logs.2
+        );
+    }
+    println!();
+    println!(
+        "auto at or below tune gp on {vs_gp}/{n}, at or below tune tpe on {vs_tpe}/{n}",
+        n = all.len()
+    );
+}
+
+/// tune's GP with the options `TUNE_GP_OPTS` gives (JSON, the defaults otherwise) on
+/// `TUNE_BENCH_FUNCTIONS` (all six otherwise) at `TUNE_BENCH_BUDGET_FRACTION` of each budget
+/// (default 0.5): median, mean log10 regret and how many runs came within 0.01. For trying a
+/// change to the GP on the development functions before it becomes a default.
+fn gp_options_trial(seeds: u64) {
+    let options: GpOptions = std::env::var("TUNE_GP_OPTS")
+        .map(|j| serde_json::from_str(&j).expect("TUNE_GP_OPTS: GpOptions as JSON"))
+        .unwrap_or_default();
+    let fraction: f64 = std::env::var("TUNE_BENCH_BUDGET_FRACTION")
+        .ok()
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0.5);
+    let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
+    println!("| function (budget) | median | mean log10 | within 0.01 |");
+    println!("|---|---|---|---|");
+    for b in functions::all().into_iter().filter(|b| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|n| n == b.name))
+    }) {
+        let budget = ((b.budget as f64) * fraction).round() as u64;
+        let regrets = in_parallel(seeds, |s| {
+            let mut gp = GpSearch::new(b.space.clone(), s, options.clone()).expect("a GP space");
+            final_regret_within(&mut gp, &b, budget)
+        });
+        let within = regrets.iter().filter(|r| **r < 0.01).count();
+        let log = mean_log10(&regrets);
+        println!(
+            "| {} ({budget}) | {:.3e} | {log:.2} | {within}/{seeds} |",
+            b.name,
+            median(regrets)
+        );
     }
 }
 

@@ -33,7 +33,10 @@ mod space;
 mod space_serde;
 mod tpe;
 
-pub use auto::{AutoChoice, AutoPick, AutoSearch, EarlyStopping, SweepShape, GP_TRIALS};
+pub use auto::{
+    gp_options as auto_gp_options, AutoChoice, AutoPick, AutoSearch, EarlyStopping, SweepShape,
+    GP_TRIALS,
+};
 pub use domain::{Domain, DomainError};
 pub use field::FieldError;
 pub use grid::{GridSearch, NoGridParams};

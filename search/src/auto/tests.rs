@@ -1,5 +1,4 @@
 use super::*;
-use crate::gp::GpOptions;
 use crate::{Mode, Value};
 
 fn numeric() -> Space {
@@ -145,7 +144,7 @@ fn each_suggestion_is_the_chosen_searchers_own() {
         SweepShape::default(),
         TpeOptions::default(),
     );
-    let mut gp = GpSearch::new(space.clone(), 3, GpOptions::default()).unwrap();
+    let mut gp = GpSearch::new(space.clone(), 3, gp_options(&space)).unwrap();
     assert_eq!(auto.suggest(20, &h), gp.suggest(20, &h));
 
     let h = completed(&space, 250);
@@ -173,4 +172,16 @@ fn a_fresh_searcher_given_the_history_suggests_what_the_running_one_does() {
     }
     let mut fresh = AutoSearch::new(space, 11, SweepShape::default(), TpeOptions::default());
     assert_eq!(fresh.suggest(24, &h), running.suggest(24, &h));
+}
+
+#[test]
+fn the_gps_random_start_grows_with_the_dimension_from_optunas_ten() {
+    let of = |d: usize| {
+        let mut b = Space::builder();
+        for i in 0..d {
+            b = b.uniform(format!("x{i}"), 0.0, 1.0);
+        }
+        gp_options(&b.build().unwrap()).n_startup_trials
+    };
+    assert_eq!((of(1), of(4), of(5), of(6), of(10)), (10, 10, 13, 15, 25));
 }
