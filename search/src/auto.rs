@@ -36,7 +36,7 @@ pub const GP_TRIALS: usize = 250;
 const STARTUP_PER_PARAMETER: f64 = 2.5;
 
 /// The options of the GP `auto` hands a space to: the defaults, with a random start that
-/// grows with the space's dimension ([`STARTUP_PER_PARAMETER`]).
+/// grows with the space's dimension (2.5 trials per parameter).
 ///
 /// ```
 /// let space = tune_search::Space::builder()
