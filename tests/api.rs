@@ -533,3 +533,53 @@ fn a_resumed_auto_sweep_suggests_what_the_sweep_run_in_one_go_does() {
     assert_eq!(params(&resumed), params(&whole));
     assert_eq!(suggested_by(&resumed), vec!["gp"; 16]);
 }
+
+#[test]
+fn auto_on_a_2000_trial_budget_hands_the_sweep_from_its_gp_to_tpe_at_250_completed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let space = Space::builder()
+        .uniform("x", -5.0, 5.0)
+        .uniform("y", -5.0, 5.0)
+        .build()
+        .unwrap();
+    let loss = |x: f64, y: f64| (x - 1.0).powi(2) + y * y;
+    // 240 trials of an earlier sweep count as completed: the switch comes at this sweep's
+    // tenth trial, not after 250 GP suggestions (minutes in a debug build).
+    let prior: Vec<tune::PriorTrial> = (0..240)
+        .map(|i| {
+            let (x, y) = (-5.0 + (i % 16) as f64 * 0.6, -5.0 + (i / 16) as f64 * 0.6);
+            let mut params = tune::Params::default();
+            params.insert("x", tune::Value::Float(x));
+            params.insert("y", tune::Value::Float(y));
+            tune::PriorTrial {
+                params,
+                value: loss(x, y),
+            }
+        })
+        .collect();
+    let trials = Tuner::new(space)
+        .algorithm(Algorithm::Auto)
+        .warm_start(tune::WarmStart {
+            from: "a grid".into(),
+            trials: prior,
+        })
+        .samples(2000)
+        .seed(5)
+        .cpu_slots(1)
+        .dir(tmp.path().join("long"))
+        .fit(move |ctx| {
+            let x = ctx.params().f64("x")?;
+            let y = ctx.params().f64("y")?;
+            ctx.report(1, [("loss", loss(x, y))])?;
+            Ok(())
+        })
+        .unwrap()
+        .trials()
+        .unwrap();
+    let by = suggested_by(&trials);
+    // One slot: trial n is suggested with 240 + n trials completed.
+    assert_eq!(by[..10], vec!["gp"; 10][..]);
+    assert_eq!(by[10..], vec!["tpe"; 1990][..]);
+    let reason = &trials[10].suggested_by.as_ref().unwrap().reason;
+    assert_eq!(reason, "250 trials have completed, the most a GP models");
+}
