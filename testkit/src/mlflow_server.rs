@@ -12,6 +12,8 @@ pub struct MlflowServer {
     dir: tempfile::TempDir,
     python: PathBuf,
     child: Option<Child>,
+    /// With MLflow's basic-auth app: its admin's user name and password.
+    admin: Option<(String, String)>,
 }
 
 /// A loopback port nothing listens on now.
@@ -31,6 +33,16 @@ impl MlflowServer {
         server
     }
 
+    /// A server on a free port that runs MLflow's basic-auth app (`--app-name basic-auth`),
+    /// its users kept in the server's folder, `user` its admin with `password`: every request
+    /// needs their credentials.
+    pub fn start_with_basic_auth(python: &Path, user: &str, password: &str) -> MlflowServer {
+        let mut server = MlflowServer::stopped(python, free_port());
+        server.admin = Some((user.to_string(), password.to_string()));
+        server.resume();
+        server
+    }
+
     /// A server that will listen on `port` once [`MlflowServer::resume`]d.
     pub fn stopped(python: &Path, port: u16) -> MlflowServer {
         MlflowServer {
@@ -39,6 +51,7 @@ impl MlflowServer {
             dir: tempfile::tempdir().unwrap(),
             python: python.to_path_buf(),
             child: None,
+            admin: None,
         }
     }
 
@@ -68,6 +81,26 @@ impl MlflowServer {
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
+        if let Some((user, password)) = &self.admin {
+            let config = self.dir.path().join("basic_auth.ini");
+            std::fs::write(
+                &config,
+                format!(
+                    "[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{}\n\
+                     admin_username = {user}\nadmin_password = {password}\n\
+                     authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n",
+                    self.dir.path().join("basic_auth.db").display()
+                ),
+            )
+            .unwrap();
+            // The app's forms need a fixed key (CSRF); a throwaway server's own will do.
+            cmd.args(["--app-name", "basic-auth"])
+                .env("MLFLOW_AUTH_CONFIG_PATH", config)
+                .env(
+                    "MLFLOW_FLASK_SERVER_SECRET_KEY",
+                    format!("tune-test-{}", self.port),
+                );
+        }
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         self.child = Some(cmd.spawn().expect("starting mlflow server"));
         let health = format!("{}/health", self.url);

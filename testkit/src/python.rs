@@ -38,14 +38,15 @@ pub fn tensorboard_python() -> PathBuf {
     )
 }
 
-/// A Python with MLflow 3.17.2 (its client and `mlflow server`): `TUNE_TEST_MLFLOW_PYTHON`,
-/// else a virtual environment made once under the target folder.
+/// A Python with MLflow 3.17.2 (its client and `mlflow server`, with the basic-auth app's
+/// extra): `TUNE_TEST_MLFLOW_PYTHON`, else a virtual environment made once under the target
+/// folder.
 pub fn mlflow_python() -> PathBuf {
     venv_python(
         "TUNE_TEST_MLFLOW_PYTHON",
-        "mlflow-3.17.2",
-        &["mlflow==3.17.2"],
-        "import mlflow; assert mlflow.__version__ == '3.17.2'",
+        "mlflow-auth-3.17.2",
+        &["mlflow[auth]==3.17.2"],
+        "import mlflow, flask_wtf; assert mlflow.__version__ == '3.17.2'",
     )
 }
 

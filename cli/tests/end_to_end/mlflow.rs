@@ -36,8 +36,14 @@ print(json.dumps(sorted(runs, key=lambda r: r["name"])))
 "#;
 
 fn read_runs(server: &MlflowServer, experiment: &str) -> Vec<Json> {
+    read_runs_with(server, experiment, &[])
+}
+
+/// [`read_runs`] with the environment `env` (MLflow's client takes credentials from it).
+fn read_runs_with(server: &MlflowServer, experiment: &str, env: &[(&str, &str)]) -> Vec<Json> {
     let out = Command::new(mlflow_python())
         .args(["-c", READ_RUNS, &server.url, experiment])
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -335,4 +341,72 @@ fn a_url_that_is_not_mlflow_is_refused_before_the_sweep() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("mlflow"), "{}", stderr(&out));
     assert!(stderr(&out).contains("http://"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_server_that_wants_credentials_gets_them_and_refused_ones_exit_2_before_the_sweep() {
+    let (user, password) = ("tune-admin", "a-long-admin-password-1");
+    let server = MlflowServer::start_with_basic_auth(&mlflow_python(), user, password);
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tracked_spec(
+        tmp.path(),
+        "samples = 3\n[resources]\ncpu_slots = 1",
+        &server.url,
+        &["--steps", "2"],
+    );
+    let run = |name: &str, env: &[(&str, &str)]| {
+        let dir = tmp.path().join(name);
+        let mut cmd = tune_run(&spec, &dir);
+        for var in [
+            "MLFLOW_TRACKING_TOKEN",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+        ] {
+            cmd.env_remove(var);
+        }
+        (cmd.envs(env.iter().copied()).output().unwrap(), dir)
+    };
+    let refused = [
+        ("none", vec![], "a request without credentials"),
+        (
+            "wrong",
+            vec![
+                ("MLFLOW_TRACKING_USERNAME", user),
+                ("MLFLOW_TRACKING_PASSWORD", "not-the-password"),
+            ],
+            "the user and password in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD",
+        ),
+        (
+            "token",
+            vec![("MLFLOW_TRACKING_TOKEN", "not-a-token-it-knows")],
+            "the token in MLFLOW_TRACKING_TOKEN",
+        ),
+    ];
+    for (name, env, sent) in refused {
+        let (out, dir) = run(name, &env);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!(
+                "MLflow at {} refused {sent} (HTTP 401",
+                server.url
+            )),
+            "{name}: {err}"
+        );
+        assert!(
+            !err.contains("not-the-password") && !err.contains("not-a-token"),
+            "{err}"
+        );
+        assert!(!dir.exists(), "{name}: the experiment was created: {err}");
+    }
+    let credentials = [
+        ("MLFLOW_TRACKING_USERNAME", user),
+        ("MLFLOW_TRACKING_PASSWORD", password),
+    ];
+    let (out, dir) = run("right", &credentials);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = export_json(&dir);
+    let runs = read_runs_with(&server, "exp", &credentials);
+    assert_runs_hold(&runs, &trials, "fifo");
+    assert_parent_ended(&runs, &trials);
 }

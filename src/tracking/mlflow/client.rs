@@ -13,6 +13,18 @@ pub enum MlflowError {
     /// An answer, but not from MLflow's tracking API (a web page, another service).
     #[error("{url} does not answer as an MLflow tracking server: {detail}")]
     NotMlflow { url: String, detail: String },
+    /// The server wants credentials, or refused the ones given (HTTP 401 or 403): `sent`
+    /// says which were sent, as MLflow's clients take them from the environment.
+    #[error(
+        "MLflow at {url} refused {sent} (HTTP {status} to {what}): set MLFLOW_TRACKING_TOKEN, or \
+         MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, to credentials it accepts"
+    )]
+    Unauthorized {
+        url: String,
+        what: String,
+        status: u16,
+        sent: &'static str,
+    },
     /// MLflow refused a request; `busy` when it may succeed later (HTTP 429 and 5xx).
     #[error("MLflow at {url} answered {what}: {status} {code}: {message}")]
     Refused {
@@ -30,7 +42,7 @@ impl MlflowError {
     pub fn is_transient(&self) -> bool {
         match self {
             MlflowError::Unreachable { .. } => true,
-            MlflowError::NotMlflow { .. } => false,
+            MlflowError::NotMlflow { .. } | MlflowError::Unauthorized { .. } => false,
             MlflowError::Refused { busy, .. } => *busy,
         }
     }
@@ -92,29 +104,68 @@ pub struct MetricPoint {
 #[derive(Debug, Clone)]
 pub struct MlflowClient {
     base: String,
-    authorization: Option<String>,
+    credentials: Credentials,
     agent: ureq::Agent,
+}
+
+/// What a client sends in its `Authorization` header, as MLflow's own clients read it from the
+/// environment.
+#[derive(Debug, Clone, PartialEq)]
+enum Credentials {
+    None,
+    /// `MLFLOW_TRACKING_TOKEN`.
+    Bearer(String),
+    /// `MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`.
+    Basic {
+        user: String,
+        password: String,
+    },
+}
+
+impl Credentials {
+    fn from_environment() -> Credentials {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        match (
+            var("MLFLOW_TRACKING_TOKEN"),
+            var("MLFLOW_TRACKING_USERNAME"),
+        ) {
+            (Some(token), _) => Credentials::Bearer(token),
+            (None, Some(user)) => Credentials::Basic {
+                user,
+                password: var("MLFLOW_TRACKING_PASSWORD").unwrap_or_default(),
+            },
+            (None, None) => Credentials::None,
+        }
+    }
+
+    fn header(&self) -> Option<String> {
+        use base64::Engine;
+        match self {
+            Credentials::None => None,
+            Credentials::Bearer(token) => Some(format!("Bearer {token}")),
+            Credentials::Basic { user, password } => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            )),
+        }
+    }
+
+    /// The credentials for an error message (never their secret).
+    fn describe(&self) -> &'static str {
+        match self {
+            Credentials::None => "a request without credentials",
+            Credentials::Bearer(_) => "the token in MLFLOW_TRACKING_TOKEN",
+            Credentials::Basic { .. } => {
+                "the user and password in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+            }
+        }
+    }
 }
 
 impl MlflowClient {
     /// A client of the server at `url` (`http://host:5000`; a trailing `/` is dropped); every
     /// request gives up after `timeout`.
     pub fn new(url: &str, timeout: Duration) -> MlflowClient {
-        use base64::Engine;
-        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-        let authorization = match (
-            var("MLFLOW_TRACKING_TOKEN"),
-            var("MLFLOW_TRACKING_USERNAME"),
-            var("MLFLOW_TRACKING_PASSWORD"),
-        ) {
-            (Some(token), _, _) => Some(format!("Bearer {token}")),
-            (None, Some(user), password) => Some(format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD
-                    .encode(format!("{user}:{}", password.unwrap_or_default()))
-            )),
-            _ => None,
-        };
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
@@ -122,7 +173,7 @@ impl MlflowClient {
             .into();
         MlflowClient {
             base: url.trim_end_matches('/').to_string(),
-            authorization,
+            credentials: Credentials::from_environment(),
             agent,
         }
     }
@@ -150,7 +201,7 @@ impl MlflowClient {
                     .agent
                     .post(&url)
                     .header("Content-Type", "application/json");
-                if let Some(a) = &self.authorization {
+                if let Some(a) = self.credentials.header() {
                     req = req.header("Authorization", a);
                 }
                 req.send(body.to_string().as_bytes())
@@ -160,7 +211,7 @@ impl MlflowClient {
                 for (k, v) in query {
                     req = req.query(*k, *v);
                 }
-                if let Some(a) = &self.authorization {
+                if let Some(a) = self.credentials.header() {
                     req = req.header("Authorization", a);
                 }
                 req.call()
@@ -175,6 +226,14 @@ impl MlflowClient {
                 url: self.base.clone(),
                 detail: format!("reading the answer to {endpoint}: {e}"),
             })?;
+        if status == 401 || status == 403 {
+            return Err(MlflowError::Unauthorized {
+                url: self.base.clone(),
+                what: endpoint.to_string(),
+                status,
+                sent: self.credentials.describe(),
+            });
+        }
         let parsed: Option<Json> = serde_json::from_str(&text).ok().filter(Json::is_object);
         match parsed {
             Some(json) if (200..300).contains(&status) => Ok(json),
