@@ -410,3 +410,93 @@ fn a_server_that_wants_credentials_gets_them_and_refused_ones_exit_2_before_the_
     assert_runs_hold(&runs, &trials, "fifo");
     assert_parent_ended(&runs, &trials);
 }
+
+/// A proxy in front of a tracking server that wants `Authorization: Bearer <argv[3]>` and
+/// answers 401 to anything else (what Databricks and token gateways do): it listens on
+/// 127.0.0.1:argv[1] and forwards to argv[2].
+const BEARER_PROXY: &str = r#"
+import http.server, sys, urllib.request, urllib.error
+port, upstream, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+class Proxy(http.server.BaseHTTPRequestHandler):
+    def forward(self):
+        if self.headers.get("Authorization") != "Bearer " + token:
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b"a token is needed")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        req = urllib.request.Request(upstream + self.path, data=body, method=self.command,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            answer = urllib.request.urlopen(req)
+        except urllib.error.HTTPError as e:
+            answer = e
+        data = answer.read()
+        self.send_response(answer.status if hasattr(answer, "status") else answer.code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    do_GET = do_POST = forward
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Proxy).serve_forever()
+"#;
+
+#[test]
+fn a_bearer_token_reaches_a_server_that_checks_one_and_a_wrong_one_exits_2() {
+    let server = MlflowServer::start(&mlflow_python());
+    let port = free_port();
+    let token = "the-right-token";
+    let _proxy = KilledOnDrop(
+        Command::new("python3")
+            .args(["-c", BEARER_PROXY, &port.to_string(), &server.url, token])
+            .spawn()
+            .unwrap(),
+    );
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let url = format!("http://127.0.0.1:{port}");
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tracked_spec(
+        tmp.path(),
+        "samples = 2\n[resources]\ncpu_slots = 1",
+        &url,
+        &["--steps", "2"],
+    );
+    let run = |name: &str, token: &str| {
+        let dir = tmp.path().join(name);
+        let out = tune_run(&spec, &dir)
+            .env_remove("MLFLOW_TRACKING_USERNAME")
+            .env("MLFLOW_TRACKING_TOKEN", token)
+            .output()
+            .unwrap();
+        (out, dir)
+    };
+    let (out, dir) = run("wrong", "an-old-token");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "MLflow at {url} refused the token in MLFLOW_TRACKING_TOKEN (HTTP 401"
+        )),
+        "{err}"
+    );
+    assert!(!dir.exists(), "{err}");
+    let (out, dir) = run("right", token);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = export_json(&dir);
+    let runs = read_runs(&server, "exp");
+    assert_runs_hold(&runs, &trials, "fifo");
+}
+
+/// A helper process, killed and reaped when the test ends, passing or not.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
