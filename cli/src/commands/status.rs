@@ -68,9 +68,12 @@ fn auto_runs(trials: &[tune::Trial]) -> String {
         return "no trial yet".into();
     }
     runs.iter()
-        .map(|(first, last, l)| match first == last {
-            true => format!("trial {first} {l}"),
-            false => format!("trials {first}-{last} {l}"),
+        .map(|(first, last, l)| {
+            if first == last {
+                format!("trial {first} {l}")
+            } else {
+                format!("trials {first}-{last} {l}")
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
