@@ -20,7 +20,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::gp::{GpOptions, GpSearch};
-use crate::{Domain, History, Params, Searcher, Space, Status, Tpe, TpeOptions, TrialId};
+use crate::{
+    Domain, History, Params, Searcher, Space, Status, Suggestion, Tpe, TpeOptions, TrialId,
+};
 
 /// Trials completed with a value, up to which a single-objective numeric sweep is
 /// modelled by a GP.
@@ -126,8 +128,8 @@ pub struct AutoChoice {
 /// let space = Space::builder().uniform("x", 0.0, 1.0).uniform("y", 0.0, 1.0).build().unwrap();
 /// let mut auto = AutoSearch::new(space, 7, SweepShape::default(), TpeOptions::default());
 /// let history = History::new(Mode::Min);
-/// assert_eq!(auto.choice(0, &history).unwrap().algorithm, AutoPick::Gp);
-/// assert!(auto.suggest(0, &history).is_some());
+/// let first = auto.suggest_with_reason(0, &history).unwrap();
+/// assert_eq!(first.suggested_by.unwrap().algorithm, AutoPick::Gp);
 /// ```
 #[derive(Debug, Clone)]
 pub struct AutoSearch {
@@ -209,17 +211,19 @@ impl AutoSearch {
 
 impl Searcher for AutoSearch {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
-        match self.decide(history).algorithm {
-            AutoPick::Tpe => self.tpe.suggest(id, history),
-            AutoPick::Gp => match &mut self.gp {
-                Some(gp) => gp.suggest(id, history),
-                None => self.tpe.suggest(id, history),
-            },
-        }
+        self.suggest_with_reason(id, history).map(|s| s.params)
     }
 
-    fn choice(&self, _id: TrialId, history: &History) -> Option<AutoChoice> {
-        Some(self.decide(history))
+    fn suggest_with_reason(&mut self, id: TrialId, history: &History) -> Option<Suggestion> {
+        let choice = self.decide(history);
+        let params = match (choice.algorithm, &mut self.gp) {
+            (AutoPick::Gp, Some(gp)) => gp.suggest(id, history),
+            _ => self.tpe.suggest(id, history),
+        }?;
+        Some(Suggestion {
+            params,
+            suggested_by: Some(choice),
+        })
     }
 }
 

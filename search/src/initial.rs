@@ -3,7 +3,8 @@
 
 use crate::number::value_text;
 use crate::{
-    did_you_mean_hint, trial_rng, Domain, History, Params, Searcher, Space, TrialId, Value,
+    did_you_mean_hint, trial_rng, Domain, History, Params, Searcher, Space, Suggestion, TrialId,
+    Value,
 };
 
 /// Why a given point cannot be evaluated in a space.
@@ -170,14 +171,33 @@ impl WithInitialPoints {
     }
 }
 
+impl WithInitialPoints {
+    /// Trial `id`'s initial point, its unnamed parameters drawn at random; `None` past the
+    /// points, where the wrapped searcher suggests.
+    fn initial(&self, id: TrialId) -> Option<Params> {
+        let point = usize::try_from(id).ok().and_then(|i| self.points.get(i))?;
+        Some(
+            self.space
+                .sample_with(&mut trial_rng(self.seed ^ FILL_STREAM, id), point),
+        )
+    }
+}
+
 impl Searcher for WithInitialPoints {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
-        match usize::try_from(id).ok().and_then(|i| self.points.get(i)) {
-            Some(point) => Some(
-                self.space
-                    .sample_with(&mut trial_rng(self.seed ^ FILL_STREAM, id), point),
-            ),
+        match self.initial(id) {
+            Some(params) => Some(params),
             None => self.searcher.suggest(id, history),
+        }
+    }
+
+    fn suggest_with_reason(&mut self, id: TrialId, history: &History) -> Option<Suggestion> {
+        match self.initial(id) {
+            Some(params) => Some(Suggestion {
+                params,
+                suggested_by: None,
+            }),
+            None => self.searcher.suggest_with_reason(id, history),
         }
     }
 
@@ -187,14 +207,6 @@ impl Searcher for WithInitialPoints {
 
     fn reads_history(&self) -> bool {
         self.searcher.reads_history()
-    }
-
-    fn choice(&self, id: TrialId, history: &History) -> Option<crate::AutoChoice> {
-        let initial = usize::try_from(id).is_ok_and(|i| i < self.points.len());
-        if initial {
-            return None;
-        }
-        self.searcher.choice(id, history)
     }
 }
 

@@ -47,7 +47,7 @@ pub use number::{params_digits, value_brief, value_digits, value_short, value_te
 pub use params::{ParamError, Params, Value};
 pub use prior::{PriorTrial, WithPriorTrials};
 pub use random::RandomSearch;
-pub use searcher::{trial_rng, Searcher};
+pub use searcher::{trial_rng, Searcher, Suggestion};
 pub use space::{Condition, Param, Space, SpaceBuilder, SpaceError};
 pub use tpe::{Fidelity, Tpe, TpeOptions};
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{History, Params, Searcher, Status, TrialId};
+use crate::{History, Params, Searcher, Status, Suggestion, TrialId};
 
 /// A completed trial of an earlier sweep: its params and the value of the metric it ended with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,8 +71,13 @@ impl WithPriorTrials {
 
 impl Searcher for WithPriorTrials {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
+        self.suggest_with_reason(id, history).map(|s| s.params)
+    }
+
+    fn suggest_with_reason(&mut self, id: TrialId, history: &History) -> Option<Suggestion> {
         let merged = self.merged(history);
-        self.searcher.suggest(id + self.offset(), &merged)
+        self.searcher
+            .suggest_with_reason(id + self.offset(), &merged)
     }
 
     fn total_trials(&self, samples: u64) -> u64 {
@@ -81,11 +86,6 @@ impl Searcher for WithPriorTrials {
 
     fn reads_history(&self) -> bool {
         self.searcher.reads_history()
-    }
-
-    fn choice(&self, id: TrialId, history: &History) -> Option<crate::AutoChoice> {
-        self.searcher
-            .choice(id + self.offset(), &self.merged(history))
     }
 }
 

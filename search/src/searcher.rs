@@ -32,13 +32,30 @@ pub trait Searcher: Send {
         true
     }
 
-    /// For a searcher that hands each suggestion to another (`auto`): which one suggests
-    /// trial `id` given `history`, and why. `None` for a searcher that is one algorithm, and
-    /// for a trial it does not suggest itself (an initial point).
-    fn choice(&self, id: TrialId, history: &History) -> Option<AutoChoice> {
-        let _ = (id, history);
-        None
+    /// [`suggest`](Searcher::suggest), with the searcher that made the suggestion and why, for
+    /// a searcher that hands each one to another (`auto`). A searcher that is one algorithm
+    /// keeps this default, which names none.
+    fn suggest_with_reason(&mut self, id: TrialId, history: &History) -> Option<Suggestion> {
+        self.suggest(id, history).map(|params| Suggestion {
+            params,
+            suggested_by: None,
+        })
     }
+}
+
+/// A trial's parameters and, under `auto`, which searcher suggested them and why (`None` for
+/// a searcher that is one algorithm, and for an initial point).
+///
+/// ```
+/// use tune_search::{History, Mode, RandomSearch, Searcher, Space};
+/// let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+/// let s = RandomSearch::new(space, 7).suggest_with_reason(0, &History::new(Mode::Min)).unwrap();
+/// assert!(s.suggested_by.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suggestion {
+    pub params: Params,
+    pub suggested_by: Option<AutoChoice>,
 }
 
 /// The random stream of trial `id`: independent per trial, fixed by (seed, id).

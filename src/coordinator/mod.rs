@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 use tune_schedulers::{Decision, Scheduler};
-use tune_search::{AutoChoice, History, Mode, Searcher, Status, TrialId};
+use tune_search::{AutoChoice, History, Mode, Searcher, Status, Suggestion, TrialId};
 
 mod in_flight;
 mod reports;
@@ -585,8 +585,11 @@ impl Coordinator {
                 id
             } else if self.created < self.budget {
                 let id = self.created;
-                let choice = self.searcher.choice(id, &self.history);
-                let Some(params) = self.searcher.suggest(id, &self.history) else {
+                let Some(Suggestion {
+                    params,
+                    suggested_by,
+                }) = self.searcher.suggest_with_reason(id, &self.history)
+                else {
                     // The searcher has nothing left (a grid): the budget ends here.
                     self.budget = id;
                     self.summary.total = id;
@@ -598,8 +601,8 @@ impl Coordinator {
                 }
                 self.scheduler.on_trial_add(id, &params);
                 let mut trial = Trial::new(id, params);
-                self.note_choice(id, choice.as_ref());
-                trial.suggested_by = choice;
+                self.note_choice(id, suggested_by.as_ref());
+                trial.suggested_by = suggested_by;
                 self.live.insert(id, trial);
                 self.created += 1;
                 self.summary.pending += 1;

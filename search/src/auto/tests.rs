@@ -32,9 +32,7 @@ fn completed(space: &Space, n: u64) -> History {
 }
 
 fn pick(space: Space, shape: SweepShape, h: &History) -> AutoChoice {
-    AutoSearch::new(space, 1, shape, TpeOptions::default())
-        .choice(h.len() as TrialId, h)
-        .unwrap()
+    AutoSearch::new(space, 1, shape, TpeOptions::default()).decide(h)
 }
 
 #[test]
