@@ -12,7 +12,7 @@ use tune_testkit::trivial;
 use std::process::Command;
 
 use trivial::{report_sum, space};
-use tune::{Mode, Tuner};
+use tune::{Algorithm, Mode, Tuner};
 
 /// The peak resident set of this process, in bytes (VmHWM).
 fn peak_rss() -> u64 {
@@ -28,6 +28,7 @@ fn sweep(trials: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let started = std::time::Instant::now();
     let result = Tuner::new(space())
+        .algorithm(Algorithm::Random)
         .metric("loss", Mode::Min)
         .samples(trials)
         .cpu_slots(8)

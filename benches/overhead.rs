@@ -17,6 +17,9 @@
 //!
 //! (c) runs the closure sweep with and without `[tracking] mlflow`: the sweep's own rate (to
 //!     its last trial's end), and the rate until MLflow holds every trial (`fit` returns then).
+//! (d) what the search costs beside a trial that costs nothing: the closure sweep on one slot
+//!     with `random`, `tpe` and the default `auto` (a GP for its first 250 trials), in seconds
+//!     per sweep of 250 and 1,000 trials.
 
 use tune_testkit::mlflow_server;
 use tune_testkit::trivial;
@@ -27,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use trivial::{is_sum_of_params, report_sum, space};
-use tune::{Event, ExperimentSpec, Mode, Observer, Status, Summary, Tuner};
+use tune::{Algorithm, Event, ExperimentSpec, Mode, Observer, Status, Summary, Tuner};
 
 const PEER_JOURNAL_RANDOM: f64 = 217.7;
 const PEER_SQLITE_RANDOM: f64 = 44.5;
@@ -47,6 +50,7 @@ fn closure_run(root: &Path, n: u64, slots: usize) -> f64 {
     let dir = root.join(format!("closure-{slots}"));
     let start = Instant::now();
     Tuner::new(space())
+        .algorithm(Algorithm::Random)
         .metric("loss", Mode::Min)
         .samples(n)
         .cpu_slots(slots)
@@ -105,6 +109,7 @@ fn closure_mlflow_run(
     let dir = root.join(format!("closure-mlflow-{}-{round}", url.is_some()));
     let last = Arc::new(Mutex::new(None));
     let mut tuner = Tuner::new(space())
+        .algorithm(Algorithm::Random)
         .name(format!("ovh-{}-{round}", url.is_some()))
         .metric("loss", Mode::Min)
         .samples(n)
@@ -136,7 +141,7 @@ fn closure_mlflow_run(
 fn command_run(root: &Path, n: u64, slots: usize) -> f64 {
     let dir = root.join(format!("command-{slots}"));
     let text = format!(
-        "name = \"ovh\"\nmetric = \"loss\"\nsamples = {n}\n[resources]\ncpu_slots = {slots}\n\
+        "name = \"ovh\"\nmetric = \"loss\"\nsamples = {n}\n[search]\nalgorithm = \"random\"\n[resources]\ncpu_slots = {slots}\n\
          [objective]\ncommand = [\"echo\", \"loss: {{x0}}\"]\n[space]\n{}",
         (0..5)
             .map(|i| format!("x{i} = {{ uniform = [0.0, 1.0] }}\n"))
@@ -259,11 +264,47 @@ fn main() {
     println!();
     println!("peak RSS after the closure runs: {rss:.1} MiB");
 
+    search_cost_table(root.path(), if full { &[250, 1_000] } else { &[20] });
+
     if let Ok(python) = std::env::var("TUNE_MLFLOW_PYTHON") {
         mlflow_table(
             root.path(),
             Path::new(&python),
             if full { 2_000 } else { 50 },
+        );
+    }
+}
+
+/// (d): seconds per closure sweep of `n` trials on one slot, by search algorithm.
+fn search_cost_table(root: &Path, sizes: &[u64]) {
+    let algorithms = [Algorithm::Random, Algorithm::Tpe, Algorithm::Auto];
+    println!();
+    println!("| closure sweep, 1 slot, no-op objective | random s | tpe s | auto s | auto / tpe |");
+    println!("|---|---|---|---|---|");
+    for &n in sizes {
+        let secs: Vec<f64> = (algorithms.iter())
+            .map(|&algorithm| {
+                let dir = root.join(format!("cost-{}-{n}", algorithm.as_str()));
+                let start = Instant::now();
+                Tuner::new(space())
+                    .algorithm(algorithm)
+                    .metric("loss", Mode::Min)
+                    .samples(n)
+                    .cpu_slots(1)
+                    .dir(&dir)
+                    .fit(report_sum)
+                    .expect("closure sweep");
+                let secs = start.elapsed().as_secs_f64();
+                verify(&dir, n);
+                secs
+            })
+            .collect();
+        println!(
+            "| {n} trials | {:.2} | {:.2} | {:.2} | {:.1}x |",
+            secs[0],
+            secs[1],
+            secs[2],
+            secs[2] / secs[1]
         );
     }
 }

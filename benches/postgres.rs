@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use trivial::{is_sum_of_params, report_sum, space};
 use tune::experiment::{Experiment, StoreLocation};
-use tune::{Mode, Tuner};
+use tune::{Algorithm, Mode, Tuner};
 
 /// When the first and the last trial of a sweep ran (the rate excludes loading at start).
 type Span = Arc<Mutex<Option<(Instant, Instant)>>>;
@@ -54,6 +54,7 @@ fn sweep(url: &str, name: &str, n: u64, slots: usize, resume: bool) -> f64 {
             .cpu_slots(slots)
     } else {
         Tuner::new(space())
+            .algorithm(Algorithm::Random)
             .name(name)
             .metric("loss", Mode::Min)
             .samples(n)

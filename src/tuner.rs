@@ -75,8 +75,8 @@ pub struct Tuner {
 }
 
 impl Tuner {
-    /// A sweep over `space`; defaults: metric `loss` minimised, 10 samples, seed 0, random
-    /// search, FIFO, one slot per core, folder `runs/<name>` with a time-stamped name.
+    /// A sweep over `space`; defaults: metric `loss` minimised, 10 samples, seed 0, `auto`
+    /// search (a GP or TPE, by the sweep), FIFO, one slot per core, folder `runs/<name>` with a time-stamped name.
     pub fn new(space: Space) -> Tuner {
         let stamp = crate::trial::rfc3339(crate::trial::now_ms()).replace([':', '.'], "-");
         Tuner::from_spec(ExperimentSpec {

@@ -84,7 +84,7 @@ fn sweep(url: &str, kind: Kind, workers: usize, n: u64, filler: u64) -> (f64, Ve
     std::fs::write(
         &spec,
         format!(
-            "name = \"{name}\"\nmetric = \"loss\"\nsamples = {n}\n\n[objective]\ncommand = {COMMAND}\n\n[space]\n{space}"
+            "name = \"{name}\"\nmetric = \"loss\"\nsamples = {n}\n\n[search]\nalgorithm = \"random\"\n\n[objective]\ncommand = {COMMAND}\n\n[space]\n{space}"
         ),
     )
     .expect("spec");

@@ -97,7 +97,7 @@ impl<'de> Deserialize<'de> for Search {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "algorithm", rename_all = "lowercase", deny_unknown_fields)]
 pub enum SearchSpec {
-    /// Independent uniform draws from the space (the default).
+    /// Independent uniform draws from the space.
     Random {},
     /// Every combination of the `grid` parameters, `samples` times over.
     Grid {},
@@ -110,13 +110,13 @@ pub enum SearchSpec {
     Nsga2(Nsga2Options),
     /// A GP or TPE for each suggestion, by the sweep's space, objectives, scheduler and how
     /// many trials have completed ([`tune_search::AutoSearch`]); each with its default
-    /// options.
+    /// options. The default.
     Auto {},
 }
 
 impl Default for SearchSpec {
     fn default() -> Self {
-        SearchSpec::Random {}
+        SearchSpec::Auto {}
     }
 }
 
@@ -150,7 +150,6 @@ impl SearchSpec {
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// Independent uniform draws from the space.
-    #[default]
     Random,
     /// Every combination of the `grid` parameters.
     Grid,
@@ -160,7 +159,9 @@ pub enum Algorithm {
     Gp,
     /// NSGA-II (Deb et al. 2002), a genetic algorithm for several objectives.
     Nsga2,
-    /// A GP or TPE for each suggestion, chosen by the sweep's shape and history.
+    /// A GP or TPE for each suggestion, chosen by the sweep's shape and history (the
+    /// default).
+    #[default]
     Auto,
 }
 

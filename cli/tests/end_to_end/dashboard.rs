@@ -162,12 +162,12 @@ fn run_shows_the_live_and_final_dashboard_and_watch_shows_it_too() {
         ),
     );
     // Live: the header says running, trials have rows, workers are busy.
-    tmux.wait_for_all("run", &["tune · t · random + fifo", "· running"], 30);
+    tmux.wait_for_all("run", &["tune · t · auto + fifo", "· running"], 30);
     tmux.wait_for_all("run", &["cpu:0   trial", "trials ("], 30);
     // A watcher in another window sees the same sweep while it runs.
     tmux.start("watch", &format!("{} watch {}", tune_bin(), dir.display()));
     tmux.wait_until("watch", "the sweep, running or finished", 30, |s| {
-        s.contains("tune · t · random + fifo")
+        s.contains("tune · t · auto + fifo")
             && (s.contains("· running") || s.contains("finished"))
     });
     // The end: the dashboard stays, saying so, until q.

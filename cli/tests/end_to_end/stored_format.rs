@@ -184,3 +184,54 @@ fn a_gp_sweep_stored_before_format_4_keeps_standardised_values_and_repeats() {
     let exp = reopened_as_format(exp, &dir, 3);
     assert_eq!(settings(&exp), (false, false));
 }
+
+/// The experiment record in the sled store under `dir`, as the bytes stored hold it.
+fn stored_meta_json(dir: &Path) -> Json {
+    let db = sled::open(dir.join("tune.db")).unwrap();
+    let bytes = db.open_tree("meta").unwrap().get("meta").unwrap().unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn every_stored_record_names_its_algorithm_so_a_new_default_changes_no_stored_sweep() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The oldest layout named it too.
+    let old = tmp.path().join("format1");
+    unpack_format1(&old);
+    assert_eq!(stored_meta_json(&old)["spec"]["search"]["algorithm"], "tpe");
+
+    // A spec that leaves `[search]` out is stored naming the default, `auto`.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 4\nseed = 3\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "1"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("t");
+    run_ok(&mut tune_run(&spec, &dir));
+    assert_eq!(
+        stored_meta_json(&dir)["spec"]["search"]["algorithm"],
+        "auto"
+    );
+
+    // The same sweep as the build before `auto` was the default stored it (`random`, format
+    // 5) resumes drawing at random: no trial it adds is suggested by auto.
+    let mut exp = tune::experiment::Experiment::open(&dir).unwrap();
+    let mut meta = exp.stored.meta.clone();
+    meta.spec.search.algorithm = SearchSpec::Random {};
+    meta.format = 5;
+    exp.store.put_meta(&meta).unwrap();
+    exp.store.sync().unwrap();
+    drop(exp);
+    run_ok(tune().arg("resume").arg(&dir).args(["--samples", "8"]));
+    let exp = tune::experiment::Experiment::open(&dir).unwrap();
+    assert_eq!(exp.stored.meta.spec.search.algorithm, SearchSpec::Random {});
+    drop(exp);
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 8);
+    let by_auto: Vec<u64> = (trials.iter())
+        .filter(|t| !t["suggested_by"].is_null())
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(by_auto, [0, 1, 2, 3], "only the trials run under auto");
+}
