@@ -114,6 +114,8 @@ pub(crate) enum Outcome {
     Failed(String),
     /// The sweep is shutting down; the trial is re-queued on resume.
     Interrupted,
+    /// Its machine was lost (a remote worker's lease ran out), why: not the trial's fault.
+    Lost(String),
 }
 
 impl Outcome {
@@ -125,6 +127,7 @@ impl Outcome {
             Outcome::Stopped => "stopped".into(),
             Outcome::Interrupted => "interrupted".into(),
             Outcome::Failed(why) => format!("failed: {why}"),
+            Outcome::Lost(why) => format!("lost: {why}"),
         }
     }
 
@@ -134,7 +137,10 @@ impl Outcome {
             "returned" => Outcome::Returned,
             "stopped" => Outcome::Stopped,
             "interrupted" => Outcome::Interrupted,
-            other => Outcome::Failed(other.strip_prefix("failed: ").unwrap_or(other).into()),
+            other => match other.strip_prefix("lost: ") {
+                Some(why) => Outcome::Lost(why.into()),
+                None => Outcome::Failed(other.strip_prefix("failed: ").unwrap_or(other).into()),
+            },
         }
     }
 }
@@ -170,6 +176,8 @@ mod tests {
             Outcome::Stopped,
             Outcome::Interrupted,
             Outcome::Failed("exit code 3: oops".into()),
+            Outcome::Failed("lost: a failure whose text says lost".into()),
+            Outcome::Lost("worker h:1/0 stopped renewing its lease".into()),
         ] {
             assert_eq!(Outcome::from_text(&o.to_text()), o);
         }

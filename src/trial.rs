@@ -38,6 +38,10 @@ pub struct Trial {
     pub finished_at: Option<u64>,
     /// Why it failed (or, for a retried trial, why its last attempt failed).
     pub error: Option<String>,
+    /// Attempts that ended with their machine lost (a remote worker's lease ran out), which
+    /// `max_failures` does not count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_attempts: u32,
     /// Where the last attempt ran (`cpu:0`, `cuda:1`).
     pub device: Option<String>,
     /// The trial it last copied (population-based training).
@@ -63,6 +67,10 @@ pub struct Trial {
     pub results: Vec<TrialResult>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl Trial {
     pub fn new(id: TrialId, params: Params) -> Trial {
         Trial {
@@ -74,6 +82,7 @@ impl Trial {
             started_at: None,
             finished_at: None,
             error: None,
+            lost_attempts: 0,
             device: None,
             parent: None,
             lineage: Vec::new(),

@@ -88,6 +88,7 @@ impl Tuner {
             samples: 10,
             seed: 0,
             max_failures: 0,
+            max_lost_attempts: crate::spec::DEFAULT_MAX_LOST_ATTEMPTS,
             search: Search::default(),
             scheduler: SchedulerSpec::default(),
             resources: Resources::default(),
@@ -390,6 +391,13 @@ impl Tuner {
         self.fixed("max_failures")
     }
 
+    /// Runs of a trial whose machine was lost (a `tune worker` gone past its lease) before it
+    /// fails (default 3); `max_failures` does not count them.
+    pub fn max_lost_attempts(mut self, runs: u32) -> Self {
+        self.spec.max_lost_attempts = runs;
+        self.fixed("max_lost_attempts")
+    }
+
     /// The experiment folder (default `runs/<name>`). With [`Tuner::resume_in`], where this
     /// machine keeps the trial folders.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -521,6 +529,7 @@ impl Tuner {
             samples: exp.stored.meta.samples,
             pool,
             max_failures: spec.max_failures,
+            max_lost_attempts: spec.max_lost_attempts,
             stop_when: spec.stop.clone(),
             timeout: spec
                 .objective

@@ -68,6 +68,7 @@ pub(crate) struct Plan {
     /// Where trials run.
     pub pool: Pool,
     pub max_failures: u32,
+    pub max_lost_attempts: u32,
     /// `[stop]`: when the sweep ends before the budget is spent.
     pub stop_when: StopConditions,
     pub timeout: Option<Duration>,
@@ -613,7 +614,16 @@ impl Coordinator {
             } else {
                 break;
             };
-            let slot = self.plan.pool.claim().expect("a free slot");
+            let Some(slot) = self.plan.pool.claim() else {
+                // Remote workers' slots change on the bridge's thread: the one seen free a
+                // moment ago left with its worker. The trial waits, first in line.
+                if self.live(id).status == Status::Paused {
+                    self.deferred.push_front(id);
+                } else {
+                    self.queue.push_front(id);
+                }
+                break;
+            };
             let exploited = self.live(id).restore_from.is_some();
             self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
@@ -847,7 +857,41 @@ impl Coordinator {
                     self.plan.metric()
                 )),
             ),
-            Outcome::Failed(reason) if t.attempts <= self.plan.max_failures => {
+            Outcome::Lost(reason) => {
+                let t = self.live.get_mut(&id).expect("a trial in flight");
+                t.lost_attempts += 1;
+                let lost = t.lost_attempts;
+                let why = format!("its machine was lost: {reason}");
+                let most = self.plan.max_lost_attempts;
+                self.note(&format!(
+                    "trial {id}: {why}; {}",
+                    if lost > most {
+                        format!("failed after {lost} lost attempts (max_lost_attempts = {most})")
+                    } else {
+                        format!("running it again ({lost} of max_lost_attempts = {most})")
+                    }
+                ));
+                let t = self.live.get_mut(&id).expect("a trial in flight");
+                if lost > most {
+                    (
+                        Status::Failed,
+                        Some(format!(
+                            "{why} ({lost} lost attempts, more than max_lost_attempts = {most})"
+                        )),
+                    )
+                } else {
+                    // Run again at once, elsewhere, the failure not the trial's.
+                    t.error = Some(why);
+                    self.store.put_trial(t)?;
+                    self.set_status(id, Status::Pending);
+                    self.queue.push_front(id);
+                    return Ok(());
+                }
+            }
+            // Attempts whose machine was lost are not the trial's failures.
+            Outcome::Failed(reason)
+                if t.attempts.saturating_sub(t.lost_attempts) <= self.plan.max_failures =>
+            {
                 // Retried at once, same id and params (Ray Tune's max_failures).
                 self.set_status(id, Status::Pending);
                 let t = self.live.get_mut(&id).expect("a trial in flight");

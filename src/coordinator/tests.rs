@@ -212,6 +212,7 @@ impl Sweep {
             samples: self.samples,
             pool,
             max_failures: self.max_failures,
+            max_lost_attempts: crate::spec::DEFAULT_MAX_LOST_ATTEMPTS,
             stop_when: crate::stop::StopConditions {
                 max_failed_trials: 0,
                 ..Default::default()

@@ -30,7 +30,8 @@ pub const RESULT_KEYS: &[&str] = &["step", "seq", "attempt", "sweep_steps", "wor
 /// "attempt", "sweep_steps", <metric>: ..}, ..], "attempts", "device", "started_at",
 /// "finished_at", "error"}`; a result's `sweep_steps` is the steps the whole sweep had trained
 /// when it arrived ([`crate::budget_by_seq`]).
-/// With `algorithm = "auto"` a trial gets `"suggested_by"`: `{"algorithm", "reason"}`.
+/// With `algorithm = "auto"` a trial gets `"suggested_by"`: `{"algorithm", "reason"}`; one
+/// whose machine was lost (a worker's lease ran out), `"lost_attempts"`.
 /// Where `workers` names the worker of an attempt, the trial gets `"worker"` (its last
 /// attempt's) and each result of that attempt its `"worker"`. `value` is the first
 /// objective's; with several, a trial also gets `"values"` (each objective's last value, by
@@ -92,6 +93,9 @@ pub fn to_json(
                 });
                 if let Some(w) = workers.get(&(t.id, t.attempts)) {
                     trial["worker"] = json!(w);
+                }
+                if t.lost_attempts > 0 {
+                    trial["lost_attempts"] = json!(t.lost_attempts);
                 }
                 if let Some(choice) = &t.suggested_by {
                     trial["suggested_by"] = json!(choice);

@@ -515,8 +515,8 @@ impl State {
         }
     }
 
-    /// Attempts whose lease ran out, by the database's clock, are lost: their trials fail (and
-    /// are retried as the coordinator's `max_failures` allows).
+    /// Attempts whose lease ran out, by the database's clock, are lost: their trials run again
+    /// as the coordinator's `max_lost_attempts` allows.
     fn expire_leases(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
         for row in self.db.query(
@@ -532,8 +532,8 @@ impl State {
                 let _ = self.tx.send(WorkerMsg::Finished {
                     id: key.0,
                     attempt: key.1,
-                    outcome: Outcome::Failed(format!(
-                        "worker {} stopped renewing its lease (lost with its trial)",
+                    outcome: Outcome::Lost(format!(
+                        "worker {} stopped renewing its lease",
                         worker.unwrap_or_else(|| "?".into())
                     )),
                 });
@@ -636,7 +636,7 @@ impl State {
                     let outcome: Option<String> = row.get(2);
                     let outcome = match outcome {
                         Some(text) => Outcome::from_text(&text),
-                        None => Outcome::Failed("its worker lost its lease".into()),
+                        None => Outcome::Lost("its worker lost its lease".into()),
                     };
                     let _ = self.tx.send(WorkerMsg::Finished {
                         id: key.0,

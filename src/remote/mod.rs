@@ -8,7 +8,8 @@
 //!   behind each other), which makes it `running` with a fresh fencing `token` and a lease
 //!   (`lease_until`, set and judged by the database's clock). The worker renews the lease;
 //!   it writes `ended` with the outcome. The coordinator marks a row whose lease ran out
-//!   `lost` (the trial is retried as a new attempt, counted against `max_failures`), and rows
+//!   `lost` (the trial runs again as a new attempt, counted against `max_lost_attempts`, not
+//!   `max_failures`), and rows
 //!   it no longer wants `cancelled`.
 //! - `tune_reports`: a worker's report, inserted only while its attempt is `running` with its
 //!   token (a fenced write: a worker that lost its lease is refused and told to stop). The

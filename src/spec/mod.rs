@@ -87,6 +87,11 @@ pub struct ExperimentSpec {
     /// `FailureConfig.max_failures`).
     #[serde(default)]
     pub max_failures: u32,
+    /// How many times a trial whose machine was lost (a `tune worker` that stopped renewing
+    /// its lease: killed, preempted, cut off) runs again elsewhere before it fails. Such an
+    /// attempt is not the trial's fault, so `max_failures` does not count it.
+    #[serde(default = "default_max_lost_attempts")]
+    pub max_lost_attempts: u32,
     #[serde(default)]
     pub search: Search,
     #[serde(default, deserialize_with = "scheduler_naming_the_key")]
@@ -141,6 +146,14 @@ fn tagged_naming_the_key<T: serde::de::DeserializeOwned>(
             None => message,
         }
     })
+}
+
+/// `max_lost_attempts` when unset: a machine lost three times over is more likely the
+/// trial's doing (it runs its machine out of memory) than chance.
+pub const DEFAULT_MAX_LOST_ATTEMPTS: u32 = 3;
+
+fn default_max_lost_attempts() -> u32 {
+    DEFAULT_MAX_LOST_ATTEMPTS
 }
 
 fn scheduler_naming_the_key<'de, D: serde::Deserializer<'de>>(

@@ -167,8 +167,7 @@ fn run_shows_the_live_and_final_dashboard_and_watch_shows_it_too() {
     // A watcher in another window sees the same sweep while it runs.
     tmux.start("watch", &format!("{} watch {}", tune_bin(), dir.display()));
     tmux.wait_until("watch", "the sweep, running or finished", 30, |s| {
-        s.contains("tune · t · auto + fifo")
-            && (s.contains("· running") || s.contains("finished"))
+        s.contains("tune · t · auto + fifo") && (s.contains("· running") || s.contains("finished"))
     });
     // The end: the dashboard stays, saying so, until q.
     tmux.wait_for_all(

@@ -236,6 +236,110 @@ fn a_worker_killed_mid_trial_loses_it_to_another_worker_and_nothing_is_stored_tw
     assert_eq!(attempts, [1, 1, 2, 2, 2]);
 }
 
+/// Starts worker A (lease 3 s: a live worker would have to stall for over 2 s to lose one) and
+/// waits until it claimed trial 0, then `others` workers of lease `others_lease`; all of one
+/// slot.
+fn a_first_then_others(url: &str, tmp: &Path, others: usize, others_lease: &str) -> Vec<Proc> {
+    let a = spawn(worker(url, 1, "3", &tmp.join("a")));
+    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    wait_until(
+        &mut db,
+        "SELECT EXISTS (SELECT 1 FROM tune_attempts WHERE trial = 0 AND state <> 'offered')",
+        "A claimed trial 0",
+    );
+    let mut workers = vec![a];
+    workers.extend(
+        (0..others).map(|i| spawn(worker(url, 1, others_lease, &tmp.join(format!("w{i}"))))),
+    );
+    workers
+}
+
+#[test]
+fn a_lost_machine_is_not_a_failed_trial_its_trial_runs_again_without_max_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    // 60 trials on three workers, no `max_failures`: trial 0's first attempt SIGKILLs its
+    // worker (A) after step 2's decision.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 60\nseed = 1",
+        &["--steps", "3", "--behaviour", "ckpt", "--kill-tune-at", "2"],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let workers = a_first_then_others(&url, tmp.path(), 2, "15");
+    let log = stderr(&finish_ok(coord, "the coordinator"));
+    let outs: Vec<Output> = workers.into_iter().map(|w| finish(w, "a worker")).collect();
+    assert_eq!(outs.iter().filter(|o| killed(o)).count(), 1);
+    let trials = by_id(export_in(&url));
+    assert_eq!(trials.len(), 60);
+    for t in trials.values() {
+        assert_eq!(t["status"], "completed", "{t}");
+        assert_eq!(steps(t), [1, 2, 3], "{t}");
+    }
+    let first = &trials[&0];
+    assert_eq!(first["attempts"], 2, "{first}");
+    assert_eq!(first["lost_attempts"], 1, "{first}");
+    assert!(
+        log.contains("trial 0: its machine was lost: worker ")
+            && log.contains("running it again (1 of max_lost_attempts = 3)"),
+        "{log}"
+    );
+    assert!(
+        trials
+            .values()
+            .all(|t| t.get("lost_attempts").is_none() || t["id"] == 0),
+        "only trial 0 lost its machine"
+    );
+}
+
+#[test]
+fn a_trial_that_loses_its_machine_each_time_fails_after_max_lost_attempts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    // Every attempt of trial 0 SIGKILLs its worker after step 1's decision: A's, then that of
+    // whichever of B and C takes it next; the other finishes the sweep.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 3\nseed = 1\nmax_failures = 5\nmax_lost_attempts = 1",
+        &[
+            "--steps",
+            "2",
+            "--kill-tune-at",
+            "1",
+            "--kill-every-attempt",
+        ],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let workers = a_first_then_others(&url, tmp.path(), 2, "3");
+    let log = stderr(&finish(coord, "the coordinator"));
+    let outs: Vec<Output> = workers.into_iter().map(|w| finish(w, "a worker")).collect();
+    assert_eq!(outs.iter().filter(|o| killed(o)).count(), 2);
+    let trials = by_id(export_in(&url));
+    let first = &trials[&0];
+    // `max_failures = 5` would have retried a failure: a lost machine is counted apart.
+    assert_eq!(first["status"], "failed", "{first}");
+    assert_eq!(first["attempts"], 2, "{first}");
+    assert_eq!(first["lost_attempts"], 2, "{first}");
+    let error = first["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("its machine was lost: worker ")
+            && error.ends_with("(2 lost attempts, more than max_lost_attempts = 1)"),
+        "{error}"
+    );
+    assert!(
+        log.contains("trial 0: its machine was lost: worker ")
+            && log.contains("failed after 2 lost attempts (max_lost_attempts = 1)"),
+        "{log}"
+    );
+    for id in [1, 2] {
+        assert_eq!(trials[&id]["status"], "completed", "{}", trials[&id]);
+    }
+}
+
 #[test]
 fn a_killed_coordinator_is_resumed_elsewhere_while_workers_keep_their_trials() {
     let tmp = tempfile::tempdir().unwrap();
