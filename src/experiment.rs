@@ -66,19 +66,28 @@ impl StoreLocation {
 /// The store layout this build writes. 2: `[search]` and `[scheduler]` are stored as tagged
 /// configs with every setting written out. 3: TPE's `hypervolume_weights` among them. 4: GP's
 /// `power_transform` and `avoid_repeats` among them. 5: TPE's `startup_counts_unmodelled`, and
-/// its `constant_liar` left unset (off under the rung model) unless the spec sets it.
-pub const FORMAT: u32 = 5;
+/// its `constant_liar` left unset (off under the rung model) unless the spec sets it. 6: each
+/// trial's `failed_attempts`, which `max_failures` counts (before, it counted every attempt).
+pub const FORMAT: u32 = 6;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
-/// each missing setting taking its default; 1 to 4 as the builds that wrote them ran them
+/// each missing setting taking its default; 1 to 5 as the builds that wrote them ran them
 /// (`read_as_written`).
-pub const FORMATS_READ: [u32; 5] = [1, 2, 3, 4, 5];
+pub const FORMATS_READ: [u32; 6] = [1, 2, 3, 4, 5, 6];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
 /// TPE weighed several objectives' good trials equally; before 4, GP standardised values only
 /// and could suggest a trial's point again; before 5, TPE's startup counted only the trials
-/// its model read, and its constant liar was on under every model.
-fn read_as_written(meta: &mut Meta) {
+/// its model read, and its constant liar was on under every model; before 6, `max_failures`
+/// counted every attempt a trial had started (one a kill of tune interrupted too), so each
+/// counts as failed.
+fn read_as_written(stored: &mut StoredExperiment) {
+    if stored.meta.format < 6 {
+        for t in &mut stored.trials {
+            t.failed_attempts = t.attempts;
+        }
+    }
+    let meta = &mut stored.meta;
     match &mut meta.spec.search.algorithm {
         crate::spec::SearchSpec::Tpe(tpe) if meta.format < 5 => {
             if meta.format < 3 {
@@ -487,7 +496,7 @@ impl Experiment {
             .into());
         }
         let mut stored = stored;
-        read_as_written(&mut stored.meta);
+        read_as_written(&mut stored);
         Ok(Experiment {
             dir: dir.to_path_buf(),
             store,
@@ -507,7 +516,13 @@ impl Experiment {
             )));
         }
         self.stored.meta.samples = samples;
-        // Rewritten in this build's layout.
+        // Rewritten in this build's layout; first the trials whose failures read_as_written
+        // counted, which a record of format 6 must hold.
+        if self.stored.meta.format < 6 {
+            for t in self.stored.trials.iter().filter(|t| t.failed_attempts > 0) {
+                self.store.put_trial(t)?;
+            }
+        }
         self.stored.meta.format = FORMAT;
         self.store.put_meta(&self.stored.meta)?;
         self.store.sync()?;

@@ -38,6 +38,10 @@ pub struct Trial {
     pub finished_at: Option<u64>,
     /// Why it failed (or, for a retried trial, why its last attempt failed).
     pub error: Option<String>,
+    /// Attempts that failed: what `max_failures` counts (an attempt interrupted by a
+    /// shutdown or a kill of tune, or whose machine was lost, is not one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_attempts: u32,
     /// Attempts that ended with their machine lost (a remote worker's lease ran out), which
     /// `max_failures` does not count.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -82,6 +86,7 @@ impl Trial {
             started_at: None,
             finished_at: None,
             error: None,
+            failed_attempts: 0,
             lost_attempts: 0,
             device: None,
             parent: None,

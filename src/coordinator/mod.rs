@@ -819,6 +819,14 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Queues trial `id` to run again first, as a new attempt, stored as pending.
+    fn run_again(&mut self, id: TrialId) -> Result<(), TuneError> {
+        self.set_status(id, Status::Pending);
+        self.store.put_trial(&self.live[&id])?;
+        self.queue.push_front(id);
+        Ok(())
+    }
+
     fn on_finished(
         &mut self,
         id: TrialId,
@@ -882,25 +890,20 @@ impl Coordinator {
                 } else {
                     // Run again at once, elsewhere, the failure not the trial's.
                     t.error = Some(why);
-                    self.store.put_trial(t)?;
-                    self.set_status(id, Status::Pending);
-                    self.queue.push_front(id);
-                    return Ok(());
+                    return self.run_again(id);
                 }
             }
-            // Attempts whose machine was lost are not the trial's failures.
-            Outcome::Failed(reason)
-                if t.attempts.saturating_sub(t.lost_attempts) <= self.plan.max_failures =>
-            {
-                // Retried at once, same id and params (Ray Tune's max_failures).
-                self.set_status(id, Status::Pending);
+            Outcome::Failed(reason) => {
                 let t = self.live.get_mut(&id).expect("a trial in flight");
-                t.error = Some(reason);
-                self.store.put_trial(t)?;
-                self.queue.push_front(id);
-                return Ok(());
+                t.failed_attempts += 1;
+                if t.failed_attempts > self.plan.max_failures {
+                    (Status::Failed, Some(reason))
+                } else {
+                    // Retried at once, same id and params (Ray Tune's max_failures).
+                    t.error = Some(reason);
+                    return self.run_again(id);
+                }
             }
-            Outcome::Failed(reason) => (Status::Failed, Some(reason)),
         };
         self.settle(id, status, error)
     }

@@ -333,6 +333,69 @@ fn a_kill_between_a_steps_acknowledgement_and_its_checkpoint_stores_the_step_onc
 }
 
 #[test]
+fn a_kill_of_tune_spends_no_retry_of_the_trial_it_interrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Trial 0's first attempt kills tune after step 1; its next attempt (the resume's) fails
+    // once, after its steps; `max_failures = 1` retries that, as a sweep never killed would
+    // have retried its first failure. The interrupted attempt was no failure.
+    let once = tmp.path().join("failed-once");
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 1\nseed = 4\nmax_failures = 1\n[resources]\ncpu_slots = 1",
+        &[
+            "--steps",
+            "2",
+            "--kill-tune-at",
+            "1",
+            "--fail-once",
+            once.to_str().unwrap(),
+        ],
+        "x = { uniform = [-2.0, 2.0] }",
+    );
+    let dir = tmp.path().join("run");
+    killed_then_resumed(&spec, &dir);
+    assert!(once.exists(), "the resumed attempt did not fail");
+    let t0 = &export_json(&dir)[0];
+    assert_eq!(t0["status"], "completed", "{t0}");
+    assert_eq!(t0["attempts"], 3, "{t0}");
+}
+
+/// A trial of a record written before format 6 (when `max_failures` counted every attempt),
+/// resumed: its attempts count as that build counted them.
+#[test]
+fn a_trial_stored_before_format_6_counts_its_attempts_as_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let once = tmp.path().join("failed-once");
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 1\nseed = 4\nmax_failures = 1\n[resources]\ncpu_slots = 1",
+        &[
+            "--steps",
+            "2",
+            "--kill-tune-at",
+            "1",
+            "--fail-once",
+            once.to_str().unwrap(),
+        ],
+        "x = { uniform = [-2.0, 2.0] }",
+    );
+    let dir = tmp.path().join("run");
+    let first = tune_run(&spec, &dir).output().unwrap();
+    assert!(killed(&first), "the fixture did not kill tune");
+    let mut exp = tune::experiment::Experiment::open(&dir).unwrap();
+    let mut meta = exp.stored.meta.clone();
+    meta.format = 5;
+    exp.store.put_meta(&meta).unwrap();
+    exp.store.sync().unwrap();
+    drop(exp);
+    // Its only trial fails: the resume's exit code says so either way; the export is checked.
+    tune().arg("resume").arg(&dir).output().unwrap();
+    let t0 = &export_json(&dir)[0];
+    assert_eq!(t0["status"], "failed", "{t0}");
+    assert_eq!(t0["attempts"], 2, "{t0}");
+}
+
+#[test]
 fn a_stop_decided_before_a_kill_but_not_stored_is_applied_on_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write_spec(
