@@ -10,7 +10,7 @@ use tune_search::TrialId;
 use crate::trial::Trial;
 
 /// A report a remote worker sent and the coordinator answered (`tune_reports`), as
-/// [`crate::remote::decided_reports`] reads it.
+/// [`crate::remote::ExperimentReader::decided_reports`] reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecidedReport {
     pub trial: TrialId,

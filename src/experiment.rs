@@ -350,6 +350,16 @@ impl Experiment {
         Ok(exp)
     }
 
+    /// One connection to experiment `name` in the PostgreSQL database at `url`, for a command
+    /// that reads several things of it; a database without it is [`TuneError::NotAnExperiment`].
+    #[cfg(feature = "postgres")]
+    pub fn postgres_reader(
+        url: &str,
+        name: &str,
+    ) -> Result<crate::remote::ExperimentReader, TuneError> {
+        crate::remote::ExperimentReader::connect(url, name).map_err(|e| no_experiment(e, name, url))
+    }
+
     /// What is stored of experiment `name` in the PostgreSQL database at `url`, read without
     /// taking the experiment (its sweep may be running): for `status`, `export` and `watch`.
     pub fn read_postgres(url: &str, name: &str) -> Result<StoredExperiment, TuneError> {

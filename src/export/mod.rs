@@ -15,7 +15,7 @@ use crate::spec::{Constraints, Goal};
 use crate::trial::{rfc3339, Trial};
 
 /// The remote worker (`host:pid`) of each attempt a `tune worker` ran, by (trial, attempt)
-/// ([`crate::remote::attempt_workers`]); empty for a sweep run on one machine.
+/// ([`crate::remote::ExperimentReader::attempt_workers`]); empty for a sweep run on one machine.
 pub type AttemptWorkers = BTreeMap<(TrialId, u32), String>;
 
 /// The keys an exported result has of its own, beside its metrics: a metric may not take one

@@ -38,7 +38,7 @@ mod worker;
 #[cfg(not(feature = "postgres"))]
 pub(crate) use bridge_unbuilt as bridge;
 #[cfg(feature = "postgres")]
-pub use queries::{attempt_workers, decided_reports, serving};
+pub use queries::ExperimentReader;
 #[cfg(feature = "postgres")]
 pub(crate) use queries::{worker_from_row, WORKERS_SQL};
 #[cfg(feature = "postgres")]

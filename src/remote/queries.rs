@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{Serving, WorkerInfo};
+use crate::store::{pg_store, StorePlace, StoredExperiment};
 
 /// The workers of experiment `$1` (registered and not yet exited), as [`worker_from_row`]
 /// reads them.
@@ -38,107 +39,116 @@ pub(crate) fn worker_from_row(r: &postgres::Row) -> WorkerInfo {
     }
 }
 
-/// Who serves experiment `name` at `url` now (one connection, one snapshot).
+/// One connection to the database holding experiment `name`, for reading it: its records,
+/// who serves it, which worker ran each attempt, which reports were answered. A command that
+/// reads several of these opens one connection (and checks the schema once), not one each.
 ///
 /// ```no_run
-/// let serving = tune::remote::serving("postgres://tune@db/tune", "mnist-lr")?;
-/// println!("coordinator: {:?}", serving.coordinator);
+/// let mut db = tune::remote::ExperimentReader::connect("postgres://tune@db/tune", "mnist-lr")?;
+/// let stored = db.stored()?;
+/// let serving = db.serving()?;
+/// println!("{} trials; coordinator: {:?}", stored.trials.len(), serving.coordinator);
 /// for w in &serving.workers {
 ///     println!("{} ({} slots): {:?}", w.id, w.slots, w.running);
 /// }
 /// # Ok::<(), tune::StoreError>(())
 /// ```
-pub fn serving(url: &str, name: &str) -> Result<Serving, crate::StoreError> {
-    use crate::store::pg_store::{connect, coordinator, db_error, existing};
-    let location = crate::store::postgres_location(url, name);
-    let mut client = connect(url, &location)?;
-    let experiment = existing(&mut client, name, &location)?;
-    let err = |e| db_error(&location, e);
-    let mut snapshot = client
-        .build_transaction()
-        .isolation_level(postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(err)?;
-    let coordinator = coordinator(&mut snapshot, experiment).map_err(err)?;
-    let workers = snapshot
-        .query(WORKERS_SQL, &[&experiment])
-        .map_err(err)?
-        .iter()
-        .map(worker_from_row)
-        .collect();
-    snapshot.commit().map_err(err)?;
-    Ok(Serving {
-        coordinator,
-        workers,
-    })
+pub struct ExperimentReader {
+    client: postgres::Client,
+    experiment: i64,
+    location: StorePlace,
 }
 
-/// The worker (`host:pid`) of each attempt of experiment `name` at `url` that a worker
-/// claimed, by (trial, attempt): what `tune export` gives each result.
-///
-/// ```no_run
-/// let by_attempt = tune::remote::attempt_workers("postgres://tune@db/tune", "mnist-lr")?;
-/// println!("trial 0's first attempt ran on {:?}", by_attempt.get(&(0, 1)));
-/// # Ok::<(), tune::StoreError>(())
-/// ```
-pub fn attempt_workers(
-    url: &str,
-    name: &str,
-) -> Result<BTreeMap<(tune_search::TrialId, u32), String>, crate::StoreError> {
-    use crate::store::pg_store::{connect, db_error, existing};
-    let location = crate::store::postgres_location(url, name);
-    let mut client = connect(url, &location)?;
-    let experiment = existing(&mut client, name, &location)?;
-    let rows = client
-        .query(
-            "SELECT trial, attempt, worker FROM tune_attempts
-             WHERE experiment = $1 AND worker IS NOT NULL",
-            &[&experiment],
-        )
-        .map_err(|e| db_error(&location, e))?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let key = (
-                r.get::<_, i64>(0) as tune_search::TrialId,
-                r.get::<_, i32>(1) as u32,
-            );
-            (key, r.get(2))
+impl ExperimentReader {
+    /// Connects to `url` (migrating its schema if it lags), refusing a database without an
+    /// experiment `name` ([`crate::StoreError::NoMeta`]).
+    pub fn connect(url: &str, name: &str) -> Result<ExperimentReader, crate::StoreError> {
+        let location = crate::store::postgres_location(url, name);
+        let mut client = pg_store::connect(url, &location)?;
+        let experiment = pg_store::existing(&mut client, name, &location)?;
+        Ok(ExperimentReader {
+            client,
+            experiment,
+            location,
         })
-        .collect())
-}
+    }
 
-/// Every report remote workers sent for experiment `name` at `url` that the coordinator
-/// answered, in the order sent: what `tune check` holds against the stored results.
-///
-/// ```no_run
-/// let decided = tune::remote::decided_reports("postgres://tune@db/tune", "mnist-lr")?;
-/// println!("{} reports answered", decided.len());
-/// # Ok::<(), tune::StoreError>(())
-/// ```
-pub fn decided_reports(
-    url: &str,
-    name: &str,
-) -> Result<Vec<crate::check::DecidedReport>, crate::StoreError> {
-    use crate::store::pg_store::{connect, db_error, existing};
-    let location = crate::store::postgres_location(url, name);
-    let mut client = connect(url, &location)?;
-    let experiment = existing(&mut client, name, &location)?;
-    let rows = client
-        .query(
-            "SELECT trial, attempt, step, heard FROM tune_reports
-             WHERE experiment = $1 AND heard IS NOT NULL AND step IS NOT NULL ORDER BY id",
-            &[&experiment],
-        )
-        .map_err(|e| db_error(&location, e))?;
-    Ok(rows
-        .iter()
-        .map(|r| crate::check::DecidedReport {
-            trial: r.get::<_, i64>(0) as tune_search::TrialId,
-            attempt: r.get::<_, i32>(1) as u32,
-            step: r.get::<_, i64>(2) as u64,
-            heard: r.get(3),
+    /// Everything stored: the experiment record and every trial with its results.
+    pub fn stored(&mut self) -> Result<StoredExperiment, crate::StoreError> {
+        pg_store::read(&mut self.client, self.experiment, &self.location)
+    }
+
+    /// Who serves the experiment now (one snapshot).
+    pub fn serving(&mut self) -> Result<Serving, crate::StoreError> {
+        let location = &self.location;
+        let err = |e| pg_store::db_error(location, e);
+        let mut snapshot = self
+            .client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(err)?;
+        let coordinator = pg_store::coordinator(&mut snapshot, self.experiment).map_err(err)?;
+        let workers = snapshot
+            .query(WORKERS_SQL, &[&self.experiment])
+            .map_err(err)?
+            .iter()
+            .map(worker_from_row)
+            .collect();
+        snapshot.commit().map_err(err)?;
+        Ok(Serving {
+            coordinator,
+            workers,
         })
-        .collect())
+    }
+
+    /// The worker (`host:pid`) of each attempt a worker claimed, by (trial, attempt): what
+    /// `tune export` gives each result.
+    pub fn attempt_workers(
+        &mut self,
+    ) -> Result<BTreeMap<(tune_search::TrialId, u32), String>, crate::StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT trial, attempt, worker FROM tune_attempts
+                 WHERE experiment = $1 AND worker IS NOT NULL",
+                &[&self.experiment],
+            )
+            .map_err(|e| pg_store::db_error(&self.location, e))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let key = (
+                    r.get::<_, i64>(0) as tune_search::TrialId,
+                    r.get::<_, i32>(1) as u32,
+                );
+                (key, r.get(2))
+            })
+            .collect())
+    }
+
+    /// Every report remote workers sent that the coordinator answered, in the order sent:
+    /// what `tune check` holds against the stored results.
+    pub fn decided_reports(
+        &mut self,
+    ) -> Result<Vec<crate::check::DecidedReport>, crate::StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT trial, attempt, step, heard FROM tune_reports
+                 WHERE experiment = $1 AND heard IS NOT NULL AND step IS NOT NULL ORDER BY id",
+                &[&self.experiment],
+            )
+            .map_err(|e| pg_store::db_error(&self.location, e))?;
+        Ok(rows
+            .iter()
+            .map(|r| crate::check::DecidedReport {
+                trial: r.get::<_, i64>(0) as tune_search::TrialId,
+                attempt: r.get::<_, i32>(1) as u32,
+                step: r.get::<_, i64>(2) as u64,
+                heard: r.get(3),
+            })
+            .collect())
+    }
 }

@@ -566,7 +566,7 @@ fn apply(
 }
 
 /// Everything stored for `experiment`, as the client sees it.
-fn read(
+pub(crate) fn read(
     client: &mut impl GenericClient,
     experiment: i64,
     location: &StorePlace,

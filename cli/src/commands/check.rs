@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use tune::TuneError;
 
 use crate::args::{CheckArgs, Named};
-use crate::commands::state::{quiet_on_broken_pipe, stored_of};
+use crate::commands::state::{quiet_on_broken_pipe, stored_of, Stored};
 
 pub fn check(args: CheckArgs) -> Result<ExitCode, TuneError> {
     findings(&Named::new(args.experiment, &args.store)?)
@@ -14,10 +14,10 @@ pub fn check(args: CheckArgs) -> Result<ExitCode, TuneError> {
 
 /// `tune check`: the findings on stdout, one a line; exit 1 where there are any.
 fn findings(named: &Named) -> Result<ExitCode, TuneError> {
-    let (place, stored) = stored_of(named)?;
-    let decided = match named {
-        Named::InDatabase { url, name } => tune::remote::decided_reports(url, name)?,
-        Named::Folder(_) => Vec::new(),
+    let Stored { place, stored, db } = stored_of(named)?;
+    let decided = match db {
+        Some(mut db) => db.decided_reports()?,
+        None => Vec::new(),
     };
     let found = tune::check::check(&stored.trials, &decided);
     let results: usize = stored.trials.iter().map(|t| t.results.len()).sum();

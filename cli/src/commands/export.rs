@@ -23,14 +23,12 @@ pub fn export(args: ExportArgs) -> Result<ExitCode, TuneError> {
     }
     check_destination(format, folder.as_deref())?;
     let named = Named::new(experiment, &store)?;
-    let sweep = load_to_export(&named, salvage)?;
-    let spec = &sweep.spec;
-    let workers = match &named {
-        Named::InDatabase { url, name } if format == Format::Json => {
-            tune::remote::attempt_workers(url, name)?
-        }
+    let mut sweep = load_to_export(&named, salvage)?;
+    let workers = match &mut sweep.db {
+        Some(db) if format == Format::Json => db.attempt_workers()?,
         _ => Default::default(),
     };
+    let spec = &sweep.spec;
     let mut out = std::io::stdout().lock();
     let written = match format {
         Format::Json => serde_json::to_writer_pretty(

@@ -3,22 +3,37 @@
 use std::path::Path;
 
 use tune::experiment::Experiment;
+use tune::remote::ExperimentReader;
 use tune::store::StorePlace;
 use tune::{ExperimentSpec, TuneError};
 
 use crate::args::Named;
 
-/// What is stored of the experiment, with how to name where it is kept.
-pub fn stored_of(named: &Named) -> Result<(StorePlace, tune::store::StoredExperiment), TuneError> {
+/// An experiment as stored, with how to name where it is kept.
+pub struct Stored {
+    pub place: StorePlace,
+    pub stored: tune::store::StoredExperiment,
+    /// The connection it was read over (an experiment in a database), for what else a command
+    /// reads there.
+    pub db: Option<ExperimentReader>,
+}
+
+/// What is stored of the experiment.
+pub fn stored_of(named: &Named) -> Result<Stored, TuneError> {
     match named {
-        Named::Folder(dir) => Ok((
-            StorePlace::Folder(dir.clone()),
-            Experiment::open(dir)?.stored,
-        )),
-        Named::InDatabase { url, name } => Ok((
-            tune::store::postgres_location(url, name),
-            Experiment::read_postgres(url, name)?,
-        )),
+        Named::Folder(dir) => Ok(Stored {
+            place: StorePlace::Folder(dir.clone()),
+            stored: Experiment::open(dir)?.stored,
+            db: None,
+        }),
+        Named::InDatabase { url, name } => {
+            let mut db = Experiment::postgres_reader(url, name)?;
+            Ok(Stored {
+                place: tune::store::postgres_location(url, name),
+                stored: db.stored()?,
+                db: Some(db),
+            })
+        }
     }
 }
 
@@ -47,26 +62,16 @@ pub struct SweepState {
     pub live: bool,
     /// Its coordinator and remote workers (a sweep in a database).
     pub serving: tune::remote::Serving,
+    /// The connection it was read over (a sweep in a database).
+    pub db: Option<ExperimentReader>,
 }
 
 impl SweepState {
     pub fn load(named: &Named) -> Result<SweepState, TuneError> {
-        let Named::Folder(dir) = named else {
+        let dir = match named {
+            Named::Folder(dir) => dir,
             // A database is read as it is, running sweep or not.
-            let (place, stored) = stored_of(named)?;
-            let serving = match named {
-                Named::InDatabase { url, name } => tune::remote::serving(url, name)?,
-                Named::Folder(_) => Default::default(),
-            };
-            return Ok(SweepState {
-                place,
-                spec: stored.meta.spec,
-                samples: stored.meta.samples,
-                created_at: stored.meta.created_at,
-                trials: stored.trials,
-                live: serving.coordinator.is_some(),
-                serving,
-            });
+            Named::InDatabase { url, name } => return SweepState::in_database(url, name),
         };
         // A running sweep is asked first: its store stays locked while it runs.
         if let Some(board) = tune_cli::dashboard::live_board(dir) {
@@ -81,6 +86,7 @@ impl SweepState {
                 trials: board.trials.iter().map(|v| v.to_trial()).collect(),
                 live: true,
                 serving: Default::default(),
+                db: None,
             });
         }
         let exp = Experiment::open(dir)?;
@@ -92,6 +98,23 @@ impl SweepState {
             trials: exp.stored.trials,
             live: false,
             serving: Default::default(),
+            db: None,
+        })
+    }
+
+    fn in_database(url: &str, name: &str) -> Result<SweepState, TuneError> {
+        let mut db = Experiment::postgres_reader(url, name)?;
+        let stored = db.stored()?;
+        let serving = db.serving()?;
+        Ok(SweepState {
+            place: tune::store::postgres_location(url, name),
+            spec: stored.meta.spec,
+            samples: stored.meta.samples,
+            created_at: stored.meta.created_at,
+            trials: stored.trials,
+            live: serving.coordinator.is_some(),
+            serving,
+            db: Some(db),
         })
     }
 
@@ -114,6 +137,7 @@ impl SweepState {
             trials: stored.trials,
             live: false,
             serving: Default::default(),
+            db: None,
         })
     }
 }

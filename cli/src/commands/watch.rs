@@ -9,7 +9,7 @@ use tune::{now_ms, TuneError};
 use tune_cli::dashboard::{App, Board, Update};
 
 use crate::args::{Named, WatchArgs};
-use crate::commands::state::{quiet_on_broken_pipe, stored_of};
+use crate::commands::state::{quiet_on_broken_pipe, stored_of, Stored};
 
 pub fn watch(args: WatchArgs) -> Result<ExitCode, TuneError> {
     watch_named(&Named::new(args.experiment, &args.store)?)
@@ -63,10 +63,10 @@ fn watch_named(named: &Named) -> Result<ExitCode, TuneError> {
 
 /// The board of the experiment as stored now, with who serves it (a sweep in a database).
 fn stored_board(named: &Named) -> Result<Board, TuneError> {
-    let (place, stored) = stored_of(named)?;
-    let serving = match named {
-        Named::InDatabase { url, name } => tune::remote::serving(url, name)?,
-        Named::Folder(_) => Default::default(),
+    let Stored { place, stored, db } = stored_of(named)?;
+    let serving = match db {
+        Some(mut db) => db.serving()?,
+        None => Default::default(),
     };
     Ok(tune_cli::dashboard::board_of_stored(
         &place, &stored, &serving,

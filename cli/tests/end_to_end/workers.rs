@@ -773,6 +773,50 @@ impl Proxy {
     fn pause(&self, on: bool) {
         self.paused.store(on, std::sync::atomic::Ordering::SeqCst);
     }
+
+    /// Connections made through the proxy so far (each holds its two ends until severed).
+    fn connections(&self) -> usize {
+        self.streams.lock().unwrap().len() / 2
+    }
+}
+
+#[test]
+fn each_command_reading_a_sweep_in_the_database_opens_one_connection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 3\nseed = 1",
+        &["--steps", "1"],
+        "x = { uniform = [-3.0, 3.0] }",
+    );
+    run_ok(
+        tune()
+            .arg("run")
+            .arg(&spec)
+            .args(["--store", &url, "--no-tui", "--dir"])
+            .arg(tmp.path().join("c")),
+    );
+    let proxy = Proxy::new(&url);
+    for command in [
+        &["status"][..],
+        &["export", "--format", "json"],
+        &["check"],
+        &["watch"],
+        &["plot", "--out"],
+    ] {
+        let before = proxy.connections();
+        let mut cmd = tune();
+        cmd.arg(command[0]).args(["t", "--store", &proxy.url]);
+        cmd.args(&command[1..]);
+        if command[0] == "plot" {
+            cmd.arg(tmp.path().join("report.html"));
+        }
+        run_ok(&mut cmd);
+        // Two TCP connections make one: tune asks the server whether it answers at all
+        // (pg_store's answers_within) before it connects.
+        assert_eq!(proxy.connections() - before, 2, "tune {command:?}");
+    }
 }
 
 /// Polls `query` (one boolean) until it is true.
