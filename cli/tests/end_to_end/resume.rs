@@ -332,15 +332,13 @@ fn a_kill_between_a_steps_acknowledgement_and_its_checkpoint_stores_the_step_onc
     );
 }
 
-#[test]
-fn a_kill_of_tune_spends_no_retry_of_the_trial_it_interrupted() {
-    let tmp = tempfile::tempdir().unwrap();
-    // Trial 0's first attempt kills tune after step 1; its next attempt (the resume's) fails
-    // once, after its steps; `max_failures = 1` retries that, as a sweep never killed would
-    // have retried its first failure. The interrupted attempt was no failure.
-    let once = tmp.path().join("failed-once");
+/// A spec in `tmp` of one two-step trial, `max_failures = 1`, whose first attempt kills tune
+/// after step 1 and whose next attempt fails once after its steps; with the file that marks
+/// that failure.
+fn killing_then_failing_once(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let once = tmp.join("failed-once");
     let spec = write_spec(
-        tmp.path(),
+        tmp,
         "samples = 1\nseed = 4\nmax_failures = 1\n[resources]\ncpu_slots = 1",
         &[
             "--steps",
@@ -352,6 +350,16 @@ fn a_kill_of_tune_spends_no_retry_of_the_trial_it_interrupted() {
         ],
         "x = { uniform = [-2.0, 2.0] }",
     );
+    (spec, once)
+}
+
+#[test]
+fn a_kill_of_tune_spends_no_retry_of_the_trial_it_interrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Trial 0's first attempt kills tune after step 1; its next attempt (the resume's) fails
+    // once, after its steps; `max_failures = 1` retries that, as a sweep never killed would
+    // have retried its first failure. The interrupted attempt was no failure.
+    let (spec, once) = killing_then_failing_once(tmp.path());
     let dir = tmp.path().join("run");
     killed_then_resumed(&spec, &dir);
     assert!(once.exists(), "the resumed attempt did not fail");
@@ -365,20 +373,7 @@ fn a_kill_of_tune_spends_no_retry_of_the_trial_it_interrupted() {
 #[test]
 fn a_trial_stored_before_format_6_counts_its_attempts_as_failures() {
     let tmp = tempfile::tempdir().unwrap();
-    let once = tmp.path().join("failed-once");
-    let spec = write_spec(
-        tmp.path(),
-        "samples = 1\nseed = 4\nmax_failures = 1\n[resources]\ncpu_slots = 1",
-        &[
-            "--steps",
-            "2",
-            "--kill-tune-at",
-            "1",
-            "--fail-once",
-            once.to_str().unwrap(),
-        ],
-        "x = { uniform = [-2.0, 2.0] }",
-    );
+    let (spec, _) = killing_then_failing_once(tmp.path());
     let dir = tmp.path().join("run");
     let first = tune_run(&spec, &dir).output().unwrap();
     assert!(killed(&first), "the fixture did not kill tune");
