@@ -115,6 +115,8 @@ pub(crate) enum Outcome {
     /// The sweep is shutting down; the trial is re-queued on resume.
     Interrupted,
     /// Its machine was lost (a remote worker's lease ran out), why: not the trial's fault.
+    /// Only remote workers have a machine to lose.
+    #[cfg(feature = "postgres")]
     Lost(String),
 }
 

@@ -68,6 +68,8 @@ pub(crate) struct Plan {
     /// Where trials run.
     pub pool: Pool,
     pub max_failures: u32,
+    /// Read only where remote workers (the `postgres` feature) can lose their machine.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub max_lost_attempts: u32,
     /// `[stop]`: when the sweep ends before the budget is spent.
     pub stop_when: StopConditions,
@@ -865,6 +867,7 @@ impl Coordinator {
                     self.plan.metric()
                 )),
             ),
+            #[cfg(feature = "postgres")]
             Outcome::Lost(reason) => {
                 let t = self.live.get_mut(&id).expect("a trial in flight");
                 t.lost_attempts += 1;
