@@ -52,6 +52,7 @@ impl TuneError {
                 | TuneError::Samples(_)
                 | TuneError::Store(StoreError::Refused { .. })
                 | TuneError::Store(StoreError::BadUrl { .. })
+                | TuneError::Store(StoreError::Tls { .. })
                 | TuneError::Store(StoreError::PostgresNotBuilt { .. })
         )
     }

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::error::TuneError;
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
-use crate::store::pg_store::{bigint, connect, db_error, existing};
+use crate::store::pg_store::{self, bigint, db_error, existing};
 
 /// An attempt that was running remotely when this coordinator started, taken over as it is.
 #[derive(Debug, Clone)]
@@ -163,19 +163,19 @@ impl Bridge {
         rt: &Handle,
     ) -> Result<(Bridge, Vec<Adopted>), TuneError> {
         let location = crate::store::postgres_location(url, name);
-        let mut client = connect(url, &location)?;
+        let settings = pg_store::settings(url, &location)?;
+        let mut client = pg_store::connect_with(&settings, &location)?;
         let experiment = existing(&mut client, name, &location)?;
         let adopted = adopt(&mut client, experiment, running, &location)?;
-        let err = |e| TuneError::Store(db_error(&location, e));
         let (events, inbox) = std_mpsc::channel();
         let capacity = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let listener = {
-            let (url, events, stop) = (url.to_string(), events.clone(), stop.clone());
+            let (settings, events, stop) = (settings.clone(), events.clone(), stop.clone());
             let channel = coordinator_channel(experiment);
             std::thread::spawn(move || {
                 listen(
-                    &url,
+                    &settings,
                     &[&channel],
                     |_, what| events.send(Event::Wake(Changed::from_note(what))).is_ok(),
                     &stop,
@@ -192,7 +192,7 @@ impl Bridge {
             });
         }
         let mut state = State {
-            db: Db::new(client, url.parse().map_err(err)?),
+            db: Db::new(client, settings),
             stop: stop.clone(),
             experiment,
             tracked: adopted
@@ -256,7 +256,7 @@ impl Bridge {
 /// Hands each notification on `channels` (its channel and payload) to `note` until `stop` is
 /// set or `note` returns `false`; reconnects when the connection is lost.
 pub(super) fn listen(
-    url: &str,
+    settings: &pg_store::PgSettings,
     channels: &[&str],
     note: impl Fn(&str, &str) -> bool,
     stop: &AtomicBool,
@@ -267,10 +267,8 @@ pub(super) fn listen(
             Some(c) => c,
             None => {
                 let listens: String = channels.iter().map(|ch| format!("LISTEN {ch};")).collect();
-                let connected = url
-                    .parse()
+                let connected = pg_store::open(settings)
                     .ok()
-                    .and_then(|config| crate::store::pg_store::open(&config).ok())
                     .and_then(|mut c| c.batch_execute(&listens).map(|()| c).ok());
                 match connected {
                     Some(c) => client.insert(c),

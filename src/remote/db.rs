@@ -5,22 +5,24 @@
 use std::collections::HashMap;
 
 use postgres::types::ToSql;
-use postgres::{Client, Config, Row, Statement};
+use postgres::{Client, Row, Statement};
+
+use crate::store::pg_store::PgSettings;
 
 pub(crate) struct Db {
     client: Client,
     /// How to connect again.
-    config: Config,
+    settings: PgSettings,
     statements: HashMap<&'static str, Statement>,
 }
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 impl Db {
-    pub(crate) fn new(client: Client, config: Config) -> Db {
+    pub(crate) fn new(client: Client, settings: PgSettings) -> Db {
         Db {
             client,
-            config,
+            settings,
             statements: HashMap::new(),
         }
     }
@@ -76,7 +78,7 @@ impl Db {
 
     /// A new connection in place of a closed one (its statements prepared again as used).
     pub(crate) fn reconnect(&mut self) -> bool {
-        match crate::store::pg_store::open(&self.config) {
+        match crate::store::pg_store::open(&self.settings) {
             Ok(c) => {
                 self.client = c;
                 self.statements.clear();

@@ -203,7 +203,7 @@ impl Worker {
         let (wake_tx, wake_rx) = mpsc::unbounded_channel();
         let listening = Arc::new(Mutex::new(HashSet::new()));
         let stop_listener = Arc::new(AtomicBool::new(false));
-        let listener = spawn_listener(&self.url, &listening, &stop_listener, wake_tx);
+        let listener = spawn_listener(config.clone(), &listening, &stop_listener, wake_tx);
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = WorkerState {
             me: this_process(),
@@ -241,8 +241,9 @@ impl Worker {
     fn connection_config(
         &self,
         location: &crate::store::StorePlace,
-    ) -> Result<postgres::Config, TuneError> {
-        let mut config = crate::store::pg_store::parse_url(&self.url, location)?;
+    ) -> Result<crate::store::pg_store::PgSettings, TuneError> {
+        let mut settings = crate::store::pg_store::parse_url(&self.url, location)?;
+        let config = &mut settings.config;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(self.lease);
         }
@@ -250,7 +251,7 @@ impl Worker {
             .tcp_user_timeout(self.lease)
             .keepalives(true)
             .keepalives_idle((self.lease / 2).max(Duration::from_secs(1)));
-        Ok(config)
+        Ok(settings)
     }
 
     /// The id of the experiment `name`, waiting up to `--wait` for its sweep to store it;
@@ -289,15 +290,15 @@ impl Worker {
 /// (`None`), and so does a decision on one of the reports `listening` holds, with the
 /// decision.
 fn spawn_listener(
-    url: &str,
+    settings: crate::store::pg_store::PgSettings,
     listening: &Arc<Mutex<HashSet<i64>>>,
     stop: &Arc<AtomicBool>,
     wake: mpsc::UnboundedSender<Option<(i64, ReportAnswer)>>,
 ) -> std::thread::JoinHandle<()> {
-    let (url, filter, stop) = (url.to_string(), listening.clone(), stop.clone());
+    let (filter, stop) = (listening.clone(), stop.clone());
     std::thread::spawn(move || {
         listen(
-            &url,
+            &settings,
             &[OFFERS_CHANNEL, DECISIONS_CHANNEL],
             |channel, payload| {
                 if channel != DECISIONS_CHANNEL {

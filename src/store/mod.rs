@@ -6,9 +6,12 @@
 //! [`MemoryStore`], for tests and throwaway sweeps. Every store passes the same
 //! conformance suite (`conformance.rs`).
 
+mod libpq_settings;
 mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_store;
+#[cfg(feature = "postgres")]
+mod pg_tls;
 #[cfg(not(feature = "postgres"))]
 mod pg_unbuilt;
 mod sled_store;
@@ -77,6 +80,11 @@ pub enum StoreError {
     /// or database that does not exist): the URL is at fault, not the server.
     #[error("{at}: the server refused access: {reason}; check the user, the password and the database name in the URL")]
     Refused { at: StorePlace, reason: String },
+    /// TLS to the database server at `at` could not be set up or was refused (a certificate
+    /// file that cannot be read, a server certificate its checks refuse): the URL's TLS
+    /// settings, or the server's certificate, are at fault.
+    #[error("{at}: TLS: {problem}")]
+    Tls { at: StorePlace, problem: String },
     /// The database URL does not parse: the input is at fault.
     #[error("{at}: not a PostgreSQL URL ({reason}); expected postgresql://USER@HOST:PORT/DATABASE or key=value settings")]
     BadUrl { at: StorePlace, reason: String },
@@ -173,20 +181,45 @@ pub fn postgres_location(url: &str, name: &str) -> StorePlace {
     }
 }
 
-/// `url` without its password.
+/// `url` without its password: neither the one after the user name nor a `password` setting
+/// (in the query, or in libpq's `key=value` form).
 pub(crate) fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
+        return match libpq_settings::key_values(url) {
+            Ok(pairs) if pairs.iter().any(|(k, _)| k == "password") => pairs
+                .iter()
+                .filter(|(k, _)| k != "password")
+                .map(|(k, v)| libpq_settings::key_value(k, v))
+                .collect::<Vec<_>>()
+                .join(" "),
+            Ok(_) => url.to_string(),
+            // Unreadable settings may hold a password anywhere: show none of them.
+            Err(_) => "(connection settings that do not parse)".to_string(),
+        };
     };
+    let (url, query) = url
+        .split_once('?')
+        .map_or((url, None), |(u, q)| (u, Some(q)));
     let rest = &url[scheme_end..];
     let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let mut out = match rest[..authority_end].rfind('@') {
         Some(at) => {
             let user = rest[..at].split(':').next().unwrap_or_default();
             format!("{}{user}@{}", &url[..scheme_end], &rest[at + 1..])
         }
         None => url.to_string(),
+    };
+    if let Some(query) = query {
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|pair| pair.split('=').next() != Some("password"))
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
     }
+    out
 }
 
 /// Durable storage of one experiment.
@@ -252,6 +285,15 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://db/tune"), "postgres://db/tune");
         assert_eq!(redact_url("host=db user=tune"), "host=db user=tune");
+        assert_eq!(
+            redact_url("postgres://db/tune?password=s3cret&sslmode=require"),
+            "postgres://db/tune?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("host=db password='s3 cret' sslrootcert='/a b/ca.pem'"),
+            "host=db sslrootcert='/a b/ca.pem'"
+        );
+        assert!(!redact_url("host=db password='s3cret").contains("s3cret"));
     }
 
     #[test]

@@ -13,7 +13,9 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use postgres::{Client, GenericClient, NoTls};
+use postgres::{Client, GenericClient};
+
+use super::pg_tls::TlsConnector;
 use tune_search::TrialId;
 
 use super::{decode, encode, Meta, StoreError, StorePlace, StoredExperiment, TrialStore};
@@ -260,22 +262,45 @@ pub(crate) fn this_process() -> String {
 
 /// A connection with the schema up to date.
 pub(crate) fn connect(url: &str, location: &StorePlace) -> Result<Client, StoreError> {
-    let mut config = parse_url(url, location)?;
-    // A network that stalls fails a query after this long instead of blocking it for as long
-    // as TCP retries (many minutes); the URL's own settings win.
-    if config.get_tcp_user_timeout().is_none() {
-        config.tcp_user_timeout(UNANSWERED);
-    }
-    connect_with(&config, location)
+    connect_with(&settings(url, location)?, location)
 }
 
-/// The URL's settings; one that does not parse is input at fault ([`StoreError::BadUrl`]).
-pub(crate) fn parse_url(url: &str, location: &StorePlace) -> Result<postgres::Config, StoreError> {
-    url.parse()
-        .map_err(|e: postgres::Error| StoreError::BadUrl {
-            at: location.clone(),
-            reason: Described(e).to_string(),
-        })
+/// The URL's settings for the coordinator and readers: a network that stalls fails a query
+/// after [`UNANSWERED`] instead of blocking it for as long as TCP retries (many minutes); the
+/// URL's own settings win.
+pub(crate) fn settings(url: &str, location: &StorePlace) -> Result<PgSettings, StoreError> {
+    let mut settings = parse_url(url, location)?;
+    if settings.config.get_tcp_user_timeout().is_none() {
+        settings.config.tcp_user_timeout(UNANSWERED);
+    }
+    Ok(settings)
+}
+
+/// How to reach a database: the client's settings from the URL (hosts, user, timeouts) and
+/// the TLS its `sslmode` asks for ([`super::pg_tls`]).
+#[derive(Debug, Clone)]
+pub(crate) struct PgSettings {
+    pub(crate) config: postgres::Config,
+    pub(crate) tls: TlsConnector,
+}
+
+/// The URL's settings. One that does not parse is input at fault ([`StoreError::BadUrl`]), as
+/// are TLS files that cannot be read ([`StoreError::Tls`]).
+pub(crate) fn parse_url(url: &str, location: &StorePlace) -> Result<PgSettings, StoreError> {
+    let bad = |reason: String| StoreError::BadUrl {
+        at: location.clone(),
+        reason,
+    };
+    let (rest, tls) = super::pg_tls::split_url(url).map_err(bad)?;
+    let mut config: postgres::Config = rest
+        .parse()
+        .map_err(|e: postgres::Error| bad(Described(e).to_string()))?;
+    tls.apply(&mut config);
+    let tls = tls.connector().map_err(|problem| StoreError::Tls {
+        at: location.clone(),
+        problem,
+    })?;
+    Ok(PgSettings { config, tls })
 }
 
 /// How long a connection of the coordinator or a reader waits on a silent server.
@@ -288,15 +313,18 @@ const CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// whole of it: the client's own timeout covers only the TCP connect, and a server that
 /// accepts the connection and never answers held every command forever. Every connection
 /// tune opens goes through here.
-pub(crate) fn open(config: &postgres::Config) -> Result<Client, Unanswered> {
-    let limit = config
+pub(crate) fn open(settings: &PgSettings) -> Result<Client, Unanswered> {
+    let limit = settings
+        .config
         .get_connect_timeout()
         .copied()
         .unwrap_or(CONNECT_WAIT);
-    let mut config = config.clone();
+    let mut config = settings.config.clone();
     config.connect_timeout(limit);
     answers_within(&config, limit)?;
-    config.connect(NoTls).map_err(Unanswered::Client)
+    config
+        .connect(settings.tls.connector.clone())
+        .map_err(Unanswered::Client)
 }
 
 /// Why [`open`] got no connection.
@@ -389,10 +417,10 @@ fn answers_within(config: &postgres::Config, limit: Duration) -> Result<(), Unan
 
 /// [`connect`] with connection settings of the caller's (timeouts).
 pub(crate) fn connect_with(
-    config: &postgres::Config,
+    settings: &PgSettings,
     location: &StorePlace,
 ) -> Result<Client, StoreError> {
-    let mut client = open(config).map_err(|e| {
+    let mut client = open(settings).map_err(|e| {
         let e = match e {
             Unanswered::Client(e) => e,
             silent => {
@@ -402,6 +430,12 @@ pub(crate) fn connect_with(
                 }
             }
         };
+        if let Some(problem) = super::pg_tls::tls_failure(&e, &settings.tls.settings) {
+            return StoreError::Tls {
+                at: location.clone(),
+                problem,
+            };
+        }
         use postgres::error::SqlState;
         // Class 28 (authorization) and an unknown database: the URL is wrong, not the server.
         match e.as_db_error() {
@@ -773,7 +807,7 @@ mod tests {
     fn a_database_of_a_newer_schema_is_refused_with_its_version() {
         let url = server::fresh_database();
         drop(PgStore::open(&url, "x").unwrap());
-        let mut admin = Client::connect(&url, NoTls).unwrap();
+        let mut admin = Client::connect(&url, postgres::NoTls).unwrap();
         admin
             .execute("INSERT INTO tune_schema (version) VALUES (99)", &[])
             .unwrap();

@@ -19,7 +19,8 @@ fn writes_of_an_attempt_whose_lease_was_taken_back_are_refused() {
         &[&e],
     )
     .unwrap();
-    let mut db = Db::new(db, url.parse().unwrap());
+    let place = crate::store::postgres_location(&url, "x");
+    let mut db = Db::new(db, crate::store::pg_store::parse_url(&url, &place).unwrap());
     let metrics = std::collections::BTreeMap::from([("loss".to_string(), 0.5)]);
     let key = (e, 0, 1);
     assert!(insert_report(&mut db, 7, key, 1, &metrics)
