@@ -261,9 +261,12 @@ impl TlsSettings {
                         cert_file.display()
                     ));
                 }
-                let key_file = match (&self.key, home) {
-                    (Some(k), _) => k.clone(),
-                    (None, Some(h)) => h.join(".postgresql").join("postgresql.key"),
+                let (key_file, key_name) = match (&self.key, home) {
+                    (Some(k), _) => (k.clone(), "sslkey"),
+                    (None, Some(h)) => (
+                        h.join(".postgresql").join("postgresql.key"),
+                        "sslkey (unset, so libpq's default)",
+                    ),
                     (None, None) => {
                         return Err(format!(
                             "{cert_key} {} is set and sslkey is not: the client certificate \
@@ -273,7 +276,7 @@ impl TlsSettings {
                     }
                 };
                 let key = PrivateKeyDer::from_pem_file(&key_file)
-                    .map_err(|e| format!("sslkey {}: {e}", key_file.display()))?;
+                    .map_err(|e| format!("{key_name} {}: {e}", key_file.display()))?;
                 builder
                     .with_client_auth_cert(certs, key)
                     .map_err(|e| format!("sslcert/sslkey: {e}"))?
@@ -529,5 +532,145 @@ mod tests {
             split_url("postgres://db/tune?sslmode=verify-ca&sslrootcert=/no/such/ca.pem").unwrap();
         let e = tls.connector_with_home(Some(home.path())).unwrap_err();
         assert!(e.starts_with("sslrootcert /no/such/ca.pem:"), "{e}");
+    }
+
+    mod against_a_server {
+        use super::super::*;
+        use crate::store::pg_store::{connect_with, PgSettings};
+        use crate::store::{postgres_location, StoreError};
+        use tune_testkit::pg_tls_server::{fresh_tls_database, ServerCert, TlsDatabase, PASSWORD};
+
+        /// `url`'s settings as a machine without `~/.postgresql/` reads them.
+        fn settings(url: &str) -> Result<PgSettings, StoreError> {
+            let at = postgres_location(url, "x");
+            let (rest, tls) = split_url(url).unwrap();
+            let mut config: postgres::Config = rest.parse().unwrap();
+            tls.apply(&mut config);
+            let home = tempfile::tempdir().unwrap();
+            let tls = tls
+                .connector_with_home(Some(home.path()))
+                .map_err(|problem| StoreError::Tls { at, problem })?;
+            Ok(PgSettings { config, tls })
+        }
+
+        /// Whether a connection as `url` says is encrypted, or why there is none.
+        fn encrypted(url: &str) -> Result<bool, StoreError> {
+            let mut client = connect_with(&settings(url)?, &postgres_location(url, "x"))?;
+            Ok(client
+                .query_one(
+                    "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                    &[],
+                )
+                .unwrap()
+                .get(0))
+        }
+
+        fn refused(url: &str) -> String {
+            let e = encrypted(url).expect_err(url);
+            let text = e.to_string();
+            assert!(!text.contains(PASSWORD), "{text}");
+            assert!(
+                crate::TuneError::Store(e).is_input(),
+                "a URL's TLS that fails is the input's fault: {text}"
+            );
+            text
+        }
+
+        fn ca(db: &TlsDatabase, file: &str) -> String {
+            format!("sslrootcert={}", db.file(file).display())
+        }
+
+        #[test]
+        fn each_sslmode_connects_or_is_refused_as_libpq_would() {
+            let db = fresh_tls_database(ServerCert::Valid);
+            let good = ca(&db, "ca.pem");
+            for (host, mode) in [
+                ("localhost", "verify-full"),
+                ("127.0.0.1", "verify-full"),
+                ("localhost", "verify-ca"),
+                ("localhost", "require"),
+            ] {
+                let url = db.password_url(host, &format!("sslmode={mode}&{good}"));
+                assert!(encrypted(&url).unwrap(), "{url}");
+            }
+            // No CA: encrypted, unchecked.
+            for mode in ["require", "prefer"] {
+                let url = db.password_url("localhost", &format!("sslmode={mode}"));
+                assert!(encrypted(&url).unwrap(), "{url}");
+            }
+            // This server takes no connection without TLS.
+            let e = refused(&db.password_url("localhost", "sslmode=disable"));
+            assert!(e.contains("no encryption"), "{e}");
+        }
+
+        #[test]
+        fn a_certificate_its_checks_refuse_says_which_check() {
+            let db = fresh_tls_database(ServerCert::Valid);
+            let e = refused(&db.password_url(
+                "localhost",
+                &format!("sslmode=verify-full&{}", ca(&db, "other-ca.pem")),
+            ));
+            assert!(e.contains("not signed by the CA in sslrootcert"), "{e}");
+            // require with a CA at hand checks the chain, as libpq does.
+            let e = refused(&db.password_url(
+                "localhost",
+                &format!("sslmode=require&{}", ca(&db, "other-ca.pem")),
+            ));
+            assert!(e.contains("not signed by the CA"), "{e}");
+            // The name is checked by verify-full only.
+            let wrong_host = format!("hostaddr=127.0.0.1&{}", ca(&db, "ca.pem"));
+            let e = refused(&db.password_url(
+                "not-the-server",
+                &format!("sslmode=verify-full&{wrong_host}"),
+            ));
+            assert!(e.contains("not issued for the host"), "{e}");
+            let url = db.password_url("not-the-server", &format!("sslmode=verify-ca&{wrong_host}"));
+            assert!(encrypted(&url).unwrap());
+
+            let expired = fresh_tls_database(ServerCert::Expired);
+            let e = refused(&expired.password_url(
+                "localhost",
+                &format!("sslmode=verify-full&{}", ca(&expired, "ca.pem")),
+            ));
+            assert!(e.contains("has expired"), "{e}");
+            // Unchecked, an expired certificate still encrypts.
+            let url = expired.password_url("localhost", "sslmode=require");
+            assert!(encrypted(&url).unwrap());
+        }
+
+        #[test]
+        fn a_client_certificate_logs_in_and_its_absence_is_refused() {
+            let db = fresh_tls_database(ServerCert::Valid);
+            let files = format!(
+                "sslmode=verify-full&{}&sslcert={}&sslkey={}",
+                ca(&db, "ca.pem"),
+                db.file("client.pem").display(),
+                db.file("client.key").display()
+            );
+            assert!(encrypted(&db.cert_url("localhost", &files)).unwrap());
+            let e = refused(&db.cert_url(
+                "localhost",
+                &format!("sslmode=verify-full&{}", ca(&db, "ca.pem")),
+            ));
+            assert!(e.contains("certificate"), "{e}");
+            let e = refused(&db.cert_url(
+                "localhost",
+                &format!(
+                    "sslmode=require&sslcert={}",
+                    db.file("client.pem").display()
+                ),
+            ));
+            assert!(e.contains("sslkey"), "{e}");
+        }
+
+        #[test]
+        fn a_server_without_tls_is_used_plain_by_prefer_and_refused_by_require() {
+            let url = crate::store::test_server::fresh_database();
+            let join = if url.contains('?') { '&' } else { '?' };
+            assert!(!encrypted(&format!("{url}{join}sslmode=prefer")).unwrap());
+            assert!(!encrypted(&url).unwrap(), "prefer is the default");
+            let e = refused(&format!("{url}{join}sslmode=require"));
+            assert!(e.contains("does not offer TLS"), "{e}");
+        }
     }
 }

@@ -13,6 +13,7 @@ pub mod mo_functions;
 pub mod onnx;
 pub mod packs;
 pub mod pg_server;
+pub mod pg_tls_server;
 pub mod python;
 pub mod runs;
 pub mod simulator;

@@ -68,73 +68,124 @@ fn start() -> Server {
             _watchdog: None,
         };
     }
-    let bin = postgres_bin().unwrap_or_else(|| {
-        panic!(
-            "PostgreSQL is not installed: the tests start a private server with its `initdb` and \
-             `postgres` (Debian: apt-get install postgresql), or set TUNE_TEST_DATABASE_URL to a \
-             server where the user may create databases"
-        )
+    let cluster = Cluster::init("tune-pg-", |_| ());
+    let admin_url = format!("postgres://tune@127.0.0.1:{}/postgres", cluster.port);
+    let watchdog = cluster.launch("", || {
+        postgres::Client::connect(&admin_url, postgres::NoTls)
     });
-    let root = tempfile::Builder::new()
-        .prefix("tune-pg-")
-        .tempdir()
-        .unwrap()
-        .keep();
-    let as_root = effective_uid() == 0;
-    if as_root {
-        // initdb refuses root: the server runs as nobody, in a folder nobody owns.
-        chown_nobody(&root);
-    }
-    let data = root.join("data");
-    let log = root.join("server.log");
-    let initdb = privileged(as_root, &bin.join("initdb"))
-        .arg("-D")
-        .arg(&data)
-        .args(["-U", "tune", "--auth=trust", "-E", "UTF8", "--no-sync"])
-        .stdout(Stdio::null())
-        .output()
-        .expect("running initdb");
-    assert!(
-        initdb.status.success(),
-        "initdb failed: {}",
-        String::from_utf8_lossy(&initdb.stderr)
-    );
-    let port = free_port();
-    // The watchdog: postgres in the background, stopped (and its folder removed) when the
-    // shell's stdin, held by this process, closes.
-    let script = format!(
-        "{postgres} -D {data} -p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off \
-         -c max_connections=200 >{log} 2>&1 & pid=$!; cat >/dev/null; kill -INT $pid; \
-         wait $pid; rm -rf {root}",
-        postgres = bin.join("postgres").display(),
-        data = data.display(),
-        root = root.display(),
-        log = log.display(),
-    );
-    let mut sh = privileged(as_root, Path::new("sh"));
-    let watchdog = sh
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("starting postgres");
-    let admin_url = format!("postgres://tune@127.0.0.1:{port}/postgres");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match postgres::Client::connect(&admin_url, postgres::NoTls) {
-            Ok(_) => break,
-            Err(e) if Instant::now() > deadline => panic!(
-                "the private PostgreSQL did not start: {e}\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            ),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-    let mut watchdog = watchdog;
-    // Nothing is ever written: the pipe only has to stay open while this process lives.
-    let _ = watchdog.stdin.as_mut().map(|s| s.flush());
     Server {
         admin_url,
         _watchdog: Some(Mutex::new(watchdog)),
+    }
+}
+
+/// A private PostgreSQL cluster made by `initdb` (as nobody when this process is root), not yet
+/// running: its folder (the server's log and Unix socket are there), data folder and port.
+pub(crate) struct Cluster {
+    bin: PathBuf,
+    pub(crate) root: PathBuf,
+    pub(crate) data: PathBuf,
+    pub(crate) port: u16,
+    as_root: bool,
+}
+
+impl Cluster {
+    /// `initdb` in a new temporary folder (named from `prefix`); `prepare` then writes what
+    /// the server needs in the folder (certificates, pg_hba.conf) before it is handed to the
+    /// server's user.
+    pub(crate) fn init(prefix: &str, prepare: impl FnOnce(&Cluster)) -> Cluster {
+        let bin = postgres_bin().unwrap_or_else(|| {
+            panic!(
+                "PostgreSQL is not installed: the tests start a private server with its `initdb` \
+                 and `postgres` (Debian: apt-get install postgresql), or set \
+                 TUNE_TEST_DATABASE_URL to a server where the user may create databases"
+            )
+        });
+        let root = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .unwrap()
+            .keep();
+        let as_root = effective_uid() == 0;
+        if as_root {
+            // initdb refuses root: the server runs as nobody, in a folder nobody owns.
+            chown_nobody(&root);
+        }
+        let data = root.join("data");
+        let initdb = privileged(as_root, &bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "tune", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("running initdb");
+        assert!(
+            initdb.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        let cluster = Cluster {
+            bin,
+            root,
+            data,
+            port: free_port(),
+            as_root,
+        };
+        prepare(&cluster);
+        if as_root {
+            let status = Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(&cluster.root)
+                .status()
+                .expect("chown");
+            assert!(
+                status.success(),
+                "chown -R nobody {}",
+                cluster.root.display()
+            );
+        }
+        cluster
+    }
+
+    /// Starts the server with `settings` (more `-c name=value` arguments) and waits until
+    /// `ready` connects. The watchdog shell returned stops the server, and removes its folder,
+    /// when its stdin (held by this process) closes: when this process ends.
+    pub(crate) fn launch<T, E: std::fmt::Display>(
+        &self,
+        settings: &str,
+        ready: impl Fn() -> Result<T, E>,
+    ) -> Child {
+        let log = self.root.join("server.log");
+        let script = format!(
+            "{postgres} -D {data} -p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off \
+             -c max_connections=200 {settings} >{log} 2>&1 & pid=$!; cat >/dev/null; \
+             kill -INT $pid; wait $pid; rm -rf {root}",
+            postgres = self.bin.join("postgres").display(),
+            data = self.data.display(),
+            port = self.port,
+            root = self.root.display(),
+            log = log.display(),
+        );
+        let mut sh = privileged(self.as_root, Path::new("sh"));
+        let mut watchdog = sh
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("starting postgres");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match ready() {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => panic!(
+                    "the private PostgreSQL did not start: {e}\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        // Nothing is ever written: the pipe only has to stay open while this process lives.
+        let _ = watchdog.stdin.as_mut().map(|s| s.flush());
+        watchdog
     }
 }
 
