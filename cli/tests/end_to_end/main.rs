@@ -27,4 +27,5 @@ mod schedulers;
 mod stop;
 mod stored_format;
 mod tensorboard;
+mod tls;
 mod workers;

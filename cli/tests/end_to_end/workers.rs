@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// `tune run SPEC --store URL --slots 0 --no-tui`: the coordinator alone.
-fn coordinator(spec: &Path, url: &str, dir: &Path) -> Command {
+pub(crate) fn coordinator(spec: &Path, url: &str, dir: &Path) -> Command {
     let mut cmd = tune();
     cmd.arg("run")
         .arg(spec)
@@ -22,7 +22,7 @@ fn coordinator(spec: &Path, url: &str, dir: &Path) -> Command {
 }
 
 /// `tune worker URL --experiment t --slots N --lease L --dir DIR`.
-fn worker(url: &str, slots: usize, lease: &str, dir: &Path) -> Command {
+pub(crate) fn worker(url: &str, slots: usize, lease: &str, dir: &Path) -> Command {
     let mut cmd = tune();
     cmd.args(["worker", url, "--experiment", "t", "--lease", lease])
         .args(["--slots", &slots.to_string(), "--dir"])
@@ -31,7 +31,7 @@ fn worker(url: &str, slots: usize, lease: &str, dir: &Path) -> Command {
     cmd
 }
 
-fn spawn(mut cmd: Command) -> Proc {
+pub(crate) fn spawn(mut cmd: Command) -> Proc {
     Proc(Some(
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -42,7 +42,7 @@ fn spawn(mut cmd: Command) -> Proc {
 
 /// A process this test started: killed if the test ends (a failed assertion) before
 /// [`finish`] waited for it, so that a failure leaves no coordinator or worker running.
-struct Proc(Option<Child>);
+pub(crate) struct Proc(Option<Child>);
 
 impl std::ops::Deref for Proc {
     type Target = Child;
@@ -67,7 +67,7 @@ impl Drop for Proc {
 }
 
 /// Waits for `child`; a process still running after 10 minutes is a hang: killed and failed.
-fn finish(mut proc: Proc, what: &str) -> Output {
+pub(crate) fn finish(mut proc: Proc, what: &str) -> Output {
     let mut child = proc.0.take().expect("a running process");
     let deadline = Instant::now() + Duration::from_secs(600);
     while child.try_wait().unwrap().is_none() {
@@ -82,7 +82,7 @@ fn finish(mut proc: Proc, what: &str) -> Output {
 }
 
 /// [`finish`], and the process must have exited 0 (else its stderr is the failure).
-fn finish_ok(proc: Proc, what: &str) -> Output {
+pub(crate) fn finish_ok(proc: Proc, what: &str) -> Output {
     let out = finish(proc, what);
     assert!(out.status.success(), "{what}: {}", stderr(&out));
     out
@@ -114,7 +114,7 @@ fn wait_for_experiment(url: &str, coordinator: &mut Child) {
     }
 }
 
-fn export_in(url: &str) -> Vec<serde_json::Value> {
+pub(crate) fn export_in(url: &str) -> Vec<serde_json::Value> {
     let out = run_ok(tune().args(["export", "t", "--store", url, "--format", "json"]));
     match serde_json::from_slice(&out.stdout).unwrap() {
         serde_json::Value::Array(v) => v,
@@ -123,7 +123,7 @@ fn export_in(url: &str) -> Vec<serde_json::Value> {
 }
 
 /// How many attempts a worker says it ran ("tune worker: ran N attempts").
-fn attempts_ran(out: &Output) -> u64 {
+pub(crate) fn attempts_ran(out: &Output) -> u64 {
     let text = stderr(out);
     text.lines()
         .find_map(|l| l.strip_prefix("tune worker: ran "))
