@@ -10,6 +10,7 @@ pub mod held_out_curves;
 pub mod lcbench;
 pub mod mlflow_server;
 pub mod mo_functions;
+pub mod netns;
 pub mod onnx;
 pub mod packs;
 pub mod pg_server;

@@ -239,3 +239,95 @@ fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free loopback port")
 }
+
+/// A private server of one test's own, run by `pg_ctl` so that the test can restart it
+/// ([`RestartableServer::restart`]); stopped, and its folder removed, when the test process
+/// ends. It listens on 127.0.0.1 and on `also_on` (addresses of network namespaces the test
+/// made: testkit/src/netns.rs), trusting every connection from them.
+pub struct RestartableServer {
+    cluster: Cluster,
+    _watchdog: Mutex<Child>,
+}
+
+impl RestartableServer {
+    pub fn start(also_on: &[std::net::Ipv4Addr]) -> RestartableServer {
+        let cluster = Cluster::init("tune-pg-restartable-", |c| {
+            let hba = c.data.join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).unwrap();
+            // The namespaces' own ends connect from their 10.x addresses; the server listens
+            // only where those namespaces reach it.
+            text += "host all all 10.0.0.0/8 trust\n";
+            std::fs::write(&hba, text).unwrap();
+        });
+        let listen: Vec<String> = std::iter::once("127.0.0.1".to_string())
+            .chain(also_on.iter().map(|a| a.to_string()))
+            .collect();
+        let options = format!(
+            "-p {port} -k {root} -c listen_addresses={listen} -c fsync=off -c max_connections=200",
+            port = cluster.port,
+            root = cluster.root.display(),
+            listen = listen.join(","),
+        );
+        let log = cluster.root.join("server.log");
+        let started = cluster
+            .pg_ctl()
+            .args(["-w", "-t", "60", "-l"])
+            .arg(&log)
+            .args(["-o", &options, "start"])
+            .output()
+            .expect("pg_ctl start");
+        assert!(
+            started.status.success(),
+            "pg_ctl start: {}{}",
+            String::from_utf8_lossy(&started.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let script = format!(
+            "cat >/dev/null; {pg_ctl} -D {data} -m immediate stop; rm -rf {root}",
+            pg_ctl = cluster.bin.join("pg_ctl").display(),
+            data = cluster.data.display(),
+            root = cluster.root.display(),
+        );
+        let mut watchdog = privileged(cluster.as_root, Path::new("sh"))
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("the server's watchdog");
+        let _ = watchdog.stdin.as_mut().map(|s| s.flush());
+        RestartableServer {
+            cluster,
+            _watchdog: Mutex::new(watchdog),
+        }
+    }
+
+    /// The URL of database `postgres` on `host` (127.0.0.1 or one of `also_on`).
+    pub fn url(&self, host: impl std::fmt::Display) -> String {
+        format!("postgres://tune@{host}:{}/postgres", self.cluster.port)
+    }
+
+    /// `pg_ctl restart -m fast`: every connection is closed, and the server is back (it
+    /// accepts connections) when this returns.
+    pub fn restart(&self) {
+        let out = self
+            .cluster
+            .pg_ctl()
+            .args(["-w", "-t", "60", "-m", "fast", "-l"])
+            .arg(self.cluster.root.join("server.log"))
+            .arg("restart")
+            .output()
+            .expect("pg_ctl restart");
+        assert!(
+            out.status.success(),
+            "pg_ctl restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Cluster {
+    fn pg_ctl(&self) -> Command {
+        let mut cmd = privileged(self.as_root, &self.bin.join("pg_ctl"));
+        cmd.arg("-D").arg(&self.data).stdout(Stdio::null());
+        cmd
+    }
+}

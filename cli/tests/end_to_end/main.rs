@@ -19,6 +19,7 @@ mod hostile;
 mod lcbench;
 mod mlflow;
 mod multi_objective;
+mod network;
 mod optuna_journal;
 mod plot;
 mod postgres_store;
