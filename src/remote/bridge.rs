@@ -17,8 +17,7 @@ use tune_search::TrialId;
 use super::db::Db;
 use super::{
     coordinator_channel, metrics_from_text, remote_slot, worker_from_row, Offer, WorkerInfo,
-    DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_CLAIM, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
-    WORKERS_SQL,
+    DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL, WORKERS_SQL,
 };
 use crate::error::TuneError;
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
@@ -365,7 +364,7 @@ impl State {
                         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
                         if self.shutting_down {
                             self.hand_back();
-                        } else if since.elapsed() >= DEFAULT_LEASE {
+                        } else if since.elapsed() >= pg_store::OUTAGE_RIDDEN {
                             let _ = self.tx.send(WorkerMsg::Unreachable(format!(
                                 "the database has not answered for {} s (last: {})",
                                 since.elapsed().as_secs(),

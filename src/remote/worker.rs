@@ -1,7 +1,7 @@
 //! [`Worker`]: a process that runs trials of experiments in a PostgreSQL database, for
 //! coordinators anywhere (`tune worker URL`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -222,6 +222,7 @@ impl Worker {
             summary: WorkerSummary::default(),
             last_heartbeat: None,
             last_error: None,
+            unsent: VecDeque::new(),
             heartbeat_ok: Instant::now(),
         };
         let result = state.serve(&rt, rx, wake_rx);
@@ -395,6 +396,23 @@ struct WorkerState<'a> {
     heartbeat_ok: Instant,
     /// The last database error told on stderr (each new one is told once).
     last_error: Option<String>,
+    /// What trials sent that the database did not take (it stopped answering: a restart, a
+    /// network cut), in the order sent: sent again once it answers, for as long as the
+    /// attempts' leases last (past that the heartbeat loses them, and their reports are
+    /// refused).
+    unsent: VecDeque<(Key, Unsent)>,
+}
+
+/// A write of an attempt that waits for the database.
+enum Unsent {
+    /// A report, its trial waiting for the decision.
+    Report {
+        step: u64,
+        metrics: std::collections::BTreeMap<String, f64>,
+        ack: oneshot::Sender<ReportAnswer>,
+    },
+    /// How the attempt (of this token) ended.
+    End { token: i64, outcome: Outcome },
 }
 
 impl WorkerState<'_> {
@@ -425,6 +443,11 @@ impl WorkerState<'_> {
         let mut may_claim = true;
         let mut looked = Instant::now();
         loop {
+            if !self.unsent.is_empty() {
+                if let Err(e) = self.send_unsent() {
+                    self.recover(e);
+                }
+            }
             let timer = looked.elapsed() >= POLL;
             if timer {
                 looked = Instant::now();
@@ -667,6 +690,53 @@ impl WorkerState<'_> {
             }
             self.listening.lock().unwrap().remove(&id);
         }
+        let (theirs, others): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.unsent)
+            .into_iter()
+            .partition(|(k, u)| *k == key && matches!(u, Unsent::Report { .. }));
+        self.unsent = others;
+        for (_, unsent) in theirs {
+            if let Unsent::Report { ack, .. } = unsent {
+                let _ = ack.send(ReportAnswer::Refused);
+            }
+        }
+    }
+
+    /// Sends what waits, in order, until the database fails again (what is left waits on).
+    fn send_unsent(&mut self) -> Result<(), TuneError> {
+        while let Some((key, unsent)) = self.unsent.pop_front() {
+            match unsent {
+                Unsent::Report { step, metrics, ack } => {
+                    let Some(r) = self.running.get(&key).filter(|r| !r.lost) else {
+                        let _ = ack.send(ReportAnswer::Refused);
+                        continue;
+                    };
+                    let token = r.token;
+                    match resend_report(&mut self.db, token, key, step, &metrics) {
+                        Ok(Some(id)) => {
+                            self.listening.lock().unwrap().insert(id);
+                            self.pending.insert(id, (key, ack));
+                        }
+                        Ok(None) => {
+                            let _ = ack.send(ReportAnswer::Refused);
+                            self.lose(key, "its report was refused: the attempt is no longer its");
+                        }
+                        Err(e) => {
+                            let report = Unsent::Report { step, metrics, ack };
+                            self.unsent.push_front((key, report));
+                            return Err(self.err(e));
+                        }
+                    }
+                }
+                Unsent::End { token, outcome } => {
+                    if let Err(e) = end_attempt(&mut self.db, token, key.0, &outcome) {
+                        self.unsent
+                            .push_front((key, Unsent::End { token, outcome }));
+                        return Err(self.err(e));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn handle(&mut self, key: Key, msg: WorkerMsg) -> Result<(), TuneError> {
@@ -696,9 +766,9 @@ impl WorkerState<'_> {
                         self.lose(key, "its report was refused: the attempt is no longer its");
                     }
                     Err(e) => {
-                        // Not stored: the trial waits no longer; the lease decides its fate.
-                        let _ = ack.send(ReportAnswer::Refused);
-                        self.lose(key, "its report could not be sent");
+                        // Not taken: sent again while the lease lasts; the trial waits.
+                        self.unsent
+                            .push_back((key, Unsent::Report { step, metrics, ack }));
                         return Err(self.err(e));
                     }
                 }
@@ -711,7 +781,13 @@ impl WorkerState<'_> {
                 if r.lost {
                     return Ok(());
                 }
-                end_attempt(&mut self.db, r.token, key.0, &outcome).map_err(|e| self.err(e))?;
+                let end = Unsent::End {
+                    token: r.token,
+                    outcome,
+                };
+                // After what waits: a trial's writes reach the database in order.
+                self.unsent.push_back((key, end));
+                return self.send_unsent();
             }
             WorkerMsg::Claimed { .. }
             | WorkerMsg::Wake
@@ -779,6 +855,26 @@ fn insert_report(
         ],
     )?;
     Ok(row.map(|r| r.get(0)))
+}
+
+/// [`insert_report`] of a report that may have been stored already: the database may have
+/// taken it and failed before it answered (the report is found, by its attempt's token and
+/// step, and not stored twice).
+fn resend_report(
+    client: &mut Db,
+    token: i64,
+    key: Key,
+    step: u64,
+    metrics: &std::collections::BTreeMap<String, f64>,
+) -> Result<Option<i64>, postgres::Error> {
+    let stored = client.query_opt(
+        "SELECT id FROM tune_reports WHERE token = $1 AND step = $2",
+        &[&token, &bigint(step)],
+    )?;
+    match stored {
+        Some(row) => Ok(Some(row.get(0))),
+        None => insert_report(client, token, key, step, metrics),
+    }
 }
 
 /// Records how attempt `token` of `experiment` ended, fenced as reports are; `false`: refused.

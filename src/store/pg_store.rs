@@ -149,6 +149,8 @@ pub(crate) fn coordinator(
 pub struct PgStore {
     /// In a cell: [`TrialStore::load`] reads through `&self`.
     client: RefCell<Client>,
+    /// How to connect again.
+    settings: PgSettings,
     /// The database and experiment, for messages (without a password).
     location: StorePlace,
     experiment: i64,
@@ -196,7 +198,8 @@ impl PgStore {
     fn open_as(url: &str, name: &str, create: bool, wait: Duration) -> Result<PgStore, StoreError> {
         let location = super::postgres_location(url, name);
         let err = |e: postgres::Error| db_error(&location, e);
-        let mut client = connect(url, &location)?;
+        let settings = settings(url, &location)?;
+        let mut client = connect_with(&settings, &location)?;
         let experiment: i64 = if create {
             client
                 .query_one(
@@ -209,47 +212,101 @@ impl PgStore {
         } else {
             existing(&mut client, name, &location)?
         };
-        let deadline = Instant::now() + wait;
-        let held = loop {
-            let held: bool = client
-                .query_one(
-                    "SELECT pg_try_advisory_lock($1, $2::int)",
-                    &[&LOCK_SPACE, &(experiment as i32)],
-                )
-                .map_err(err)?
-                .get(0);
-            if held || Instant::now() >= deadline {
-                break held;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        if !held {
-            let holder: Option<String> = client
-                .query_one(
-                    "SELECT holder || ' since ' || to_char(held_since AT TIME ZONE 'UTC',
-                            'YYYY-MM-DD HH24:MI:SS UTC')
-                     FROM tune_experiments WHERE id = $1",
-                    &[&experiment],
-                )
-                .map_err(err)?
-                .get(0);
-            return Err(StoreError::InUse { holder });
-        }
-        // Who holds it, for the next process refused (the lock itself names no one).
-        client
-            .execute(
-                "UPDATE tune_experiments SET holder = $2, held_since = now() WHERE id = $1",
-                &[&experiment, &this_process()],
-            )
-            .map_err(err)?;
+        take_experiment(&mut client, experiment, wait, &location)?;
         Ok(PgStore {
             client: RefCell::new(client),
+            settings,
             location,
             experiment,
             pending: Pending::default(),
             apply: None,
         })
     }
+
+    /// A new connection in place of one the server closed (a restart, a failover, a network
+    /// cut), with the experiment taken again: the lock went with the old session, and
+    /// [`StoreError::InUse`] says another coordinator took it meanwhile.
+    fn reconnect(&mut self) -> Result<(), StoreError> {
+        let mut client = connect_with(&self.settings, &self.location)?;
+        take_experiment(&mut client, self.experiment, Duration::ZERO, &self.location)?;
+        *self.client.get_mut() = client;
+        self.apply = None;
+        Ok(())
+    }
+
+    /// One try at writing what is pending.
+    fn apply_pending(&mut self) -> Result<(), postgres::Error> {
+        let client = self.client.get_mut();
+        // Prepared once per connection: every sync is then a single round trip.
+        let statement = match &self.apply {
+            Some(s) => s.clone(),
+            None => client.prepare(APPLY)?,
+        };
+        apply(client, &statement, self.experiment, &self.pending)?;
+        self.apply = Some(statement);
+        Ok(())
+    }
+}
+
+/// How long a coordinator rides out a database that stopped answering (a restart, a failover)
+/// before the sweep ends, resumable: its store here, its link to its workers
+/// (`remote::bridge`) alike; a worker's default lease is as long, so that workers keep their
+/// trials through what the coordinator rides out.
+pub(crate) const OUTAGE_RIDDEN: Duration = Duration::from_secs(15);
+
+/// Whether `e` says the connection, not the statement, failed: the server closed it or
+/// went away (SQLSTATE class 08, or 57P01-57P03: shut down, crashed, not accepting yet).
+fn connection_lost(e: &postgres::Error, client: &Client) -> bool {
+    client.is_closed()
+        || e.code().is_some_and(|c| {
+            let c = c.code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        })
+}
+
+/// Takes experiment `experiment`'s lock for this session, trying for `wait`; names this
+/// process as its holder.
+fn take_experiment(
+    client: &mut Client,
+    experiment: i64,
+    wait: Duration,
+    location: &StorePlace,
+) -> Result<(), StoreError> {
+    let err = |e: postgres::Error| db_error(location, e);
+    let deadline = Instant::now() + wait;
+    let held = loop {
+        let held: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, $2::int)",
+                &[&LOCK_SPACE, &(experiment as i32)],
+            )
+            .map_err(err)?
+            .get(0);
+        if held || Instant::now() >= deadline {
+            break held;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if !held {
+        let holder: Option<String> = client
+            .query_one(
+                "SELECT holder || ' since ' || to_char(held_since AT TIME ZONE 'UTC',
+                        'YYYY-MM-DD HH24:MI:SS UTC')
+                 FROM tune_experiments WHERE id = $1",
+                &[&experiment],
+            )
+            .map_err(err)?
+            .get(0);
+        return Err(StoreError::InUse { holder });
+    }
+    // Who holds it, for the next process refused (the lock itself names no one).
+    client
+        .execute(
+            "UPDATE tune_experiments SET holder = $2, held_since = now() WHERE id = $1",
+            &[&experiment, &this_process()],
+        )
+        .map_err(err)?;
+    Ok(())
 }
 
 /// This process as `tune status` and refusals name it: `host:pid`.
@@ -267,14 +324,30 @@ pub(crate) fn connect(url: &str, location: &StorePlace) -> Result<Client, StoreE
 
 /// The URL's settings for the coordinator and readers: a network that stalls fails a query
 /// after [`UNANSWERED`] instead of blocking it for as long as TCP retries (many minutes); the
-/// URL's own settings win.
+/// URL's own settings win. The server is asked to watch the session as well
+/// ([`SERVER_WATCH`]).
 pub(crate) fn settings(url: &str, location: &StorePlace) -> Result<PgSettings, StoreError> {
     let mut settings = parse_url(url, location)?;
     if settings.config.get_tcp_user_timeout().is_none() {
         settings.config.tcp_user_timeout(UNANSWERED);
     }
+    let options = match settings.config.get_options() {
+        Some(own) if !own.trim().is_empty() => format!("{SERVER_WATCH} {own}"),
+        _ => SERVER_WATCH.to_string(),
+    };
+    settings.config.options(&options);
     Ok(settings)
 }
+
+/// The server's side of a session, sent with the connection (libpq's `options`; the URL's own
+/// come after, so they win): a peer gone silent (a coordinator partitioned away, its machine
+/// lost) has its session ended by the server within about 8 s, and with it the experiment's
+/// lock, before that coordinator gives up ([`OUTAGE_RIDDEN`]): a coordinator resumed elsewhere
+/// then finds the lock free instead of held for as long as the server's TCP would retry (up to
+/// 15 minutes with the kernel's defaults). Keepalives catch an idle session, the user timeout
+/// one with unacknowledged data. `tcp_user_timeout` needs PostgreSQL 12 or later.
+const SERVER_WATCH: &str = "-c tcp_keepalives_idle=3 -c tcp_keepalives_interval=1 \
+     -c tcp_keepalives_count=4 -c tcp_user_timeout=8000";
 
 /// How to reach a database: the client's settings from the URL (hosts, user, timeouts) and
 /// the TLS its `sslmode` asks for ([`super::pg_tls`]).
@@ -701,22 +774,36 @@ impl TrialStore for PgStore {
     fn sync(&mut self) -> Result<(), StoreError> {
         failpoint::hit("store.sync.before").map_err(|e| io_error(&self.location, e))?;
         if !self.pending.is_empty() {
-            let location = self.location.clone();
-            let err = |e: postgres::Error| db_error(&location, e);
-            let client = self.client.get_mut();
-            // Prepared once: every sync is then a single round trip.
-            let statement = match &self.apply {
-                Some(s) => s.clone(),
-                None => client.prepare(APPLY).map_err(err)?,
-            };
-            apply(client, &statement, self.experiment, &self.pending).map_err(err)?;
-            self.apply = Some(statement);
+            // Writing twice is harmless (every record is an upsert of the same text), so a
+            // write the server may or may not have taken before it went away is sent again.
+            let deadline = Instant::now() + OUTAGE_RIDDEN;
+            loop {
+                let e = match self.apply_pending() {
+                    Ok(()) => break,
+                    Err(e) => e,
+                };
+                if !connection_lost(&e, self.client.get_mut()) || Instant::now() >= deadline {
+                    return Err(db_error(&self.location, e));
+                }
+                loop {
+                    std::thread::sleep(RETRY_PAUSE);
+                    match self.reconnect() {
+                        Ok(()) => break,
+                        Err(e @ StoreError::InUse { .. }) => return Err(e),
+                        Err(e) if Instant::now() >= deadline => return Err(e),
+                        Err(_) => {}
+                    }
+                }
+            }
             self.pending = Pending::default();
         }
         failpoint::hit("store.sync.after").map_err(|e| io_error(&self.location, e))?;
         Ok(())
     }
 }
+
+/// How long a store waits before it connects again to a server that went away.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// An encoded record as text (serde_json writes UTF-8, so nothing is replaced).
 fn text(bytes: Vec<u8>) -> String {

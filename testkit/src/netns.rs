@@ -1,7 +1,11 @@
 //! Network namespaces for the tests that need a real network's faults (root only; CI runs as
 //! root): each [`Netns`] is a namespace joined to this one by a veth pair of its own, a /30
-//! of 10.0.0.0/8, its faults made with `tc netem` on both ends. Removed (with its veth pair)
-//! when dropped.
+//! of 10.0.0.0/8. Its faults are made in the kernel by nftables rules in the namespace
+//! (`nft`): packets dropped at random ([`Netns::lose`]) or all of them ([`Netns::partition`]),
+//! silently, so TCP retransmits and times out as on a real network. The kernel of the machines
+//! this project runs on has no `netem` (`CONFIG_NET_SCH_NETEM` is not set), so latency is a
+//! relay's ([`DelayRelay`]): each chunk forwarded after a fixed delay, in order. Removed (with
+//! its veth pair) when dropped.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -43,7 +47,12 @@ impl Netns {
     pub fn new() -> Netns {
         assert!(
             available(),
-            "this test makes network namespaces and tc netem faults: run it as root (CI does)"
+            "this test makes network namespaces and nftables faults: run it as root (CI does)"
+        );
+        assert!(
+            Command::new("nft").arg("--version").output().is_ok(),
+            "this test makes its network faults with `nft`: install Debian's nftables \
+             (.ci/run does)"
         );
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let k = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -63,12 +72,34 @@ impl Netns {
         };
         run(&["ip", "netns", "add", &ns.name]);
         run(&[
-            "ip", "link", "add", &ns.host_dev, "type", "veth", "peer", "name", &ns.ns_dev,
+            "ip",
+            "link",
+            "add",
+            &ns.host_dev,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &ns.ns_dev,
         ]);
         run(&["ip", "link", "set", &ns.ns_dev, "netns", &ns.name]);
-        run(&["ip", "addr", "add", &format!("{host_addr}/30"), "dev", &ns.host_dev]);
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{host_addr}/30"),
+            "dev",
+            &ns.host_dev,
+        ]);
         run(&["ip", "link", "set", &ns.host_dev, "up"]);
-        ns.inside(&["ip", "addr", "add", &format!("{ns_addr}/30"), "dev", &ns.ns_dev]);
+        ns.inside(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ns_addr}/30"),
+            "dev",
+            &ns.ns_dev,
+        ]);
         ns.inside(&["ip", "link", "set", &ns.ns_dev, "up"]);
         ns.inside(&["ip", "link", "set", "lo", "up"]);
         ns
@@ -99,27 +130,47 @@ impl Netns {
         inside
     }
 
-    /// Both ends send through `netem` with `settings` (`delay 100ms loss 5%`), in place of
-    /// whatever they had.
-    pub fn shape(&self, settings: &str) {
-        let netem: Vec<&str> = settings.split_whitespace().collect();
-        let mut host = vec!["tc", "qdisc", "replace", "dev", &self.host_dev, "root", "netem"];
-        host.extend_from_slice(&netem);
-        run(&host);
-        let mut ns = vec!["tc", "qdisc", "replace", "dev", &self.ns_dev, "root", "netem"];
-        ns.extend_from_slice(&netem);
-        self.inside(&ns);
+    /// Drops `percent` % of the packets either way on the namespace's link, at random.
+    pub fn lose(&self, percent: u32) {
+        self.faults(&format!("numgen random mod 100 < {percent} drop"));
     }
 
     /// Every packet either way is dropped, silently (no reset, no unreachable): a partition.
     pub fn partition(&self) {
-        self.shape("loss 100%");
+        self.faults("drop");
     }
 
-    /// The link as it was made: no delay, no loss.
+    /// The link as it was made: no fault.
     pub fn heal(&self) {
-        run(&["tc", "qdisc", "del", "dev", &self.host_dev, "root"]);
-        self.inside(&["tc", "qdisc", "del", "dev", &self.ns_dev, "root"]);
+        let _ = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.name,
+                "nft",
+                "delete",
+                "table",
+                "inet",
+                "tune_faults",
+            ])
+            .output();
+    }
+
+    /// `rule` (an nftables verdict statement) for every packet through the namespace's end of
+    /// the link, in place of the faults it had.
+    fn faults(&self, rule: &str) {
+        self.heal();
+        let dev = &self.ns_dev;
+        let ruleset = format!(
+            "table inet tune_faults {{\n\
+               chain out {{ type filter hook output priority 0; oifname \"{dev}\" {rule}; }}\n\
+               chain in {{ type filter hook input priority 0; iifname \"{dev}\" {rule}; }}\n\
+             }}\n"
+        );
+        let file = std::env::temp_dir().join(format!("{}.nft", self.name));
+        std::fs::write(&file, ruleset).unwrap();
+        self.inside(&["nft", "-f", file.to_str().unwrap()]);
+        let _ = std::fs::remove_file(file);
     }
 }
 
@@ -132,10 +183,74 @@ impl Default for Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         // Deleting the namespace deletes its end of the pair, and with it this one.
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
         let _ = Command::new("ip")
             .args(["link", "del", &self.host_dev])
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// A TCP relay that forwards what each side sends after `delay`, in order: one-way latency
+/// on every connection through it (from `listen` to `target`). Runs until the process ends.
+pub struct DelayRelay {
+    pub addr: std::net::SocketAddr,
+}
+
+impl DelayRelay {
+    pub fn start(
+        listen: Ipv4Addr,
+        target: std::net::SocketAddr,
+        delay: std::time::Duration,
+    ) -> DelayRelay {
+        let listener = std::net::TcpListener::bind((listen, 0)).expect("the relay's port");
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                delayed(client, s2, delay);
+                delayed(server, c2, delay);
+            }
+        });
+        DelayRelay { addr }
+    }
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it was read.
+fn delayed(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: std::time::Duration) {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for (due, bytes) in rx {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            if to.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    });
 }

@@ -283,7 +283,7 @@ impl RestartableServer {
             std::fs::read_to_string(&log).unwrap_or_default()
         );
         let script = format!(
-            "cat >/dev/null; {pg_ctl} -D {data} -m immediate stop; rm -rf {root}",
+            "cat >/dev/null; {pg_ctl} -D {data} -m immediate stop >/dev/null; rm -rf {root}",
             pg_ctl = cluster.bin.join("pg_ctl").display(),
             data = cluster.data.display(),
             root = cluster.root.display(),
@@ -303,6 +303,11 @@ impl RestartableServer {
     /// The URL of database `postgres` on `host` (127.0.0.1 or one of `also_on`).
     pub fn url(&self, host: impl std::fmt::Display) -> String {
         format!("postgres://tune@{host}:{}/postgres", self.cluster.port)
+    }
+
+    /// Where it listens on loopback.
+    pub fn loopback(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.cluster.port))
     }
 
     /// `pg_ctl restart -m fast`: every connection is closed, and the server is back (it
