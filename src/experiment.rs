@@ -134,7 +134,7 @@ pub(crate) fn remove_stale_exploits(dir: &Path, exploiting: &[TrialId]) {
 
 /// Waits for the checkpoint in trial folder `dir` that a built-in trainable may still be
 /// writing behind its training (nothing else writes behind). Its error, if any, is its trial's.
-fn settle_written_behind(dir: &Path) {
+pub(crate) fn settle_written_behind(dir: &Path) {
     #[cfg(feature = "builtin")]
     let _ = tune_trials::checkpoint::settle(dir);
     #[cfg(not(feature = "builtin"))]

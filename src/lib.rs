@@ -73,9 +73,9 @@ pub use pool::Slot;
 pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
-    check_mlflow_url, Algorithm, Bound, Constraints, ExperimentSpec, Fuse, Goal, Gpus,
-    InvalidSetting, MlflowServer, ObjectiveSpec, Resources, SchedulerSpec, Search, SearchSpec,
-    SearcherError, SpecError, StoreSpec, TrackingSpec, WarmStart,
+    check_mlflow_url, Algorithm, Bound, CheckpointPlace, Constraints, ExperimentSpec, Fuse, Goal,
+    Gpus, InvalidSetting, MlflowServer, ObjectiveSpec, Resources, SchedulerSpec, Search,
+    SearchSpec, SearcherError, SpecError, StoreSpec, TrackingSpec, WarmStart,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;

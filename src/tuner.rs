@@ -500,7 +500,9 @@ impl Tuner {
             ));
         }
         let local_slots = self.local_slots;
+        let in_database = matches!(self.store, StoreLocation::Postgres(_));
         let prepare = |spec: &ExperimentSpec, dir: &Path| -> Result<_, TuneError> {
+            check_database_checkpoints(spec, in_database, local_slots)?;
             let (pool, note, pack) = local_pool(spec, local_slots)?;
             Ok((
                 objective(spec, dir, pack)?,
@@ -524,6 +526,7 @@ impl Tuner {
             stop: self.stop.clone(),
             dir: exp.dir.clone(),
             trials: spec.trials_folder(&exp.dir),
+            database_checkpoints: spec.database_checkpoints().is_some(),
             objectives: spec.objectives(),
             constraints: spec.constraints.clone(),
             samples: exp.stored.meta.samples,
@@ -866,6 +869,34 @@ impl TuneResult {
     pub fn store(&self) -> &StoreLocation {
         &self.store
     }
+}
+
+/// `[store] checkpoints = "database"` needs the sweep in PostgreSQL, and its trials on `tune
+/// worker`s: the coordinator's own slots keep trial folders on this machine only.
+fn check_database_checkpoints(
+    spec: &ExperimentSpec,
+    in_database: bool,
+    local_slots: Option<usize>,
+) -> Result<(), TuneError> {
+    if spec.database_checkpoints().is_none() {
+        return Ok(());
+    }
+    if !in_database {
+        return Err(TuneError::Invalid(
+            "[store] checkpoints = \"database\" keeps trial folders in the sweep's PostgreSQL \
+             database: run it with --store postgres://... (or TUNE_STORE), or name a folder"
+                .into(),
+        ));
+    }
+    if local_slots != Some(0) {
+        return Err(TuneError::Invalid(
+            "[store] checkpoints = \"database\": trials run on `tune worker`s only; this \
+             coordinator's own slots would keep their trial folders on this machine: run it \
+             with --slots 0"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The slots this process runs trials on (`local_slots`, where given, in place of the spec's

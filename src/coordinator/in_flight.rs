@@ -38,6 +38,8 @@ pub(super) struct InFlight {
     restored: bool,
     /// It goes on from another trial's checkpoint (population-based training).
     pub exploited: bool,
+    /// The trial whose checkpoint it goes on from, where the attempt is an exploit's.
+    pub exploit_from: Option<tune_search::TrialId>,
     /// The trial's end was decided (and stored) at a report: a bad metric failed it, or the
     /// scheduler stopped or completed it. The worker is only winding down.
     pub settled: bool,
@@ -71,6 +73,7 @@ impl InFlight {
             restored: restore_dir.is_some(),
             restore_dir,
             exploited,
+            exploit_from: None,
             settled: false,
             decided: None,
         }

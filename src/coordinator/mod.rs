@@ -59,6 +59,9 @@ pub(crate) struct Plan {
     /// Where trial folders go (`trials/<id>` under it): the experiment folder, or the spec's
     /// `[store] checkpoints`.
     pub trials: PathBuf,
+    /// `[store] checkpoints = "database"`: remote workers keep trial folders in the database,
+    /// and copy an exploit's there.
+    pub database_checkpoints: bool,
     /// Every objective, at least one: what the searcher is shown. The first is what one
     /// value is compared by (the summary's best, the scheduler, `[stop]`).
     pub objectives: Vec<crate::spec::Goal>,
@@ -626,7 +629,8 @@ impl Coordinator {
                 }
                 break;
             };
-            let exploited = self.live(id).restore_from.is_some();
+            let exploit_from = self.live(id).restore_from;
+            let exploited = exploit_from.is_some();
             self.apply_exploit(id)?;
             self.set_status(id, Status::Running);
             let t = self.live.get_mut(&id).expect("a trial being started");
@@ -636,7 +640,8 @@ impl Coordinator {
             t.end_seq = None;
             t.device = Some(slot.to_string());
             self.store.put_trial(t)?;
-            let run = InFlight::new(t, slot, &trial_dir(&self.plan.trials, id), exploited);
+            let mut run = InFlight::new(t, slot, &trial_dir(&self.plan.trials, id), exploited);
+            run.exploit_from = exploit_from;
             self.in_flight.insert(id, run);
             self.to_launch.push(id);
         }
@@ -683,11 +688,15 @@ impl Coordinator {
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
         };
-        match (&self.bridge, run.map(|r| (r.slot, r.exploited))) {
-            (Some(bridge), Some((Slot::Remote, exploited))) => {
+        match (
+            &self.bridge,
+            run.map(|r| (r.slot, r.exploited, r.exploit_from)),
+        ) {
+            (Some(bridge), Some((Slot::Remote, exploited, exploit_from))) => {
                 if !self.told_unshared
                     && self.plan.scheduler == "pbt"
                     && self.plan.trials == self.plan.dir
+                    && !self.plan.database_checkpoints
                 {
                     // Exploits copy checkpoints in this machine's folder: a worker elsewhere
                     // does not see them.
@@ -702,6 +711,7 @@ impl Coordinator {
                     timeout_s: job.timeout.map(|d| d.as_secs_f64()),
                     last_step: t.last_step(),
                     exploited,
+                    exploit_from: exploit_from.filter(|_| self.plan.database_checkpoints),
                     completes_at: job.completes_at,
                 };
                 bridge.offer(id, job.attempt, &offer);

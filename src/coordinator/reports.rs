@@ -168,7 +168,10 @@ impl Coordinator {
                 t.parent = Some(from);
                 t.restore_from = Some(from);
                 self.store.put_trial(t)?;
-                stage_exploit(&self.plan.trials, id, from)?;
+                // In the database, the worker that runs the exploit copies the checkpoint.
+                if !self.plan.database_checkpoints {
+                    stage_exploit(&self.plan.trials, id, from)?;
+                }
                 self.history.set_params(id, params);
                 self.deferred.push_back(id);
                 let t = &self.live[&id];
@@ -200,7 +203,9 @@ impl Coordinator {
         let Some(from) = self.live(id).restore_from else {
             return Ok(());
         };
-        take_exploit(&self.plan.trials, id, from)?;
+        if !self.plan.database_checkpoints {
+            take_exploit(&self.plan.trials, id, from)?;
+        }
         let t = self.live.get_mut(&id).expect("a trial being started");
         t.restore_from = None;
         self.store.put_trial(t)?;

@@ -204,6 +204,7 @@ impl Sweep {
             stop: self.stop.clone(),
             dir: self.dir.path().to_path_buf(),
             trials: self.dir.path().to_path_buf(),
+            database_checkpoints: false,
             objectives: vec![crate::spec::Goal {
                 metric: "loss".into(),
                 mode: self.mode,

@@ -76,6 +76,11 @@ impl Db {
         self.client.is_closed()
     }
 
+    /// The connection itself, for what needs a transaction (src/remote/checkpoints.rs).
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
     /// A new connection in place of a closed one (its statements prepared again as used).
     pub(crate) fn reconnect(&mut self) -> bool {
         match crate::store::pg_store::open(&self.settings) {

@@ -27,6 +27,8 @@ pub(crate) mod bridge;
 #[cfg(not(feature = "postgres"))]
 pub(crate) mod bridge_unbuilt;
 #[cfg(feature = "postgres")]
+mod checkpoints;
+#[cfg(feature = "postgres")]
 mod db;
 #[cfg(feature = "postgres")]
 mod queries;
@@ -49,7 +51,7 @@ pub use worker::{Worker, WorkerSummary};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tune_search::Params;
+use tune_search::{Params, TrialId};
 
 pub use crate::protocol::WorkerInfo;
 
@@ -67,6 +69,10 @@ pub(crate) struct Offer {
     pub last_step: Option<u64>,
     /// It goes on from another trial's checkpoint (population-based training).
     pub exploited: bool,
+    /// That trial, where the worker copies its checkpoint (`[store] checkpoints =
+    /// "database"`); an offer of an older coordinator has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exploit_from: Option<TrialId>,
     /// The step the scheduler completes trials at ([`crate::objective::Job::completes_at`]);
     /// an offer of an older coordinator has none.
     #[serde(default)]

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
 
 use super::bridge::listen;
+use super::checkpoints::{CheckpointError, KeptFolder};
 use super::db::Db;
 use super::{
     coordinator_channel, metrics_to_text, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_END, NOTE_REPORT,
@@ -347,6 +348,9 @@ struct Served {
     objective: Result<Objective, String>,
     /// Trials per slot, trained as one model (1: each alone).
     trials_per_pack: usize,
+    /// The size cap of its trial folders, where it keeps them in the database
+    /// (`[store] checkpoints = "database"`).
+    checkpoint_cap: Option<u64>,
 }
 
 /// How many trials of a sweep each of a worker's slots holds, trained as one fused model.
@@ -371,6 +375,10 @@ struct Running {
     reports: u64,
     /// Its lease is gone: nothing more it writes is sent.
     lost: bool,
+    /// Its trial folder, where the sweep keeps trial folders in the database.
+    kept: Option<KeptFolder>,
+    /// Why the attempt fails whatever its trial ends with (its folder could not be kept).
+    failure: Option<String>,
 }
 
 struct WorkerState<'a> {
@@ -411,8 +419,13 @@ enum Unsent {
         metrics: std::collections::BTreeMap<String, f64>,
         ack: oneshot::Sender<ReportAnswer>,
     },
-    /// How the attempt (of this token) ended.
-    End { token: i64, outcome: Outcome },
+    /// How the attempt (of this token) ended, after its trial folder where the sweep keeps
+    /// them in the database.
+    End {
+        token: i64,
+        outcome: Outcome,
+        kept: Option<KeptFolder>,
+    },
 }
 
 impl WorkerState<'_> {
@@ -706,6 +719,11 @@ impl WorkerState<'_> {
         while let Some((key, unsent)) = self.unsent.pop_front() {
             match unsent {
                 Unsent::Report { step, metrics, ack } => {
+                    if let Err(e) = self.keep_folder(key) {
+                        let report = Unsent::Report { step, metrics, ack };
+                        self.unsent.push_front((key, report));
+                        return Err(self.err(e));
+                    }
                     let Some(r) = self.running.get(&key).filter(|r| !r.lost) else {
                         let _ = ack.send(ReportAnswer::Refused);
                         continue;
@@ -727,16 +745,80 @@ impl WorkerState<'_> {
                         }
                     }
                 }
-                Unsent::End { token, outcome } => {
+                Unsent::End {
+                    token,
+                    mut outcome,
+                    mut kept,
+                } => {
+                    if let Some(folder) = kept.as_mut() {
+                        // A folder refused (the attempt lost meanwhile) is the end's fate too.
+                        match folder.save(&mut self.db, key.0, key.1, token) {
+                            Ok(_) => {}
+                            Err(e) => match e.database() {
+                                Ok(e) => {
+                                    let end = Unsent::End {
+                                        token,
+                                        outcome,
+                                        kept,
+                                    };
+                                    self.unsent.push_front((key, end));
+                                    return Err(self.err(e));
+                                }
+                                Err(why) => outcome = self.failed_by(why),
+                            },
+                        }
+                    }
                     if let Err(e) = end_attempt(&mut self.db, token, key.0, &outcome) {
-                        self.unsent
-                            .push_front((key, Unsent::End { token, outcome }));
+                        let end = Unsent::End {
+                            token,
+                            outcome,
+                            kept,
+                        };
+                        self.unsent.push_front((key, end));
                         return Err(self.err(e));
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Keeps attempt `key`'s trial folder in the database if it changed since it was last
+    /// kept (where its sweep keeps them there). `Err`: the database failed, to be tried again.
+    /// A folder over the cap, or one that cannot be read, fails the attempt: its trial is
+    /// stopped, and its end says why.
+    fn keep_folder(&mut self, key: Key) -> Result<(), postgres::Error> {
+        let Some(r) = self.running.get_mut(&key).filter(|r| !r.lost) else {
+            return Ok(());
+        };
+        let Some(folder) = r.kept.as_mut() else {
+            return Ok(());
+        };
+        let refused = match folder.save(&mut self.db, key.0, key.1, r.token) {
+            Ok(kept) => !kept,
+            Err(e) => {
+                let why = match e.database() {
+                    Ok(e) => return Err(e),
+                    Err(why) => why,
+                };
+                r.failure = Some(format!("worker {}: {why}", self.me));
+                r.kept = None;
+                r.shutdown.send_replace(true);
+                false
+            }
+        };
+        if refused {
+            self.lose(
+                key,
+                "its checkpoint was refused: the attempt is no longer its",
+            );
+        }
+        Ok(())
+    }
+
+    /// The failure of an attempt whose trial folder could not be kept in the database.
+    fn failed_by(&self, why: CheckpointError) -> Outcome {
+        Outcome::Failed(format!("worker {}: {why}", self.me))
     }
 
     fn handle(&mut self, key: Key, msg: WorkerMsg) -> Result<(), TuneError> {
@@ -755,6 +837,13 @@ impl WorkerState<'_> {
                 r.reports += 1;
                 let step = step.unwrap_or(r.base + r.reports);
                 let token = r.token;
+                // The folder as the trial left it after its last decision, kept before the
+                // report that follows it.
+                if let Err(e) = self.keep_folder(key) {
+                    self.unsent
+                        .push_back((key, Unsent::Report { step, metrics, ack }));
+                    return Err(self.err(e));
+                }
                 let row = insert_report(&mut self.db, token, key, step, &metrics);
                 match row {
                     Ok(Some(id)) => {
@@ -781,9 +870,14 @@ impl WorkerState<'_> {
                 if r.lost {
                     return Ok(());
                 }
+                let outcome = match r.failure {
+                    Some(why) => Outcome::Failed(why),
+                    None => outcome,
+                };
                 let end = Unsent::End {
                     token: r.token,
                     outcome,
+                    kept: r.kept,
                 };
                 // After what waits: a trial's writes reach the database in order.
                 self.unsent.push_back((key, end));
@@ -915,8 +1009,10 @@ fn serve_experiment(
     let meta: Option<String> = row.get(1);
     let own = settings.dir.join(&name);
     let mut trials_per_pack = 1;
+    let mut checkpoint_cap = None;
     let (dir, objective) = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
         Some(Ok(meta)) => {
+            checkpoint_cap = meta.spec.database_checkpoints();
             // `[store] checkpoints`: the sweep's shared folder, else this worker's own.
             let dir = meta.spec.trials_folder(&own);
             match packing {
@@ -942,6 +1038,7 @@ fn serve_experiment(
         dir,
         objective,
         trials_per_pack,
+        checkpoint_cap,
     })
 }
 

@@ -45,7 +45,7 @@ mod tracking;
 pub use resources::{Fuse, Gpus, Resources};
 pub use scheduler::SchedulerSpec;
 pub use search::{Algorithm, Search, SearchSpec, WarmStart};
-pub use tracking::{check_mlflow_url, MlflowServer, StoreSpec, TrackingSpec};
+pub use tracking::{check_mlflow_url, CheckpointPlace, MlflowServer, StoreSpec, TrackingSpec};
 
 /// A whole sweep: metric, budget, search, scheduler, resources, objective and space.
 ///
@@ -217,12 +217,13 @@ impl ExperimentSpec {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
-        for folder in [
-            spec.store.checkpoints.as_mut(),
-            spec.tracking.tensorboard.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
+        let shared = match spec.store.checkpoints.as_mut() {
+            Some(CheckpointPlace::Folder(folder)) => Some(folder),
+            _ => None,
+        };
+        for folder in [shared, spec.tracking.tensorboard.as_mut()]
+            .into_iter()
+            .flatten()
         {
             if folder.is_relative() {
                 *folder = base.join(&*folder);

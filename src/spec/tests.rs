@@ -276,7 +276,10 @@ fn store_checkpoints_is_a_folder_relative_to_the_spec_file() {
     std::fs::write(&file, with("\"shared\"")).unwrap();
     let (spec, _) = ExperimentSpec::read(&file).unwrap();
     let base = std::fs::canonicalize(dir.path()).unwrap();
-    assert_eq!(spec.store.checkpoints, Some(base.join("shared")));
+    assert_eq!(
+        spec.store.checkpoints,
+        Some(CheckpointPlace::Folder(base.join("shared")))
+    );
     assert_eq!(
         spec.trials_folder(Path::new("runs/x")),
         base.join("shared").join(&spec.name)

@@ -20,14 +20,61 @@ use super::*;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSpec {
-    /// A folder that every machine running the sweep's trials sees (a shared file system):
-    /// trial folders go to `<checkpoints>/<name>/trials/<id>`, so that a paused trial resumes,
-    /// and an exploit finds its source's checkpoint, on whichever worker runs it. Relative to
-    /// the spec file's folder. Default: the experiment folder on the coordinator, `--dir` on
-    /// each worker.
+    /// Where trial folders (checkpoints) live so that every machine of the sweep finds them:
+    /// a shared folder, or `"database"` (the sweep's PostgreSQL database). Default: the
+    /// experiment folder on the coordinator, `--dir` on each worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoints: Option<PathBuf>,
+    pub checkpoints: Option<CheckpointPlace>,
+    /// With `checkpoints = "database"`: the largest trial folder kept, in MiB (default 1024);
+    /// a trial whose folder grows past it fails, saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_checkpoint_mb: Option<u64>,
 }
+
+/// `[store] checkpoints`: where trial folders travel between machines.
+///
+/// ```
+/// use tune::CheckpointPlace;
+/// let spec = tune::ExperimentSpec::from_toml(
+///     "name = \"m\"\nmetric = \"loss\"\n[store]\ncheckpoints = \"database\"\n\
+///      [space]\nx = { uniform = [0.0, 1.0] }",
+///     "space.toml".as_ref(),
+/// ).unwrap();
+/// assert_eq!(spec.store.checkpoints, Some(CheckpointPlace::Database));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "PathBuf", into = "PathBuf")]
+pub enum CheckpointPlace {
+    /// A folder every machine running the sweep's trials sees (a shared file system): trial
+    /// folders go to `<folder>/<name>/trials/<id>`. Relative to the spec file's folder.
+    Folder(PathBuf),
+    /// `"database"`: each trial's folder is kept in the sweep's PostgreSQL database (chunked,
+    /// with a checksum), written there by the worker as the trial checkpoints and fetched by
+    /// whichever worker runs it next; an exploit's copy is made in the database. Trial folders
+    /// stay in each machine's own folder. A folder named `database` is `"./database"`.
+    Database,
+}
+
+impl From<PathBuf> for CheckpointPlace {
+    fn from(path: PathBuf) -> CheckpointPlace {
+        match path.to_str() {
+            Some("database") => CheckpointPlace::Database,
+            _ => CheckpointPlace::Folder(path),
+        }
+    }
+}
+
+impl From<CheckpointPlace> for PathBuf {
+    fn from(place: CheckpointPlace) -> PathBuf {
+        match place {
+            CheckpointPlace::Folder(path) => path,
+            CheckpointPlace::Database => PathBuf::from("database"),
+        }
+    }
+}
+
+/// The largest trial folder kept in the database where `max_checkpoint_mb` is not set.
+const DEFAULT_MAX_CHECKPOINT_MB: u64 = 1024;
 
 impl StoreSpec {
     pub(super) fn is_default(&self) -> bool {
@@ -125,9 +172,20 @@ impl ExperimentSpec {
     /// joined with the name, else `experiment_dir` (the experiment folder, or a worker's own).
     pub fn trials_folder(&self, experiment_dir: &Path) -> PathBuf {
         match &self.store.checkpoints {
-            Some(shared) => shared.join(&self.name),
-            None => experiment_dir.to_path_buf(),
+            Some(CheckpointPlace::Folder(shared)) => shared.join(&self.name),
+            Some(CheckpointPlace::Database) | None => experiment_dir.to_path_buf(),
         }
+    }
+
+    /// The size cap of a trial folder kept in the database, in bytes, where the sweep keeps
+    /// them there (`[store] checkpoints = "database"`); `None` otherwise.
+    pub fn database_checkpoints(&self) -> Option<u64> {
+        (self.store.checkpoints == Some(CheckpointPlace::Database)).then(|| {
+            self.store
+                .max_checkpoint_mb
+                .unwrap_or(DEFAULT_MAX_CHECKPOINT_MB)
+                .saturating_mul(1 << 20)
+        })
     }
 
     /// `[store]` and `[tracking]`: folders and servers named, not empty.
@@ -136,12 +194,31 @@ impl ExperimentSpec {
             .store
             .checkpoints
             .as_ref()
-            .is_some_and(|c| c.as_os_str().is_empty())
+            .is_some_and(|c| matches!(c, CheckpointPlace::Folder(f) if f.as_os_str().is_empty()))
         {
             return Err(InvalidSetting::new(
                 "store",
                 FieldError::new("checkpoints", "expected a folder, found an empty string"),
             ));
+        }
+        match (&self.store.checkpoints, self.store.max_checkpoint_mb) {
+            (_, Some(0)) => {
+                return Err(InvalidSetting::new(
+                    "store",
+                    FieldError::new("max_checkpoint_mb", "expected at least 1 (MiB), found 0"),
+                ))
+            }
+            (Some(CheckpointPlace::Database), _) | (_, None) => {}
+            (_, Some(_)) => {
+                return Err(InvalidSetting::new(
+                    "store",
+                    FieldError::new(
+                        "max_checkpoint_mb",
+                        "caps checkpoints kept in the database: set it with \
+                         checkpoints = \"database\", found none",
+                    ),
+                ))
+            }
         }
         if self
             .tracking

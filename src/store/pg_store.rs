@@ -104,6 +104,28 @@ CREATE INDEX tune_attempts_offered ON tune_attempts (experiment, offered_at)
     r#"
 ALTER TABLE tune_workers ADD COLUMN gpus text;
 "#,
+    // Trial folders kept in the database (`[store] checkpoints = "database"`,
+    // src/remote/checkpoints.rs): one archive per trial, in chunks, its checksum and the
+    // attempt (token) that wrote it.
+    r#"
+CREATE TABLE tune_checkpoints (
+    experiment bigint NOT NULL REFERENCES tune_experiments (id) ON DELETE CASCADE,
+    trial bigint NOT NULL,
+    token bigint NOT NULL,
+    size bigint NOT NULL,
+    sha256 text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (experiment, trial)
+);
+CREATE TABLE tune_checkpoint_chunks (
+    experiment bigint NOT NULL,
+    trial bigint NOT NULL,
+    seq integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (experiment, trial, seq),
+    FOREIGN KEY (experiment, trial) REFERENCES tune_checkpoints ON DELETE CASCADE
+);
+"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment

@@ -11,6 +11,7 @@ mod cli;
 mod constraints;
 mod damage;
 mod dashboard;
+mod database_checkpoints;
 mod docs;
 mod failpoints;
 mod fuzz_corpus;

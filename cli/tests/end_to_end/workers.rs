@@ -90,7 +90,7 @@ pub(crate) fn finish_ok(proc: Proc, what: &str) -> Output {
 
 /// Waits until the coordinator has created experiment `t` (workers started before it exit:
 /// the experiment they name does not exist).
-fn wait_for_experiment(url: &str, coordinator: &mut Child) {
+pub(crate) fn wait_for_experiment(url: &str, coordinator: &mut Child) {
     let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -181,7 +181,7 @@ fn eight_workers_race_for_1000_one_step_trials_and_each_runs_exactly_once() {
 }
 
 /// Six checkpointing trials of five steps, retried once after a failure.
-fn five_step_trials(tmp: &Path, extra: &[&str]) -> std::path::PathBuf {
+pub(crate) fn five_step_trials(tmp: &Path, extra: &[&str]) -> std::path::PathBuf {
     let mut args = vec!["--steps", "5", "--sleep", "0.05", "--behaviour", "ckpt"];
     args.extend_from_slice(extra);
     write_spec(

@@ -11,6 +11,7 @@ use crate::error::TuneError;
 use crate::objective::Job;
 use crate::pool::Slot;
 use crate::protocol::{Outcome, WorkerMsg};
+use crate::remote::checkpoints::{self, KeptFolder};
 use crate::remote::{Offer, NOTE_CLAIM};
 
 /// An attempt this worker has claimed, before it starts.
@@ -23,6 +24,8 @@ struct ClaimedAttempt {
     trial_dir: PathBuf,
     /// Whether it goes on from the checkpoint in `trial_dir`.
     restored: bool,
+    /// Its trial folder as fetched from the database, where the sweep keeps them there.
+    kept: Option<KeptFolder>,
 }
 
 /// The claim of the oldest offer nobody holds, ours with a fresh token; `$filter` picks the
@@ -118,8 +121,22 @@ impl WorkerState<'_> {
             self.experiments.insert(experiment, served);
         }
         let served = &self.experiments[&experiment];
-        let offer: Result<Offer, _> = serde_json::from_str(job);
+        let mut offer: Result<Offer, String> =
+            serde_json::from_str(job).map_err(|e| format!("its offer is unreadable: {e}"));
         let trial_dir = crate::experiment::trial_dir(&served.dir, key.1);
+        let kept = match (served.checkpoint_cap, &offer) {
+            (Some(cap), Ok(o)) => {
+                let exploit_from = o.exploit_from;
+                match self.fetch_folder(key, token, &trial_dir, cap, exploit_from)? {
+                    Ok(kept) => Some(kept),
+                    Err(why) => {
+                        offer = Err(why);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let restored = offer.as_ref().is_ok_and(|o| {
             o.last_step.is_some()
                 && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
@@ -138,10 +155,44 @@ impl WorkerState<'_> {
             key,
             token,
             slot,
-            offer: offer.map_err(|e| format!("its offer is unreadable: {e}")),
+            offer,
             trial_dir,
             restored,
+            kept,
         }))
+    }
+
+    /// Makes `trial_dir` the trial's folder as the database keeps it (an exploit's: its
+    /// source's, copied there first). The inner `Err`: why the attempt cannot run (its stored
+    /// folder is damaged, or this machine's cannot be written).
+    fn fetch_folder(
+        &mut self,
+        key: Key,
+        token: i64,
+        trial_dir: &std::path::Path,
+        cap: u64,
+        exploit_from: Option<TrialId>,
+    ) -> Result<Result<KeptFolder, String>, TuneError> {
+        if let Some(from) = exploit_from {
+            checkpoints::copy(&mut self.db, key.0, from, key.1, token).map_err(|e| self.err(e))?;
+        }
+        match checkpoints::fetch(
+            &mut self.db,
+            key.0,
+            key.1,
+            trial_dir,
+            exploit_from.is_some(),
+        ) {
+            Ok(kept) => Ok(Ok(KeptFolder {
+                dir: trial_dir.to_path_buf(),
+                cap,
+                kept,
+            })),
+            Err(e) => match e.database() {
+                Ok(e) => Err(self.err(e)),
+                Err(why) => Ok(Err(format!("worker {}: {why}", self.me))),
+            },
+        }
     }
 
     /// Starts a claimed attempt on its slot; one that cannot start (its sweep's objective
@@ -154,6 +205,7 @@ impl WorkerState<'_> {
             offer,
             trial_dir,
             restored,
+            kept,
         } = attempt;
         self.summary.attempts += 1;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -179,6 +231,8 @@ impl WorkerState<'_> {
                 base,
                 reports: 0,
                 lost: false,
+                kept,
+                failure: None,
             },
         );
         let objective = self.experiments[&key.0].objective.clone();
