@@ -9,6 +9,8 @@
 //!                                                   # + Optuna 5 (optuna, psycopg2)
 //!     TUNE_BENCH_PART=growth cargo bench -p tune-cli --bench distributed
 //!                                                   # only the cost per trial as tables grow
+//!     TUNE_BENCH_PART=checkpoints cargo bench -p tune-cli --bench distributed
+//!                                                   # only checkpoints: database vs a folder
 //!
 //! The coordinator is `tune run SPEC --store URL --slots 0` (it runs no trial itself). Every
 //! sweep is read back and checked before its rate is printed; a rate is trials between the
@@ -283,13 +285,167 @@ fn main() {
     let python = std::env::var("TUNE_PEER_PYTHON")
         .ok()
         .map(std::path::PathBuf::from);
-    // `TUNE_BENCH_PART=growth` runs only the second table.
-    let growth_only = std::env::var("TUNE_BENCH_PART").is_ok_and(|p| p == "growth");
+    // `TUNE_BENCH_PART=growth` (or `checkpoints`) runs only that table.
+    let part = std::env::var("TUNE_BENCH_PART").unwrap_or_default();
     let (n, n_peer) = (2_000, 500);
-    if !growth_only {
+    if part.is_empty() {
         main_table(&url, python.as_deref(), n, n_peer);
     }
-    growth(&url);
+    if part.is_empty() || part == "growth" {
+        growth(&url);
+    }
+    if part.is_empty() || part == "checkpoints" {
+        checkpoint_table(&url);
+    }
+}
+
+/// A trial that checkpoints `MiB` of random bytes (incompressible, as weights are) when told to
+/// pause, and goes on from its checkpoint: argv `MiB x`.
+const CHECKPOINTING: &str = r#"
+import json, os, sys
+size, x = int(sys.argv[1]) << 20, float(sys.argv[2])
+first, restore = 1, os.environ.get("TUNE_RESTORE_DIR")
+if restore and os.path.exists(os.path.join(restore, "state")):
+    with open(os.path.join(restore, "state")) as f:
+        first = int(f.read()) + 1
+    assert os.path.getsize(os.path.join(restore, "weights")) == size
+for step in range(first, 28):
+    print(json.dumps(dict(step=step, loss=x + 1.0 / step)), flush=True)
+    decision = sys.stdin.readline().strip()
+    if decision == "pause":
+        out = os.environ["TUNE_CHECKPOINT_DIR"]
+        with open(os.path.join(out, "weights.tmp"), "wb") as f:
+            f.write(os.urandom(size))
+        os.replace(os.path.join(out, "weights.tmp"), os.path.join(out, "weights"))
+        with open(os.path.join(out, "state"), "w") as f:
+            f.write(str(step))
+    if decision != "continue":
+        break
+"#;
+
+/// HyperBand (max_t 27, eta 3) on 4 command workers of one slot, each paused trial
+/// checkpointing 1 or 16 MiB: trials/s with `[store] checkpoints` a folder (on this machine's
+/// disk: the best a shared file system does) and `"database"`, and the database's checkpoint
+/// traffic (written + read, from the workers' summaries) per second of the sweep.
+fn checkpoint_table(url: &str) {
+    println!();
+    println!("| HyperBand max_t 27, 4 workers, each pause checkpoints | checkpoints | trials/s | database / folder | MB/s of checkpoints through the database |");
+    println!("|---|---|---|---|---|");
+    for mib in [1, 16] {
+        let mut folder_rate = None;
+        for place in ["folder", "database"] {
+            let (rate, mb, seconds) = checkpoint_sweep(url, mib, place);
+            let ratio = match folder_rate {
+                Some(f) => format!("{:.2}x", rate / f),
+                None => "-".into(),
+            };
+            folder_rate.get_or_insert(rate);
+            let traffic = match place {
+                "database" => format!("{:.1} ({mb:.0} MB in {seconds:.1} s)", mb / seconds),
+                _ => "-".into(),
+            };
+            println!("| {mib} MiB | {place} | {rate:.1} | {ratio} | {traffic} |");
+        }
+    }
+}
+
+/// One sweep of [`checkpoint_table`]: trials/s, MB of checkpoints through the database, and
+/// the sweep's seconds.
+fn checkpoint_sweep(url: &str, mib: u64, place: &str) -> (f64, f64, f64) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let name = format!("ckpt-{mib}-{place}");
+    let script = tmp.path().join("trial.py");
+    std::fs::write(&script, CHECKPOINTING).expect("script");
+    let checkpoints = match place {
+        "database" => "\"database\"".to_string(),
+        _ => format!("{:?}", tmp.path().join("shared").display().to_string()),
+    };
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"{name}\"\nmetric = \"loss\"\nsamples = 60\nseed = 1\n\n[search]\nalgorithm = \"random\"\n\n\
+             [scheduler]\nkind = \"hyperband\"\nmax_t = 27\nreduction_factor = 3\n\n\
+             [objective]\ncommand = [\"python3\", {:?}, \"{mib}\", \"{{x}}\"]\n\n\
+             [space]\nx = {{ uniform = [0.0, 1.0] }}\n\n[store]\ncheckpoints = {checkpoints}\n",
+            script.display().to_string()
+        ),
+    )
+    .expect("spec");
+    let started = Instant::now();
+    let mut coordinator = Command::new(tune_bin())
+        .arg("run")
+        .arg(&spec)
+        .args(["--store", url, "--slots", "0", "--no-tui", "--dir"])
+        .arg(tmp.path().join("c"))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("coordinator");
+    wait_for_experiment(url, &name, &mut coordinator);
+    let workers: Vec<Child> = (0..4)
+        .map(|i| {
+            Command::new(tune_bin())
+                .args([
+                    "worker",
+                    url,
+                    "--experiment",
+                    &name,
+                    "--slots",
+                    "1",
+                    "--dir",
+                ])
+                .arg(tmp.path().join(format!("w{i}")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("worker")
+        })
+        .collect();
+    assert!(coordinator.wait().expect("coordinator").success());
+    let mut mb = 0.0;
+    for w in workers {
+        let out = w.wait_with_output().expect("worker");
+        assert!(out.status.success(), "a worker failed");
+        // "tune worker: wrote N trial folders (X MB) to the database, read M (Y MB)"
+        for line in String::from_utf8_lossy(&out.stderr).lines() {
+            if let Some(rest) = line.strip_prefix("tune worker: wrote ") {
+                mb += rest
+                    .split('(')
+                    .skip(1)
+                    .filter_map(|p| p.split(' ').next()?.parse::<f64>().ok())
+                    .sum::<f64>();
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let stored = Experiment::read_postgres(url, &name).expect("read back");
+    let mut resumed = 0;
+    for t in &stored.trials {
+        // Every step once, in order: a paused trial went on from its checkpoint.
+        let steps: Vec<u64> = t.results.iter().map(|r| r.step).collect();
+        assert_eq!(
+            steps,
+            (1..=steps.len() as u64).collect::<Vec<_>>(),
+            "trial {}",
+            t.id
+        );
+        resumed += usize::from(t.attempts > 1);
+    }
+    assert!(resumed > 0, "no trial was paused and resumed");
+    let first = stored
+        .trials
+        .iter()
+        .filter_map(|t| t.started_at)
+        .min()
+        .expect("started");
+    let last = stored
+        .trials
+        .iter()
+        .filter_map(|t| t.finished_at)
+        .max()
+        .expect("finished");
+    let rate = stored.trials.len() as f64 / ((last - first) as f64 / 1000.0);
+    (rate, mb, seconds)
 }
 
 /// trials/s with 1, 4 and 8 workers beside Optuna's, and the report -> decision round trip.

@@ -112,19 +112,19 @@ pub(crate) struct KeptFolder {
 
 impl KeptFolder {
     /// Writes the folder to the database if it changed since it was last kept there, for the
-    /// attempt of `token`; `Ok(false)`: the attempt is no longer the trial's (nothing written).
+    /// attempt of `token`.
     pub(crate) fn save(
         &mut self,
         db: &mut Db,
         experiment: i64,
         trial: TrialId,
         token: i64,
-    ) -> Result<bool, CheckpointError> {
+    ) -> Result<Saved, CheckpointError> {
         // A built-in trainable's checkpoint may still be on its way to disk.
         crate::experiment::settle_written_behind(&self.dir);
         let now = Manifest::of(&self.dir)?;
         if now == self.kept {
-            return Ok(true);
+            return Ok(Saved::Unchanged);
         }
         if now.bytes() > self.cap {
             return Err(CheckpointError::TooLarge {
@@ -133,12 +133,32 @@ impl KeptFolder {
             });
         }
         let Some(sha) = upload(db, experiment, trial, token, &self.dir, &now)? else {
-            return Ok(false);
+            return Ok(Saved::Refused);
         };
         write_marker(&self.dir, &sha);
+        let bytes = now.bytes();
         self.kept = now;
-        Ok(true)
+        Ok(Saved::Written { bytes })
     }
+}
+
+/// What [`KeptFolder::save`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Saved {
+    /// The folder is as the database keeps it: nothing written.
+    Unchanged,
+    /// Written, its files holding this many bytes.
+    Written { bytes: u64 },
+    /// The attempt no longer holds the trial: nothing written.
+    Refused,
+}
+
+/// A trial folder as [`fetch`] left it.
+#[derive(Debug, Clone)]
+pub(crate) struct Fetched {
+    pub files: Manifest,
+    /// The bytes of files read from the database (0: this machine's copy was that one).
+    pub bytes_read: u64,
 }
 
 /// Where a worker notes which stored checkpoint its copy of a trial folder is: beside the
@@ -308,7 +328,13 @@ pub(crate) fn fetch(
     trial: TrialId,
     dir: &Path,
     replace: bool,
-) -> Result<Manifest, CheckpointError> {
+) -> Result<Fetched, CheckpointError> {
+    let local = |dir: &Path| {
+        Manifest::of(dir).map(|files| Fetched {
+            files,
+            bytes_read: 0,
+        })
+    };
     let trial_key = trial as i64;
     let mut tx = db
         .client()
@@ -329,11 +355,11 @@ pub(crate) fn fetch(
             let _ = std::fs::remove_file(marker(dir));
             remove_folder(dir).map_err(folder)?;
         }
-        return Manifest::of(dir);
+        return local(dir);
     };
     let sha: String = row.get(0);
     if std::fs::read_to_string(marker(dir)).is_ok_and(|m| m == sha) && dir.is_dir() {
-        return Manifest::of(dir);
+        return local(dir);
     }
     let staging = dir.with_file_name(format!(
         ".fetching-{}",
@@ -379,7 +405,11 @@ pub(crate) fn fetch(
     remove_folder(dir).map_err(folder)?;
     std::fs::rename(&staging, dir).map_err(folder)?;
     write_marker(dir, &sha);
-    Manifest::of(dir)
+    let files = Manifest::of(dir)?;
+    Ok(Fetched {
+        bytes_read: files.bytes(),
+        files,
+    })
 }
 
 fn remove_folder(dir: &Path) -> io::Result<()> {
@@ -556,11 +586,16 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let weights: Vec<u8> = (0..(2 * CHUNK + 17)).map(|i| (i % 251) as u8).collect();
         let mut kept = folder(&tmp.path().join("a/trials/0"), &weights);
-        assert!(kept.save(&mut db, e, 0, 10).unwrap());
+        let written = kept.save(&mut db, e, 0, 10).unwrap();
+        let bytes = weights.len() as u64 + 1;
+        assert_eq!(written, Saved::Written { bytes });
+        assert_eq!(kept.save(&mut db, e, 0, 10).unwrap(), Saved::Unchanged);
         // Another machine: nothing there yet.
         let there = tmp.path().join("b/trials/0");
-        let files = fetch(&mut db, e, 0, &there, false).unwrap();
-        assert_eq!(files.0.len(), 2);
+        let fetched = fetch(&mut db, e, 0, &there, false).unwrap();
+        assert_eq!((fetched.files.0.len(), fetched.bytes_read), (2, bytes));
+        // Its copy is that one now: not read again.
+        assert_eq!(fetch(&mut db, e, 0, &there, false).unwrap().bytes_read, 0);
         assert_eq!(std::fs::read(there.join("sub/weights")).unwrap(), weights);
         assert_eq!(std::fs::read(there.join("state")).unwrap(), b"3");
         // Trial 1 exploits trial 0: its stale folder is replaced by trial 0's.
@@ -581,7 +616,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert!(!kept.save(&mut db, e, 0, 10).unwrap());
+        assert_eq!(kept.save(&mut db, e, 0, 10).unwrap(), Saved::Refused);
         assert!(!copy(&mut db, e, 1, 0, 10).unwrap());
         let stored: i64 = db
             .query_one("SELECT count(*) FROM tune_checkpoints", &[])

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
 
 use super::bridge::listen;
-use super::checkpoints::{CheckpointError, KeptFolder};
+use super::checkpoints::{CheckpointError, KeptFolder, Saved};
 use super::db::Db;
 use super::{
     coordinator_channel, metrics_to_text, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_END, NOTE_REPORT,
@@ -65,6 +65,22 @@ pub struct WorkerSummary {
     /// Attempts it lost: its lease ran out (or the coordinator cancelled them), so its later
     /// writes were refused and the trial was stopped here.
     pub lost: u64,
+    /// Trial folders it wrote to the database (`[store] checkpoints = "database"`), and the
+    /// bytes of their files.
+    pub checkpoints_written: u64,
+    pub checkpoint_bytes_written: u64,
+    /// Trial folders it read from the database (not those it held already), and their bytes.
+    pub checkpoints_read: u64,
+    pub checkpoint_bytes_read: u64,
+}
+
+impl WorkerSummary {
+    fn count(&mut self, saved: Saved) {
+        if let Saved::Written { bytes } = saved {
+            self.checkpoints_written += 1;
+            self.checkpoint_bytes_written += bytes;
+        }
+    }
 }
 
 impl Worker {
@@ -753,7 +769,7 @@ impl WorkerState<'_> {
                     if let Some(folder) = kept.as_mut() {
                         // A folder refused (the attempt lost meanwhile) is the end's fate too.
                         match folder.save(&mut self.db, key.0, key.1, token) {
-                            Ok(_) => {}
+                            Ok(saved) => self.summary.count(saved),
                             Err(e) => match e.database() {
                                 Ok(e) => {
                                     let end = Unsent::End {
@@ -795,7 +811,10 @@ impl WorkerState<'_> {
             return Ok(());
         };
         let refused = match folder.save(&mut self.db, key.0, key.1, r.token) {
-            Ok(kept) => !kept,
+            Ok(saved) => {
+                self.summary.count(saved);
+                saved == Saved::Refused
+            }
             Err(e) => {
                 let why = match e.database() {
                     Ok(e) => return Err(e),

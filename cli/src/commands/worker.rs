@@ -56,6 +56,16 @@ pub fn worker(args: WorkerArgs) -> Result<ExitCode, TuneError> {
             String::new()
         }
     );
+    if done.checkpoints_written + done.checkpoints_read > 0 {
+        let mb = |bytes: u64| bytes as f64 / 1e6;
+        eprintln!(
+            "tune worker: wrote {} trial folders ({:.1} MB) to the database, read {} ({:.1} MB)",
+            done.checkpoints_written,
+            mb(done.checkpoint_bytes_written),
+            done.checkpoints_read,
+            mb(done.checkpoint_bytes_read)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

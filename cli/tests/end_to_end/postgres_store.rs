@@ -216,6 +216,22 @@ fn the_rust_api_keeps_a_sweep_in_postgres_and_resumes_it_by_name() {
     assert_eq!(params(trials), params(whole.trials().unwrap()));
 }
 
+/// Whether experiment `t` was created (its record written). Another error (the server slow to
+/// answer on a loaded machine) is asked again: it says nothing either way.
+fn experiment_created(url: &str) -> bool {
+    for _ in 0..100 {
+        match tune::experiment::Experiment::read_postgres(url, "t") {
+            Ok(_) => return true,
+            Err(tune::TuneError::NotAnExperiment { .. }) => return false,
+            Err(e) => {
+                eprintln!("reading experiment t: {e}; asking again");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    }
+    panic!("experiment t could not be read")
+}
+
 #[test]
 fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupted_sweep() {
     let want = uninterrupted_band();
@@ -233,8 +249,7 @@ fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupt
         let url = pg_server::fresh_database();
         let dir = case.path().join("here");
         let kills = kill_at_point_until_done(point, || {
-            let started = tune::experiment::Experiment::read_postgres(&url, "t").is_ok();
-            run_or_resume_in(&spec, &url, &dir, started)
+            run_or_resume_in(&spec, &url, &dir, experiment_created(&url))
         });
         assert!(kills >= 3, "{point}: killed only {kills} times");
         let trials = export_in(&url);
@@ -243,33 +258,30 @@ fn a_kill_at_any_failure_point_of_a_sweep_in_postgres_resumes_to_the_uninterrupt
     }
 }
 
-#[test]
-fn a_sweep_whose_database_connection_is_cut_stops_cleanly_and_resumes_exactly() {
-    let want = uninterrupted_band();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = hyperband_band(tmp.path());
-    let url = pg_server::fresh_database();
-    let dir = tmp.path().join("here");
-    let go = tmp.path().join("go");
-    let stderr_file = tmp.path().join("stderr");
-    // Held after its 5th round of acknowledgements until the test has cut its connection.
-    let sweep = run_or_resume_in(&spec, &url, &dir, false)
+/// Starts the HyperBand band in `tmp` on `url`, held after its 5th round of acknowledgements
+/// until `go` exists; returns it once it runs (its connection made, results stored), with an
+/// admin connection to the same database.
+fn band_held_at_its_fifth_round(
+    tmp: &Path,
+    url: &str,
+    go: &Path,
+) -> (std::process::Child, postgres::Client) {
+    let spec = hyperband_band(tmp);
+    let sweep = run_or_resume_in(&spec, url, &tmp.join("here"), false)
         .env(
             "TUNE_FAILPOINTS",
             format!("ack.after=wait-{}@5", go.display()),
         )
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_file).unwrap())
+        .stderr(std::fs::File::create(tmp.join("stderr")).unwrap())
         .spawn()
         .unwrap();
-    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let others = "datname = current_database() AND pid <> pg_backend_pid()";
-    // Its connection exists and the sweep runs (results are stored).
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         let mut count = |sql: &str| -> i64 { admin.query_one(sql, &[]).map_or(0, |r| r.get(0)) };
         let connections = count(&format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE {others}"
+            "SELECT count(*) FROM pg_stat_activity WHERE {OTHER_SESSIONS}"
         ));
         let results = count("SELECT count(*) FROM tune_results");
         if connections > 0 && results > 0 {
@@ -278,28 +290,83 @@ fn a_sweep_whose_database_connection_is_cut_stops_cleanly_and_resumes_exactly() 
         assert!(
             std::time::Instant::now() < deadline,
             "the sweep never started: {connections} connections, {results} results, {}",
-            std::fs::read_to_string(&stderr_file).unwrap_or_default()
+            std::fs::read_to_string(tmp.join("stderr")).unwrap_or_default()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    (sweep, admin)
+}
+
+/// The sessions of this database but the admin's own.
+const OTHER_SESSIONS: &str = "datname = current_database() AND pid <> pg_backend_pid()";
+
+/// The server ends the sweep's connections (as a restart or a failover does): the sweep
+/// connects again, takes its experiment again and ends as the uninterrupted one.
+#[test]
+fn a_sweep_whose_database_connection_is_cut_connects_again_and_ends_as_uninterrupted() {
+    let want = uninterrupted_band();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let go = tmp.path().join("go");
+    let (sweep, mut admin) = band_held_at_its_fifth_round(tmp.path(), &url, &go);
     admin
         .execute(
-            &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {others}"),
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {OTHER_SESSIONS}"
+            ),
             &[],
         )
         .unwrap();
     std::fs::write(&go, "").unwrap();
     let status = sweep.wait_with_output().unwrap().status;
-    let message = std::fs::read_to_string(&stderr_file).unwrap();
+    let message = std::fs::read_to_string(tmp.path().join("stderr")).unwrap();
+    assert!(status.success(), "{message}");
+    assert!(!message.contains("panicked"), "{message}");
+    let trials = export_in(&url);
+    assert_acknowledged_results_kept(tmp.path(), &by_id(trials.clone()));
+    assert_eq!(outcome(&trials), want);
+}
+
+/// The database refuses the sweep for longer than a coordinator rides out (its connections
+/// ended, new ones refused): the sweep stops cleanly, saying how to resume, and the resume
+/// once the database is back ends as the uninterrupted sweep.
+#[test]
+fn a_database_gone_for_longer_than_ridden_out_stops_the_sweep_cleanly_and_it_resumes_exactly() {
+    let want = uninterrupted_band();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let go = tmp.path().join("go");
+    let (sweep, admin) = band_held_at_its_fifth_round(tmp.path(), &url, &go);
+    drop(admin);
+    // From the server's own database: a database cannot refuse the session altering it.
+    let mut config: postgres::Config = url.parse().unwrap();
+    let database = config.get_dbname().unwrap().to_string();
+    let mut admin = config.dbname("postgres").connect(postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{database}\" WITH ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
+        ))
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    let status = sweep.wait_with_output().unwrap().status;
+    let message = std::fs::read_to_string(tmp.path().join("stderr")).unwrap();
     assert_eq!(status.code(), Some(1), "{message}");
-    assert!(
-        message.contains("(experiment \"t\"): FATAL: terminating connection"),
-        "{message}"
-    );
+    assert!(message.contains("(experiment \"t\")"), "{message}");
     assert!(message.contains("`tune resume t --store URL`"), "{message}");
     assert!(!message.contains("panicked"), "{message}");
-    // The server is still there (the connection was cut): the sweep goes on exactly.
-    run_ok(&mut run_or_resume_in(&spec, &url, &dir, true));
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{database}\" WITH ALLOW_CONNECTIONS true"
+        ))
+        .unwrap();
+    let spec = tmp.path().join("space.toml");
+    run_ok(&mut run_or_resume_in(
+        &spec,
+        &url,
+        &tmp.path().join("here"),
+        true,
+    ));
     let trials = export_in(&url);
     assert_acknowledged_results_kept(tmp.path(), &by_id(trials.clone()));
     assert_eq!(outcome(&trials), want);

@@ -183,11 +183,17 @@ impl WorkerState<'_> {
             trial_dir,
             exploit_from.is_some(),
         ) {
-            Ok(kept) => Ok(Ok(KeptFolder {
-                dir: trial_dir.to_path_buf(),
-                cap,
-                kept,
-            })),
+            Ok(fetched) => {
+                if fetched.bytes_read > 0 {
+                    self.summary.checkpoints_read += 1;
+                    self.summary.checkpoint_bytes_read += fetched.bytes_read;
+                }
+                Ok(Ok(KeptFolder {
+                    dir: trial_dir.to_path_buf(),
+                    cap,
+                    kept: fetched.files,
+                }))
+            }
             Err(e) => match e.database() {
                 Ok(e) => Err(self.err(e)),
                 Err(why) => Ok(Err(format!("worker {}: {why}", self.me))),
