@@ -319,7 +319,8 @@ fn mlflow_table(root: &Path, python: &Path, n: u64) {
         .unwrap_or(5);
     let server = mlflow_server::MlflowServer::start(python);
     let client =
-        tune::tracking::mlflow::MlflowClient::new(&server.url, std::time::Duration::from_secs(60));
+        tune::tracking::mlflow::MlflowClient::new(&server.url, std::time::Duration::from_secs(60))
+            .expect("an http URL");
     let experiment = || {
         client
             .experiment_id("overhead")

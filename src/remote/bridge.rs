@@ -364,7 +364,7 @@ impl State {
                         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
                         if self.shutting_down {
                             self.hand_back();
-                        } else if since.elapsed() >= pg_store::OUTAGE_RIDDEN {
+                        } else if since.elapsed() >= crate::store::OUTAGE_RIDDEN {
                             let _ = self.tx.send(WorkerMsg::Unreachable(format!(
                                 "the database has not answered for {} s (last: {})",
                                 since.elapsed().as_secs(),

@@ -57,7 +57,7 @@ pub use crate::protocol::WorkerInfo;
 
 /// The default lease of a claimed attempt: a worker silent this long has lost its trials. As
 /// long as a coordinator rides out a database that does not answer.
-pub const DEFAULT_LEASE: Duration = crate::store::pg_store::OUTAGE_RIDDEN;
+pub const DEFAULT_LEASE: Duration = crate::store::OUTAGE_RIDDEN;
 
 /// What a worker needs to run an attempt, as the coordinator offers it (`tune_attempts.job`).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -153,17 +153,21 @@ pub enum MlflowServer {
     Url(String),
 }
 
-/// An MLflow URL tune can talk to: `http://` or `https://` and a host.
+/// An MLflow tracking URI tune can talk to: `http://` or `https://` and a host, `databricks`
+/// (the default profile of `~/.databrickscfg`, or `DATABRICKS_HOST` and `DATABRICKS_TOKEN`), or
+/// `databricks://PROFILE`.
+///
+/// ```
+/// assert!(tune::check_mlflow_url("databricks://staging").is_ok());
+/// assert!(tune::check_mlflow_url("file:///tmp/mlruns").is_err());
+/// ```
 pub fn check_mlflow_url(url: &str) -> Result<(), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(r) if !r.is_empty() && !r.starts_with('/') => Ok(()),
-        _ => Err(format!(
-            "expected an http:// or https:// URL of an MLflow tracking server, found {url:?} \
-             (file: and databricks URIs are not supported)"
-        )),
+    #[cfg(feature = "mlflow")]
+    return crate::tracking::mlflow::check_uri(url);
+    #[cfg(not(feature = "mlflow"))]
+    {
+        let _ = url;
+        Ok(())
     }
 }
 

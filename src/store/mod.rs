@@ -31,6 +31,12 @@ pub use sled_store::{Salvaged, SledStore};
 use serde::{Deserialize, Serialize};
 use tune_search::TrialId;
 
+/// How long a coordinator rides out a database that stopped answering (a restart, a failover)
+/// before the sweep ends, resumable: its PostgreSQL store, its link to its workers
+/// (`remote::bridge`) alike; a worker's default lease is as long, so that workers keep their
+/// trials through what the coordinator rides out.
+pub(crate) const OUTAGE_RIDDEN: std::time::Duration = std::time::Duration::from_secs(15);
+
 use crate::spec::ExperimentSpec;
 use crate::trial::{Trial, TrialResult};
 

@@ -18,7 +18,9 @@ use postgres::{Client, GenericClient};
 use super::pg_tls::TlsConnector;
 use tune_search::TrialId;
 
-use super::{decode, encode, Meta, StoreError, StorePlace, StoredExperiment, TrialStore};
+use super::{
+    decode, encode, Meta, StoreError, StorePlace, StoredExperiment, TrialStore, OUTAGE_RIDDEN,
+};
 use crate::failpoint;
 use crate::trial::{Trial, TrialResult};
 
@@ -269,12 +271,6 @@ impl PgStore {
         Ok(())
     }
 }
-
-/// How long a coordinator rides out a database that stopped answering (a restart, a failover)
-/// before the sweep ends, resumable: its store here, its link to its workers
-/// (`remote::bridge`) alike; a worker's default lease is as long, so that workers keep their
-/// trials through what the coordinator rides out.
-pub(crate) const OUTAGE_RIDDEN: Duration = Duration::from_secs(15);
 
 /// Whether `e` says the connection, not the statement, failed: the server closed it or
 /// went away (SQLSTATE class 08, or 57P01-57P03: shut down, crashed, not accepting yet).

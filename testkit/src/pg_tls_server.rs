@@ -11,10 +11,6 @@ use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
-
 use crate::pg_server::Cluster;
 
 /// The password of the role `tune` on a TLS server.
@@ -111,7 +107,9 @@ fn start(cert: ServerCert) -> Server {
         let (tls, client) = (c.root.join("tls"), c.root.join("client"));
         std::fs::create_dir_all(&tls).unwrap();
         std::fs::create_dir_all(&client).unwrap();
-        write_certificates(cert, &tls, &client);
+        // PostgreSQL's `cert` method takes the role from the certificate's common name.
+        let expired = cert == ServerCert::Expired;
+        crate::certificates::write_certificates(expired, "tune_cert", &tls, &client);
         std::fs::write(
             c.data.join("pg_hba.conf"),
             "local all all trust\n\
@@ -144,53 +142,4 @@ fn start(cert: ServerCert) -> Server {
         files,
         _watchdog: Mutex::new(watchdog),
     }
-}
-
-/// The CA, the server's certificate and key (in `server_dir`), and the client's files and the
-/// CA again, and a CA that signed nothing here (in `client_dir`).
-fn write_certificates(cert: ServerCert, server_dir: &Path, client_dir: &Path) {
-    let ca = authority("tune test CA");
-    let other = authority("a CA tune's test server does not know");
-    let mut server = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    server
-        .distinguished_name
-        .push(DnType::CommonName, "tune test server");
-    if cert == ServerCert::Expired {
-        server.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        server.not_after = rcgen::date_time_ymd(2021, 1, 1);
-    }
-    let server_key = KeyPair::generate().unwrap();
-    let server = server.signed_by(&server_key, &ca).unwrap();
-    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
-    // PostgreSQL's `cert` method takes the role from the certificate's common name.
-    client
-        .distinguished_name
-        .push(DnType::CommonName, "tune_cert");
-    let client_key = KeyPair::generate().unwrap();
-    let client = client.signed_by(&client_key, &ca).unwrap();
-    let write = |path: PathBuf, text: String| {
-        std::fs::write(&path, text).unwrap();
-        // PostgreSQL refuses a key others may read (and so does libpq).
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    };
-    write(server_dir.join("ca.pem"), ca.pem());
-    write(server_dir.join("server.pem"), server.pem());
-    write(server_dir.join("server.key"), server_key.serialize_pem());
-    write(client_dir.join("ca.pem"), ca.pem());
-    write(client_dir.join("other-ca.pem"), other.pem());
-    write(client_dir.join("client.pem"), client.pem());
-    write(client_dir.join("client.key"), client_key.serialize_pem());
-}
-
-fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
 }

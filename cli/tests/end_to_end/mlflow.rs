@@ -500,3 +500,191 @@ impl Drop for KilledOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Starts [`BEARER_PROXY`] on a free port in front of `server`, wanting `token`; its URL.
+fn bearer_proxy(server: &MlflowServer, token: &str) -> (KilledOnDrop, String) {
+    let port = free_port();
+    let proxy = KilledOnDrop(
+        Command::new("python3")
+            .args(["-c", BEARER_PROXY, &port.to_string(), &server.url, token])
+            .spawn()
+            .unwrap(),
+    );
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (proxy, format!("http://127.0.0.1:{port}"))
+}
+
+/// `mlflow = "databricks://PROFILE"` takes the workspace and token of that profile in the
+/// Databricks config file, as MLflow's client does; a token the workspace refuses is said,
+/// naming the profile, with exit 2 before the sweep.
+#[test]
+fn a_databricks_profile_gives_the_workspace_and_its_token() {
+    let server = MlflowServer::start(&mlflow_python());
+    let token = "dapi-the-right-one";
+    let (_proxy, workspace) = bearer_proxy(&server, token);
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("databrickscfg");
+    std::fs::write(
+        &config,
+        format!(
+            "[DEFAULT]\nhost = https://not-this-one.example\ntoken = nope\n\n\
+             [staging]\nhost = {workspace}/\ntoken = {token}\n\n\
+             [stale]\nhost = {workspace}\ntoken = dapi-revoked\n"
+        ),
+    )
+    .unwrap();
+    let run = |profile: &str| {
+        let folder = tmp.path().join(profile);
+        std::fs::create_dir_all(&folder).unwrap();
+        let spec = tracked_spec(
+            &folder,
+            "samples = 2\n[resources]\ncpu_slots = 1",
+            &format!("databricks://{profile}"),
+            &["--steps", "2"],
+        );
+        let dir = folder.join("sweep");
+        let out = tune_run(&spec, &dir)
+            .env("DATABRICKS_CONFIG_FILE", &config)
+            .env_remove("MLFLOW_TRACKING_TOKEN")
+            .env_remove("MLFLOW_TRACKING_USERNAME")
+            .output()
+            .unwrap();
+        (out, dir)
+    };
+    let (out, dir) = run("stale");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "MLflow at {workspace} refused the token in profile [stale] of {} (HTTP 401",
+            config.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("dapi-revoked"), "{err}");
+    assert!(!dir.exists(), "{err}");
+    let (out, dir) = run("missing");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("has no profile [missing] (it has: DEFAULT, staging, stale)"),
+        "{err}"
+    );
+    let (out, dir_ok) = run("staging");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!dir.exists());
+    let trials = export_json(&dir_ok);
+    let runs = read_runs(&server, "exp");
+    assert_runs_hold(&runs, &trials, "fifo");
+}
+
+/// A proxy that serves TLS with argv[3] (certificate) and argv[4] (key) on 127.0.0.1:argv[1]
+/// and forwards to argv[2].
+const TLS_PROXY: &str = r#"
+import http.server, ssl, sys, urllib.request, urllib.error
+port, upstream, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+class Proxy(http.server.BaseHTTPRequestHandler):
+    def forward(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        req = urllib.request.Request(upstream + self.path, data=body, method=self.command,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            answer = urllib.request.urlopen(req)
+        except urllib.error.HTTPError as e:
+            answer = e
+        data = answer.read()
+        self.send_response(answer.status if hasattr(answer, "status") else answer.code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    do_GET = do_POST = forward
+    def log_message(self, *args):
+        pass
+    def handle(self):
+        try:
+            super().handle()
+        except (ssl.SSLError, ConnectionResetError):
+            pass  # a client that refused the certificate
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Proxy)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+server.serve_forever()
+"#;
+
+/// An MLflow server behind TLS with a private CA: refused (exit 2, saying what to set) until
+/// `MLFLOW_TRACKING_SERVER_CERT_PATH` names the CA, or `MLFLOW_TRACKING_INSECURE_TLS=true`
+/// skips the check; either way the runs arrive.
+#[test]
+fn an_https_server_of_a_private_ca_is_reached_with_its_bundle_or_without_the_check() {
+    let server = MlflowServer::start(&mlflow_python());
+    let tmp = tempfile::tempdir().unwrap();
+    let files = tmp.path().join("tls");
+    std::fs::create_dir_all(&files).unwrap();
+    tune_testkit::certificates::write_certificates(false, "client", &files, &files);
+    let port = free_port();
+    let _proxy = KilledOnDrop(
+        Command::new("python3")
+            .args(["-c", TLS_PROXY, &port.to_string(), &server.url])
+            .arg(files.join("server.pem"))
+            .arg(files.join("server.key"))
+            .spawn()
+            .unwrap(),
+    );
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let url = format!("https://127.0.0.1:{port}");
+    let run = |name: &str, env: &[(&str, std::path::PathBuf)]| {
+        let folder = tmp.path().join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        let spec = tracked_spec(
+            &folder,
+            "samples = 2\n[resources]\ncpu_slots = 1",
+            &url,
+            &["--steps", "2"],
+        );
+        // An MLflow experiment per run.
+        let text = std::fs::read_to_string(&spec).unwrap();
+        let text = text.replace(
+            "mlflow_experiment = \"exp\"",
+            &format!("mlflow_experiment = \"{name}\""),
+        );
+        std::fs::write(&spec, text).unwrap();
+        let dir = folder.join("sweep");
+        let mut cmd = tune_run(&spec, &dir);
+        cmd.env_remove("MLFLOW_TRACKING_TOKEN")
+            .env_remove("MLFLOW_TRACKING_USERNAME")
+            .env_remove("MLFLOW_TRACKING_SERVER_CERT_PATH")
+            .env_remove("MLFLOW_TRACKING_INSECURE_TLS");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (cmd.output().unwrap(), dir)
+    };
+    let (out, dir) = run("unknown-ca", &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("MLflow at {url}: TLS: ")), "{err}");
+    assert!(err.contains("MLFLOW_TRACKING_SERVER_CERT_PATH"), "{err}");
+    assert!(!dir.exists(), "{err}");
+    let other = [(
+        "MLFLOW_TRACKING_SERVER_CERT_PATH",
+        files.join("other-ca.pem"),
+    )];
+    let (out, _) = run("other-ca", &other);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("other-ca.pem"), "{err}");
+    let bundle = [("MLFLOW_TRACKING_SERVER_CERT_PATH", files.join("ca.pem"))];
+    let (out, dir) = run("bundle", &bundle);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_runs_hold(&read_runs(&server, "bundle"), &export_json(&dir), "fifo");
+    let insecure = [("MLFLOW_TRACKING_INSECURE_TLS", "true".into())];
+    let (out, dir) = run("insecure", &insecure);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_runs_hold(&read_runs(&server, "insecure"), &export_json(&dir), "fifo");
+}

@@ -4,6 +4,26 @@ use std::time::Duration;
 
 use serde_json::{json, Value as Json};
 
+use super::target::{self, Credentials, TlsCheck};
+
+/// An HTTP client that checks TLS certificates as `tls` says.
+fn agent(tls: &TlsCheck, timeout: Duration) -> ureq::Agent {
+    let config = ureq::tls::TlsConfig::builder();
+    let config = match tls {
+        TlsCheck::Default => config,
+        TlsCheck::Bundle { certs, .. } => {
+            config.root_certs(ureq::tls::RootCerts::new_with_certs(certs))
+        }
+        TlsCheck::Insecure => config.disable_verification(true),
+    };
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .tls_config(config.build())
+        .build()
+        .into()
+}
+
 /// What went wrong talking to MLflow.
 #[derive(Debug, thiserror::Error)]
 pub enum MlflowError {
@@ -14,16 +34,29 @@ pub enum MlflowError {
     #[error("{url} does not answer as an MLflow tracking server: {detail}")]
     NotMlflow { url: String, detail: String },
     /// The server wants credentials, or refused the ones given (HTTP 401 or 403): `sent`
-    /// says which were sent, as MLflow's clients take them from the environment.
-    #[error(
-        "MLflow at {url} refused {sent} (HTTP {status} to {what}): set MLFLOW_TRACKING_TOKEN, or \
-         MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, to credentials it accepts"
-    )]
+    /// says which were sent, as MLflow's clients take them from the environment, and `remedy`
+    /// what to do.
+    #[error("MLflow at {url} refused {sent} (HTTP {status} to {what}): {remedy}")]
     Unauthorized {
         url: String,
         what: String,
         status: u16,
-        sent: &'static str,
+        sent: String,
+        remedy: &'static str,
+    },
+    /// The tracking URI, its Databricks profile or the TLS settings cannot be used.
+    #[error("MLflow {uri}: {problem}")]
+    Settings { uri: String, problem: String },
+    /// The server's TLS certificate was not accepted.
+    #[error(
+        "MLflow at {url}: TLS: {detail} (checked against {checked}); give the CA bundle that \
+         signed its certificate in MLFLOW_TRACKING_SERVER_CERT_PATH, or set \
+         MLFLOW_TRACKING_INSECURE_TLS=true to skip the check"
+    )]
+    Tls {
+        url: String,
+        detail: String,
+        checked: String,
     },
     /// MLflow refused a request; `busy` when it may succeed later (HTTP 429 and 5xx).
     #[error("MLflow at {url} answered {what}: {status} {code}: {message}")]
@@ -42,7 +75,10 @@ impl MlflowError {
     pub fn is_transient(&self) -> bool {
         match self {
             MlflowError::Unreachable { .. } => true,
-            MlflowError::NotMlflow { .. } | MlflowError::Unauthorized { .. } => false,
+            MlflowError::NotMlflow { .. }
+            | MlflowError::Unauthorized { .. }
+            | MlflowError::Settings { .. }
+            | MlflowError::Tls { .. } => false,
             MlflowError::Refused { busy, .. } => *busy,
         }
     }
@@ -98,83 +134,38 @@ pub struct MetricPoint {
     pub step: u64,
 }
 
-/// A tracking server at a base URL, with the credentials MLflow's own clients take from the
-/// environment: `MLFLOW_TRACKING_TOKEN` (bearer), else `MLFLOW_TRACKING_USERNAME` and
-/// `MLFLOW_TRACKING_PASSWORD` (basic).
+/// A tracking server at a base URL, with the credentials and TLS settings MLflow's own clients
+/// take from the environment (`src/tracking/mlflow/target.rs`).
 #[derive(Debug, Clone)]
 pub struct MlflowClient {
     base: String,
     credentials: Credentials,
+    tls: TlsCheck,
     agent: ureq::Agent,
 }
 
-/// What a client sends in its `Authorization` header, as MLflow's own clients read it from the
-/// environment.
-#[derive(Debug, Clone, PartialEq)]
-enum Credentials {
-    None,
-    /// `MLFLOW_TRACKING_TOKEN`.
-    Bearer(String),
-    /// `MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`.
-    Basic {
-        user: String,
-        password: String,
-    },
-}
-
-impl Credentials {
-    fn from_environment() -> Credentials {
-        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-        match (
-            var("MLFLOW_TRACKING_TOKEN"),
-            var("MLFLOW_TRACKING_USERNAME"),
-        ) {
-            (Some(token), _) => Credentials::Bearer(token),
-            (None, Some(user)) => Credentials::Basic {
-                user,
-                password: var("MLFLOW_TRACKING_PASSWORD").unwrap_or_default(),
-            },
-            (None, None) => Credentials::None,
-        }
-    }
-
-    fn header(&self) -> Option<String> {
-        use base64::Engine;
-        match self {
-            Credentials::None => None,
-            Credentials::Bearer(token) => Some(format!("Bearer {token}")),
-            Credentials::Basic { user, password } => Some(format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-            )),
-        }
-    }
-
-    /// The credentials for an error message (never their secret).
-    fn describe(&self) -> &'static str {
-        match self {
-            Credentials::None => "a request without credentials",
-            Credentials::Bearer(_) => "the token in MLFLOW_TRACKING_TOKEN",
-            Credentials::Basic { .. } => {
-                "the user and password in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
-            }
-        }
-    }
-}
-
 impl MlflowClient {
-    /// A client of the server at `url` (`http://host:5000`; a trailing `/` is dropped); every
-    /// request gives up after `timeout`.
-    pub fn new(url: &str, timeout: Duration) -> MlflowClient {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+    /// A client of the server `uri` names (`http://host:5000`, `https://...`, `databricks`,
+    /// `databricks://PROFILE`); every request gives up after `timeout`. A URI, profile or CA
+    /// bundle that cannot be used is [`MlflowError::Settings`].
+    pub fn new(uri: &str, timeout: Duration) -> Result<MlflowClient, MlflowError> {
+        let target = target::resolve(uri).map_err(|problem| MlflowError::Settings {
+            uri: uri.to_string(),
+            problem,
+        })?;
+        Ok(MlflowClient {
+            agent: agent(&target.tls, timeout),
+            base: target.base,
+            credentials: target.credentials,
+            tls: target.tls,
+        })
+    }
+
+    /// This client, its requests giving up after `timeout`.
+    pub fn with_timeout(&self, timeout: Duration) -> MlflowClient {
         MlflowClient {
-            base: url.trim_end_matches('/').to_string(),
-            credentials: Credentials::from_environment(),
-            agent,
+            agent: agent(&self.tls, timeout),
+            ..self.clone()
         }
     }
 
@@ -191,9 +182,26 @@ impl MlflowClient {
         body: Option<&Json>,
     ) -> Result<Json, MlflowError> {
         let url = format!("{}/api/2.0/mlflow/{endpoint}", self.base);
-        let unreachable = |e: ureq::Error| MlflowError::Unreachable {
-            url: self.base.clone(),
-            detail: e.to_string(),
+        let unreachable = |e: ureq::Error| {
+            // The certificate refused: ureq passes rustls' error up inside an io::Error.
+            let tls = match &e {
+                ureq::Error::Rustls(_) | ureq::Error::Tls(_) => true,
+                ureq::Error::Io(io) => io
+                    .get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+                _ => false,
+            };
+            match tls {
+                true => MlflowError::Tls {
+                    url: self.base.clone(),
+                    detail: e.to_string(),
+                    checked: self.tls.describe(),
+                },
+                false => MlflowError::Unreachable {
+                    url: self.base.clone(),
+                    detail: e.to_string(),
+                },
+            }
         };
         let answer = match body {
             Some(body) => {
@@ -232,6 +240,7 @@ impl MlflowClient {
                 what: endpoint.to_string(),
                 status,
                 sent: self.credentials.describe(),
+                remedy: self.credentials.remedy(),
             });
         }
         let parsed: Option<Json> = serde_json::from_str(&text).ok().filter(Json::is_object);

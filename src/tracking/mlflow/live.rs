@@ -30,7 +30,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct MlflowLogger {
     /// Completed with the experiment's creation time on start.
     sweep: SweepRecord,
-    url: String,
+    /// The server, as the probe at the start resolved it.
+    client: MlflowClient,
     /// The warning for a server that did not answer when asked before the sweep.
     unanswered: Option<String>,
     /// The best completed trial so far, for the parent run at the end.
@@ -52,7 +53,7 @@ impl MlflowLogger {
     /// 5 s at most): one that answers but is not MLflow, or refuses, is an error before the
     /// sweep starts; one that does not answer is a warning, and logging starts when it does.
     pub fn new(url: &str, sweep: SweepRecord) -> Result<MlflowLogger, MlflowError> {
-        let probe = MlflowClient::new(url, Duration::from_secs(5));
+        let probe = MlflowClient::new(url, Duration::from_secs(5))?;
         let mut unanswered = None;
         match probe.experiment_id(&sweep.experiment) {
             Ok(_) => {}
@@ -67,7 +68,7 @@ impl MlflowLogger {
         }
         Ok(MlflowLogger {
             sweep,
-            url: url.to_string(),
+            client: probe.with_timeout(REQUEST_TIMEOUT),
             unanswered,
             best: None,
             sender: Background::none(),
@@ -83,7 +84,7 @@ impl Observer for MlflowLogger {
     fn on_start(&mut self, info: &SweepInfo<'_>, summary: &Summary) {
         let mut sweep = self.sweep.clone();
         sweep.created_at = info.created_at;
-        let client = MlflowClient::new(&self.url, REQUEST_TIMEOUT);
+        let client = self.client.clone();
         if let Some(warning) = self.unanswered.take() {
             info.notes.tell(warning);
         }

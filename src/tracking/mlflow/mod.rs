@@ -10,6 +10,9 @@
 mod client;
 mod live;
 mod mirror;
+mod target;
+
+pub(crate) use target::check_uri;
 
 pub use client::{Batch, MetricPoint, MlflowClient, MlflowError, RunInfo};
 pub use live::MlflowLogger;
@@ -75,7 +78,7 @@ pub fn sync_sweep(
     complete: bool,
 ) -> Result<(), MlflowError> {
     let best = crate::best::best_trial(trials, &sweep.metric, sweep.mode, &sweep.constraints);
-    let mut mirror = SweepMirror::new(MlflowClient::new(url, Duration::from_secs(30)), sweep);
+    let mut mirror = SweepMirror::new(MlflowClient::new(url, Duration::from_secs(30))?, sweep);
     let now = crate::trial::now_ms();
     for t in trials {
         mirror.sync_trial(t, &|_| now)?;
