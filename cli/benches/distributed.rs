@@ -90,15 +90,7 @@ fn sweep(url: &str, kind: Kind, workers: usize, n: u64, filler: u64) -> (f64, Ve
         ),
     )
     .expect("spec");
-    let mut coordinator = Command::new(tune_bin())
-        .arg("run")
-        .arg(&spec)
-        .args(["--store", url, "--slots", "0", "--no-tui", "--dir"])
-        .arg(tmp.path().join("c"))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("coordinator");
-    wait_for_experiment(url, &name, &mut coordinator);
+    let mut coordinator = start_coordinator(url, &spec, &name, &tmp.path().join("c"));
     if filler > 0 {
         fill(url, &name, filler);
     }
@@ -146,19 +138,36 @@ fn sweep(url: &str, kind: Kind, workers: usize, n: u64, filler: u64) -> (f64, Ve
         }
         assert_eq!(t.attempts, 1, "trial {} ran once", t.id);
     }
-    let first = stored
-        .trials
+    ((n - 1) as f64 / stored_seconds(&stored.trials), waits)
+}
+
+/// `tune run SPEC --store URL --slots 0` into `dir`, once it has created experiment `name`.
+fn start_coordinator(url: &str, spec: &Path, name: &str, dir: &Path) -> Child {
+    let mut coordinator = Command::new(tune_bin())
+        .arg("run")
+        .arg(spec)
+        .args(["--store", url, "--slots", "0", "--no-tui", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("coordinator");
+    wait_for_experiment(url, name, &mut coordinator);
+    coordinator
+}
+
+/// Seconds from the first trial's start to the last one's end, as stored.
+fn stored_seconds(trials: &[tune::Trial]) -> f64 {
+    let first = trials
         .iter()
         .filter_map(|t| t.started_at)
         .min()
         .expect("started");
-    let last = stored
-        .trials
+    let last = trials
         .iter()
         .filter_map(|t| t.finished_at)
         .max()
         .expect("finished");
-    ((n - 1) as f64 / ((last - first) as f64 / 1000.0), waits)
+    (last - first) as f64 / 1000.0
 }
 
 /// Puts `count` ended attempts, each with one decided report, of trials the sweep never
@@ -373,15 +382,7 @@ fn checkpoint_sweep(url: &str, mib: u64, place: &str) -> (f64, f64, f64) {
     )
     .expect("spec");
     let started = Instant::now();
-    let mut coordinator = Command::new(tune_bin())
-        .arg("run")
-        .arg(&spec)
-        .args(["--store", url, "--slots", "0", "--no-tui", "--dir"])
-        .arg(tmp.path().join("c"))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("coordinator");
-    wait_for_experiment(url, &name, &mut coordinator);
+    let mut coordinator = start_coordinator(url, &spec, &name, &tmp.path().join("c"));
     let workers: Vec<Child> = (0..4)
         .map(|i| {
             Command::new(tune_bin())
@@ -432,19 +433,7 @@ fn checkpoint_sweep(url: &str, mib: u64, place: &str) -> (f64, f64, f64) {
         resumed += usize::from(t.attempts > 1);
     }
     assert!(resumed > 0, "no trial was paused and resumed");
-    let first = stored
-        .trials
-        .iter()
-        .filter_map(|t| t.started_at)
-        .min()
-        .expect("started");
-    let last = stored
-        .trials
-        .iter()
-        .filter_map(|t| t.finished_at)
-        .max()
-        .expect("finished");
-    let rate = stored.trials.len() as f64 / ((last - first) as f64 / 1000.0);
+    let rate = stored.trials.len() as f64 / stored_seconds(&stored.trials);
     (rate, mb, seconds)
 }
 

@@ -733,70 +733,101 @@ impl WorkerState<'_> {
     /// Sends what waits, in order, until the database fails again (what is left waits on).
     fn send_unsent(&mut self) -> Result<(), TuneError> {
         while let Some((key, unsent)) = self.unsent.pop_front() {
-            match unsent {
+            let sent = match unsent {
                 Unsent::Report { step, metrics, ack } => {
-                    if let Err(e) = self.keep_folder(key) {
-                        let report = Unsent::Report { step, metrics, ack };
-                        self.unsent.push_front((key, report));
-                        return Err(self.err(e));
-                    }
-                    let Some(r) = self.running.get(&key).filter(|r| !r.lost) else {
-                        let _ = ack.send(ReportAnswer::Refused);
-                        continue;
-                    };
-                    let token = r.token;
-                    match resend_report(&mut self.db, token, key, step, &metrics) {
-                        Ok(Some(id)) => {
-                            self.listening.lock().unwrap().insert(id);
-                            self.pending.insert(id, (key, ack));
-                        }
-                        Ok(None) => {
-                            let _ = ack.send(ReportAnswer::Refused);
-                            self.lose(key, "its report was refused: the attempt is no longer its");
-                        }
-                        Err(e) => {
-                            let report = Unsent::Report { step, metrics, ack };
-                            self.unsent.push_front((key, report));
-                            return Err(self.err(e));
-                        }
-                    }
+                    self.send_report(key, step, metrics, ack, true)
                 }
                 Unsent::End {
                     token,
-                    mut outcome,
-                    mut kept,
-                } => {
-                    if let Some(folder) = kept.as_mut() {
-                        // A folder refused (the attempt lost meanwhile) is the end's fate too.
-                        match folder.save(&mut self.db, key.0, key.1, token) {
-                            Ok(saved) => self.summary.count(saved),
-                            Err(e) => match e.database() {
-                                Ok(e) => {
-                                    let end = Unsent::End {
-                                        token,
-                                        outcome,
-                                        kept,
-                                    };
-                                    self.unsent.push_front((key, end));
-                                    return Err(self.err(e));
-                                }
-                                Err(why) => outcome = self.failed_by(why),
-                            },
-                        }
-                    }
-                    if let Err(e) = end_attempt(&mut self.db, token, key.0, &outcome) {
-                        let end = Unsent::End {
-                            token,
-                            outcome,
-                            kept,
-                        };
-                        self.unsent.push_front((key, end));
-                        return Err(self.err(e));
-                    }
-                }
+                    outcome,
+                    kept,
+                } => self.send_end(key, token, outcome, kept),
+            };
+            if let Err((unsent, e)) = sent {
+                self.unsent.push_front((key, unsent));
+                return Err(self.err(e));
             }
         }
         Ok(())
+    }
+
+    /// Sends report `step` of attempt `key`, after its trial folder where the sweep keeps them
+    /// in the database; the trial then waits for the decision. `again`: the database may have
+    /// taken it already (it is not stored twice). What the database did not take comes back,
+    /// to be sent again while the lease lasts.
+    fn send_report(
+        &mut self,
+        key: Key,
+        step: u64,
+        metrics: std::collections::BTreeMap<String, f64>,
+        ack: oneshot::Sender<ReportAnswer>,
+        again: bool,
+    ) -> Result<(), (Unsent, postgres::Error)> {
+        // The folder as the trial left it after its last decision, kept before the report
+        // that follows it.
+        if let Err(e) = self.keep_folder(key) {
+            return Err((Unsent::Report { step, metrics, ack }, e));
+        }
+        let Some(r) = self.running.get(&key).filter(|r| !r.lost) else {
+            let _ = ack.send(ReportAnswer::Refused);
+            return Ok(());
+        };
+        let token = r.token;
+        let row = match again {
+            true => resend_report(&mut self.db, token, key, step, &metrics),
+            false => insert_report(&mut self.db, token, key, step, &metrics),
+        };
+        match row {
+            Ok(Some(id)) => {
+                self.listening.lock().unwrap().insert(id);
+                self.pending.insert(id, (key, ack));
+            }
+            Ok(None) => {
+                let _ = ack.send(ReportAnswer::Refused);
+                self.lose(key, "its report was refused: the attempt is no longer its");
+            }
+            Err(e) => return Err((Unsent::Report { step, metrics, ack }, e)),
+        }
+        Ok(())
+    }
+
+    /// Records how attempt `key` (of `token`) ended, after its trial folder where the sweep
+    /// keeps them in the database. What the database did not take comes back.
+    fn send_end(
+        &mut self,
+        key: Key,
+        token: i64,
+        mut outcome: Outcome,
+        mut kept: Option<KeptFolder>,
+    ) -> Result<(), (Unsent, postgres::Error)> {
+        let saved = match kept.as_mut() {
+            Some(folder) => folder.save(&mut self.db, key.0, key.1, token).map(Some),
+            None => Ok(None),
+        };
+        // A folder refused (the attempt lost meanwhile) is the end's fate too: refused.
+        let written = match saved {
+            Ok(saved) => {
+                if let Some(saved) = saved {
+                    self.summary.count(saved);
+                }
+                end_attempt(&mut self.db, token, key.0, &outcome)
+            }
+            Err(e) => match e.database() {
+                Ok(e) => Err(e),
+                Err(why) => {
+                    outcome = self.failed_by(why);
+                    end_attempt(&mut self.db, token, key.0, &outcome)
+                }
+            },
+        };
+        written.map(drop).map_err(|e| {
+            let end = Unsent::End {
+                token,
+                outcome,
+                kept,
+            };
+            (end, e)
+        })
     }
 
     /// Keeps attempt `key`'s trial folder in the database if it changed since it was last
@@ -855,30 +886,10 @@ impl WorkerState<'_> {
                 }
                 r.reports += 1;
                 let step = step.unwrap_or(r.base + r.reports);
-                let token = r.token;
-                // The folder as the trial left it after its last decision, kept before the
-                // report that follows it.
-                if let Err(e) = self.keep_folder(key) {
-                    self.unsent
-                        .push_back((key, Unsent::Report { step, metrics, ack }));
+                if let Err((unsent, e)) = self.send_report(key, step, metrics, ack, false) {
+                    // Not taken: sent again while the lease lasts; the trial waits.
+                    self.unsent.push_back((key, unsent));
                     return Err(self.err(e));
-                }
-                let row = insert_report(&mut self.db, token, key, step, &metrics);
-                match row {
-                    Ok(Some(id)) => {
-                        self.listening.lock().unwrap().insert(id);
-                        self.pending.insert(id, (key, ack));
-                    }
-                    Ok(None) => {
-                        let _ = ack.send(ReportAnswer::Refused);
-                        self.lose(key, "its report was refused: the attempt is no longer its");
-                    }
-                    Err(e) => {
-                        // Not taken: sent again while the lease lasts; the trial waits.
-                        self.unsent
-                            .push_back((key, Unsent::Report { step, metrics, ack }));
-                        return Err(self.err(e));
-                    }
                 }
             }
             WorkerMsg::Finished { outcome, .. } => {

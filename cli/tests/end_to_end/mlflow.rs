@@ -411,15 +411,16 @@ fn a_server_that_wants_credentials_gets_them_and_refused_ones_exit_2_before_the_
     assert_parent_ended(&runs, &trials);
 }
 
-/// A proxy in front of a tracking server that wants `Authorization: Bearer <argv[3]>` and
-/// answers 401 to anything else (what Databricks and token gateways do): it listens on
-/// 127.0.0.1:argv[1] and forwards to argv[2].
-const BEARER_PROXY: &str = r#"
-import http.server, sys, urllib.request, urllib.error
+/// A proxy in front of a tracking server: it listens on 127.0.0.1:argv[1] and forwards to
+/// argv[2]. Where argv[3] is not `-`, it wants `Authorization: Bearer <argv[3]>` and answers
+/// 401 to anything else (what Databricks and token gateways do); where argv[4] and argv[5]
+/// are given, it serves TLS with that certificate and key.
+const PROXY: &str = r#"
+import http.server, ssl, sys, urllib.request, urllib.error
 port, upstream, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 class Proxy(http.server.BaseHTTPRequestHandler):
     def forward(self):
-        if self.headers.get("Authorization") != "Bearer " + token:
+        if token != "-" and self.headers.get("Authorization") != "Bearer " + token:
             self.send_response(401)
             self.end_headers()
             self.wfile.write(b"a token is needed")
@@ -440,23 +441,25 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = forward
     def log_message(self, *args):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Proxy).serve_forever()
+    def handle(self):
+        try:
+            super().handle()
+        except (ssl.SSLError, ConnectionResetError):
+            pass  # a client that refused the certificate
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Proxy)
+if len(sys.argv) > 5:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[4], sys.argv[5])
+    server.socket = context.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
+server.serve_forever()
 "#;
 
 #[test]
 fn a_bearer_token_reaches_a_server_that_checks_one_and_a_wrong_one_exits_2() {
     let server = MlflowServer::start(&mlflow_python());
-    let port = free_port();
     let token = "the-right-token";
-    let _proxy = KilledOnDrop(
-        Command::new("python3")
-            .args(["-c", BEARER_PROXY, &port.to_string(), &server.url, token])
-            .spawn()
-            .unwrap(),
-    );
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let (_proxy, port) = proxy(&server, token, None);
     let url = format!("http://127.0.0.1:{port}");
     let tmp = tempfile::tempdir().unwrap();
     let spec = tracked_spec(
@@ -501,19 +504,20 @@ impl Drop for KilledOnDrop {
     }
 }
 
-/// Starts [`BEARER_PROXY`] on a free port in front of `server`, wanting `token`; its URL.
-fn bearer_proxy(server: &MlflowServer, token: &str) -> (KilledOnDrop, String) {
+/// Starts [`PROXY`] on a free port in front of `server`, wanting `token` (`-`: none), serving
+/// TLS with `tls` (a certificate and its key) where given; the process and its port.
+fn proxy(server: &MlflowServer, token: &str, tls: Option<(&Path, &Path)>) -> (KilledOnDrop, u16) {
     let port = free_port();
-    let proxy = KilledOnDrop(
-        Command::new("python3")
-            .args(["-c", BEARER_PROXY, &port.to_string(), &server.url, token])
-            .spawn()
-            .unwrap(),
-    );
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", PROXY, &port.to_string(), &server.url, token]);
+    if let Some((cert, key)) = tls {
+        cmd.arg(cert).arg(key);
+    }
+    let proxy = KilledOnDrop(cmd.spawn().unwrap());
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    (proxy, format!("http://127.0.0.1:{port}"))
+    (proxy, port)
 }
 
 /// `mlflow = "databricks://PROFILE"` takes the workspace and token of that profile in the
@@ -523,7 +527,8 @@ fn bearer_proxy(server: &MlflowServer, token: &str) -> (KilledOnDrop, String) {
 fn a_databricks_profile_gives_the_workspace_and_its_token() {
     let server = MlflowServer::start(&mlflow_python());
     let token = "dapi-the-right-one";
-    let (_proxy, workspace) = bearer_proxy(&server, token);
+    let (_proxy, port) = proxy(&server, token, None);
+    let workspace = format!("http://127.0.0.1:{port}");
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("databrickscfg");
     std::fs::write(
@@ -580,41 +585,6 @@ fn a_databricks_profile_gives_the_workspace_and_its_token() {
     assert_runs_hold(&runs, &trials, "fifo");
 }
 
-/// A proxy that serves TLS with argv[3] (certificate) and argv[4] (key) on 127.0.0.1:argv[1]
-/// and forwards to argv[2].
-const TLS_PROXY: &str = r#"
-import http.server, ssl, sys, urllib.request, urllib.error
-port, upstream, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-class Proxy(http.server.BaseHTTPRequestHandler):
-    def forward(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
-        req = urllib.request.Request(upstream + self.path, data=body, method=self.command,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            answer = urllib.request.urlopen(req)
-        except urllib.error.HTTPError as e:
-            answer = e
-        data = answer.read()
-        self.send_response(answer.status if hasattr(answer, "status") else answer.code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-    do_GET = do_POST = forward
-    def log_message(self, *args):
-        pass
-    def handle(self):
-        try:
-            super().handle()
-        except (ssl.SSLError, ConnectionResetError):
-            pass  # a client that refused the certificate
-server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Proxy)
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(cert, key)
-server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-server.serve_forever()
-"#;
-
 /// An MLflow server behind TLS with a private CA: refused (exit 2, saying what to set) until
 /// `MLFLOW_TRACKING_SERVER_CERT_PATH` names the CA, or `MLFLOW_TRACKING_INSECURE_TLS=true`
 /// skips the check; either way the runs arrive.
@@ -625,18 +595,8 @@ fn an_https_server_of_a_private_ca_is_reached_with_its_bundle_or_without_the_che
     let files = tmp.path().join("tls");
     std::fs::create_dir_all(&files).unwrap();
     tune_testkit::certificates::write_certificates(false, "client", &files, &files);
-    let port = free_port();
-    let _proxy = KilledOnDrop(
-        Command::new("python3")
-            .args(["-c", TLS_PROXY, &port.to_string(), &server.url])
-            .arg(files.join("server.pem"))
-            .arg(files.join("server.key"))
-            .spawn()
-            .unwrap(),
-    );
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let (cert, key) = (files.join("server.pem"), files.join("server.key"));
+    let (_proxy, port) = proxy(&server, "-", Some((&cert, &key)));
     let url = format!("https://127.0.0.1:{port}");
     let run = |name: &str, env: &[(&str, std::path::PathBuf)]| {
         let folder = tmp.path().join(name);
