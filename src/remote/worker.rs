@@ -11,20 +11,18 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tune_search::TrialId;
 
 use super::bridge::listen;
-use super::checkpoints::{CheckpointError, KeptFolder, Saved};
+use super::checkpoints::{KeptFolder, Saved};
 use super::db::Db;
-use super::{
-    coordinator_channel, metrics_to_text, DECISIONS_CHANNEL, DEFAULT_LEASE, NOTE_END, NOTE_REPORT,
-    OFFERS_CHANNEL, POLL,
-};
+use super::{DECISIONS_CHANNEL, DEFAULT_LEASE, OFFERS_CHANNEL, POLL};
 use crate::error::TuneError;
 use crate::objective::{BoxError, Objective, TrialContext};
 use crate::observer::StopHandle;
 use crate::pool::{Pool, Slot};
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 use crate::spec::{ExperimentSpec, Gpus, Resources};
-use crate::store::pg_store::{bigint, connect_with, db_error, existing, this_process};
+use crate::store::pg_store::{connect_with, db_error, existing, this_process};
 use crate::store::{Meta, StoreError};
+use sending::Unsent;
 
 /// A worker: claims trials that coordinators offer in a PostgreSQL database and runs them,
 /// streaming each report into the database and waiting for the coordinator's decision, as a
@@ -427,23 +425,6 @@ struct WorkerState<'a> {
     unsent: VecDeque<(Key, Unsent)>,
 }
 
-/// A write of an attempt that waits for the database.
-enum Unsent {
-    /// A report, its trial waiting for the decision.
-    Report {
-        step: u64,
-        metrics: std::collections::BTreeMap<String, f64>,
-        ack: oneshot::Sender<ReportAnswer>,
-    },
-    /// How the attempt (of this token) ended, after its trial folder where the sweep keeps
-    /// them in the database.
-    End {
-        token: i64,
-        outcome: Outcome,
-        kept: Option<KeptFolder>,
-    },
-}
-
 impl WorkerState<'_> {
     /// How the trials of the sweeps it serves pack onto its slots.
     fn packing(&self) -> Packing {
@@ -730,147 +711,6 @@ impl WorkerState<'_> {
         }
     }
 
-    /// Sends what waits, in order, until the database fails again (what is left waits on).
-    fn send_unsent(&mut self) -> Result<(), TuneError> {
-        while let Some((key, unsent)) = self.unsent.pop_front() {
-            let sent = match unsent {
-                Unsent::Report { step, metrics, ack } => {
-                    self.send_report(key, step, metrics, ack, true)
-                }
-                Unsent::End {
-                    token,
-                    outcome,
-                    kept,
-                } => self.send_end(key, token, outcome, kept),
-            };
-            if let Err((unsent, e)) = sent {
-                self.unsent.push_front((key, unsent));
-                return Err(self.err(e));
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends report `step` of attempt `key`, after its trial folder where the sweep keeps them
-    /// in the database; the trial then waits for the decision. `again`: the database may have
-    /// taken it already (it is not stored twice). What the database did not take comes back,
-    /// to be sent again while the lease lasts.
-    fn send_report(
-        &mut self,
-        key: Key,
-        step: u64,
-        metrics: std::collections::BTreeMap<String, f64>,
-        ack: oneshot::Sender<ReportAnswer>,
-        again: bool,
-    ) -> Result<(), (Unsent, postgres::Error)> {
-        // The folder as the trial left it after its last decision, kept before the report
-        // that follows it.
-        if let Err(e) = self.keep_folder(key) {
-            return Err((Unsent::Report { step, metrics, ack }, e));
-        }
-        let Some(r) = self.running.get(&key).filter(|r| !r.lost) else {
-            let _ = ack.send(ReportAnswer::Refused);
-            return Ok(());
-        };
-        let token = r.token;
-        let row = match again {
-            true => resend_report(&mut self.db, token, key, step, &metrics),
-            false => insert_report(&mut self.db, token, key, step, &metrics),
-        };
-        match row {
-            Ok(Some(id)) => {
-                self.listening.lock().unwrap().insert(id);
-                self.pending.insert(id, (key, ack));
-            }
-            Ok(None) => {
-                let _ = ack.send(ReportAnswer::Refused);
-                self.lose(key, "its report was refused: the attempt is no longer its");
-            }
-            Err(e) => return Err((Unsent::Report { step, metrics, ack }, e)),
-        }
-        Ok(())
-    }
-
-    /// Records how attempt `key` (of `token`) ended, after its trial folder where the sweep
-    /// keeps them in the database. What the database did not take comes back.
-    fn send_end(
-        &mut self,
-        key: Key,
-        token: i64,
-        mut outcome: Outcome,
-        mut kept: Option<KeptFolder>,
-    ) -> Result<(), (Unsent, postgres::Error)> {
-        let saved = match kept.as_mut() {
-            Some(folder) => folder.save(&mut self.db, key.0, key.1, token).map(Some),
-            None => Ok(None),
-        };
-        // A folder refused (the attempt lost meanwhile) is the end's fate too: refused.
-        let written = match saved {
-            Ok(saved) => {
-                if let Some(saved) = saved {
-                    self.summary.count(saved);
-                }
-                end_attempt(&mut self.db, token, key.0, &outcome)
-            }
-            Err(e) => match e.database() {
-                Ok(e) => Err(e),
-                Err(why) => {
-                    outcome = self.failed_by(why);
-                    end_attempt(&mut self.db, token, key.0, &outcome)
-                }
-            },
-        };
-        written.map(drop).map_err(|e| {
-            let end = Unsent::End {
-                token,
-                outcome,
-                kept,
-            };
-            (end, e)
-        })
-    }
-
-    /// Keeps attempt `key`'s trial folder in the database if it changed since it was last
-    /// kept (where its sweep keeps them there). `Err`: the database failed, to be tried again.
-    /// A folder over the cap, or one that cannot be read, fails the attempt: its trial is
-    /// stopped, and its end says why.
-    fn keep_folder(&mut self, key: Key) -> Result<(), postgres::Error> {
-        let Some(r) = self.running.get_mut(&key).filter(|r| !r.lost) else {
-            return Ok(());
-        };
-        let Some(folder) = r.kept.as_mut() else {
-            return Ok(());
-        };
-        let refused = match folder.save(&mut self.db, key.0, key.1, r.token) {
-            Ok(saved) => {
-                self.summary.count(saved);
-                saved == Saved::Refused
-            }
-            Err(e) => {
-                let why = match e.database() {
-                    Ok(e) => return Err(e),
-                    Err(why) => why,
-                };
-                r.failure = Some(format!("worker {}: {why}", self.me));
-                r.kept = None;
-                r.shutdown.send_replace(true);
-                false
-            }
-        };
-        if refused {
-            self.lose(
-                key,
-                "its checkpoint was refused: the attempt is no longer its",
-            );
-        }
-        Ok(())
-    }
-
-    /// The failure of an attempt whose trial folder could not be kept in the database.
-    fn failed_by(&self, why: CheckpointError) -> Outcome {
-        Outcome::Failed(format!("worker {}: {why}", self.me))
-    }
-
     fn handle(&mut self, key: Key, msg: WorkerMsg) -> Result<(), TuneError> {
         match msg {
             WorkerMsg::Report {
@@ -950,79 +790,6 @@ impl WorkerState<'_> {
     }
 }
 
-/// Sends a report of attempt `key`, fenced: only while the attempt is still the holder of
-/// `token` (`FOR SHARE` waits for a concurrent expiry and sees its outcome). `None`: refused.
-fn insert_report(
-    client: &mut Db,
-    token: i64,
-    key: Key,
-    step: u64,
-    metrics: &std::collections::BTreeMap<String, f64>,
-) -> Result<Option<i64>, postgres::Error> {
-    let row = client.query_opt(
-        "WITH r AS (
-            INSERT INTO tune_reports (experiment, trial, attempt, token, step, metrics)
-            SELECT $2, $3, $4, $1, $5, $6
-            WHERE EXISTS (SELECT 1 FROM tune_attempts
-                          WHERE token = $1 AND state = 'running' FOR SHARE)
-            RETURNING id)
-         SELECT id, pg_notify($7, $8) FROM r",
-        &[
-            &token,
-            &key.0,
-            &bigint(key.1),
-            &(key.2 as i32),
-            &bigint(step),
-            &metrics_to_text(metrics),
-            &coordinator_channel(key.0),
-            &NOTE_REPORT,
-        ],
-    )?;
-    Ok(row.map(|r| r.get(0)))
-}
-
-/// [`insert_report`] of a report that may have been stored already: the database may have
-/// taken it and failed before it answered (the report is found, by its attempt's token and
-/// step, and not stored twice).
-fn resend_report(
-    client: &mut Db,
-    token: i64,
-    key: Key,
-    step: u64,
-    metrics: &std::collections::BTreeMap<String, f64>,
-) -> Result<Option<i64>, postgres::Error> {
-    let stored = client.query_opt(
-        "SELECT id FROM tune_reports WHERE token = $1 AND step = $2",
-        &[&token, &bigint(step)],
-    )?;
-    match stored {
-        Some(row) => Ok(Some(row.get(0))),
-        None => insert_report(client, token, key, step, metrics),
-    }
-}
-
-/// Records how attempt `token` of `experiment` ended, fenced as reports are; `false`: refused.
-fn end_attempt(
-    client: &mut Db,
-    token: i64,
-    experiment: i64,
-    outcome: &Outcome,
-) -> Result<bool, postgres::Error> {
-    let rows = client.query(
-        "WITH e AS (
-            UPDATE tune_attempts SET state = 'ended', outcome = $2
-            WHERE token = $1 AND state = 'running' RETURNING 1)
-         SELECT pg_notify($3, $4) FROM e",
-        &[
-            &token,
-            &outcome.to_text(),
-            &coordinator_channel(experiment),
-            &NOTE_END,
-        ],
-    )?;
-    Ok(!rows.is_empty())
-}
-
 /// Reads experiment `id`'s name and spec, and builds its objective here.
 fn serve_experiment(
     db: &mut Db,
@@ -1073,5 +840,6 @@ fn serve_experiment(
 }
 
 mod claim;
+mod sending;
 #[cfg(test)]
 mod tests;

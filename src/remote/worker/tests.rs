@@ -1,3 +1,4 @@
+use super::sending::{end_attempt, insert_report};
 use super::*;
 use crate::store::{test_server, PgStore, TrialStore};
 use postgres::{Client, NoTls};
