@@ -36,7 +36,7 @@ pub struct StoreSpec {
 /// ```
 /// use tune::CheckpointPlace;
 /// let spec = tune::ExperimentSpec::from_toml(
-///     "name = \"m\"\nmetric = \"loss\"\n[store]\ncheckpoints = \"database\"\n\
+///     "name = \"m\"\nmetric = \"loss\"\nsamples = 4\n[store]\ncheckpoints = \"database\"\n\
 ///      [space]\nx = { uniform = [0.0, 1.0] }",
 ///     "space.toml".as_ref(),
 /// ).unwrap();
