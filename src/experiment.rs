@@ -104,6 +104,20 @@ fn read_as_written(stored: &mut StoredExperiment) {
     }
 }
 
+/// What command trials write besides their reports (stderr, and stdout lines that are not
+/// reports), one file per trial, on the machine that ran it.
+pub const LOGS_DIR: &str = "logs";
+
+/// Trial `id`'s log in experiment folder `dir` (see [`LOGS_DIR`]).
+///
+/// ```
+/// let log = tune::experiment::trial_log(std::path::Path::new("runs/demo"), 7);
+/// assert_eq!(log, std::path::Path::new("runs/demo/logs/7.log"));
+/// ```
+pub fn trial_log(dir: &Path, id: TrialId) -> PathBuf {
+    dir.join(LOGS_DIR).join(format!("{id}.log"))
+}
+
 /// The folder of trial `id`.
 pub fn trial_dir(dir: &Path, id: TrialId) -> PathBuf {
     dir.join(TRIALS_DIR).join(id.to_string())

@@ -38,6 +38,7 @@ mod book {
 
 mod best;
 pub mod check;
+mod control;
 mod coordinator;
 mod error;
 pub mod experiment;
@@ -63,6 +64,7 @@ mod tuner;
 mod warm_start;
 
 pub use best::{best_trial, pareto_front};
+pub use control::{Control, ControlError, SweepControl};
 pub use error::TuneError;
 pub use objective::{
     share_cores_among_trials, share_cores_among_worker_slots, BoxError, IntoMetrics, ObjectiveFn,

@@ -26,6 +26,9 @@ pub enum Event<'a> {
     /// The remote workers serving the sweep (`tune worker`), sent when they change and at
     /// most once a second for their heartbeats.
     Workers(&'a [crate::protocol::WorkerInfo]),
+    /// The budget changed while the sweep runs (a control added samples or a point): the
+    /// trials it will create in all.
+    Budget(u64),
 }
 
 /// Running counts of the sweep, kept current by the coordinator.

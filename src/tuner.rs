@@ -7,6 +7,7 @@ use std::time::Duration;
 use tune_search::{Mode, Params, Space};
 
 use crate::best::pareto_front;
+use crate::control::SweepControl;
 use crate::coordinator::{Coordinator, Plan};
 use crate::error::TuneError;
 use crate::experiment::{Experiment, StoreLocation};
@@ -72,6 +73,7 @@ pub struct Tuner {
     /// A closure attempt's time limit (a command's is the spec's `timeout_s`).
     timeout: Option<Duration>,
     stop: StopHandle,
+    control: SweepControl,
 }
 
 impl Tuner {
@@ -119,6 +121,7 @@ impl Tuner {
             grace: Duration::from_secs(5),
             timeout: None,
             stop: StopHandle::new(),
+            control: SweepControl::new(),
         }
     }
 
@@ -454,6 +457,12 @@ impl Tuner {
         self.stop.clone()
     }
 
+    /// A handle that steers the sweep from another thread while it runs: stop a trial, stop
+    /// the sweep, add samples, enqueue a point ([`crate::Control`]).
+    pub fn control(&self) -> SweepControl {
+        self.control.clone()
+    }
+
     /// Stops cleanly on Ctrl-C, SIGTERM or SIGHUP (leaving the sweep resumable); a second one
     /// exits the process at once with 130. Off by default, since a library should not take
     /// over a program's signals.
@@ -544,6 +553,8 @@ impl Tuner {
                 StoreLocation::Postgres(url) => Some(url.clone()),
                 StoreLocation::Folder => None,
             },
+            meta: exp.stored.meta.clone(),
+            control: self.control.clone(),
         };
         let rt = runtime()?;
         let trials = std::mem::take(&mut exp.stored.trials);

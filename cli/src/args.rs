@@ -33,6 +33,9 @@ pub enum Command {
     /// The dashboard of an experiment: live while its sweep runs (in another process), or as
     /// it ended. Read-only.
     Watch(WatchArgs),
+    /// A live web view of every sweep under a folder, with control: prints the URL (with its
+    /// token) to open; listens on loopback unless told otherwise.
+    Serve(ServeArgs),
     /// Every trial, to stdout (`--format tensorboard`: into the folder OUT).
     Export(ExportArgs),
     /// Charts of a sweep: one self-contained HTML report (history, learning curves with the
@@ -66,6 +69,17 @@ pub struct RunArgs {
     pub slots: Option<usize>,
     #[command(flatten)]
     pub store: StoreArg,
+    /// Also serve the web view (`tune serve`) of the folder the sweep is in, and print its URL.
+    #[arg(long)]
+    pub serve: bool,
+    /// With --serve: where it listens.
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        default_value = "127.0.0.1:0",
+        requires = "serve"
+    )]
+    pub listen: std::net::SocketAddr,
 }
 
 /// `tune resume`'s arguments.
@@ -150,6 +164,22 @@ pub struct CheckArgs {
 pub struct WatchArgs {
     /// The experiment folder (with --store: the experiment's name).
     pub experiment: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+/// `tune serve`'s arguments.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A folder of experiment folders (`runs`), or one experiment folder.
+    #[arg(default_value = "runs")]
+    pub dir: PathBuf,
+    /// Where to listen (port 0: any free one). Anything but loopback is reachable from other
+    /// machines: the token is still required, and a warning says so.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8686")]
+    pub listen: std::net::SocketAddr,
+    /// Serve every experiment in this PostgreSQL database instead (controls reach their
+    /// coordinators wherever they run); the URL file goes in DIR if it is a folder.
     #[command(flatten)]
     pub store: StoreArg,
 }

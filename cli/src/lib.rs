@@ -8,3 +8,5 @@ pub mod dashboard;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod plot;
+pub mod secret;
+pub mod serve;

@@ -11,7 +11,7 @@ use clap::Parser;
 use tune::{StoreError, TuneError};
 
 use args::{Cli, Command};
-use commands::{check, export, plot, resume, run, status, watch, worker};
+use commands::{check, export, plot, resume, run, serve, status, watch, worker};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::status(args),
         Command::Check(args) => check::check(args),
         Command::Watch(args) => watch::watch(args),
+        Command::Serve(args) => serve::serve(args),
         Command::Export(args) => export::export(args),
         Command::Plot(args) => plot::plot(args),
     };

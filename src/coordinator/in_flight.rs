@@ -46,6 +46,8 @@ pub(super) struct InFlight {
     /// The stored report whose decision settled it, and that decision: the same report
     /// delivered again (a coordinator restarted before its worker heard) hears it again.
     pub decided: Option<(u64, ReportAnswer)>,
+    /// Ends a local run at once (a control stopped its trial).
+    pub cancel: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 impl InFlight {
@@ -76,6 +78,7 @@ impl InFlight {
             exploit_from: None,
             settled: false,
             decided: None,
+            cancel: None,
         }
     }
 

@@ -17,6 +17,7 @@ use tune_search::{AutoChoice, History, Mode, Searcher, Status, Suggestion, Trial
 
 mod in_flight;
 mod reports;
+mod steering;
 #[cfg(test)]
 mod tests;
 
@@ -32,6 +33,12 @@ use crate::stop::{StopConditions, StopReason, StopWatch};
 use crate::store::{StoreError, TrialStore};
 use crate::trial::{now_ms, Trial, TrialResult};
 use in_flight::{InFlight, Taken};
+
+/// What woke the coordinator's loop.
+enum Arrived {
+    Message(WorkerMsg),
+    Control(crate::control::ControlRequest),
+}
 
 /// How a sweep ended, for its result (every trial is in the store).
 pub(crate) struct Ended {
@@ -79,6 +86,11 @@ pub(crate) struct Plan {
     pub timeout: Option<Duration>,
     /// The PostgreSQL database holding the experiment: remote workers may run its trials.
     pub remote: Option<String>,
+    /// The experiment's record: the space and seed enqueued points are drawn in, and the
+    /// budget that controls raise.
+    pub meta: crate::store::Meta,
+    /// Where controls from outside come from ([`crate::control`]).
+    pub control: crate::control::SweepControl,
 }
 
 impl Plan {
@@ -120,6 +132,8 @@ pub(crate) struct Coordinator {
     summary: Summary,
     tx: mpsc::UnboundedSender<WorkerMsg>,
     rx: mpsc::UnboundedReceiver<WorkerMsg>,
+    /// Controls from outside the sweep; `None` where another run took them first.
+    controls: Option<mpsc::UnboundedReceiver<crate::control::ControlRequest>>,
     shutdown: watch::Sender<bool>,
     acks: Vec<(oneshot::Sender<ReportAnswer>, ReportAnswer)>,
     to_launch: Vec<TrialId>,
@@ -247,6 +261,7 @@ impl Coordinator {
         summary.total = budget;
         let (tx, rx) = mpsc::unbounded_channel();
         let shutdown = plan.stop.0.clone();
+        let controls = plan.control.take_requests();
         Coordinator {
             plan,
             store,
@@ -268,6 +283,7 @@ impl Coordinator {
             summary,
             tx,
             rx,
+            controls,
             shutdown,
             acks: Vec::new(),
             to_launch: Vec::new(),
@@ -296,6 +312,7 @@ impl Coordinator {
             &self.stored_running,
             self.tx.clone(),
             self.shutdown.subscribe(),
+            self.plan.control.clone(),
             rt,
         )?;
         self.plan.pool.take_remote(bridge.capacity());
@@ -493,8 +510,8 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Waits for the next message (or the shutdown, or the time budget's end) and handles it
-    /// and every other one already there.
+    /// Waits for the next message or control (or the shutdown, or the time budget's end) and
+    /// handles it and every other one already there.
     fn wait_and_handle(
         &mut self,
         rt: &Handle,
@@ -502,24 +519,37 @@ impl Coordinator {
         deadline: Option<tokio::time::Instant>,
         interrupted: bool,
     ) -> Result<(), TuneError> {
-        let msg = rt.block_on(async {
+        let (rx, controls) = (&mut self.rx, &mut self.controls);
+        let arrived = rt.block_on(async {
             let time_is_up = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
                 }
             };
+            let control = async {
+                match controls {
+                    Some(c) => c.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                m = self.rx.recv() => m,
+                m = rx.recv() => m.map(Arrived::Message),
+                Some(c) = control => Some(Arrived::Control(c)),
                 _ = shutdown_rx.changed(), if !interrupted => None,
                 _ = time_is_up, if !interrupted => None,
             }
         });
-        if let Some(msg) = msg {
-            self.handle(msg)?;
+        match arrived {
+            Some(Arrived::Message(msg)) => self.handle(msg)?,
+            Some(Arrived::Control(request)) => self.on_control(request)?,
+            None => {}
         }
         while let Ok(msg) = self.rx.try_recv() {
             self.handle(msg)?;
+        }
+        while let Some(request) = self.controls.as_mut().and_then(|c| c.try_recv().ok()) {
+            self.on_control(request)?;
         }
         Ok(())
     }
@@ -674,6 +704,10 @@ impl Coordinator {
     }
 
     fn launch(&mut self, id: TrialId, rt: &Handle) {
+        let (cancel, cancelled) = watch::channel(false);
+        if let Some(run) = self.in_flight.get_mut(&id) {
+            run.cancel = Some(cancel);
+        }
         let t = &self.live[&id];
         let run = self.in_flight.get(&id);
         let job = Job {
@@ -687,6 +721,7 @@ impl Coordinator {
             completes_at: self.scheduler.completes_at(),
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
+            cancel: cancelled,
         };
         match (
             &self.bridge,

@@ -94,6 +94,7 @@ struct Sweep {
     scheduler: Box<dyn Scheduler>,
     trials: Vec<Trial>,
     stop: StopHandle,
+    control: crate::control::SweepControl,
     db: MemoryDb,
     dir: tempfile::TempDir,
     summary: LastSummary,
@@ -132,6 +133,7 @@ impl Sweep {
             scheduler: Box::new(Fifo),
             trials: Vec::new(),
             stop: StopHandle::new(),
+            control: crate::control::SweepControl::new(),
             db: MemoryDb::new(),
             dir: tempfile::tempdir().unwrap(),
             summary: LastSummary::default(),
@@ -172,14 +174,13 @@ impl Sweep {
         .unwrap();
         spec.mode = self.mode;
         let mut store = self.db.open().unwrap();
-        store
-            .put_meta(&Meta {
-                format: FORMAT,
-                spec,
-                samples: self.samples,
-                created_at: 0,
-            })
-            .unwrap();
+        let meta = Meta {
+            format: FORMAT,
+            spec,
+            samples: self.samples,
+            created_at: 0,
+        };
+        store.put_meta(&meta).unwrap();
         for t in &self.trials {
             store.put_trial(t).unwrap();
             for r in &t.results {
@@ -220,6 +221,8 @@ impl Sweep {
             },
             timeout: self.timeout,
             remote: None,
+            meta,
+            control: self.control.clone(),
         };
         let coordinator = Coordinator::new(
             plan,
@@ -907,4 +910,113 @@ fn notes_from_an_observers_threads_reach_the_observers_that_show_notes_before_th
         *shown.0.lock().unwrap(),
         ["from the logger's thread", "while ending", "(ended)"]
     );
+}
+
+#[test]
+fn controls_stop_a_trial_add_samples_and_enqueue_a_point_durably() {
+    use crate::control::{Control, ControlError};
+    let sweep = Sweep::new(2);
+    let control = sweep.control.clone();
+    let said = Arc::new(Mutex::new(Vec::new()));
+    let heard = said.clone();
+    let ran = sweep.run(move |ctx| {
+        ctx.report(1, [("loss", 1.0)])?;
+        if ctx.id() == 0 {
+            let mut point = Params::default();
+            point.insert("x", Value::Float(0.25));
+            let mut bad = Params::default();
+            bad.insert("x", Value::Float(7.0));
+            let asks = [
+                Control::AddSamples { count: 1 },
+                Control::Enqueue { params: point },
+                Control::Enqueue { params: bad },
+                Control::AddSamples { count: 0 },
+                Control::StopTrial { trial: 9 },
+                Control::StopTrial { trial: 0 },
+            ];
+            let answers: Vec<Result<String, ControlError>> = asks
+                .into_iter()
+                .map(|c| control.send(c, "the test"))
+                .collect();
+            heard.lock().unwrap().extend(answers);
+        }
+        ctx.report(2, [("loss", 0.5)])?;
+        Ok(())
+    });
+    ran.result.as_ref().unwrap();
+    let answers = said.lock().unwrap().clone();
+    assert_eq!(
+        answers,
+        [
+            Ok("added 1 samples: the sweep creates 3 trials in all".to_string()),
+            Ok("enqueued trial 1".to_string()),
+            Err(ControlError::Refused(
+                "the point: `x`: expected a number in [0, 1), found 7".into()
+            )),
+            Err(ControlError::Refused(
+                "`count`: expected at least 1 trial to add, found 0".into()
+            )),
+            Err(ControlError::Refused(
+                "there is no trial 9: the sweep has 2 so far".into()
+            )),
+            Ok("stopped trial 0 (running until now)".to_string()),
+        ]
+    );
+    // Stopped at once: its step 2 was not kept.
+    assert_eq!(ran.trial(0).status, Status::Stopped);
+    assert_eq!(ran.steps(0), [1]);
+    // The enqueued point ran first, then the searcher's trials to the raised budget.
+    assert_eq!(ran.trial(1).params.get("x"), Some(&Value::Float(0.25)));
+    assert_eq!(ran.synced.trials.len(), 4);
+    assert!(ran.synced.trials[1..]
+        .iter()
+        .all(|t| t.status == Status::Completed));
+    assert_eq!(ran.synced.meta.samples, 4);
+    assert_eq!(ran.summary.unwrap().total, 4);
+}
+
+#[test]
+fn a_control_after_the_sweep_ended_hears_that_it_is_not_running() {
+    use crate::control::{Control, ControlError};
+    let sweep = Sweep::new(1);
+    let control = sweep.control.clone();
+    sweep
+        .run(|ctx| {
+            ctx.report(1, [("loss", 1.0)])?;
+            Ok(())
+        })
+        .result
+        .unwrap();
+    assert_eq!(
+        control.send(Control::StopSweep, "the test"),
+        Err(ControlError::NotRunning)
+    );
+}
+
+#[test]
+fn a_paused_trial_is_stopped_by_a_control_and_never_resumed() {
+    use crate::control::Control;
+    let mut scheduler = Scripted::default().at(0, 1, Decision::Pause);
+    scheduler.resume_when_done.insert(1, 0);
+    let sweep = Sweep::new(2).scheduler(scheduler);
+    let control = sweep.control.clone();
+    let said = Arc::new(Mutex::new(None));
+    let heard = said.clone();
+    let ran = sweep.run(move |ctx| {
+        ctx.report(1, [("loss", 1.0)])?;
+        if ctx.id() == 1 {
+            *heard.lock().unwrap() = Some(control.send(Control::StopTrial { trial: 0 }, "test"));
+        }
+        ctx.report(2, [("loss", 0.5)])?;
+        Ok(())
+    });
+    ran.result.as_ref().unwrap();
+    assert_eq!(
+        said.lock().unwrap().clone(),
+        Some(Ok("stopped trial 0 (paused until now)".to_string()))
+    );
+    let t0 = ran.trial(0);
+    assert_eq!((t0.status, t0.attempts), (Status::Stopped, 1));
+    assert_eq!(ran.steps(0), [1]);
+    assert_eq!(ran.trial(1).status, Status::Completed);
 }

@@ -81,6 +81,8 @@ pub(crate) struct Job {
     pub completes_at: Option<u64>,
     pub tx: mpsc::UnboundedSender<WorkerMsg>,
     pub shutdown: watch::Receiver<bool>,
+    /// Set when a control stopped the trial: the run ends now (its trial is already settled).
+    pub cancel: watch::Receiver<bool>,
 }
 
 impl Objective {

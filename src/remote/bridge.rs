@@ -17,7 +17,8 @@ use tune_search::TrialId;
 use super::db::Db;
 use super::{
     coordinator_channel, metrics_from_text, remote_slot, worker_from_row, Offer, WorkerInfo,
-    DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL, WORKERS_SQL,
+    DECISIONS_CHANNEL, NOTE_CLAIM, NOTE_CONTROL, NOTE_END, NOTE_REPORT, OFFERS_CHANNEL, POLL,
+    WORKERS_SQL,
 };
 use crate::error::TuneError;
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
@@ -51,6 +52,7 @@ struct Changed {
     reports: bool,
     claims: bool,
     ends: bool,
+    controls: bool,
 }
 
 impl Changed {
@@ -58,6 +60,7 @@ impl Changed {
         reports: true,
         claims: true,
         ends: true,
+        controls: true,
     };
 
     /// A worker's payload: `report`, `claim` or `end` (anything else: look at everything).
@@ -75,6 +78,10 @@ impl Changed {
                 ends: true,
                 ..Changed::default()
             },
+            NOTE_CONTROL => Changed {
+                controls: true,
+                ..Changed::default()
+            },
             _ => Changed::ALL,
         }
     }
@@ -83,6 +90,7 @@ impl Changed {
         self.reports |= other.reports;
         self.claims |= other.claims;
         self.ends |= other.ends;
+        self.controls |= other.controls;
     }
 }
 
@@ -159,6 +167,7 @@ impl Bridge {
         running: &[(TrialId, u32)],
         tx: mpsc::UnboundedSender<WorkerMsg>,
         shutdown: watch::Receiver<bool>,
+        control: crate::control::SweepControl,
         rt: &Handle,
     ) -> Result<(Bridge, Vec<Adopted>), TuneError> {
         let location = crate::store::postgres_location(url, name);
@@ -212,6 +221,8 @@ impl Bridge {
             workers_sent: Vec::new(),
             workers_sent_at: Instant::now(),
             unreachable_since: None,
+            control,
+            controls: Vec::new(),
         };
         let worker = std::thread::spawn(move || state.run(inbox));
         Ok((
@@ -336,6 +347,10 @@ struct State {
     workers_sent_at: Instant,
     /// Since when the database has not answered.
     unreachable_since: Option<Instant>,
+    /// Where controls asked through the database go: the coordinator.
+    control: crate::control::SweepControl,
+    /// Controls taken and handed to the coordinator, by id, with where its answer comes.
+    controls: Vec<(i64, std_mpsc::Receiver<Result<String, String>>)>,
 }
 
 impl State {
@@ -409,6 +424,7 @@ impl State {
         }
         self.write_offers()?;
         self.write_decisions()?;
+        self.write_answers()?;
         if self.shutting_down {
             // Offers nobody claimed are withdrawn (resume offers them again); attempts running
             // remotely go on, for the next coordinator to adopt.
@@ -441,8 +457,71 @@ impl State {
         if changed.ends {
             self.read_ends()?;
         }
+        if changed.controls {
+            self.read_controls()?;
+        }
         if full {
             self.read_workers()?;
+        }
+        Ok(())
+    }
+
+    /// Takes the controls asked since the last look (each once: `taken_at`) and hands them to
+    /// the coordinator.
+    fn read_controls(&mut self) -> Result<(), postgres::Error> {
+        let rows = self.db.query(
+            "UPDATE tune_controls SET taken_at = now()
+             WHERE experiment = $1 AND answer IS NULL AND taken_at IS NULL
+             RETURNING id, control, asked_by",
+            &[&self.experiment],
+        )?;
+        let mut rows: Vec<(i64, String, String)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        for (id, text, asked_by) in rows {
+            let (answer, answered) = std_mpsc::channel();
+            match serde_json::from_str::<crate::control::Control>(&text) {
+                Ok(control) => match self.control.submit(control, &asked_by) {
+                    Ok(rx) => self.controls.push((id, rx)),
+                    Err(e) => {
+                        let _ = answer.send(Err(e.to_string()));
+                        self.controls.push((id, answered));
+                    }
+                },
+                Err(e) => {
+                    let _ = answer.send(Err(format!("not a control: {e}")));
+                    self.controls.push((id, answered));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the coordinator's answers to the controls it has answered.
+    fn write_answers(&mut self) -> Result<(), postgres::Error> {
+        let mut answered = Vec::new();
+        self.controls.retain(|(id, rx)| match rx.try_recv() {
+            Ok(answer) => {
+                answered.push((*id, answer));
+                false
+            }
+            Err(std_mpsc::TryRecvError::Empty) => true,
+            Err(std_mpsc::TryRecvError::Disconnected) => {
+                answered.push((*id, Err("the sweep ended before it answered".into())));
+                false
+            }
+        });
+        for (id, answer) in answered {
+            let (ok, text) = match answer {
+                Ok(text) => (true, text),
+                Err(text) => (false, text),
+            };
+            self.db.execute(
+                "UPDATE tune_controls SET ok = $2, answer = $3 WHERE id = $1",
+                &[&id, &ok, &text],
+            )?;
         }
         Ok(())
     }

@@ -31,6 +31,7 @@ impl Bridge {
         _running: &[(TrialId, u32)],
         _tx: mpsc::UnboundedSender<WorkerMsg>,
         _shutdown: watch::Receiver<bool>,
+        _control: crate::control::SweepControl,
         _rt: &Handle,
     ) -> Result<(Bridge, Vec<Adopted>), TuneError> {
         Err(StoreError::PostgresNotBuilt {

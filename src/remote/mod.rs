@@ -40,7 +40,7 @@ mod worker;
 #[cfg(not(feature = "postgres"))]
 pub(crate) use bridge_unbuilt as bridge;
 #[cfg(feature = "postgres")]
-pub use queries::ExperimentReader;
+pub use queries::{experiment_names, ExperimentReader};
 #[cfg(feature = "postgres")]
 pub(crate) use queries::{worker_from_row, WORKERS_SQL};
 #[cfg(feature = "postgres")]

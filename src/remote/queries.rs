@@ -59,6 +59,22 @@ pub struct ExperimentReader {
     location: StorePlace,
 }
 
+/// The experiments kept in the PostgreSQL database at `url`, by name (`tune serve --store`).
+pub fn experiment_names(url: &str) -> Result<Vec<String>, crate::StoreError> {
+    let location = crate::store::StorePlace::Postgres {
+        url: crate::store::redact_url(url),
+        name: None,
+    };
+    let mut client = pg_store::connect(url, &location)?;
+    let rows = client
+        .query(
+            "SELECT name FROM tune_experiments WHERE meta IS NOT NULL ORDER BY name",
+            &[],
+        )
+        .map_err(|e| pg_store::db_error(&location, e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 impl ExperimentReader {
     /// Connects to `url` (migrating its schema if it lags), refusing a database without an
     /// experiment `name` ([`crate::StoreError::NoMeta`]).
@@ -76,6 +92,84 @@ impl ExperimentReader {
     /// Everything stored: the experiment record and every trial with its results.
     pub fn stored(&mut self) -> Result<StoredExperiment, crate::StoreError> {
         pg_store::read(&mut self.client, self.experiment, &self.location)
+    }
+
+    /// Asks the experiment's coordinator, wherever it runs, to carry out `control` (`from`
+    /// names who asks, for its log) through the database, and waits for its answer.
+    /// [`crate::ControlError::NotRunning`] where no coordinator runs it; a control its
+    /// coordinator has not taken within the wait is withdrawn (never carried out later).
+    pub fn ask(
+        &mut self,
+        control: &crate::Control,
+        from: &str,
+    ) -> Result<Result<String, crate::ControlError>, crate::StoreError> {
+        let location = &self.location;
+        let err = |e| pg_store::db_error(location, e);
+        if pg_store::coordinator(&mut self.client, self.experiment)
+            .map_err(err)?
+            .is_none()
+        {
+            return Ok(Err(crate::ControlError::NotRunning));
+        }
+        let text = serde_json::to_string(control).map_err(|source| crate::StoreError::Encode {
+            what: "the control".into(),
+            source,
+        })?;
+        let id: i64 = self
+            .client
+            .query_one(
+                "INSERT INTO tune_controls (experiment, control, asked_by) VALUES ($1, $2, $3)
+                 RETURNING id",
+                &[&self.experiment, &text, &from],
+            )
+            .map_err(err)?
+            .get(0);
+        self.client
+            .execute(
+                "SELECT pg_notify($1, $2)",
+                &[
+                    &super::coordinator_channel(self.experiment),
+                    &super::NOTE_CONTROL,
+                ],
+            )
+            .map_err(err)?;
+        let asked = std::time::Instant::now();
+        let wait = crate::control::ANSWER_WAIT;
+        loop {
+            let row = self
+                .client
+                .query_one(
+                    "SELECT taken_at IS NOT NULL, ok, answer FROM tune_controls WHERE id = $1",
+                    &[&id],
+                )
+                .map_err(err)?;
+            let (taken, ok, answer): (bool, Option<bool>, Option<String>) =
+                (row.get(0), row.get(1), row.get(2));
+            match (ok, answer) {
+                (Some(true), Some(a)) => return Ok(Ok(a)),
+                (Some(false), Some(a)) => return Ok(Err(crate::ControlError::Refused(a))),
+                _ => {}
+            }
+            // Taken: the coordinator answers between two rounds of its loop; not taken in
+            // time: withdrawn, unless it is taken at this very moment.
+            if asked.elapsed() > wait && !taken {
+                let withdrawn = self
+                    .client
+                    .execute(
+                        "UPDATE tune_controls SET ok = false, answer = 'withdrawn: not taken in time'
+                         WHERE id = $1 AND taken_at IS NULL",
+                        &[&id],
+                    )
+                    .map_err(err)?;
+                if withdrawn == 1 {
+                    return Ok(Err(crate::ControlError::NoAnswer(wait)));
+                }
+            }
+            if asked.elapsed() > wait * 4 {
+                return Ok(Err(crate::ControlError::NoAnswer(wait * 4)));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// Who serves the experiment now (one snapshot).
@@ -150,5 +244,74 @@ impl ExperimentReader {
                 heard: r.get(3),
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use crate::experiment::StoreLocation;
+    use crate::store::test_server;
+    use crate::{Control, ControlError, Mode, Space, Status, Tuner};
+
+    use super::ExperimentReader;
+
+    #[test]
+    fn a_control_asked_through_the_database_is_carried_out_by_the_coordinator() {
+        let url = test_server::fresh_database();
+        let dir = tempfile::tempdir().unwrap();
+        let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let (heard, asking_url) = (answers.clone(), url.clone());
+        let result = Tuner::new(space)
+            .name("steered")
+            .metric("loss", Mode::Min)
+            .samples(2)
+            .local_slots(1)
+            .store(StoreLocation::Postgres(url.clone()))
+            .dir(dir.path().join("steered"))
+            .fit(move |ctx| {
+                ctx.report(1, [("loss", 1.0)])?;
+                if ctx.id() == 0 {
+                    let mut reader = ExperimentReader::connect(&asking_url, "steered").unwrap();
+                    for control in [
+                        Control::AddSamples { count: 1 },
+                        Control::StopTrial { trial: 0 },
+                    ] {
+                        let answer = reader.ask(&control, "another machine").unwrap();
+                        heard.lock().unwrap().push(answer);
+                    }
+                }
+                ctx.report(2, [("loss", 0.5)])?;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            *answers.lock().unwrap(),
+            [
+                Ok("added 1 samples: the sweep creates 3 trials in all".to_string()),
+                Ok("stopped trial 0 (running until now)".to_string()),
+            ]
+        );
+        let trials = result.trials().unwrap();
+        assert_eq!(trials.len(), 3);
+        assert_eq!(trials[0].status, Status::Stopped);
+        assert!(trials[1..].iter().all(|t| t.status == Status::Completed));
+        // No coordinator now: refused at once, and nothing is left for a later one to do.
+        let mut reader = ExperimentReader::connect(&url, "steered").unwrap();
+        assert_eq!(
+            reader.ask(&Control::StopSweep, "late").unwrap(),
+            Err(ControlError::NotRunning)
+        );
+        let open: i64 = reader
+            .client
+            .query_one(
+                "SELECT count(*) FROM tune_controls WHERE answer IS NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(open, 0);
     }
 }

@@ -16,6 +16,8 @@ pub(crate) fn coordinator_channel(experiment: i64) -> String {
 pub(crate) const NOTE_REPORT: &str = "report";
 pub(crate) const NOTE_CLAIM: &str = "claim";
 pub(crate) const NOTE_END: &str = "end";
+/// A control was asked of the coordinator (`tune_controls`).
+pub(crate) const NOTE_CONTROL: &str = "control";
 
 /// The channels workers listen on: new offers, and decisions (the payload is `id:decision`,
 /// the report's id and what it heard).

@@ -189,7 +189,11 @@ pub fn postgres_location(url: &str, name: &str) -> StorePlace {
 
 /// `url` without its password: neither the one after the user name nor a `password` setting
 /// (in the query, or in libpq's `key=value` form).
-pub(crate) fn redact_url(url: &str) -> String {
+///
+/// ```
+/// assert_eq!(tune::store::redact_url("postgres://tune:pw@db/tune"), "postgres://tune@db/tune");
+/// ```
+pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return match libpq_settings::key_values(url) {
             Ok(pairs) if pairs.iter().any(|(k, _)| k == "password") => pairs

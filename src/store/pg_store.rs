@@ -128,6 +128,23 @@ CREATE TABLE tune_checkpoint_chunks (
     FOREIGN KEY (experiment, trial) REFERENCES tune_checkpoints ON DELETE CASCADE
 );
 "#,
+    // Controls for a sweep's coordinator from any machine (`tune serve --store`,
+    // `ExperimentReader::ask`): asked, taken by the coordinator's bridge, answered. One asked
+    // while no coordinator runs, or not taken in time, is closed unanswered by its asker: a
+    // later coordinator never carries it out.
+    r#"
+CREATE TABLE tune_controls (
+    id bigserial PRIMARY KEY,
+    experiment bigint NOT NULL REFERENCES tune_experiments (id) ON DELETE CASCADE,
+    control text NOT NULL,
+    asked_by text NOT NULL,
+    asked_at timestamptz NOT NULL DEFAULT now(),
+    taken_at timestamptz,
+    ok boolean,
+    answer text
+);
+CREATE INDEX tune_controls_open ON tune_controls (experiment, id) WHERE answer IS NULL;
+"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod browser;
 pub mod certificates;
 pub mod curves;
 pub mod functions;

@@ -6,6 +6,7 @@ pub mod export;
 pub mod plot;
 pub mod resume;
 pub mod run;
+pub mod serve;
 pub mod state;
 pub mod status;
 pub mod sweep;

@@ -35,6 +35,7 @@ fn draw(
         scheduler: sweep.spec.scheduler.name(),
         rungs,
         running: sweep.live,
+        objectives: &sweep.spec.objectives,
     };
     if sweep.live {
         eprintln!(
@@ -129,7 +130,7 @@ fn write_folder(
     let mut written = 0;
     for chart in Chart::ALL {
         if let Some(reason) = chart.not_applicable(input) {
-            if chart != Chart::Lineage || input.scheduler == "pbt" {
+            if !chart.only_where_it_applies(input) {
                 eprintln!("tune: no {} chart: {reason}", chart.name());
             }
             continue;

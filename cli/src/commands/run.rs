@@ -18,6 +18,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, TuneError> {
         warm_start,
         slots,
         store,
+        serve,
+        listen,
     } = args;
     let at = store.location()?;
     let (mut parsed, text) = ExperimentSpec::read(&spec)?;
@@ -64,9 +66,34 @@ pub fn run(args: RunArgs) -> Result<ExitCode, TuneError> {
             dir.display()
         ),
     }
+    // The web view of the folder the sweep goes in (its page appears once it starts), for as
+    // long as the sweep runs.
+    let server = if serve {
+        let root = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(root)
+            .map_err(|e| TuneError::io(format!("creating {}", root.display()), e))?;
+        let source = match &at {
+            StoreLocation::Folder => tune_cli::serve::Source::Folder(root.to_path_buf()),
+            StoreLocation::Postgres(url) => tune_cli::serve::Source::Database(url.clone()),
+        };
+        let server = crate::commands::serve::start(source, root, listen)?;
+        let name = dir.strip_prefix(root).unwrap_or(&dir).display().to_string();
+        println!("tune: this sweep's page: {}#/s/{name}", server.url());
+        Some(server)
+    } else {
+        None
+    };
     let tuner = Tuner::from_spec(parsed).dir(dir).spec_text(text).store(at);
-    sweep_to_end(tuner, slots, !no_tui).map_err(|e| match e {
+    let ended = sweep_to_end(tuner, slots, !no_tui).map_err(|e| match e {
         TuneError::Invalid(msg) => TuneError::Invalid(format!("{}: {msg}", spec.display())),
         other => other,
-    })
+    });
+    // The answer to a control that ended the sweep (its last trial stopped) is still sent.
+    if let Some(server) = server {
+        server.finish();
+    }
+    ended
 }

@@ -12,7 +12,10 @@ use tune_cli::dashboard::{Hub, Update};
 /// with the progress line otherwise. Either way `tune watch` can look in while it runs.
 fn sweep(tuner: Tuner, tui: bool) -> Result<tune::TuneResult, TuneError> {
     let hub = Hub::default();
-    let tuner = tuner.handle_signals(true).observer(hub.serving_observer());
+    let control = tuner.control();
+    let tuner = tuner
+        .handle_signals(true)
+        .observer(hub.serving_observer(control));
     if !(tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
         return tuner.progress(true).fit_spec();
     }

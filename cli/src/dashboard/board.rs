@@ -103,6 +103,8 @@ pub enum Update {
     Workers(Vec<WorkerInfo>),
     /// This machine's GPUs, sampled through NVML (none without an NVIDIA driver).
     Gpus(Vec<tune_trials::GpuUse>),
+    /// The budget changed while the sweep runs (samples or a point added): trials in all.
+    Total(u64),
 }
 
 /// Everything a dashboard shows.
@@ -205,6 +207,7 @@ impl Board {
             Update::Scheduler(lines) => self.scheduler = lines,
             Update::Workers(workers) => self.remote = workers,
             Update::Gpus(gpus) => self.gpus = gpus,
+            Update::Total(total) => self.header.total = total,
             Update::Log { at, text } => self.log_line(at, text),
             Update::Ended { at, interrupted } => {
                 self.ended = Some((at, interrupted));

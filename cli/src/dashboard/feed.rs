@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use tune::{now_ms, Trial};
+use serde::{Deserialize, Serialize};
+use tune::{now_ms, Control, SweepControl, Trial};
 use tune::{Event, Observer, Summary, SweepInfo};
 
 use super::board::{Board, Header, TrialView, Update};
@@ -24,22 +25,41 @@ pub const WATCH_ADDR_FILE: &str = "watch.addr";
 /// How long a watcher has to send the token before it is hung up on.
 const TOKEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// 128 random bits from the kernel, in hex.
-fn new_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+/// What a connection that sent the token asks for: the updates (`TOKEN`), or to carry out one
+/// control (`TOKEN control`, then a line of [`ControlLine`] JSON, answered with one of
+/// [`ControlAnswer`]).
+#[derive(Debug, PartialEq)]
+enum Asked {
+    Updates,
+    Control,
 }
 
-/// Whether the watcher on `stream` sent `token` as its first line (within [`TOKEN_WAIT`]).
-fn sent_token(stream: &TcpStream, token: &str) -> bool {
+/// What the connection on `stream` asks for, if its first line (read within [`TOKEN_WAIT`])
+/// starts with `token`.
+fn sent_token(stream: &TcpStream, token: &str) -> Option<Asked> {
     let _ = stream.set_read_timeout(Some(TOKEN_WAIT));
-    let mut line = String::new();
-    // At most a token's length (and a newline) is read: a watcher cannot make us buffer more.
-    let read =
-        BufReader::new(std::io::Read::take(stream, token.len() as u64 + 2)).read_line(&mut line);
-    let sent = line.trim_end().as_bytes();
+    // Byte by byte, so that nothing after the line is consumed (a control follows it), and
+    // at most a token's length and a word: a watcher cannot make us buffer more.
+    let mut bytes = Vec::new();
+    let mut read = Ok(());
+    for byte in std::io::Read::bytes(std::io::Read::take(stream, token.len() as u64 + 10)) {
+        match byte {
+            Ok(b'\n') => break,
+            Ok(b) => bytes.push(b),
+            Err(e) => {
+                read = Err(e);
+                break;
+            }
+        }
+    }
+    let line = String::from_utf8_lossy(&bytes);
+    let line = line.trim_end();
+    let (sent, asked) = match line.split_once(' ') {
+        Some((sent, "control")) => (sent, Asked::Control),
+        Some(_) => return None,
+        None => (line, Asked::Updates),
+    };
+    let sent = sent.as_bytes();
     // Compared in full whatever the first difference (no timing hint of where it is).
     let same = sent.len() == token.len()
         && sent
@@ -47,13 +67,91 @@ fn sent_token(stream: &TcpStream, token: &str) -> bool {
             .zip(token.as_bytes())
             .fold(0u8, |d, (a, b)| d | (a ^ b))
             == 0;
-    read.is_ok() && same
+    (read.is_ok() && same).then_some(asked)
+}
+
+/// A control sent over the watch socket: what, and who asks (for the sweep's log).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ControlLine {
+    pub control: Control,
+    pub from: String,
+}
+
+/// The sweep's answer to a [`ControlLine`]: what was done, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlAnswer {
+    pub ok: bool,
+    pub message: String,
+}
+
+/// The longest control line read (an enqueued point with its params).
+const MAX_CONTROL_LINE: u64 = 1 << 20;
+
+/// Reads one control line from `stream`, has the sweep carry it out, and answers.
+fn answer_control(stream: TcpStream, control: Option<&SweepControl>) {
+    let mut line = String::new();
+    let read = BufReader::new(std::io::Read::take(&stream, MAX_CONTROL_LINE)).read_line(&mut line);
+    let answer = match (read, serde_json::from_str::<ControlLine>(&line), control) {
+        (Err(e), _, _) => ControlAnswer {
+            ok: false,
+            message: format!("reading the control: {e}"),
+        },
+        (_, Err(e), _) => ControlAnswer {
+            ok: false,
+            message: format!("not a control: {e}"),
+        },
+        (_, _, None) => ControlAnswer {
+            ok: false,
+            message: "this sweep takes no controls".into(),
+        },
+        (_, Ok(asked), Some(control)) => match control.send(asked.control, &asked.from) {
+            Ok(message) => ControlAnswer { ok: true, message },
+            Err(e) => ControlAnswer {
+                ok: false,
+                message: e.to_string(),
+            },
+        },
+    };
+    let mut out = stream;
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string(&answer).unwrap_or_default()
+    );
+}
+
+/// Has the sweep running in `dir` carry out `control` (`from` names who asks), through its
+/// watch socket: its answer, or why none came.
+pub fn send_control(dir: &Path, control: &Control, from: &str) -> Result<ControlAnswer, String> {
+    let text = std::fs::read_to_string(dir.join(WATCH_ADDR_FILE))
+        .map_err(|_| "the sweep is not running here".to_string())?;
+    let (addr, token) = text
+        .trim()
+        .split_once(' ')
+        .ok_or("the sweep's watch address is unreadable")?;
+    let mut stream =
+        TcpStream::connect(addr).map_err(|e| format!("the sweep does not answer: {e}"))?;
+    let line = serde_json::to_string(&ControlLine {
+        control: control.clone(),
+        from: from.to_string(),
+    })
+    .map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("{token} control\n{line}\n").as_bytes())
+        .map_err(|e| format!("sending the control: {e}"))?;
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    serde_json::from_str(&answer).map_err(|_| "the sweep ended before it answered".to_string())
 }
 
 #[derive(Default)]
 struct HubState {
     board: Board,
     subscribers: Vec<Sender<Update>>,
+    /// Where controls from watchers go, while the sweep takes them.
+    control: Option<SweepControl>,
 }
 
 /// The current board and everyone who wants its updates.
@@ -99,33 +197,29 @@ impl Hub {
     }
 
     /// The observer that feeds this hub and, while the sweep runs, serves it to `tune watch`
-    /// (see [`Hub::serve`]).
-    pub fn serving_observer(&self) -> HubObserver {
+    /// and `tune serve` (see [`Hub::serve`]), which may steer it through `control`.
+    pub fn serving_observer(&self, control: SweepControl) -> HubObserver {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).control = Some(control);
         HubObserver {
             serve: true,
             ..self.observer()
         }
     }
 
+    fn control(&self) -> Option<SweepControl> {
+        (self.state.lock().unwrap_or_else(|e| e.into_inner()).control).clone()
+    }
+
     /// Serves the board to `tune watch` processes on a localhost port, written with a
     /// random token to `dir/watch.addr` (mode 0600; removed when the returned guard drops).
-    /// A connection that does not send the token first gets nothing.
+    /// A connection that does not send the token first gets nothing; one that sends it with
+    /// `control` may steer the sweep ([`send_control`]).
     pub fn serve(&self, dir: &Path) -> std::io::Result<WatchServer> {
-        use std::os::unix::fs::OpenOptionsExt;
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
-        let token = new_token()?;
+        let token = crate::secret::new_token()?;
         let file = dir.join(WATCH_ADDR_FILE);
-        // Written whole, then renamed: a watcher never reads half an address.
-        let tmp = dir.join(format!("{WATCH_ADDR_FILE}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?
-            .write_all(format!("{addr} {token}\n").as_bytes())?;
-        std::fs::rename(&tmp, &file)?;
+        crate::secret::write_owner_only(&file, &format!("{addr} {token}\n"))?;
         let hub = self.clone();
         std::thread::Builder::new()
             .name("tune-watch".into())
@@ -134,11 +228,13 @@ impl Hub {
                     let (hub, token) = (hub.clone(), token.clone());
                     let _ = std::thread::Builder::new()
                         .name("tune-watcher".into())
-                        .spawn(move || {
-                            if sent_token(&stream, &token) {
+                        .spawn(move || match sent_token(&stream, &token) {
+                            Some(Asked::Updates) => {
                                 let _ = stream.set_read_timeout(None);
                                 send_updates(stream, hub.subscribe());
                             }
+                            Some(Asked::Control) => answer_control(stream, hub.control().as_ref()),
+                            None => {}
                         });
                 }
             })?;
@@ -314,6 +410,7 @@ impl Observer for HubObserver {
                 text: text.to_string(),
             },
             Event::Workers(workers) => Update::Workers(workers.to_vec()),
+            Event::Budget(total) => Update::Total(*total),
         };
         self.hub.publish(update);
     }
@@ -390,5 +487,47 @@ mod tests {
             assert!(got.is_empty(), "{sent:?} got {} bytes", got.len());
         }
         assert!(connect(dir.path()).is_some_and(|rx| rx.recv().is_ok()));
+    }
+
+    #[test]
+    fn a_control_over_the_socket_is_read_checked_and_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::default();
+        let _server = hub.serve(dir.path()).unwrap();
+        // A sweep that takes no controls (a hub without one) says so.
+        let answer = send_control(dir.path(), &Control::StopSweep, "test").unwrap();
+        assert_eq!(
+            answer,
+            ControlAnswer {
+                ok: false,
+                message: "this sweep takes no controls".into()
+            }
+        );
+        // Not JSON of a control: refused, naming why.
+        let text = std::fs::read_to_string(dir.path().join(WATCH_ADDR_FILE)).unwrap();
+        let (addr, token) = text.trim().split_once(' ').unwrap();
+        let mut stream = TcpStream::connect(addr).unwrap();
+        write!(
+            stream,
+            "{token} control\n{{\"control\": {{\"action\": \"explode\"}}}}\n"
+        )
+        .unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        let answer: ControlAnswer = serde_json::from_str(&line).unwrap();
+        assert!(!answer.ok);
+        assert!(
+            answer
+                .message
+                .starts_with("not a control: unknown variant `explode`"),
+            "{}",
+            answer.message
+        );
+        // A wrong token with `control` gets nothing.
+        let mut stream = TcpStream::connect(addr).unwrap();
+        write!(stream, "{} control\n{{}}\n", "0".repeat(32)).unwrap();
+        let mut got = String::new();
+        let _ = std::io::Read::read_to_string(&mut stream, &mut got);
+        assert!(got.is_empty(), "{got}");
     }
 }

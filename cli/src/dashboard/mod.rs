@@ -20,7 +20,8 @@ pub use app::{params_text, Action, App, Focus, Popup, SortKey};
 pub use board::{Board, Header, TrialView, Update};
 pub use draw::{draw, Theme};
 pub use feed::{
-    board_from_trials, connect, live_board, Hub, HubObserver, WatchServer, WATCH_ADDR_FILE,
+    board_from_trials, connect, live_board, send_control, ControlAnswer, ControlLine, Hub,
+    HubObserver, WatchServer, WATCH_ADDR_FILE,
 };
 
 use tune::now_ms;

@@ -113,6 +113,7 @@ fn draw<DB: DrawingBackend>(
         Chart::Slice => slices(input, root),
         Chart::Importance => importances(input, root),
         Chart::Lineage => lineage(input, root),
+        Chart::Pareto => pareto(input, root),
     }
     .map_err(|e| failed(chart, e))
 }
@@ -252,12 +253,23 @@ where
     let stopped = input.stopped();
     let last_id = input.trials.iter().map(|t| t.id).max().unwrap_or(0) as f64;
     let x = ("trial", -0.5..last_id + 0.5);
-    let mut chart = value_chart(input, root, "optimisation history", x, axis, y)?;
+    let sign = if input.mode == tune_search::Mode::Min {
+        1.0
+    } else {
+        -1.0
+    };
+    let shown_completed = at_most(&completed, MAX_POINTS, |(_, v)| sign * v);
+    let shown_stopped = at_most(&stopped, MAX_POINTS, |(_, v)| sign * v);
+    let title = shown_of(
+        "optimisation history",
+        shown_completed.len() + shown_stopped.len(),
+        completed.len() + stopped.len(),
+    );
+    let mut chart = value_chart(input, root, &title, x, axis, y)?;
     if !stopped.is_empty() {
         chart
             .draw_series(
-                stopped
-                    .iter()
+                (shown_stopped.iter())
                     .map(|(t, v)| Circle::new((t.id as f64, *v), 3, STOPPED.mix(0.7).filled())),
             )?
             .label(format!("stopped early, last value ({})", stopped.len()))
@@ -265,8 +277,7 @@ where
     }
     chart
         .draw_series(
-            completed
-                .iter()
+            (shown_completed.iter())
                 .map(|(t, v)| Circle::new((t.id as f64, *v), 4, COMPLETED.filled())),
         )?
         .label(format!("completed ({})", completed.len()))
@@ -296,6 +307,104 @@ where
     draw_legend(&mut chart)
 }
 
+/// The first two objectives' values of every completed trial, the Pareto front (within the
+/// constraints, as `tune status` finds it) marked and joined.
+fn pareto<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+    let (a, b) = (&input.objectives[0], &input.objectives[1]);
+    let completed: Vec<&Trial> = (input.trials.iter())
+        .filter(|t| t.status == Status::Completed)
+        .collect();
+    let point = |t: &Trial| Some((t.value(&a.metric)?, t.value(&b.metric)?));
+    let points: Vec<(f64, f64)> = completed.iter().filter_map(|t| point(t)).collect();
+    let front_trials: Vec<Trial> = completed.iter().map(|t| (*t).clone()).collect();
+    let mut front: Vec<(f64, f64)> =
+        tune::pareto_front(&front_trials, input.objectives, input.constraints)
+            .iter()
+            .filter_map(|t| point(t))
+            .collect();
+    front.sort_by(|p, q| p.0.total_cmp(&q.0));
+    let x = padded(points.iter().map(|p| p.0));
+    let y = padded(points.iter().map(|p| p.1));
+    let more = if input.objectives.len() > 2 {
+        format!(" (first two of {} objectives)", input.objectives.len())
+    } else {
+        String::new()
+    };
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption(input, &format!("Pareto front{more}")), (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(42)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x.0..x.1, y.0..y.1)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("{} ({})", a.metric, a.mode.as_str()))
+        .y_desc(format!("{} ({})", b.metric, b.mode.as_str()))
+        .x_label_formatter(&|v| value_brief(*v))
+        .y_label_formatter(&|v| value_brief(*v))
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    chart
+        .draw_series(
+            points
+                .iter()
+                .map(|&p| Circle::new(p, 3, COMPLETED.mix(0.6).filled())),
+        )?
+        .label(format!("completed ({})", points.len()))
+        .legend(legend_dot(COMPLETED));
+    chart.draw_series(LineSeries::new(front.clone(), BEST.stroke_width(1)))?;
+    chart
+        .draw_series(front.iter().map(|&p| Circle::new(p, 5, BEST.filled())))?
+        .label(format!("on the front ({})", front.len()))
+        .legend(legend_dot(BEST));
+    draw_legend(&mut chart)
+}
+
+/// The most lines (curves, parallel coordinates) and points (history) a chart draws: past
+/// them a chart of 100,000 trials would be tens of megabytes that show no more.
+const MAX_LINES: usize = 2_000;
+const MAX_POINTS: usize = 5_000;
+
+/// At most `cap` of `items`, the same ones every time: the `cap / 2` best by `badness` (lower
+/// is better), then every k-th of the rest, in their order. With no more than `cap`, all.
+fn at_most<T: Copy>(items: &[T], cap: usize, badness: impl Fn(&T) -> f64) -> Vec<T> {
+    if items.len() <= cap {
+        return items.to_vec();
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| {
+        badness(&items[a])
+            .total_cmp(&badness(&items[b]))
+            .then(a.cmp(&b))
+    });
+    let best = cap / 2;
+    let mut keep = vec![false; items.len()];
+    for &i in &order[..best] {
+        keep[i] = true;
+    }
+    let rest: Vec<usize> = (0..items.len()).filter(|&i| !keep[i]).collect();
+    let stride = rest.len().div_ceil(cap - best).max(1);
+    for &i in rest.iter().step_by(stride) {
+        keep[i] = true;
+    }
+    (0..items.len())
+        .filter(|&i| keep[i])
+        .map(|i| items[i])
+        .collect()
+}
+
+/// A chart's title, with how many of how many it shows where it shows fewer.
+fn shown_of(title: &str, shown: usize, all: usize) -> String {
+    if shown < all {
+        format!("{title} ({shown} of {all} trials: the best half, a spread of the rest)")
+    } else {
+        title.to_string()
+    }
+}
+
+/// A trial with its curve ([`curve`]).
+type Curve<'a> = (&'a Trial, Vec<(f64, f64)>);
+
 /// A trial's reports of the metric, by step.
 fn curve(t: &Trial, metric: &str) -> Vec<(f64, f64)> {
     t.results
@@ -306,19 +415,40 @@ fn curve(t: &Trial, metric: &str) -> Vec<(f64, f64)> {
 }
 
 fn curves<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
-    let reported: Vec<(&Trial, Vec<(f64, f64)>)> = input
+    let all: Vec<&Trial> = input
         .reported()
-        .map(|t| (t, curve(t, input.metric)))
-        .filter(|(_, c)| !c.is_empty())
+        .filter(|t| !curve(t, input.metric).is_empty())
         .collect();
+    // Running trials first among equals: they are what a live view follows.
+    let sign = if input.mode == tune_search::Mode::Min {
+        1.0
+    } else {
+        -1.0
+    };
+    let last = |t: &&Trial| match t.value(input.metric) {
+        _ if t.status == Status::Running => f64::NEG_INFINITY,
+        Some(v) if v.is_finite() => sign * v,
+        _ => f64::INFINITY,
+    };
+    let picked = at_most(&all, MAX_LINES, last);
+    let reported: Vec<(&Trial, Vec<(f64, f64)>)> = (picked.iter())
+        .map(|t| (*t, curve(t, input.metric)))
+        .collect();
+    let title = shown_of("learning curves", reported.len(), all.len());
     let axis = ValueAxis::of(reported.iter().flat_map(|(_, c)| c.iter().map(|(_, v)| *v)));
-    on_value_axis!(axis, |y| curves_on(input, root, &reported, &axis, y))
+    on_value_axis!(axis, |y| curves_on(
+        input,
+        root,
+        (&reported, &title),
+        &axis,
+        y
+    ))
 }
 
 fn curves_on<DB: DrawingBackend, Y>(
     input: &PlotInput,
     root: &DrawingArea<DB, Shift>,
-    reported: &[(&Trial, Vec<(f64, f64)>)],
+    (reported, title): (&[Curve<'_>], &str),
     axis: &ValueAxis,
     y: Y,
 ) -> Drawn<DB>
@@ -336,7 +466,7 @@ where
         .fold(last_step, f64::min);
     let (lo, hi) = axis.bounds();
     let x = ("step", first_step.min(0.0)..last_step * 1.02);
-    let mut chart = value_chart(input, root, "learning curves", x, axis, y)?;
+    let mut chart = value_chart(input, root, title, x, axis, y)?;
     let rungs: Vec<u64> = input
         .rungs
         .iter()
@@ -579,8 +709,14 @@ fn badness(input: &PlotInput, values: &[f64]) -> impl Fn(f64) -> f64 {
 }
 
 fn parallel<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
-    let completed = input.completed();
-    let stopped = input.stopped();
+    let sign = if input.mode == tune_search::Mode::Min {
+        1.0
+    } else {
+        -1.0
+    };
+    let all = input.completed().len() + input.stopped().len();
+    let completed = at_most(&input.completed(), MAX_LINES, |(_, v)| sign * v);
+    let stopped = at_most(&input.stopped(), MAX_LINES / 2, |(_, v)| sign * v);
     let both: Vec<(&Trial, f64)> = completed.iter().chain(&stopped).copied().collect();
     let mut axes = active_params(input, &both);
     // The value axis spans the completed trials: stopped ones, at a lower fidelity, would
@@ -592,7 +728,11 @@ fn parallel<DB: DrawingBackend>(input: &PlotInput, root: &DrawingArea<DB, Shift>
         .caption(
             caption(
                 input,
-                "parallel coordinates (colour: value, dark is best; grey: stopped early)",
+                &shown_of(
+                    "parallel coordinates (colour: value, dark is best; grey: stopped early)",
+                    completed.len() + stopped.len(),
+                    all,
+                ),
             ),
             (FAMILY, 20),
         )
@@ -941,5 +1081,71 @@ mod tests {
         assert_eq!(gradient(0.0), RGBColor(68, 1, 84));
         assert_eq!(gradient(1.0), RGBColor(253, 231, 37));
         assert_eq!(gradient(0.5), RGBColor(33, 145, 140));
+    }
+
+    #[test]
+    fn the_pareto_chart_marks_the_front_of_two_objectives() {
+        let space = tune_search::Space::builder()
+            .uniform("x", 0.0, 1.0)
+            .build()
+            .unwrap();
+        let goals = [
+            tune::Goal {
+                metric: "loss".into(),
+                mode: tune::Mode::Min,
+            },
+            tune::Goal {
+                metric: "ms".into(),
+                mode: tune::Mode::Min,
+            },
+        ];
+        // (2, 3) and (3, 3) are dominated by (2, 2); the other three are the front.
+        let values = [(1.0, 4.0), (2.0, 2.0), (3.0, 3.0), (4.0, 1.0), (2.0, 3.0)];
+        let trials: Vec<Trial> = (values.iter().enumerate())
+            .map(|(i, &(loss, ms))| {
+                let mut t = Trial::new(i as u64, Default::default());
+                t.status = Status::Completed;
+                t.results.push(tune::TrialResult {
+                    step: 1,
+                    seq: i as u64,
+                    attempt: 1,
+                    metrics: [("loss".to_string(), loss), ("ms".to_string(), ms)].into(),
+                });
+                t
+            })
+            .collect();
+        let mut input = PlotInput {
+            name: "mo",
+            metric: "loss",
+            mode: tune::Mode::Min,
+            constraints: &Default::default(),
+            space: &space,
+            trials: &trials,
+            scheduler: "fifo",
+            rungs: vec![],
+            running: false,
+            objectives: &goals,
+        };
+        assert_eq!(Chart::Pareto.not_applicable(&input), None);
+        let svg = svg(Chart::Pareto, &input).unwrap();
+        assert!(svg.contains("on the front (3)"), "{svg}");
+        assert!(svg.contains("completed (5)"));
+        input.objectives = &goals[..1];
+        assert!(Chart::Pareto.not_applicable(&input).is_some());
+        assert!(Chart::Pareto.only_where_it_applies(&input));
+    }
+
+    #[test]
+    fn a_large_sweep_is_drawn_from_its_best_half_and_a_spread_of_the_rest() {
+        let values: Vec<f64> = (0..10).map(|i| ((i * 7) % 10) as f64).collect();
+        // Under the cap: all, in order.
+        assert_eq!(at_most(&values, 10, |v| *v), values);
+        // Cap 4: the best 2 (0 and 1), then every 4th of the other 8 (7 and 2), in order.
+        let picked = at_most(&values, 4, |v| *v);
+        assert_eq!(picked, [0.0, 7.0, 1.0, 2.0]);
+        assert_eq!(
+            shown_of("learning curves", 2000, 100000),
+            "learning curves (2000 of 100000 trials: the best half, a spread of the rest)"
+        );
     }
 }

@@ -53,7 +53,7 @@ fn report(
     }
     let charts: Vec<Chart> = Chart::ALL
         .into_iter()
-        .filter(|c| *c != Chart::Lineage || input.is_pbt())
+        .filter(|c| !c.only_where_it_applies(input))
         .collect();
     let total = charts.len() + 1;
     let mut html = String::new();

@@ -35,6 +35,7 @@ pub use importance::param_importances;
 ///     scheduler: "fifo",
 ///     rungs: vec![],
 ///     running: false,
+///     objectives: &[],
 /// };
 /// // Nothing reported yet: a clear error, not an empty picture.
 /// let err = tune_cli::plot::render(tune_cli::plot::Chart::History, &input, tune_cli::plot::ImageFormat::Svg)
@@ -58,6 +59,8 @@ pub struct PlotInput<'a> {
     pub rungs: Vec<u64>,
     /// The sweep was still running when it was read: the report says so.
     pub running: bool,
+    /// With several objectives, every one (`metric` and `mode` are the first's); else empty.
+    pub objectives: &'a [tune::Goal],
 }
 
 impl PlotInput<'_> {
@@ -116,18 +119,32 @@ pub enum Chart {
     Importance,
     /// Population-based training: which trial copied which, at which step.
     Lineage,
+    /// Several objectives: the first two's values, the Pareto front marked.
+    Pareto,
 }
 
 impl Chart {
     /// Every chart, in the report's order.
-    pub const ALL: [Chart; 6] = [
+    pub const ALL: [Chart; 7] = [
         Chart::History,
         Chart::Curves,
+        Chart::Pareto,
         Chart::Parallel,
         Chart::Slice,
         Chart::Importance,
         Chart::Lineage,
     ];
+
+    /// Whether the report (and `tune plot --format` into a folder) leaves the chart out
+    /// without a word where it does not apply: lineage without PBT, the front with one
+    /// objective.
+    pub fn only_where_it_applies(self, input: &PlotInput) -> bool {
+        match self {
+            Chart::Lineage => !input.is_pbt(),
+            Chart::Pareto => input.objectives.len() < 2,
+            _ => false,
+        }
+    }
 
     /// Its name on the command line and in file names.
     pub fn name(self) -> &'static str {
@@ -138,6 +155,7 @@ impl Chart {
             Chart::Slice => "slice",
             Chart::Importance => "importance",
             Chart::Lineage => "lineage",
+            Chart::Pareto => "pareto",
         }
     }
 
@@ -150,6 +168,7 @@ impl Chart {
             Chart::Slice => "Slices",
             Chart::Importance => "Parameter importances",
             Chart::Lineage => "PBT lineage",
+            Chart::Pareto => "Pareto front",
         }
     }
 
@@ -172,6 +191,11 @@ impl Chart {
                 input.scheduler
             )),
             Chart::Lineage => None,
+            Chart::Pareto if input.objectives.len() < 2 => {
+                Some("the Pareto front is drawn for several objectives; this sweep has one".into())
+            }
+            Chart::Pareto if completed == 0 => Some("no trial has completed yet".into()),
+            Chart::Pareto => None,
         }
     }
 }
@@ -223,7 +247,7 @@ pub enum PlotError {
 /// t.results.push(TrialResult { step: 1, seq: 0, attempt: 1, metrics: [("loss".into(), 0.5)].into() });
 /// let input = tune_cli::plot::PlotInput {
 ///     name: "demo", metric: "loss", mode: tune::Mode::Min, constraints: &Default::default(), space: &space,
-///     trials: &[t], scheduler: "fifo", rungs: vec![], running: false,
+///     trials: &[t], scheduler: "fifo", rungs: vec![], running: false, objectives: &[],
 /// };
 /// let svg = tune_cli::plot::render(tune_cli::plot::Chart::History, &input, tune_cli::plot::ImageFormat::Svg)
 ///     .unwrap();

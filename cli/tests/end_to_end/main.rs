@@ -26,6 +26,7 @@ mod plot;
 mod postgres_store;
 mod resume;
 mod schedulers;
+mod serve;
 mod stop;
 mod stored_format;
 mod tensorboard;

@@ -26,6 +26,7 @@ use process::{held_outside_the_group, pipe_holds, TrialProcess};
 use reports::shortened;
 pub(crate) use reports::ReportParser;
 
+mod log;
 mod process;
 mod reports;
 
@@ -61,6 +62,8 @@ enum Cut {
     Stopped,
     TimedOut,
     Interrupted,
+    /// A control stopped the trial (it is settled already).
+    Cancelled,
     /// A report that could not be read: the trial fails with this reason.
     BadReport(String),
 }
@@ -77,17 +80,21 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let (decide, decisions) = mpsc::unbounded_channel::<ReportAnswer>();
     let writer = tokio::spawn(write_decisions(stdin, decisions));
     let (leader_gone, leader_exit) = watch::channel(false);
-    let stderr_tail = tokio::spawn(stderr_tail(stderr, leader_exit));
+    let log = log::TrialLog::open(&obj.experiment_dir, job.id, job.attempt);
+    let stderr_tail = tokio::spawn(stderr_tail(stderr, leader_exit, log.clone()));
     let deadline = job.timeout.and_then(|t| Instant::now().checked_add(t));
-    let mut shutdown = job.shutdown.clone();
+    let mut ends = Ends {
+        shutdown: job.shutdown.clone(),
+        cancel: job.cancel.clone(),
+    };
     let cut = read_reports(
         obj,
         job,
         &mut process,
-        stdout,
+        (stdout, &log),
         decide,
         deadline,
-        &mut shutdown,
+        &mut ends,
     )
     .await;
     let outcome = finish(
@@ -97,7 +104,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         cut,
         (stderr_tail, &leader_gone),
         deadline,
-        &mut shutdown,
+        &mut ends,
     )
     .await;
     let _ = leader_gone.send(true);
@@ -180,7 +187,11 @@ async fn write_decisions(
 /// The last [`STDERR_TAIL`] bytes of the trial's stderr (whole characters), for its error:
 /// read to its end, or, once `leader_exit` says the trial's process is gone, to what was in
 /// the pipe then (a process it started in a session of its own may hold stderr open for ever).
-async fn stderr_tail(mut stderr: ChildStderr, mut leader_exit: watch::Receiver<bool>) -> String {
+async fn stderr_tail(
+    mut stderr: ChildStderr,
+    mut leader_exit: watch::Receiver<bool>,
+    log: log::TrialLog,
+) -> String {
     use std::os::fd::AsRawFd;
     let mut tail: Vec<u8> = Vec::new();
     let mut buf = [0u8; 4096];
@@ -204,6 +215,7 @@ async fn stderr_tail(mut stderr: ChildStderr, mut leader_exit: watch::Receiver<b
         if let Some(l) = &mut left {
             *l -= n.min(*l);
         }
+        log.write(&buf[..n]);
         tail.extend_from_slice(&buf[..n]);
         if tail.len() > 2 * STDERR_TAIL {
             tail.drain(..tail.len() - STDERR_TAIL);
@@ -223,10 +235,10 @@ async fn read_reports(
     obj: &CommandObjective,
     job: &Job,
     process: &mut TrialProcess,
-    stdout: ChildStdout,
+    (stdout, log): (ChildStdout, &log::TrialLog),
     decide: mpsc::UnboundedSender<ReportAnswer>,
     deadline: Option<Instant>,
-    shutdown: &mut watch::Receiver<bool>,
+    ends: &mut Ends,
 ) -> Option<Cut> {
     use std::os::fd::AsRawFd;
     let mut stdout = BufReader::new(stdout);
@@ -259,7 +271,7 @@ async fn read_reports(
                 continue;
             }
             _ = sleep_until(deadline) => return Some(Cut::TimedOut),
-            _ = until_shutdown(shutdown) => return Some(Cut::Interrupted),
+            cut = ends.cut() => return Some(cut),
         };
         match read {
             Ok(0) | Err(_) => return None,
@@ -276,7 +288,14 @@ async fn read_reports(
         line.clear();
         let (step, metrics) = match parser.feed(&text) {
             Ok(Some(report)) => report,
-            Ok(None) => continue,
+            Ok(None) => {
+                // Not a report: the trial's own output, kept in its log.
+                log.write(text.as_bytes());
+                if !text.ends_with('\n') {
+                    log.write(b"\n");
+                }
+                continue;
+            }
             Err(reason) => return Some(Cut::BadReport(reason)),
         };
         let Some(decision) = decision_on(job, step, metrics).await else {
@@ -354,7 +373,7 @@ async fn finish(
     cut: Option<Cut>,
     (stderr_tail, leader_gone): (tokio::task::JoinHandle<String>, &watch::Sender<bool>),
     deadline: Option<Instant>,
-    shutdown: &mut watch::Receiver<bool>,
+    ends: &mut Ends,
 ) -> Outcome {
     let cut = match cut {
         Some(cut) => cut,
@@ -362,7 +381,7 @@ async fn finish(
             let exited = tokio::select! {
                 _ = process.exited() => None,
                 _ = sleep_until(deadline) => Some(Cut::TimedOut),
-                _ = until_shutdown(shutdown) => Some(Cut::Interrupted),
+                cut = ends.cut() => Some(cut),
             };
             match exited {
                 Some(cut) => cut,
@@ -395,6 +414,10 @@ async fn finish(
             process.terminate(Duration::ZERO, obj.grace).await;
             Outcome::Interrupted
         }
+        Cut::Cancelled => {
+            process.terminate(Duration::ZERO, obj.grace).await;
+            Outcome::Stopped
+        }
         Cut::BadReport(reason) => {
             process.terminate(Duration::ZERO, obj.grace).await;
             Outcome::Failed(reason)
@@ -405,6 +428,22 @@ async fn finish(
 fn timed_out(job: &Job) -> Outcome {
     let secs = job.timeout.map_or(0.0, |t| t.as_secs_f64());
     Outcome::Failed(format!("timed out after {secs} s"))
+}
+
+/// What ends a run from outside: the sweep's shutdown, or a control stopping its trial.
+struct Ends {
+    shutdown: watch::Receiver<bool>,
+    cancel: watch::Receiver<bool>,
+}
+
+impl Ends {
+    /// Waits for either, and says which came.
+    async fn cut(&mut self) -> Cut {
+        tokio::select! {
+            _ = until_shutdown(&mut self.shutdown) => Cut::Interrupted,
+            _ = until_shutdown(&mut self.cancel) => Cut::Cancelled,
+        }
+    }
 }
 
 async fn until_shutdown(shutdown: &mut watch::Receiver<bool>) {

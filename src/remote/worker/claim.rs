@@ -255,6 +255,8 @@ impl WorkerState<'_> {
                     completes_at: offer.completes_at,
                     tx: job_tx,
                     shutdown: shutdown_rx,
+                    // Its run ends by `shutdown` (the worker's own stop or a lost lease).
+                    cancel: tokio::sync::watch::channel(false).1,
                 };
                 let _guard = rt.enter();
                 objective.launch(job);

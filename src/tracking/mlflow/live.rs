@@ -111,7 +111,11 @@ impl Observer for MlflowLogger {
                 }
                 self.send(Msg::Finished((*t).clone()))
             }
-            Event::Paused(_) | Event::Scheduler(_) | Event::Note(_) | Event::Workers(_) => {}
+            Event::Paused(_)
+            | Event::Scheduler(_)
+            | Event::Note(_)
+            | Event::Workers(_)
+            | Event::Budget(_) => {}
         }
     }
 

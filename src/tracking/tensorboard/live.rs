@@ -94,7 +94,7 @@ impl Observer for TensorBoardLogger {
             Event::Result(t, r) => self.send(Msg::Result(t.id, (*r).clone(), now)),
             Event::Paused(t) => self.send(Msg::Paused(t.id)),
             Event::Finished(t) => self.send(Msg::Ended(t.id, t.status, now)),
-            Event::Scheduler(_) | Event::Note(_) | Event::Workers(_) => {}
+            Event::Scheduler(_) | Event::Note(_) | Event::Workers(_) | Event::Budget(_) => {}
         }
     }
 
