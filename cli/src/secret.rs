@@ -17,6 +17,23 @@ pub fn new_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether `sent` is `token`: compared in full whatever the first difference, so that how
+/// long the answer takes does not hint where a guess went wrong.
+///
+/// ```
+/// assert!(tune_cli::secret::is_token("c0ffee", "c0ffee"));
+/// assert!(!tune_cli::secret::is_token("c0ffef", "c0ffee"));
+/// assert!(!tune_cli::secret::is_token("c0ff", "c0ffee"));
+/// ```
+pub fn is_token(sent: &str, token: &str) -> bool {
+    sent.len() == token.len()
+        && sent
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |d, (a, b)| d | (a ^ b))
+            == 0
+}
+
 /// Writes `text` to `file`, readable by its owner only (mode 0600): whole, then renamed, so
 /// that a reader never sees half of it.
 ///

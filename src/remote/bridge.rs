@@ -31,6 +31,9 @@ pub(crate) struct Adopted {
     pub attempt: u32,
 }
 
+/// The answer to a control the coordinator ended without answering.
+const UNANSWERED: &str = "the sweep ended before it answered";
+
 enum Event {
     /// An attempt to offer, with its offer as stored.
     Offer(TrialId, u32, String),
@@ -414,6 +417,10 @@ impl State {
     fn round(&mut self) -> Result<(), postgres::Error> {
         let e = self.experiment;
         if let Some(complete) = self.ended {
+            // The coordinator answered what it carried out before it ended: those answers
+            // go out first, and what it never will answer is refused, not left to time out.
+            self.write_answers()?;
+            self.refuse_unanswered()?;
             self.db.execute(
                 "UPDATE tune_experiments SET finished = $2 WHERE id = $1",
                 &[&e, &complete],
@@ -509,7 +516,7 @@ impl State {
             }
             Err(std_mpsc::TryRecvError::Empty) => true,
             Err(std_mpsc::TryRecvError::Disconnected) => {
-                answered.push((*id, Err("the sweep ended before it answered".into())));
+                answered.push((*id, Err(UNANSWERED.into())));
                 false
             }
         });
@@ -523,6 +530,18 @@ impl State {
                 &[&id, &ok, &text],
             )?;
         }
+        Ok(())
+    }
+
+    /// Refuses the controls this coordinator ends without answering: taken and not carried
+    /// out, or asked too late to be taken.
+    fn refuse_unanswered(&mut self) -> Result<(), postgres::Error> {
+        self.controls.clear();
+        self.db.execute(
+            "UPDATE tune_controls SET ok = false, answer = $2
+             WHERE experiment = $1 AND answer IS NULL",
+            &[&self.experiment, &UNANSWERED],
+        )?;
         Ok(())
     }
 

@@ -314,4 +314,45 @@ mod tests {
             .get(0);
         assert_eq!(open, 0);
     }
+
+    /// The control that ends the sweep (it stops its last trial) is answered all the same: the
+    /// coordinator ends right after it answers, before the database's next look.
+    #[test]
+    fn the_control_that_ends_the_sweep_is_answered() {
+        let url = test_server::fresh_database();
+        let dir = tempfile::tempdir().unwrap();
+        let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+        let asking = Arc::new(Mutex::new(None));
+        let (asker, asking_url) = (asking.clone(), url.clone());
+        let result = Tuner::new(space)
+            .name("last")
+            .metric("loss", Mode::Min)
+            .samples(1)
+            .local_slots(1)
+            .store(StoreLocation::Postgres(url.clone()))
+            .dir(dir.path().join("last"))
+            .fit(move |ctx| {
+                ctx.report(1, [("loss", 1.0)])?;
+                let url = asking_url.clone();
+                // Not joined here: the trial ends as soon as it hears it was stopped.
+                *asker.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let mut reader = ExperimentReader::connect(&url, "last").unwrap();
+                    reader
+                        .ask(&Control::StopTrial { trial: 0 }, "another machine")
+                        .unwrap()
+                }));
+                for step in 2.. {
+                    ctx.report(step, [("loss", 1.0)])?;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Ok(())
+            })
+            .unwrap();
+        let answer = asking.lock().unwrap().take().unwrap().join().unwrap();
+        assert_eq!(
+            answer,
+            Ok("stopped trial 0 (running until now)".to_string())
+        );
+        assert_eq!(result.trials().unwrap()[0].status, Status::Stopped);
+    }
 }

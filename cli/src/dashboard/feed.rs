@@ -59,15 +59,7 @@ fn sent_token(stream: &TcpStream, token: &str) -> Option<Asked> {
         Some(_) => return None,
         None => (line, Asked::Updates),
     };
-    let sent = sent.as_bytes();
-    // Compared in full whatever the first difference (no timing hint of where it is).
-    let same = sent.len() == token.len()
-        && sent
-            .iter()
-            .zip(token.as_bytes())
-            .fold(0u8, |d, (a, b)| d | (a ^ b))
-            == 0;
-    (read.is_ok() && same).then_some(asked)
+    (read.is_ok() && crate::secret::is_token(sent, token)).then_some(asked)
 }
 
 /// A control sent over the watch socket: what, and who asks (for the sweep's log).

@@ -215,9 +215,6 @@ fn log_tail(path: &std::path::Path) -> Option<String> {
 #[serde(default)]
 pub struct ChartQuery {
     trials: Option<String>,
-    /// What the page last saw (a cache-buster for the browser; ignored here).
-    #[allow(dead_code)]
-    v: Option<String>,
 }
 
 /// `GET /api/sweeps/{name}/charts/{chart}.svg`: a chart of the report, drawn by the same code.
