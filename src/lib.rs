@@ -71,7 +71,7 @@ pub use objective::{
     Stop, TrialContext,
 };
 pub use observer::{Event, Notes, Observer, StopHandle, Summary, SweepInfo};
-pub use pool::Slot;
+pub use pool::{GpuSet, Slot};
 pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{

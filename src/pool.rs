@@ -1,6 +1,11 @@
 //! The worker pool: the places trials run. With GPUs (the `cuda` build on a machine that has
 //! them) that is `trials_per_gpu` shares of each chosen GPU, a new trial going to the GPU with
-//! the most free memory; otherwise `cpu_slots` CPU slots.
+//! the most free memory, or `gpus_per_trial` whole GPUs per trial; otherwise `cpu_slots` CPU
+//! slots, `cpus_per_trial` of them per trial.
+//!
+//! Every trial of a sweep takes the same, so a trial waits only for the one before it in line
+//! to start: a large trial never starves behind small ones. A `tune worker` serving several
+//! sweeps places each offer as it comes, first come first served.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +31,8 @@ pub enum Slot {
     Cpu(usize),
     /// A share of GPU N (its CUDA ordinal).
     Gpu(usize),
+    /// Several GPUs, all one trial's (`gpus_per_trial`).
+    Gpus(GpuSet),
     /// A slot of a remote worker (`tune worker`), whichever claims the trial.
     Remote,
 }
@@ -44,8 +51,67 @@ impl Slot {
         match self {
             Slot::Cpu(_) => Some(DeviceId::Cpu),
             Slot::Gpu(n) => Some(DeviceId::Cuda(n)),
+            Slot::Gpus(set) => set.iter().next().map(DeviceId::Cuda),
             Slot::Remote => None,
         }
+    }
+
+    /// The GPUs a trial on this slot sees, as `CUDA_VISIBLE_DEVICES` lists them.
+    ///
+    /// ```
+    /// use tune::{GpuSet, Slot};
+    /// assert_eq!(Slot::Gpus(GpuSet::of(&[1, 3])).visible_gpus().as_deref(), Some("1,3"));
+    /// assert_eq!(Slot::Cpu(0).visible_gpus(), None);
+    /// ```
+    pub fn visible_gpus(self) -> Option<String> {
+        match self {
+            Slot::Gpu(n) => Some(n.to_string()),
+            Slot::Gpus(set) => Some(set.to_string()),
+            Slot::Cpu(_) | Slot::Remote => None,
+        }
+    }
+
+    /// Every GPU of the slot.
+    fn gpus(self) -> Vec<usize> {
+        match self {
+            Slot::Gpu(n) => vec![n],
+            Slot::Gpus(set) => set.iter().collect(),
+            Slot::Cpu(_) | Slot::Remote => Vec::new(),
+        }
+    }
+}
+
+/// A set of GPUs of one machine, by CUDA ordinal (below 64).
+///
+/// ```
+/// let set = tune::GpuSet::of(&[2, 0]);
+/// assert_eq!(set.iter().collect::<Vec<_>>(), [0, 2]);
+/// assert_eq!(set.to_string(), "0,2");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct GpuSet(u64);
+
+impl GpuSet {
+    /// The set of these ordinals (those of 64 and above are left out: no machine has them).
+    pub fn of(ordinals: &[usize]) -> GpuSet {
+        GpuSet(
+            ordinals
+                .iter()
+                .filter(|&&n| n < 64)
+                .fold(0, |bits, &n| bits | 1 << n),
+        )
+    }
+
+    /// Its ordinals, lowest first.
+    pub fn iter(self) -> impl Iterator<Item = usize> {
+        (0..64).filter(move |n| self.0 & (1 << n) != 0)
+    }
+}
+
+impl fmt::Display for GpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.iter().map(|n| n.to_string()).collect();
+        f.write_str(&list.join(","))
     }
 }
 
@@ -54,6 +120,7 @@ impl fmt::Display for Slot {
         match self {
             Slot::Cpu(n) => write!(f, "cpu:{n}"),
             Slot::Gpu(n) => write!(f, "cuda:{n}"),
+            Slot::Gpus(set) => write!(f, "cuda:{set}"),
             Slot::Remote => write!(f, "remote"),
         }
     }
@@ -69,6 +136,8 @@ pub(crate) struct Pool {
     cpu_free: Vec<usize>,
     gpus: Vec<GpuShare>,
     per_gpu: usize,
+    /// GPUs one trial takes: 1 (a share of one) or more (whole ones, `gpus_per_trial`).
+    gpus_per_trial: usize,
     /// Free memory of a GPU now (bytes), asked at each placement.
     free_memory: Box<dyn FnMut(usize) -> Option<u64> + Send>,
     /// Slots of remote workers, when the sweep takes them: how many they have now (kept up to
@@ -102,11 +171,14 @@ impl Pool {
         found: Result<Vec<GpuInfo>, String>,
         free_memory: Box<dyn FnMut(usize) -> Option<u64> + Send>,
     ) -> Result<(Pool, Option<String>), TuneError> {
+        // Each trial takes `cpus_per_trial` CPU slots: the slots are numbered by trial.
+        let cpu_trials = resources.cpu_slots / resources.cpus_per_trial().max(1);
         let cpu = |note| {
             let pool = Pool {
-                cpu_free: (0..resources.cpu_slots).rev().collect(),
+                cpu_free: (0..cpu_trials).rev().collect(),
                 gpus: Vec::new(),
                 per_gpu: 0,
+                gpus_per_trial: 1,
                 free_memory: Box::new(|_| None),
                 remote: None,
             };
@@ -114,12 +186,26 @@ impl Pool {
         };
         let fallback = |why: &str| {
             Some(format!(
-                "no GPU used ({why}); running {} trials at a time on CPU slots",
-                resources.cpu_slots
+                "no GPU used ({why}); running {cpu_trials} trials at a time on CPU slots"
             ))
         };
+        let wanted = resources.gpus_per_trial;
+        // Trials that must have GPUs never fall back to CPU slots.
+        let no_gpu = |why: &str| {
+            Err(TuneError::Invalid(format!(
+                "[resources] gpus_per_trial = {}: no GPU can be used ({why})",
+                wanted.unwrap_or(1)
+            )))
+        };
         let found = match (found, &resources.gpus) {
+            (_, Gpus::List(list)) if list.is_empty() && wanted.is_some() => {
+                return no_gpu("`gpus = []` chooses none")
+            }
             (_, Gpus::List(list)) if list.is_empty() => return cpu(None),
+            (Err(why), _) if wanted.is_some() => return no_gpu(&why),
+            (Ok(found), _) if found.is_empty() && wanted.is_some() => {
+                return no_gpu("none found")
+            }
             (Err(why), Gpus::Auto) if !cfg!(feature = "cuda") => {
                 let _ = why; // the default build: CPU is expected, nothing to say
                 return cpu(None);
@@ -130,6 +216,17 @@ impl Pool {
         };
         let ordinals = chosen_gpus(&resources.gpus, &found)?;
         let per_gpu = resources.trials_per_gpu.max(1) as usize;
+        let gpus_per_trial = resources.gpus_per_trial();
+        if gpus_per_trial > ordinals.len() {
+            let listed: Vec<String> = ordinals.iter().map(|n| format!("cuda:{n}")).collect();
+            return Err(TuneError::Invalid(format!(
+                "[resources] gpus_per_trial = {gpus_per_trial}, but this machine has {} GPU{} \
+                 to use ({}): no trial could ever start",
+                ordinals.len(),
+                if ordinals.len() == 1 { "" } else { "s" },
+                listed.join(", ")
+            )));
+        }
         let used = ordinals
             .iter()
             .filter_map(|&n| found.iter().find(|g| g.ordinal == n))
@@ -143,10 +240,17 @@ impl Pool {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let note = format!(
-            "running up to {per_gpu} trial{} at a time on each GPU: {used}",
-            if per_gpu == 1 { "" } else { "s" }
-        );
+        let note = if gpus_per_trial > 1 {
+            format!(
+                "running up to {} trials at a time, {gpus_per_trial} GPUs each: {used}",
+                ordinals.len() / gpus_per_trial
+            )
+        } else {
+            format!(
+                "running up to {per_gpu} trial{} at a time on each GPU: {used}",
+                if per_gpu == 1 { "" } else { "s" }
+            )
+        };
         let pool = Pool {
             cpu_free: Vec::new(),
             gpus: ordinals
@@ -157,6 +261,7 @@ impl Pool {
                 })
                 .collect(),
             per_gpu,
+            gpus_per_trial,
             free_memory,
             remote: None,
         };
@@ -206,46 +311,61 @@ impl Pool {
     /// How many more trials can start now.
     #[cfg(test)]
     fn capacity(&self) -> usize {
-        self.cpu_free.len() + self.gpus.len() * self.per_gpu
-            - self.gpus.iter().map(|g| g.running).sum::<usize>()
+        let gpu_room: usize = self.gpus.iter().map(|g| self.per_gpu - g.running).sum();
+        self.cpu_free.len() + gpu_room / self.gpus_per_trial
     }
 
     /// Every slot of the pool, free or not, in order.
     pub(crate) fn slots(&self) -> Vec<Slot> {
-        let gpus = self
-            .gpus
-            .iter()
-            .flat_map(|g| std::iter::repeat_n(Slot::Gpu(g.ordinal), self.per_gpu));
+        let ordinals: Vec<usize> = self.gpus.iter().map(|g| g.ordinal).collect();
+        let gpus: Vec<Slot> = if self.gpus_per_trial > 1 {
+            let whole = ordinals.chunks_exact(self.gpus_per_trial);
+            whole.map(|set| Slot::Gpus(GpuSet::of(set))).collect()
+        } else {
+            (ordinals.iter())
+                .flat_map(|&n| std::iter::repeat_n(Slot::Gpu(n), self.per_gpu))
+                .collect()
+        };
         let mut cpu: Vec<usize> = self.cpu_free.clone();
         cpu.sort_unstable();
-        gpus.chain(cpu.into_iter().map(Slot::Cpu)).collect()
+        gpus.into_iter().chain(cpu.into_iter().map(Slot::Cpu)).collect()
     }
 
     /// Whether a slot is free (without claiming it).
     pub(crate) fn has_free(&self) -> bool {
+        let gpus_with_room = self.gpus.iter().filter(|g| g.running < self.per_gpu);
         !self.cpu_free.is_empty()
-            || self.gpus.iter().any(|g| g.running < self.per_gpu)
+            || (!self.gpus.is_empty() && gpus_with_room.count() >= self.gpus_per_trial)
             || self.remote_free()
     }
 
     /// A free slot: the GPU with room and the most free memory (then the fewest trials, then
-    /// the lowest number), else the lowest free CPU slot.
+    /// the lowest number), or the `gpus_per_trial` such GPUs; else the lowest free CPU slot.
     pub(crate) fn claim(&mut self) -> Option<Slot> {
         let per_gpu = self.per_gpu;
         let free_memory = &mut self.free_memory;
-        let best = self
+        let mut room: Vec<(u64, &mut GpuShare)> = self
             .gpus
             .iter_mut()
             .filter(|g| g.running < per_gpu)
             .map(|g| ((free_memory)(g.ordinal).unwrap_or(0), g))
-            .max_by(|(ma, a), (mb, b)| {
-                ma.cmp(mb)
-                    .then(b.running.cmp(&a.running))
-                    .then(b.ordinal.cmp(&a.ordinal))
+            .collect();
+        room.sort_by(|(ma, a), (mb, b)| {
+            mb.cmp(ma)
+                .then(a.running.cmp(&b.running))
+                .then(a.ordinal.cmp(&b.ordinal))
+        });
+        if !room.is_empty() && room.len() >= self.gpus_per_trial {
+            let taken: Vec<usize> = (room.into_iter().take(self.gpus_per_trial))
+                .map(|(_, g)| {
+                    g.running += 1;
+                    g.ordinal
+                })
+                .collect();
+            return Some(match taken[..] {
+                [one] => Slot::Gpu(one),
+                _ => Slot::Gpus(GpuSet::of(&taken)),
             });
-        if let Some((_, g)) = best {
-            g.running += 1;
-            return Some(Slot::Gpu(g.ordinal));
         }
         if let Some(n) = self.cpu_free.pop() {
             return Some(Slot::Cpu(n));
@@ -264,9 +384,11 @@ impl Pool {
                 // Lowest number first, so slots are reused in a stable order.
                 self.cpu_free.sort_unstable_by(|a, b| b.cmp(a));
             }
-            Slot::Gpu(n) => {
-                if let Some(g) = self.gpus.iter_mut().find(|g| g.ordinal == n) {
-                    g.running = g.running.saturating_sub(1);
+            Slot::Gpu(_) | Slot::Gpus(_) => {
+                for n in slot.gpus() {
+                    if let Some(g) = self.gpus.iter_mut().find(|g| g.ordinal == n) {
+                        g.running = g.running.saturating_sub(1);
+                    }
                 }
             }
             Slot::Remote => {

@@ -672,6 +672,9 @@ pub(crate) fn spec_objective(
         )));
     }
     check_program(&obj.command[0], &workdir)?;
+    let launcher = obj
+        .launcher()
+        .map_err(|e| TuneError::Invalid(format!("[objective] {e}")))?;
     Ok(Objective::Command(Arc::new(CommandObjective {
         argv: obj.command.clone(),
         env: obj.env.clone(),
@@ -679,6 +682,9 @@ pub(crate) fn spec_objective(
         experiment_dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
         metric: spec.metric.clone(),
         grace,
+        launcher,
+        processes_per_node: spec.resources.processes_per_node(),
+        distributed: spec.resources.distributed(),
     })))
 }
 

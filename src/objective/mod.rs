@@ -152,8 +152,9 @@ pub(crate) fn placeholders(arg: &str) -> Result<Vec<&str>, String> {
     Ok(out)
 }
 
-/// Replaces each `{name}` with the parameter's value; an inactive parameter becomes "".
-pub(crate) fn substitute(arg: &str, params: &Params) -> String {
+/// Replaces each `{name}` with the parameter's value, or the launch placeholder's where the
+/// trial is distributed; an inactive parameter becomes "".
+pub(crate) fn substitute(arg: &str, params: &Params, launch: Option<&command::Launch>) -> String {
     let mut out = String::with_capacity(arg.len());
     let mut rest = arg;
     while let Some(i) = rest.find(['{', '}']) {
@@ -163,8 +164,11 @@ pub(crate) fn substitute(arg: &str, params: &Params) -> String {
             out.push(c);
             rest = &after[1..];
         } else if let (Some(end), '{') = (after.find('}'), c) {
-            if let Some(v) = params.get(&after[..end]) {
+            let name = &after[..end];
+            if let Some(v) = params.get(name) {
                 out.push_str(&v.to_string());
+            } else if let Some(v) = launch.and_then(|l| l.value(name)) {
+                out.push_str(&v);
             }
             rest = &after[end + 1..];
         } else {
@@ -194,7 +198,7 @@ mod tests {
         let mut p = Params::default();
         p.insert("lr", Value::Float(0.1 + 0.2));
         p.insert("n", Value::Int(3));
-        assert_eq!(substitute("--lr={lr}", &p), "--lr=0.30000000000000004");
-        assert_eq!(substitute("{n}x{{n}}{missing}", &p), "3x{n}");
+        assert_eq!(substitute("--lr={lr}", &p, None), "--lr=0.30000000000000004");
+        assert_eq!(substitute("{n}x{{n}}{missing}", &p, None), "3x{n}");
     }
 }

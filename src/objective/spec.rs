@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tune_search::{did_you_mean, did_you_mean_hint, Domain, FieldError, Params, Space, Value};
 
+use super::command::{Launcher, LAUNCH_PLACEHOLDERS};
 use super::placeholders;
 
 /// `[objective]`: a command run once per trial, or a built-in Candle trainable.
@@ -28,6 +29,11 @@ pub struct ObjectiveSpec {
     /// also the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<PathBuf>,
+    /// Who starts a distributed trial's processes: `"tune"` starts `processes_per_node` copies
+    /// of the command with `RANK`, `LOCAL_RANK` and `WORLD_SIZE` set; left out, the command
+    /// is started once per machine and is the launcher itself (torchrun, deepspeed, mpirun).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<String>,
     /// The built-in trainable's other keys: its data (`dataset = "digits"`) and fixed
     /// hyperparameters (`epochs = 30`). Any key is rejected for a command.
     #[serde(flatten)]
@@ -39,7 +45,14 @@ pub struct ObjectiveSpec {
 pub(crate) const NO_BUILTIN: &str =
     "this build of tune has no built-in trainables (it was built without the `builtin` feature)";
 
-const OBJECTIVE_KEYS: [&str; 5] = ["command", "builtin", "timeout_s", "env", "workdir"];
+const OBJECTIVE_KEYS: [&str; 6] = [
+    "command",
+    "builtin",
+    "timeout_s",
+    "env",
+    "workdir",
+    "launcher",
+];
 
 /// What a built-in trainable reports each epoch (candidates for `metric`); `n_params` is the
 /// model's size (its trained weights), an objective to trade against accuracy.
@@ -50,12 +63,25 @@ pub const BUILTIN_METRICS: [&str; 5] = ["val_loss", "val_accuracy", "train_loss"
 pub(crate) type Problem = (&'static str, FieldError);
 
 impl ObjectiveSpec {
-    /// Checks what serde cannot, against the sweep's `space` and `metric`.
-    pub(crate) fn validate(&self, space: &Space, metric: &str) -> Result<(), Problem> {
+    /// Checks what serde cannot, against the sweep's `space` and `metric`, for trials that
+    /// are `distributed` (several processes, GPUs or machines each) or not.
+    pub(crate) fn validate(
+        &self,
+        space: &Space,
+        metric: &str,
+        distributed: bool,
+    ) -> Result<(), Problem> {
         let in_objective = |e: FieldError| ("objective", e);
         if self.builtin.is_some() {
+            if self.launcher.is_some() {
+                return Err(in_objective(FieldError::new(
+                    "launcher",
+                    "a launcher starts a command's processes: a built-in trainable has none",
+                )));
+            }
             return self.validate_builtin(space, metric);
         }
+        self.launcher().map_err(in_objective)?;
         if let Some(key) = self.options.keys().next() {
             return Err(in_objective(FieldError::new(
                 key,
@@ -72,10 +98,34 @@ impl ObjectiveSpec {
             crate::seconds::checked("timeout_s", t, false).map_err(in_objective)?;
         }
         let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
+        if distributed {
+            if let Some(name) = names.iter().find(|n| LAUNCH_PLACEHOLDERS.contains(n)) {
+                return Err(("space", FieldError::new(
+                    *name,
+                    format!(
+                        "`{name}` is a placeholder of distributed trials ([resources] sets \
+                         it): give the parameter another name"
+                    ),
+                )));
+            }
+        }
         for arg in &self.command {
             let found =
                 placeholders(arg).map_err(|m| in_objective(FieldError::new("command", m)))?;
             for placeholder in found {
+                if LAUNCH_PLACEHOLDERS.contains(&placeholder) && !names.contains(&placeholder) {
+                    if distributed {
+                        continue;
+                    }
+                    return Err(in_objective(FieldError::new(
+                        "command",
+                        format!(
+                            "placeholder `{{{placeholder}}}` in \"{arg}\" has a value only for \
+                             distributed trials: set [resources] processes_per_node, \
+                             gpus_per_trial or nodes_per_trial"
+                        ),
+                    )));
+                }
                 if !names.contains(&placeholder) {
                     let hint = did_you_mean(placeholder, names.iter().copied())
                         .map(|s| format!(" (did you mean `{{{s}}}`?)"))
@@ -88,6 +138,21 @@ impl ObjectiveSpec {
             }
         }
         Ok(())
+    }
+
+    /// Who starts the command's processes ([`Launcher`]).
+    pub(crate) fn launcher(&self) -> Result<Launcher, FieldError> {
+        match self.launcher.as_deref() {
+            None => Ok(Launcher::Command),
+            Some("tune") => Ok(Launcher::Tune),
+            Some(other) => Err(FieldError::new(
+                "launcher",
+                format!(
+                    "expected \"tune\" (tune starts each process), or no `launcher` (the \
+                     command starts them, as torchrun does), found {other:?}"
+                ),
+            )),
+        }
     }
 
     fn validate_builtin(&self, space: &Space, metric: &str) -> Result<(), Problem> {

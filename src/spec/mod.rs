@@ -293,7 +293,7 @@ impl ExperimentSpec {
         self.validate_constraints()?;
         if let Some(obj) = &self.objective {
             for o in self.objectives() {
-                obj.validate(&self.space, &o.metric)
+                obj.validate(&self.space, &o.metric, self.resources.distributed())
                     .map_err(|(section, e)| InvalidSetting::new(section, e))?;
             }
         }

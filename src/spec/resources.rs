@@ -1,4 +1,4 @@
-//! `[resources]`: slots, GPUs and fused packs.
+//! `[resources]`: slots, GPUs, fused packs, and what one trial takes of them.
 
 use super::*;
 
@@ -18,6 +18,66 @@ pub struct Resources {
     /// shape: `"auto"` (the default) or a number.
     #[serde(default, skip_serializing_if = "Fuse::is_auto")]
     pub fuse: Fuse,
+    /// The CPU slots one trial takes ([`Resources::cpus_per_trial`] resolves the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_trial: Option<usize>,
+    /// The GPUs one trial takes, all its own (`CUDA_VISIBLE_DEVICES` lists them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_trial: Option<u32>,
+    /// The machines one trial spans (`tune worker`s serving it as one gang).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_per_trial: Option<u32>,
+    /// The processes of a trial on each machine ([`Resources::processes_per_node`] resolves
+    /// the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_per_node: Option<u32>,
+}
+
+impl Resources {
+    /// Processes per machine of one trial: as set, else one per GPU of the trial, else 1.
+    ///
+    /// ```
+    /// let mut r = tune::Resources { gpus_per_trial: Some(4), ..Default::default() };
+    /// assert_eq!(r.processes_per_node(), 4);
+    /// r.processes_per_node = Some(2);
+    /// assert_eq!(r.processes_per_node(), 2);
+    /// assert_eq!(tune::Resources::default().processes_per_node(), 1);
+    /// ```
+    pub fn processes_per_node(&self) -> u32 {
+        self.processes_per_node
+            .or(self.gpus_per_trial.filter(|&g| g > 0))
+            .unwrap_or(1)
+    }
+
+    /// CPU slots one trial takes: as set; else, for a trial on CPU only, one per process
+    /// (`processes_per_node`), so that two 2-process trials fill 4 slots; else 1.
+    ///
+    /// ```
+    /// let r = tune::Resources { processes_per_node: Some(2), ..Default::default() };
+    /// assert_eq!(r.cpus_per_trial(), 2);
+    /// let r = tune::Resources { processes_per_node: Some(2), gpus_per_trial: Some(2), ..Default::default() };
+    /// assert_eq!(r.cpus_per_trial(), 1);
+    /// ```
+    pub fn cpus_per_trial(&self) -> usize {
+        match (self.cpus_per_trial, self.gpus_per_trial) {
+            (Some(n), _) => n,
+            (None, None) => self.processes_per_node() as usize,
+            (None, Some(_)) => 1,
+        }
+    }
+
+    /// GPUs one trial takes where it runs on GPUs: as set, else 1 (a share of one GPU).
+    pub fn gpus_per_trial(&self) -> usize {
+        self.gpus_per_trial.unwrap_or(1).max(1) as usize
+    }
+
+    /// Whether trials are distributed: several processes or machines (or GPUs) each, with
+    /// the rendezvous placeholders and environment ([`crate::Launch`]).
+    pub fn distributed(&self) -> bool {
+        self.gpus_per_trial.is_some()
+            || self.processes_per_node.is_some()
+            || self.nodes_per_trial.is_some()
+    }
 }
 
 impl Default for Resources {
@@ -27,6 +87,10 @@ impl Default for Resources {
             gpus: Gpus::default(),
             trials_per_gpu: 1,
             fuse: Fuse::Auto,
+            cpus_per_trial: None,
+            gpus_per_trial: None,
+            nodes_per_trial: None,
+            processes_per_node: None,
         }
     }
 }
@@ -197,6 +261,7 @@ impl ExperimentSpec {
                 FieldError::new("cpu_slots", "expected at least 1 slot, found 0"),
             ));
         }
+        self.validate_per_trial()?;
         if let (Fuse::Trials(k @ 2..), false) = (self.resources.fuse, self.fusable()) {
             let found = match &self.objective {
                 Some(_) => "a command objective",
@@ -215,5 +280,73 @@ impl ExperimentSpec {
             ));
         }
         Ok(())
+    }
+
+    /// What one trial takes: at least one of each, no more than can ever be placed, and
+    /// only what its objective can use.
+    fn validate_per_trial(&self) -> Result<(), InvalidSetting> {
+        let r = &self.resources;
+        let invalid = |key: &str, message: String| {
+            Err(InvalidSetting::new("resources", FieldError::new(key, message)))
+        };
+        let counts = [
+            ("cpus_per_trial", r.cpus_per_trial.map(|n| n as u64)),
+            ("gpus_per_trial", r.gpus_per_trial.map(u64::from)),
+            ("nodes_per_trial", r.nodes_per_trial.map(u64::from)),
+            ("processes_per_node", r.processes_per_node.map(u64::from)),
+        ];
+        if let Some((key, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
+            return invalid(key, "expected at least 1, found 0".into());
+        }
+        if let Some(nodes @ 2..) = r.nodes_per_trial {
+            return invalid(
+                "nodes_per_trial",
+                format!(
+                    "a trial on {nodes} machines needs gangs of `tune worker`s, which this \
+                     build does not place yet: use 1 (one machine per trial)"
+                ),
+            );
+        }
+        if r.gpus_per_trial.is_none() && r.cpus_per_trial() > r.cpu_slots {
+            let why = match r.cpus_per_trial {
+                Some(_) => String::new(),
+                None => " (one per process: processes_per_node)".into(),
+            };
+            return invalid(
+                "cpus_per_trial",
+                format!(
+                    "a trial takes {} CPU slots{why}, but there are {} (cpu_slots): no trial \
+                     could ever start",
+                    r.cpus_per_trial(),
+                    r.cpu_slots
+                ),
+            );
+        }
+        if let (Some(g @ 2..), 2..) = (r.gpus_per_trial, r.trials_per_gpu) {
+            return invalid(
+                "gpus_per_trial",
+                format!(
+                    "a trial that takes {g} GPUs has them to itself: trials_per_gpu must be 1, \
+                     found {}",
+                    r.trials_per_gpu
+                ),
+            );
+        }
+        let several = r.processes_per_node() > 1 || r.gpus_per_trial() > 1;
+        match &self.objective {
+            Some(o) if o.builtin.is_some() && several => invalid(
+                if r.gpus_per_trial() > 1 { "gpus_per_trial" } else { "processes_per_node" },
+                "a built-in trainable trains on one device in one process: give it one GPU \
+                 and one process per trial, or use a command objective"
+                    .into(),
+            ),
+            None if several => invalid(
+                if r.gpus_per_trial() > 1 { "gpus_per_trial" } else { "processes_per_node" },
+                "an objective of code (Tuner::fit) runs in this process on one device: trials \
+                 of several processes or GPUs need a command objective"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
     }
 }

@@ -20,14 +20,18 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::{substitute, Job};
-use crate::pool::Slot;
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
+use launch::PortLease;
 use process::{held_outside_the_group, pipe_holds, TrialProcess};
+use ranks::OtherRanks;
 use reports::shortened;
+pub(crate) use launch::{Launch, Launcher, LAUNCH_PLACEHOLDERS};
 pub(crate) use reports::ReportParser;
 
+mod launch;
 mod log;
 mod process;
+mod ranks;
 mod reports;
 
 /// A command template and how to run it.
@@ -40,6 +44,14 @@ pub(crate) struct CommandObjective {
     pub metric: String,
     /// How long a trial told to stop may take before SIGTERM, and after SIGTERM before SIGKILL.
     pub grace: Duration,
+    /// Who starts the processes of a trial.
+    pub launcher: Launcher,
+    /// Processes of a trial on this machine: started by tune under [`Launcher::Tune`], told
+    /// to the command (`{nproc_per_node}`) otherwise.
+    pub processes_per_node: u32,
+    /// Whether trials are distributed: each attempt gets a rendezvous port and the launch
+    /// placeholders and environment ([`Launch`]).
+    pub distributed: bool,
 }
 
 const STDERR_TAIL: usize = 2000;
@@ -64,13 +76,28 @@ enum Cut {
     Interrupted,
     /// A control stopped the trial (it is settled already).
     Cancelled,
+    /// A rank other than 0 ended in failure: the attempt fails with this.
+    RankFailed(String),
     /// A report that could not be read: the trial fails with this reason.
     BadReport(String),
 }
 
 async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
-    let mut process = match spawn(obj, job) {
-        Ok(process) => process,
+    // Held until the attempt ends: no other trial of this process meets on this port.
+    let port = match obj.distributed.then(PortLease::take).transpose() {
+        Ok(port) => port,
+        Err(e) => return Outcome::Failed(format!("no rendezvous port: {e}")),
+    };
+    let launch = port.as_ref().map(|port| Launch {
+        nproc_per_node: obj.processes_per_node,
+        nnodes: 1,
+        node_rank: 0,
+        master_addr: "127.0.0.1".into(),
+        master_port: port.port(),
+    });
+    let log = log::TrialLog::open(&obj.experiment_dir, job.id, job.attempt);
+    let (mut process, mut others) = match spawn(obj, job, launch.as_ref(), &log) {
+        Ok(started) => started,
         Err(failed) => return failed,
     };
     let Some((stdin, stdout, stderr)) = process.take_pipes() else {
@@ -80,7 +107,6 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let (decide, decisions) = mpsc::unbounded_channel::<ReportAnswer>();
     let writer = tokio::spawn(write_decisions(stdin, decisions));
     let (leader_gone, leader_exit) = watch::channel(false);
-    let log = log::TrialLog::open(&obj.experiment_dir, job.id, job.attempt);
     let stderr_tail = tokio::spawn(stderr_tail(stderr, leader_exit, log.clone()));
     let deadline = job.timeout.and_then(|t| Instant::now().checked_add(t));
     let mut ends = Ends {
@@ -90,7 +116,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let cut = read_reports(
         obj,
         job,
-        &mut process,
+        (&mut process, &mut others),
         (stdout, &log),
         decide,
         deadline,
@@ -100,7 +126,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let outcome = finish(
         obj,
         job,
-        &mut process,
+        (&mut process, &mut others),
         cut,
         (stderr_tail, &leader_gone),
         deadline,
@@ -111,16 +137,23 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     writer.abort();
     // Every path has ended it by now; this only makes sure nothing of it is left.
     let _ = process.end().await;
+    others.terminate(Duration::ZERO, obj.grace).await;
+    others.end().await;
     outcome
 }
 
-/// Starts the trial's process: argv with the params filled in, the `TUNE_*` environment, pipes
-/// for the protocol, its own process group. `Err` is the failed outcome.
-fn spawn(obj: &CommandObjective, job: &Job) -> Result<TrialProcess, Outcome> {
+/// Starts the trial's processes: rank 0, whose pipes speak the protocol, and under
+/// `launcher = "tune"` the other ranks. `Err` is the failed outcome.
+fn spawn(
+    obj: &CommandObjective,
+    job: &Job,
+    launch: Option<&Launch>,
+    log: &log::TrialLog,
+) -> Result<(TrialProcess, OtherRanks), Outcome> {
     let argv: Vec<String> = obj
         .argv
         .iter()
-        .map(|a| substitute(a, &job.params))
+        .map(|a| substitute(a, &job.params, launch))
         .collect();
     if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
         return Err(Outcome::Failed(format!(
@@ -130,6 +163,40 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<TrialProcess, Outcome> {
     }
     let params = serde_json::to_string(&job.params)
         .map_err(|e| Outcome::Failed(format!("the params cannot be written as JSON: {e}")))?;
+    let cannot_start = |e: std::io::Error| {
+        Outcome::Failed(format!(
+            "cannot start `{}` (in {}): {e}",
+            argv[0],
+            obj.workdir.display()
+        ))
+    };
+    let ranks = match (obj.launcher, launch) {
+        (Launcher::Tune, Some(launch)) => launch.nproc_per_node,
+        _ => 1,
+    };
+    let command = |local_rank: u32| {
+        let mut cmd = trial_command(obj, job, (&argv, &params), launch);
+        if let (Launcher::Tune, Some(launch)) = (obj.launcher, launch) {
+            cmd.envs(launch.rank_env(local_rank));
+        }
+        // The spec's own `env` has the last word.
+        cmd.envs(&obj.env);
+        cmd
+    };
+    let leader = TrialProcess::start(command(0)).map_err(cannot_start)?;
+    let others = OtherRanks::start((1..ranks).map(|r| (r, command(r))).collect(), log)
+        .map_err(cannot_start)?;
+    Ok((leader, others))
+}
+
+/// The command of one of the trial's processes: argv with the params filled in, the `TUNE_*`
+/// environment and, for a distributed trial, the launch environment.
+fn trial_command(
+    obj: &CommandObjective,
+    job: &Job,
+    (argv, params): (&[String], &str),
+    launch: Option<&Launch>,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&argv[0]);
     if super::cores::rayon_set_by_tune() {
         // Set for tune's own trainables: the command keeps the environment it was given (its
@@ -154,19 +221,12 @@ fn spawn(obj: &CommandObjective, job: &Job) -> Result<TrialProcess, Outcome> {
         )
         // Python buffers a piped stdout; unbuffered, each report arrives when printed.
         .env("PYTHONUNBUFFERED", "1")
-        // A trial on a GPU sees only its own (as device 0), as with Ray Tune.
-        .envs(match job.device {
-            Slot::Gpu(n) => Some(("CUDA_VISIBLE_DEVICES", n.to_string())),
-            _ => None,
-        })
-        .envs(&obj.env);
-    TrialProcess::start(cmd).map_err(|e| {
-        Outcome::Failed(format!(
-            "cannot start `{}` (in {}): {e}",
-            argv[0],
-            obj.workdir.display()
-        ))
-    })
+        // A trial on GPUs sees only its own (numbered from 0), as with Ray Tune.
+        .envs(job.device.visible_gpus().map(|gpus| ("CUDA_VISIBLE_DEVICES", gpus)));
+    if let Some(launch) = launch {
+        cmd.envs(launch.env());
+    }
+    cmd
 }
 
 /// Writes each decision as its protocol line to the trial's stdin, until either side is gone.
@@ -234,7 +294,7 @@ async fn stderr_tail(
 async fn read_reports(
     obj: &CommandObjective,
     job: &Job,
-    process: &mut TrialProcess,
+    (process, others): (&mut TrialProcess, &mut OtherRanks),
     (stdout, log): (ChildStdout, &log::TrialLog),
     decide: mpsc::UnboundedSender<ReportAnswer>,
     deadline: Option<Instant>,
@@ -272,6 +332,7 @@ async fn read_reports(
             }
             _ = sleep_until(deadline) => return Some(Cut::TimedOut),
             cut = ends.cut() => return Some(cut),
+            why = others.failure() => return Some(Cut::RankFailed(why)),
         };
         match read {
             Ok(0) | Err(_) => return None,
@@ -369,7 +430,7 @@ async fn read_line_capped(
 async fn finish(
     obj: &CommandObjective,
     job: &Job,
-    process: &mut TrialProcess,
+    (process, others): (&mut TrialProcess, &mut OtherRanks),
     cut: Option<Cut>,
     (stderr_tail, leader_gone): (tokio::task::JoinHandle<String>, &watch::Sender<bool>),
     deadline: Option<Instant>,
@@ -382,11 +443,17 @@ async fn finish(
                 _ = process.exited() => None,
                 _ = sleep_until(deadline) => Some(Cut::TimedOut),
                 cut = ends.cut() => Some(cut),
+                why = others.failure() => Some(Cut::RankFailed(why)),
             };
             match exited {
                 Some(cut) => cut,
                 None => match process.end().await {
-                    Ok(status) if status.success() => return Outcome::Returned,
+                    Ok(status) if status.success() => {
+                        return match others.wait_all(obj.grace).await {
+                            Ok(()) => Outcome::Returned,
+                            Err(why) => Outcome::Failed(why),
+                        }
+                    }
                     Ok(status) => {
                         // It has exited: its stderr is read no further than it wrote.
                         let _ = leader_gone.send(true);
@@ -400,29 +467,22 @@ async fn finish(
             }
         }
     };
-    match cut {
-        Cut::Stopped => {
-            // A trial told to stop may end on its own (and checkpoint) within the grace.
-            process.terminate(obj.grace, obj.grace).await;
-            Outcome::Stopped
+    // A trial told to stop may end on its own (and checkpoint) within the grace; otherwise
+    // it is ended at once. Every rank alike, all at the same time.
+    let (patience, outcome) = match cut {
+        Cut::Stopped => (obj.grace, Outcome::Stopped),
+        Cut::TimedOut => (Duration::ZERO, timed_out(job)),
+        Cut::Interrupted => (Duration::ZERO, Outcome::Interrupted),
+        Cut::Cancelled => (Duration::ZERO, Outcome::Stopped),
+        Cut::BadReport(reason) | Cut::RankFailed(reason) => {
+            (Duration::ZERO, Outcome::Failed(reason))
         }
-        Cut::TimedOut => {
-            process.terminate(Duration::ZERO, obj.grace).await;
-            timed_out(job)
-        }
-        Cut::Interrupted => {
-            process.terminate(Duration::ZERO, obj.grace).await;
-            Outcome::Interrupted
-        }
-        Cut::Cancelled => {
-            process.terminate(Duration::ZERO, obj.grace).await;
-            Outcome::Stopped
-        }
-        Cut::BadReport(reason) => {
-            process.terminate(Duration::ZERO, obj.grace).await;
-            Outcome::Failed(reason)
-        }
-    }
+    };
+    tokio::join!(
+        process.terminate(patience, obj.grace),
+        others.terminate(patience, obj.grace)
+    );
+    outcome
 }
 
 fn timed_out(job: &Job) -> Outcome {

@@ -123,7 +123,7 @@ impl TrialProcess {
     }
 
     /// Whether the leader has exited (it may be a zombie, not yet reaped).
-    fn has_exited(&self) -> bool {
+    pub(super) fn has_exited(&self) -> bool {
         // SAFETY: siginfo_t is plain data, for which all zeroes is a valid value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid(2) writes one siginfo_t to a local that outlives the call; WNOWAIT
