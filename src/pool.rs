@@ -203,9 +203,7 @@ impl Pool {
             }
             (_, Gpus::List(list)) if list.is_empty() => return cpu(None),
             (Err(why), _) if wanted.is_some() => return no_gpu(&why),
-            (Ok(found), _) if found.is_empty() && wanted.is_some() => {
-                return no_gpu("none found")
-            }
+            (Ok(found), _) if found.is_empty() && wanted.is_some() => return no_gpu("none found"),
             (Err(why), Gpus::Auto) if !cfg!(feature = "cuda") => {
                 let _ = why; // the default build: CPU is expected, nothing to say
                 return cpu(None);
@@ -328,7 +326,9 @@ impl Pool {
         };
         let mut cpu: Vec<usize> = self.cpu_free.clone();
         cpu.sort_unstable();
-        gpus.into_iter().chain(cpu.into_iter().map(Slot::Cpu)).collect()
+        gpus.into_iter()
+            .chain(cpu.into_iter().map(Slot::Cpu))
+            .collect()
     }
 
     /// Whether a slot is free (without claiming it).
@@ -555,5 +555,82 @@ mod tests {
         )
         .unwrap();
         assert_eq!((pool.capacity(), note), (2, None));
+    }
+
+    #[test]
+    fn a_trial_of_several_cpu_slots_takes_them_together() {
+        let r = Resources {
+            cpus_per_trial: Some(2),
+            ..resources(5, Gpus::Auto, 1)
+        };
+        let (mut pool, _) = Pool::new(&r, Err("x".into()), Box::new(|_| None)).unwrap();
+        // 5 slots hold two 2-slot trials; the fifth is never enough for a third.
+        assert_eq!(pool.slots(), [Slot::Cpu(0), Slot::Cpu(1)]);
+        assert_eq!(
+            (pool.claim(), pool.claim(), pool.claim()),
+            (Some(Slot::Cpu(0)), Some(Slot::Cpu(1)), None)
+        );
+        pool.release(Slot::Cpu(0));
+        assert_eq!(pool.claim(), Some(Slot::Cpu(0)));
+    }
+
+    #[test]
+    fn a_trial_of_several_gpus_gets_whole_ones_with_the_most_free_memory() {
+        let free = Arc::new(Mutex::new([10u64, 40, 30, 20]));
+        let f = free.clone();
+        let r = Resources {
+            gpus_per_trial: Some(2),
+            ..resources(1, Gpus::Auto, 1)
+        };
+        let (mut pool, note) = Pool::new(
+            &r,
+            Ok(gpus(4)),
+            Box::new(move |n| Some(f.lock().unwrap()[n])),
+        )
+        .unwrap();
+        assert!(note
+            .unwrap()
+            .contains("up to 2 trials at a time, 2 GPUs each"));
+        let first = pool.claim().unwrap();
+        assert_eq!(first, Slot::Gpus(GpuSet::of(&[1, 2])));
+        assert_eq!(first.visible_gpus().as_deref(), Some("1,2"));
+        assert_eq!(first.to_string(), "cuda:1,2");
+        assert_eq!(pool.claim(), Some(Slot::Gpus(GpuSet::of(&[0, 3]))));
+        assert!(!pool.has_free());
+        assert_eq!(pool.claim(), None);
+        pool.release(first);
+        assert_eq!(pool.capacity(), 1);
+        assert_eq!(pool.claim(), Some(first));
+    }
+
+    #[test]
+    fn gpus_per_trial_that_can_never_be_placed_is_refused_with_the_numbers() {
+        let r = Resources {
+            gpus_per_trial: Some(3),
+            ..resources(4, Gpus::Auto, 1)
+        };
+        let e = Pool::new(&r, Ok(gpus(2)), Box::new(|_| None))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains(
+                "gpus_per_trial = 3, but this machine has 2 GPUs to use (cuda:0, cuda:1)"
+            ),
+            "{e}"
+        );
+        // Wanting GPUs never falls back to CPU slots.
+        let e = Pool::new(&r, Err("no driver".into()), Box::new(|_| None))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("gpus_per_trial = 3: no GPU can be used (no driver)"),
+            "{e}"
+        );
+        let r = Resources {
+            gpus_per_trial: Some(1),
+            ..resources(4, Gpus::List(vec![]), 1)
+        };
+        assert!(Pool::new(&r, Ok(gpus(2)), Box::new(|_| None)).is_err());
     }
 }

@@ -948,7 +948,16 @@ impl Coordinator {
                     (Status::Failed, Some(reason))
                 } else {
                     // Retried at once, same id and params (Ray Tune's max_failures).
+                    let note = format!(
+                        "trial {id}: attempt {} failed ({}); running it again ({} of \
+                         max_failures = {})",
+                        t.attempts,
+                        reason.lines().next().unwrap_or_default(),
+                        t.failed_attempts,
+                        self.plan.max_failures
+                    );
                     t.error = Some(reason);
+                    self.note(&note);
                     return self.run_again(id);
                 }
             }

@@ -198,7 +198,10 @@ mod tests {
         let mut p = Params::default();
         p.insert("lr", Value::Float(0.1 + 0.2));
         p.insert("n", Value::Int(3));
-        assert_eq!(substitute("--lr={lr}", &p, None), "--lr=0.30000000000000004");
+        assert_eq!(
+            substitute("--lr={lr}", &p, None),
+            "--lr=0.30000000000000004"
+        );
         assert_eq!(substitute("{n}x{{n}}{missing}", &p, None), "3x{n}");
     }
 }

@@ -100,13 +100,16 @@ impl ObjectiveSpec {
         let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
         if distributed {
             if let Some(name) = names.iter().find(|n| LAUNCH_PLACEHOLDERS.contains(n)) {
-                return Err(("space", FieldError::new(
-                    *name,
-                    format!(
-                        "`{name}` is a placeholder of distributed trials ([resources] sets \
+                return Err((
+                    "space",
+                    FieldError::new(
+                        *name,
+                        format!(
+                            "`{name}` is a placeholder of distributed trials ([resources] sets \
                          it): give the parameter another name"
+                        ),
                     ),
-                )));
+                ));
             }
         }
         for arg in &self.command {

@@ -287,7 +287,10 @@ impl ExperimentSpec {
     fn validate_per_trial(&self) -> Result<(), InvalidSetting> {
         let r = &self.resources;
         let invalid = |key: &str, message: String| {
-            Err(InvalidSetting::new("resources", FieldError::new(key, message)))
+            Err(InvalidSetting::new(
+                "resources",
+                FieldError::new(key, message),
+            ))
         };
         let counts = [
             ("cpus_per_trial", r.cpus_per_trial.map(|n| n as u64)),
@@ -335,13 +338,21 @@ impl ExperimentSpec {
         let several = r.processes_per_node() > 1 || r.gpus_per_trial() > 1;
         match &self.objective {
             Some(o) if o.builtin.is_some() && several => invalid(
-                if r.gpus_per_trial() > 1 { "gpus_per_trial" } else { "processes_per_node" },
+                if r.gpus_per_trial() > 1 {
+                    "gpus_per_trial"
+                } else {
+                    "processes_per_node"
+                },
                 "a built-in trainable trains on one device in one process: give it one GPU \
                  and one process per trial, or use a command objective"
                     .into(),
             ),
             None if several => invalid(
-                if r.gpus_per_trial() > 1 { "gpus_per_trial" } else { "processes_per_node" },
+                if r.gpus_per_trial() > 1 {
+                    "gpus_per_trial"
+                } else {
+                    "processes_per_node"
+                },
                 "an objective of code (Tuner::fit) runs in this process on one device: trials \
                  of several processes or GPUs need a command objective"
                     .into(),

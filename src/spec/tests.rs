@@ -298,3 +298,80 @@ fn store_checkpoints_is_a_folder_relative_to_the_spec_file() {
     let e = err(&GOOD.replace("[space]", "[store]\ncheckpoint = \"/s\"\n\n[space]"));
     assert!(e.contains("checkpoint"), "{e}");
 }
+
+#[test]
+fn what_a_trial_takes_is_checked_against_what_can_be_placed_and_used() {
+    let with =
+        |resources: &str| GOOD.replace("[space]", &format!("[resources]\n{resources}\n\n[space]"));
+    let cases = [
+        (
+            "cpus_per_trial = 0",
+            "[resources] `cpus_per_trial`: expected at least 1, found 0",
+        ),
+        (
+            "gpus_per_trial = 0",
+            "[resources] `gpus_per_trial`: expected at least 1, found 0",
+        ),
+        (
+            "cpu_slots = 3\ncpus_per_trial = 4",
+            "[resources] `cpus_per_trial`: a trial takes 4 CPU slots, but there are 3 (cpu_slots)",
+        ),
+        (
+            "cpu_slots = 2\nprocesses_per_node = 3",
+            "a trial takes 3 CPU slots (one per process: processes_per_node), but there are 2",
+        ),
+        (
+            "nodes_per_trial = 2",
+            "[resources] `nodes_per_trial`: a trial on 2 machines needs gangs of `tune worker`s",
+        ),
+        (
+            "gpus_per_trial = 2\ntrials_per_gpu = 2",
+            "[resources] `gpus_per_trial`: a trial that takes 2 GPUs has them to itself",
+        ),
+    ];
+    for (resources, expected) in cases {
+        let e = err(&with(resources));
+        assert!(e.contains(expected), "{resources}: {e}");
+    }
+    // Launch placeholders have values only in distributed trials, and are no parameter's name.
+    let torchrun = GOOD.replace(
+        "\"--x\"",
+        "\"--nproc_per_node={nproc_per_node}\", \"--port={master_port}\", \"--x\"",
+    );
+    let e = err(&torchrun);
+    assert!(e.contains("[objective] `command`: placeholder `{nproc_per_node}` in \"--nproc_per_node={nproc_per_node}\" has a value only for distributed trials"), "{e}");
+    let spec = ExperimentSpec::from_toml(
+        &with("processes_per_node = 2")
+            .replace("[objective]", "[objective]\nlauncher = \"tune\"")
+            .replace("{x}", "{x} {world_size} {rdzv_endpoint}"),
+        Path::new("s.toml"),
+    )
+    .unwrap();
+    assert_eq!(spec.resources.cpus_per_trial(), 2);
+    let e = err(&with("processes_per_node = 2")
+        .replace("x = {", "world_size = { uniform = [0.0, 1.0] }\nx = {"));
+    assert!(
+        e.contains("[space] `world_size`: `world_size` is a placeholder of distributed trials"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("[objective]", "[objective]\nlauncher = \"mpirun\""));
+    assert!(
+        e.contains("[objective] `launcher`: expected \"tune\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn several_processes_or_gpus_need_a_command() {
+    let builtin = "name = \"b\"\nmetric = \"val_loss\"\nsamples = 4\n\n[objective]\nbuiltin = \"mlp\"\ndataset = \"digits\"\n\n[resources]\ngpus_per_trial = 2\n\n[space]\nlr = { loguniform = [1e-4, 1e-1] }\n";
+    let e = err(builtin);
+    assert!(
+        e.contains("[resources] `gpus_per_trial`: a built-in trainable trains on one device"),
+        "{e}"
+    );
+    let mut spec = ExperimentSpec::from_toml(GOOD, Path::new("s.toml")).unwrap();
+    spec.objective = None;
+    spec.resources.processes_per_node = Some(2);
+    let e = spec.validate().unwrap_err().to_string();
+    assert!(e.contains("[resources] `processes_per_node`: an objective of code (Tuner::fit) runs in this process"), "{e}");
+}

@@ -12,6 +12,7 @@ mod constraints;
 mod damage;
 mod dashboard;
 mod database_checkpoints;
+mod distributed_trials;
 mod docs;
 mod failpoints;
 mod fuzz_corpus;

@@ -22,10 +22,10 @@ use tokio::time::Instant;
 use super::{substitute, Job};
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
 use launch::PortLease;
+pub(crate) use launch::{Launch, Launcher, LAUNCH_PLACEHOLDERS};
 use process::{held_outside_the_group, pipe_holds, TrialProcess};
 use ranks::OtherRanks;
 use reports::shortened;
-pub(crate) use launch::{Launch, Launcher, LAUNCH_PLACEHOLDERS};
 pub(crate) use reports::ReportParser;
 
 mod launch;
@@ -222,7 +222,11 @@ fn trial_command(
         // Python buffers a piped stdout; unbuffered, each report arrives when printed.
         .env("PYTHONUNBUFFERED", "1")
         // A trial on GPUs sees only its own (numbered from 0), as with Ray Tune.
-        .envs(job.device.visible_gpus().map(|gpus| ("CUDA_VISIBLE_DEVICES", gpus)));
+        .envs(
+            job.device
+                .visible_gpus()
+                .map(|gpus| ("CUDA_VISIBLE_DEVICES", gpus)),
+        );
     if let Some(launch) = launch {
         cmd.envs(launch.env());
     }

@@ -1,0 +1,179 @@
+//! Trials of several processes (`launcher = "tune"`, `processes_per_node`): started together
+//! with their rank environment, meeting on a port of their own, read from rank 0 only, failed
+//! by any rank, and ended together, leaving no process behind.
+
+use std::path::Path;
+
+use serde_json::Value as Json;
+
+use crate::common::*;
+
+/// A sweep of cli/tests/fixtures/ranks.py: `resources` and `scheduler` are TOML lines, `argv`
+/// what follows the fixture's records folder and `{x}`.
+fn ranks_spec(
+    tmp: &Path,
+    top: &str,
+    resources: &str,
+    scheduler: &str,
+    argv: &[&str],
+) -> std::path::PathBuf {
+    let records = tmp.join("records");
+    let mut command = vec![
+        "python3".to_string(),
+        fixture("ranks.py").display().to_string(),
+        records.display().to_string(),
+        "{x}".into(),
+    ];
+    command.extend(argv.iter().map(|a| a.to_string()));
+    let command: Vec<String> = command.iter().map(|a| format!("{a:?}")).collect();
+    let text = format!(
+        "name = \"ranks\"\nmetric = \"loss\"\nseed = 3\n{top}\n\n[objective]\nlauncher = \"tune\"\n\
+         command = [{}]\n\n[resources]\n{resources}\n\n[scheduler]\n{scheduler}\n\n[space]\n\
+         x = {{ uniform = [0.0, 1.0] }}\n",
+        command.join(", ")
+    );
+    let path = tmp.join("space.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The records the fixture's processes wrote, one per process of each attempt.
+fn records(tmp: &Path) -> Vec<Json> {
+    let mut all: Vec<Json> = std::fs::read_dir(tmp.join("records/ranks"))
+        .unwrap()
+        .map(|e| serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap())
+        .collect();
+    all.sort_by_key(|r| {
+        (
+            r["trial"].as_u64(),
+            r["attempt"].as_u64(),
+            r["rank"].as_u64(),
+        )
+    });
+    all
+}
+
+/// Processes alive whose command line names `marker` (the fixture's records folder).
+fn processes_naming(marker: &Path) -> Vec<String> {
+    let marker = marker.display().to_string();
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|p| p.file_name().to_string_lossy() != me)
+        .filter_map(|p| {
+            let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline
+                .contains(&marker)
+                .then(|| format!("{}: {cmdline}", p.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+#[test]
+fn trials_of_two_processes_meet_on_ports_of_their_own_and_fail_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Two 2-process trials at once on 4 CPU slots; trial 1's first attempt loses rank 1.
+    let spec = ranks_spec(
+        tmp.path(),
+        "samples = 6\nmax_failures = 1",
+        "cpu_slots = 4\nprocesses_per_node = 2",
+        "kind = \"fifo\"",
+        &["5", "1", "2"],
+    );
+    let dir = tmp.path().join("run");
+    let out = run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("rank 1 exited with code 1"), "{said}");
+    assert!(
+        !tmp.path().join("records/collision").exists(),
+        "two running trials held one port"
+    );
+
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 6);
+    for t in &trials {
+        assert_eq!(t["status"], "completed", "{t}");
+        let x = t["params"]["x"].as_f64().unwrap();
+        let results = t["results"].as_array().unwrap();
+        // Rank 0's reports, every step; the others' look-alike line is never one.
+        let steps: Vec<u64> = results
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(steps, [1, 2, 3, 4, 5], "{t}");
+        for r in results {
+            let step = r["step"].as_f64().unwrap();
+            assert_eq!(r["loss"].as_f64(), Some(x + 1.0 / step), "{t}");
+        }
+    }
+    assert_eq!(trials[1]["attempts"], 2, "{}", trials[1]);
+
+    let records = records(tmp.path());
+    // Every attempt started both ranks, as torchrun would set them.
+    assert_eq!(records.len(), 2 * 7, "{records:?}");
+    for pair in records.chunks(2) {
+        let (r0, r1) = (&pair[0], &pair[1]);
+        assert_eq!(
+            (r0["rank"].as_u64(), r1["rank"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(
+            (r0["local_rank"].as_u64(), r1["local_rank"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(
+            (r0["world"].as_u64(), r1["world"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert_eq!(r0["port"], r1["port"]);
+        assert_eq!(r0["master"], "127.0.0.1");
+        assert_eq!(
+            (r0["trial"].clone(), r0["attempt"].clone()),
+            (r1["trial"].clone(), r1["attempt"].clone())
+        );
+    }
+    // The other ranks' output is in the trial's log, marked with its rank.
+    let log = std::fs::read_to_string(dir.join("logs/1.log")).unwrap();
+    assert!(
+        log.contains("[rank 1] {\"step\": 99, \"loss\": -1000.0}"),
+        "{log}"
+    );
+    assert!(log.contains("[rank 1] rank 1 joined"), "{log}");
+    assert!(log.contains("rank 0 met 1 others"), "{log}");
+    assert_eq!(
+        processes_naming(&tmp.path().join("records")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_stopped_trial_leaves_no_process_of_any_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One trial at a time, so ASHA's decisions do not hang on the order reports arrive in.
+    let spec = ranks_spec(
+        tmp.path(),
+        "samples = 6",
+        "cpu_slots = 3\nprocesses_per_node = 3",
+        "kind = \"asha\"\nmax_t = 8\ngrace_period = 1\nreduction_factor = 2",
+        &["8"],
+    );
+    let dir = tmp.path().join("run");
+    run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let trials = export_json(&dir);
+    let stopped = trials.iter().filter(|t| t["status"] == "stopped").count();
+    assert!(stopped >= 2, "ASHA stopped {stopped} of 6: {trials:?}");
+    // Each rank left a grandchild in its process group: none of them, nor any rank, is left.
+    assert_eq!(records(tmp.path()).len(), 6 * 3);
+    assert_eq!(
+        processes_naming(&tmp.path().join("records")),
+        Vec::<String>::new()
+    );
+}
