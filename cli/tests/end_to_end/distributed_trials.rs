@@ -177,3 +177,89 @@ fn a_stopped_trial_leaves_no_process_of_any_rank() {
         Vec::<String>::new()
     );
 }
+
+/// Debian's python3, where `.ci/run` installs python3-torch (1.13, CPU only).
+const TORCH_PYTHON: &str = "/usr/bin/python3";
+
+#[test]
+fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha() {
+    let has_torch = std::process::Command::new(TORCH_PYTHON)
+        .args([
+            "-c",
+            "import torch.distributed as d; assert d.is_gloo_available()",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        has_torch,
+        "{TORCH_PYTHON} cannot import torch with gloo: the DDP test needs Debian's \
+         python3-torch (`.ci/run` installs it: apt-get install python3-torch)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let records_dir = tmp.path().join("records");
+    let argv = [
+        TORCH_PYTHON.to_string(),
+        fixture("ddp.py").display().to_string(),
+        records_dir.display().to_string(),
+        "{lr}".into(),
+        "6".into(),
+        "1".into(),
+    ];
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    // The first rung at epoch 2: every trial reaches its first epoch's end, so trial 1's
+    // first attempt always fails (its rank 1 is killed there), never is stopped first.
+    let text = format!(
+        "name = \"ddp\"\nmetric = \"val_loss\"\nsamples = 6\nseed = 5\nmax_failures = 1\n\n\
+         [search]\nalgorithm = \"tpe\"\n\n\
+         [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 2\nreduction_factor = 2\n\n\
+         [resources]\ncpu_slots = 4\nprocesses_per_node = 2\n\n\
+         [objective]\nlauncher = \"tune\"\ncommand = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
+         [space]\nlr = {{ loguniform = [0.001, 0.3] }}\n",
+        argv.join(", ")
+    );
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(&spec, text).unwrap();
+    let dir = tmp.path().join("run");
+    let out = run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("trial 1: attempt 1 failed (rank 1 killed by signal 9"),
+        "{said}"
+    );
+    assert!(
+        !records_dir.join("collision").exists(),
+        "two running trials held one port"
+    );
+
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 6);
+    assert_eq!(trials[1]["attempts"], 2, "{}", trials[1]);
+    for t in &trials {
+        assert!(
+            t["status"] == "completed" || t["status"] == "stopped",
+            "{t}"
+        );
+        // Rank 0's validation losses alone: the other rank's -1.0 is never a report.
+        for r in t["results"].as_array().unwrap() {
+            assert!(r["val_loss"].as_f64().unwrap() > 0.0, "{t}");
+        }
+    }
+    assert!(
+        trials.iter().any(|t| t["status"] == "stopped"),
+        "ASHA stopped none: {trials:?}"
+    );
+    // Both ranks of every attempt met in one world on the attempt's port.
+    let records = records(tmp.path());
+    assert_eq!(records.len(), 2 * 7, "{records:?}");
+    for pair in records.chunks(2) {
+        assert_eq!(
+            (pair[0]["world"].as_u64(), pair[1]["world"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert_eq!(pair[0]["port"], pair[1]["port"]);
+    }
+    assert_eq!(
+        processes_naming(&tmp.path().join("records")),
+        Vec::<String>::new()
+    );
+}
