@@ -38,7 +38,7 @@ fn ranks_spec(
 }
 
 /// The records the fixture's processes wrote, one per process of each attempt.
-fn records(tmp: &Path) -> Vec<Json> {
+fn rank_records(tmp: &Path) -> Vec<Json> {
     let mut all: Vec<Json> = std::fs::read_dir(tmp.join("records/ranks"))
         .unwrap()
         .map(|e| serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap())
@@ -116,7 +116,7 @@ fn trials_of_two_processes_meet_on_ports_of_their_own_and_fail_as_one() {
     }
     assert_eq!(trials[1]["attempts"], 2, "{}", trials[1]);
 
-    let records = records(tmp.path());
+    let records = rank_records(tmp.path());
     // Every attempt started both ranks, as torchrun would set them.
     assert_eq!(records.len(), 2 * 7, "{records:?}");
     for pair in records.chunks(2) {
@@ -171,7 +171,7 @@ fn a_stopped_trial_leaves_no_process_of_any_rank() {
     let stopped = trials.iter().filter(|t| t["status"] == "stopped").count();
     assert!(stopped >= 2, "ASHA stopped {stopped} of 6: {trials:?}");
     // Each rank left a grandchild in its process group: none of them, nor any rank, is left.
-    assert_eq!(records(tmp.path()).len(), 6 * 3);
+    assert_eq!(rank_records(tmp.path()).len(), 6 * 3);
     assert_eq!(
         processes_naming(&tmp.path().join("records")),
         Vec::<String>::new()
@@ -249,7 +249,7 @@ fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha()
         "ASHA stopped none: {trials:?}"
     );
     // Both ranks of every attempt met in one world on the attempt's port.
-    let records = records(tmp.path());
+    let records = rank_records(tmp.path());
     assert_eq!(records.len(), 2 * 7, "{records:?}");
     for pair in records.chunks(2) {
         assert_eq!(
@@ -262,4 +262,43 @@ fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha()
         processes_naming(&tmp.path().join("records")),
         Vec::<String>::new()
     );
+}
+
+#[test]
+fn tune_killed_leaves_no_process_of_any_rank_nor_what_they_started() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = ranks_spec(
+        tmp.path(),
+        "samples = 2",
+        "cpu_slots = 4\nprocesses_per_node = 2",
+        "kind = \"fifo\"",
+        &["100"],
+    );
+    let text = std::fs::read_to_string(&spec).unwrap().replace(
+        "\n[resources]",
+        "env = { KILL_TUNE_AT = \"3\" }\n\n[resources]",
+    );
+    std::fs::write(&spec, text).unwrap();
+    let out = tune_run(&spec, &tmp.path().join("run"))
+        .arg("--no-tui")
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "tune was not killed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Ranks die with tune; the processes they started (each rank's grandchild) die by the
+    // keeper tune left, which acts once it sees tune gone: wait for it.
+    let records = tmp.path().join("records");
+    let started = std::time::Instant::now();
+    while !processes_naming(&records).is_empty()
+        && started.elapsed() < std::time::Duration::from_secs(60)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(processes_naming(&records), Vec::<String>::new());
+    // Both trials had started both ranks, each rank its grandchild.
+    assert_eq!(rank_records(tmp.path()).len(), 4);
 }

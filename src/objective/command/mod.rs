@@ -28,6 +28,7 @@ use ranks::OtherRanks;
 use reports::shortened;
 pub(crate) use reports::ReportParser;
 
+mod keeper;
 mod launch;
 mod log;
 mod process;

@@ -45,7 +45,7 @@ fn starting() -> std::sync::RwLockReadGuard<'static, ()> {
 
 /// Waits until no trial's process is being started (between its fork and its exec), and keeps
 /// any from starting until the guard is dropped.
-fn no_start_under_way() -> std::sync::RwLockWriteGuard<'static, ()> {
+pub(super) fn no_start_under_way() -> std::sync::RwLockWriteGuard<'static, ()> {
     STARTING
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -84,6 +84,8 @@ impl TrialProcess {
             .id()
             .ok_or_else(|| std::io::Error::other("the started process has no pid"))?
             as libc::pid_t;
+        // What the group starts dies with tune too, not only its leader.
+        super::keeper::watch(group);
         Ok(TrialProcess {
             child,
             group,
@@ -159,6 +161,7 @@ impl TrialProcess {
         self.signal_group(libc::SIGKILL);
         let status = self.child.wait().await?;
         self.reaped = Some(status);
+        super::keeper::forget(self.group);
         Ok(status)
     }
 
@@ -179,7 +182,10 @@ impl Drop for TrialProcess {
     /// An attempt dropped before its end (its task aborted) leaves nothing of its group
     /// running; the leader is reaped by tokio (`kill_on_drop`).
     fn drop(&mut self) {
-        self.signal_group(libc::SIGKILL);
+        if self.reaped.is_none() {
+            self.signal_group(libc::SIGKILL);
+            super::keeper::forget(self.group);
+        }
     }
 }
 
