@@ -63,18 +63,19 @@ fn start() -> Option<Mutex<std::fs::File>> {
         }
         0 => keep(read, write),
         _ => {
-            // SAFETY: `read` is the helper's now; `write` is owned by the File from here on.
+            // SAFETY: `read` is the helper's now: this process's copy is closed.
             unsafe { libc::close(read) };
-            Some(Mutex::new(unsafe { std::fs::File::from_raw_fd(write) }))
+            // SAFETY: `write` came from pipe2 above and is owned by the File from here on.
+            let write = unsafe { std::fs::File::from_raw_fd(write) };
+            Some(Mutex::new(write))
         }
     }
 }
 
 /// The helper: lists groups until the pipe ends, then kills those still listed.
 fn keep(read: RawFd, write: RawFd) -> ! {
-    // SAFETY (the whole function): close, read, kill, setpgid, signal and _exit are
-    // async-signal-safe;
-    // every buffer is on this stack.
+    // SAFETY: close, read, kill, setpgid, signal and _exit are async-signal-safe, and every
+    // buffer they are given is on this stack.
     unsafe {
         libc::close(write);
         // Every descriptor but the pipe's read end goes: the helper holds nothing of tune's.
