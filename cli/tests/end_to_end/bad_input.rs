@@ -59,6 +59,24 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "`samples`: expected at least 1 trial, found 0",
     ),
     (
+        "more GPUs per trial than can be used",
+        Spec("samples = 2\n[resources]\ngpus_per_trial = 2", X),
+        2,
+        "[resources] gpus_per_trial = 2: no GPU can be used",
+    ),
+    (
+        "a trial on several machines",
+        Spec("samples = 2\n[resources]\nnodes_per_trial = 2", X),
+        2,
+        "[resources] `nodes_per_trial`: a trial on 2 machines needs gangs of `tune worker`s",
+    ),
+    (
+        "more CPU slots per trial than there are",
+        Spec("samples = 2\n[resources]\ncpu_slots = 2\ncpus_per_trial = 3", X),
+        2,
+        "[resources] `cpus_per_trial`: a trial takes 3 CPU slots, but there are 2 (cpu_slots)",
+    ),
+    (
         "samples negative",
         Spec("samples = -3", X),
         2,
