@@ -172,8 +172,17 @@ impl Pool {
         free_memory: Box<dyn FnMut(usize) -> Option<u64> + Send>,
     ) -> Result<(Pool, Option<String>), TuneError> {
         // Each trial takes `cpus_per_trial` CPU slots: the slots are numbered by trial.
-        let cpu_trials = resources.cpu_slots / resources.cpus_per_trial().max(1);
-        let cpu = |note| {
+        let cpus_per_trial = resources.cpus_per_trial().max(1);
+        let cpu_trials = resources.cpu_slots / cpus_per_trial;
+        let cpu = |note: Option<String>| {
+            let note = note.or_else(|| {
+                (cpus_per_trial > 1).then(|| {
+                    format!(
+                        "running up to {cpu_trials} trials at a time, {cpus_per_trial} CPU \
+                         slots each"
+                    )
+                })
+            });
             let pool = Pool {
                 cpu_free: (0..cpu_trials).rev().collect(),
                 gpus: Vec::new(),

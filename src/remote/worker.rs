@@ -230,6 +230,7 @@ impl Worker {
             objective_of,
             fuses,
             experiments: HashMap::new(),
+            not_served: Vec::new(),
             running: HashMap::new(),
             pending: HashMap::new(),
             listening,
@@ -365,6 +366,9 @@ struct Served {
     /// The size cap of its trial folders, where it keeps them in the database
     /// (`[store] checkpoints = "database"`).
     checkpoint_cap: Option<u64>,
+    /// What one of its trials takes, where that is more than one slot: `cpus_per_trial`,
+    /// `gpus_per_trial`.
+    takes: Option<(usize, Option<u32>)>,
 }
 
 /// How many trials of a sweep each of a worker's slots holds, trained as one fused model.
@@ -406,6 +410,9 @@ struct WorkerState<'a> {
     /// Whether its objectives may train trials in packs (see [`Worker::run_spec`]).
     fuses: bool,
     experiments: HashMap<i64, Served>,
+    /// Sweeps whose trials take several slots each, which a worker serving every sweep
+    /// leaves to workers that serve them alone.
+    not_served: Vec<i64>,
     running: HashMap<Key, Running>,
     /// Reports sent and waiting for the decision: report id -> (attempt, answer).
     pending: HashMap<i64, (Key, oneshot::Sender<ReportAnswer>)>,
@@ -513,6 +520,23 @@ impl WorkerState<'_> {
             let served =
                 serve_experiment(&mut self.db, e, self.settings, &*self.objective_of, packing)
                     .map_err(|e| self.err(e))?;
+            if let Some((cpus, gpus)) = served.takes {
+                // Its trials take several slots or GPUs each: the pool is placed by trial.
+                let resources = Resources {
+                    cpus_per_trial: Some(cpus),
+                    gpus_per_trial: gpus,
+                    ..self.settings.resources.clone()
+                };
+                let (pool, note) = Pool::new(
+                    &resources,
+                    tune_trials::gpu::discover(),
+                    Box::new(tune_trials::gpu::free_bytes),
+                )?;
+                self.pool = pool;
+                if let Some(note) = note {
+                    eprintln!("tune worker: {note}");
+                }
+            }
             if served.trials_per_pack > 1 {
                 self.pool.pack_trials(served.trials_per_pack);
                 eprintln!(
@@ -807,9 +831,14 @@ fn serve_experiment(
     let own = settings.dir.join(&name);
     let mut trials_per_pack = 1;
     let mut checkpoint_cap = None;
+    let mut takes = None;
     let (dir, objective) = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
         Some(Ok(meta)) => {
             checkpoint_cap = meta.spec.database_checkpoints();
+            let r = &meta.spec.resources;
+            if r.cpus_per_trial() > 1 || r.gpus_per_trial() > 1 {
+                takes = Some((r.cpus_per_trial(), r.gpus_per_trial));
+            }
             // `[store] checkpoints`: the sweep's shared folder, else this worker's own.
             let dir = meta.spec.trials_folder(&own);
             match packing {
@@ -836,6 +865,7 @@ fn serve_experiment(
         objective,
         trials_per_pack,
         checkpoint_cap,
+        takes,
     })
 }
 

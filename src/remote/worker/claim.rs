@@ -51,14 +51,19 @@ macro_rules! claim_sql {
 }
 
 /// Two statements, not one with `$5 IS NULL OR experiment = $5`: each gets a plan of its own,
-/// the first on the offers index (experiment, offered_at).
+/// the first on the offers index (experiment, offered_at). A worker serving every sweep
+/// claims from the sweeps it has met and serves (`$5`: their ids), so never a trial of a sweep
+/// whose trials take several slots, not even one offered a moment after it looked.
 const CLAIM_OFFER_OF_ONE: &str = claim_sql!("experiment = $5");
-const CLAIM_ANY_OFFER: &str = claim_sql!("$5::bigint IS NULL");
+const CLAIM_ANY_OFFER: &str = claim_sql!("experiment = ANY($5::bigint[])");
 
 impl WorkerState<'_> {
     /// Claims offered attempts for the free slots and starts them. After a database error
     /// the attempts claimed before it still start, and the slots left are free again.
     pub(super) fn claim(&mut self, rt: &tokio::runtime::Runtime) -> Result<(), TuneError> {
+        if self.only.is_none() {
+            self.meet_new_sweeps()?;
+        }
         let mut slots = Vec::new();
         while let Some(slot) = self.pool.claim() {
             slots.push(slot);
@@ -90,12 +95,15 @@ impl WorkerState<'_> {
             Some(_) => CLAIM_OFFER_OF_ONE,
             None => CLAIM_ANY_OFFER,
         };
+        let (device, only) = (slot.to_string(), self.only);
+        let served: Vec<i64> = self.experiments.keys().copied().collect();
+        let filter: &(dyn postgres::types::ToSql + Sync) = match &only {
+            Some(_) => &only,
+            None => &served,
+        };
         let Some(row) = self
             .db
-            .query_opt(
-                sql,
-                &[&self.me, &slot.to_string(), &lease, &NOTE_CLAIM, &self.only],
-            )
+            .query_opt(sql, &[&self.me, &device, &lease, &NOTE_CLAIM, filter])
             .map_err(|e| self.err(e))?
         else {
             return Ok(None);
@@ -160,6 +168,50 @@ impl WorkerState<'_> {
             restored,
             kept,
         }))
+    }
+
+    /// Reads the sweeps with offers this worker has not seen yet, so that it claims no trial
+    /// that takes several slots: a worker serving every sweep has one trial per slot (its
+    /// pool is shared), and such a sweep is served by workers started for it alone.
+    fn meet_new_sweeps(&mut self) -> Result<(), TuneError> {
+        let known: Vec<i64> = (self.experiments.keys().copied())
+            .chain(self.not_served.iter().copied())
+            .collect();
+        let rows = self
+            .db
+            .query(
+                "SELECT DISTINCT experiment FROM tune_attempts
+                 WHERE state = 'offered' AND NOT (experiment = ANY($1::bigint[]))",
+                &[&known],
+            )
+            .map_err(|e| self.err(e))?;
+        for experiment in rows.iter().map(|r| r.get::<_, i64>(0)) {
+            let packing = self.packing();
+            let served = serve_experiment(
+                &mut self.db,
+                experiment,
+                self.settings,
+                &*self.objective_of,
+                packing,
+            )
+            .map_err(|e| self.err(e))?;
+            if let Some((cpus, gpus)) = served.takes {
+                let takes = match gpus {
+                    Some(g) if g > 1 => format!("{g} GPUs"),
+                    _ => format!("{cpus} CPU slots"),
+                };
+                eprintln!(
+                    "tune worker: trials of {:?} take {takes} each; a worker serving every \
+                     sweep runs one trial per slot, so it leaves them to a worker started for \
+                     that sweep alone (tune worker --experiment {})",
+                    served.name, served.name
+                );
+                self.not_served.push(experiment);
+            } else {
+                self.experiments.insert(experiment, served);
+            }
+        }
+        Ok(())
     }
 
     /// Makes `trial_dir` the trial's folder as the database keeps it (an exploit's: its
