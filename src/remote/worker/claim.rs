@@ -117,15 +117,7 @@ impl WorkerState<'_> {
         let token: i64 = row.get(3);
         let job: &str = row.get(4);
         if !self.experiments.contains_key(&experiment) {
-            let packing = self.packing();
-            let served = serve_experiment(
-                &mut self.db,
-                experiment,
-                self.settings,
-                &*self.objective_of,
-                packing,
-            )
-            .map_err(|e| self.err(e))?;
+            let served = self.read_sweep(experiment)?;
             self.experiments.insert(experiment, served);
         }
         let served = &self.experiments[&experiment];
@@ -170,6 +162,19 @@ impl WorkerState<'_> {
         }))
     }
 
+    /// What this worker needs to run the trials of sweep `experiment` ([`serve_experiment`]).
+    fn read_sweep(&mut self, experiment: i64) -> Result<super::Served, TuneError> {
+        let packing = self.packing();
+        serve_experiment(
+            &mut self.db,
+            experiment,
+            self.settings,
+            &*self.objective_of,
+            packing,
+        )
+        .map_err(|e| self.err(e))
+    }
+
     /// Reads the sweeps with offers this worker has not seen yet, so that it claims no trial
     /// that takes several slots: a worker serving every sweep has one trial per slot (its
     /// pool is shared), and such a sweep is served by workers started for it alone.
@@ -186,15 +191,7 @@ impl WorkerState<'_> {
             )
             .map_err(|e| self.err(e))?;
         for experiment in rows.iter().map(|r| r.get::<_, i64>(0)) {
-            let packing = self.packing();
-            let served = serve_experiment(
-                &mut self.db,
-                experiment,
-                self.settings,
-                &*self.objective_of,
-                packing,
-            )
-            .map_err(|e| self.err(e))?;
+            let served = self.read_sweep(experiment)?;
             if let Some((cpus, gpus)) = served.takes {
                 let takes = match gpus {
                     Some(g) if g > 1 => format!("{g} GPUs"),
