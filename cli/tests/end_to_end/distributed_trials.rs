@@ -357,3 +357,88 @@ fn a_worker_started_for_the_sweep_runs_its_2_process_trials_and_a_shared_one_lea
     assert_eq!(records.len(), 8);
     assert!(records.iter().all(|r| r["world"] == 2));
 }
+
+/// `mpirun` as the launcher (no `launcher`: the command starts the ranks), with Debian's
+/// OpenMPI and mpi4py, which `.ci/run` installs: placeholders fill its command line, its
+/// ranks see the attempt's port, a rank failing fails the attempt and the retry completes,
+/// and stopped trials leave nothing of mpirun, its ranks or what they started.
+#[test]
+fn an_mpirun_sweep_is_placed_stopped_and_retried_as_one_trial_per_job() {
+    let has_mpi = std::process::Command::new(TORCH_PYTHON)
+        .args(["-c", "import mpi4py.MPI"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && std::process::Command::new("mpirun")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    assert!(
+        has_mpi,
+        "mpirun or mpi4py is missing: the mpirun test needs Debian's openmpi-bin and \
+         python3-mpi4py (`.ci/run` installs them)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let records_dir = tmp.path().join("records");
+    let argv = [
+        "mpirun",
+        "-np",
+        "{world_size}",
+        "--oversubscribe",
+        TORCH_PYTHON,
+        &fixture("mpi_ranks.py").display().to_string(),
+        &records_dir.display().to_string(),
+        "{x}",
+        "6",
+        "1",
+    ]
+    .map(|a| format!("{a:?}"));
+    // One trial at a time, so that which trials ASHA stops does not hang on the order of
+    // reports. OpenMPI refuses root unless told (CI runs as root).
+    let text = format!(
+        "name = \"mpi\"\nmetric = \"loss\"\nsamples = 5\nseed = 3\nmax_failures = 1\n\n\
+         [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 1\nreduction_factor = 2\n\n\
+         [resources]\ncpu_slots = 2\nprocesses_per_node = 2\n\n\
+         [objective]\ncommand = [{}]\nenv = {{ OMPI_ALLOW_RUN_AS_ROOT = \"1\", \
+         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = \"1\", OMPI_MCA_btl = \"self,vader,tcp\" }}\n\n\
+         [space]\nx = {{ uniform = [0.0, 1.0] }}\n",
+        argv.join(", ")
+    );
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(&spec, text).unwrap();
+    let dir = tmp.path().join("run");
+    let out = run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("trial 1: attempt 1 failed (exited with code"),
+        "{said}"
+    );
+
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 5);
+    assert_eq!(trials[1]["attempts"], 2, "{}", trials[1]);
+    assert!(
+        trials.iter().any(|t| t["status"] == "stopped"),
+        "{trials:?}"
+    );
+    for t in &trials {
+        assert!(
+            t["status"] == "completed" || t["status"] == "stopped",
+            "{t}"
+        );
+        let x = t["params"]["x"].as_f64().unwrap();
+        for r in t["results"].as_array().unwrap() {
+            let step = r["step"].as_f64().unwrap();
+            assert_eq!(r["loss"].as_f64(), Some(x + 1.0 / step), "{t}");
+        }
+    }
+    let records = rank_records(tmp.path());
+    assert_eq!(records.len(), 2 * 6, "{records:?}");
+    for pair in records.chunks(2) {
+        assert_eq!(
+            (pair[0]["world"].as_u64(), pair[1]["world"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert_eq!(pair[0]["port"], pair[1]["port"]);
+    }
+    assert_eq!(processes_naming(&records_dir), Vec::<String>::new());
+}

@@ -97,7 +97,8 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         master_port: port.port(),
     });
     let log = log::TrialLog::open(&obj.experiment_dir, job.id, job.attempt);
-    let (mut process, mut others) = match spawn(obj, job, launch.as_ref(), &log) {
+    let mark = keeper::attempt_mark();
+    let (mut process, mut others) = match spawn(obj, job, (launch.as_ref(), &mark), &log) {
         Ok(started) => started,
         Err(failed) => return failed,
     };
@@ -140,6 +141,20 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let _ = process.end().await;
     others.terminate(Duration::ZERO, obj.grace).await;
     others.end().await;
+    if obj.distributed {
+        // A launcher may start ranks in sessions of their own (mpirun does), out of reach of
+        // the groups' signals: what carries the attempt's mark goes too.
+        let killed = tokio::task::spawn_blocking(move || keeper::end_leftovers(&mark))
+            .await
+            .unwrap_or(0);
+        if killed > 0 {
+            let _ = job.tx.send(WorkerMsg::Note(format!(
+                "trial {}: {killed} processes of its attempt {} outside its process groups \
+                 were still running after it ended, and were killed",
+                job.id, job.attempt
+            )));
+        }
+    }
     outcome
 }
 
@@ -148,7 +163,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
 fn spawn(
     obj: &CommandObjective,
     job: &Job,
-    launch: Option<&Launch>,
+    (launch, mark): (Option<&Launch>, &str),
     log: &log::TrialLog,
 ) -> Result<(TrialProcess, OtherRanks), Outcome> {
     let argv: Vec<String> = obj
@@ -177,6 +192,7 @@ fn spawn(
     };
     let command = |local_rank: u32| {
         let mut cmd = trial_command(obj, job, (&argv, &params), launch);
+        cmd.env(keeper::MARK_VAR, mark);
         if let (Launcher::Tune, Some(launch)) = (obj.launcher, launch) {
             cmd.envs(launch.rank_env(local_rank));
         }
