@@ -1,6 +1,6 @@
 //! What tune's tests and benches share, apart from the code they test: private PostgreSQL and
-//! MLflow servers, pinned Python environments, the benchmark functions, the learning-curve
-//! simulator and the LCBench surrogate. Not published; nothing in the product depends on it.
+//! MLflow servers, a private Slurm cluster, pinned Python environments, the benchmark
+//! functions, the learning-curve simulator and the LCBench surrogate. Not published; nothing in the product depends on it.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +20,7 @@ pub mod pg_tls_server;
 pub mod python;
 pub mod runs;
 pub mod simulator;
+pub mod slurm;
 pub mod tpe_env;
 pub mod trivial;
 

@@ -28,6 +28,7 @@ mod postgres_store;
 mod resume;
 mod schedulers;
 mod serve;
+mod slurm;
 mod stop;
 mod stored_format;
 mod tensorboard;
