@@ -64,6 +64,10 @@ impl OtherRanks {
             if let Some(why) = self.reap_exited().await {
                 return why;
             }
+            if self.ranks.iter().all(|r| r.status.is_some()) {
+                // Nothing left to fail (or no other rank at all): no more looks.
+                return std::future::pending().await;
+            }
             tokio::time::sleep(LOOK).await;
         }
     }
