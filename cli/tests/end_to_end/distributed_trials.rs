@@ -77,6 +77,32 @@ fn processes_naming(marker: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Every attempt's `world` processes (the records sorted by trial, attempt and rank) met in
+/// one world on one port.
+fn assert_each_attempt_met(records: &[Json], world: usize) {
+    assert_eq!(records.len() % world, 0, "{records:?}");
+    for attempt in records.chunks(world) {
+        for r in attempt {
+            assert_eq!(r["world"].as_u64(), Some(world as u64), "{attempt:?}");
+            assert_eq!(
+                (&r["trial"], &r["attempt"], &r["port"]),
+                (
+                    &attempt[0]["trial"],
+                    &attempt[0]["attempt"],
+                    &attempt[0]["port"]
+                ),
+                "{attempt:?}"
+            );
+        }
+    }
+}
+
+/// Nothing of the sweep's processes, nor what they started, is left: a `/proc` scan for the
+/// fixture's records folder on their command lines.
+fn assert_nothing_left(tmp: &Path) {
+    assert_eq!(processes_naming(&tmp.join("records")), Vec::<String>::new());
+}
+
 #[test]
 fn trials_of_two_processes_meet_on_ports_of_their_own_and_fail_as_one() {
     let tmp = tempfile::tempdir().unwrap();
@@ -119,26 +145,16 @@ fn trials_of_two_processes_meet_on_ports_of_their_own_and_fail_as_one() {
     let records = rank_records(tmp.path());
     // Every attempt started both ranks, as torchrun would set them.
     assert_eq!(records.len(), 2 * 7, "{records:?}");
+    assert_each_attempt_met(&records, 2);
     for pair in records.chunks(2) {
-        let (r0, r1) = (&pair[0], &pair[1]);
+        let ranks = pair
+            .iter()
+            .map(|r| (r["rank"].as_u64(), r["local_rank"].as_u64()));
         assert_eq!(
-            (r0["rank"].as_u64(), r1["rank"].as_u64()),
-            (Some(0), Some(1))
+            ranks.collect::<Vec<_>>(),
+            [(Some(0), Some(0)), (Some(1), Some(1))]
         );
-        assert_eq!(
-            (r0["local_rank"].as_u64(), r1["local_rank"].as_u64()),
-            (Some(0), Some(1))
-        );
-        assert_eq!(
-            (r0["world"].as_u64(), r1["world"].as_u64()),
-            (Some(2), Some(2))
-        );
-        assert_eq!(r0["port"], r1["port"]);
-        assert_eq!(r0["master"], "127.0.0.1");
-        assert_eq!(
-            (r0["trial"].clone(), r0["attempt"].clone()),
-            (r1["trial"].clone(), r1["attempt"].clone())
-        );
+        assert!(pair.iter().all(|r| r["master"] == "127.0.0.1"), "{pair:?}");
     }
     // The other ranks' output is in the trial's log, marked with its rank.
     let log = std::fs::read_to_string(dir.join("logs/1.log")).unwrap();
@@ -148,10 +164,7 @@ fn trials_of_two_processes_meet_on_ports_of_their_own_and_fail_as_one() {
     );
     assert!(log.contains("[rank 1] rank 1 joined"), "{log}");
     assert!(log.contains("rank 0 met 1 others"), "{log}");
-    assert_eq!(
-        processes_naming(&tmp.path().join("records")),
-        Vec::<String>::new()
-    );
+    assert_nothing_left(tmp.path());
 }
 
 #[test]
@@ -172,10 +185,7 @@ fn a_stopped_trial_leaves_no_process_of_any_rank() {
     assert!(stopped >= 2, "ASHA stopped {stopped} of 6: {trials:?}");
     // Each rank left a grandchild in its process group: none of them, nor any rank, is left.
     assert_eq!(rank_records(tmp.path()).len(), 6 * 3);
-    assert_eq!(
-        processes_naming(&tmp.path().join("records")),
-        Vec::<String>::new()
-    );
+    assert_nothing_left(tmp.path());
 }
 
 /// Debian's python3, where `.ci/run` installs python3-torch (1.13, CPU only).
@@ -253,17 +263,8 @@ fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha()
     // Both ranks of every attempt met in one world on the attempt's port.
     let records = rank_records(tmp.path());
     assert_eq!(records.len(), 2 * 7, "{records:?}");
-    for pair in records.chunks(2) {
-        assert_eq!(
-            (pair[0]["world"].as_u64(), pair[1]["world"].as_u64()),
-            (Some(2), Some(2))
-        );
-        assert_eq!(pair[0]["port"], pair[1]["port"]);
-    }
-    assert_eq!(
-        processes_naming(&tmp.path().join("records")),
-        Vec::<String>::new()
-    );
+    assert_each_attempt_met(&records, 2);
+    assert_nothing_left(tmp.path());
 }
 
 #[test]
@@ -433,12 +434,6 @@ fn an_mpirun_sweep_is_placed_stopped_and_retried_as_one_trial_per_job() {
     }
     let records = rank_records(tmp.path());
     assert_eq!(records.len(), 2 * 6, "{records:?}");
-    for pair in records.chunks(2) {
-        assert_eq!(
-            (pair[0]["world"].as_u64(), pair[1]["world"].as_u64()),
-            (Some(2), Some(2))
-        );
-        assert_eq!(pair[0]["port"], pair[1]["port"]);
-    }
-    assert_eq!(processes_naming(&records_dir), Vec::<String>::new());
+    assert_each_attempt_met(&records, 2);
+    assert_nothing_left(tmp.path());
 }

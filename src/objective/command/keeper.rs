@@ -142,7 +142,7 @@ fn start() -> Option<Mutex<std::fs::File>> {
     let needle_len = text.len();
     // No trial is between its fork and its exec while the helper is forked: it takes no
     // trial's pipe with it (and it closes what it took at once).
-    let _no_start = super::process::no_start_under_way();
+    let _no_start = super::starts::no_start_under_way();
     // SAFETY: the child runs `keep`, which calls only async-signal-safe functions on its own
     // stack, and never returns.
     match unsafe { libc::fork() } {

@@ -34,6 +34,7 @@ mod log;
 mod process;
 mod ranks;
 mod reports;
+mod starts;
 
 /// A command template and how to run it.
 pub(crate) struct CommandObjective {

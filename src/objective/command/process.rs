@@ -15,6 +15,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::Instant;
 
+use super::starts;
+
 /// The trial's running process, the leader of its own process group.
 pub(super) struct TrialProcess {
     child: Child,
@@ -29,27 +31,6 @@ pub(super) struct TrialProcess {
 
 /// How often an exit is looked for where the kernel has no pidfd.
 const EXIT_POLL: Duration = Duration::from_millis(10);
-
-/// Read-held while a trial's process is started (starts run side by side), write-held to see
-/// that none is under way. A child holds every descriptor of the coordinator from its fork to
-/// its exec (close-on-exec closes them only then), so another trial's pipes stay open for that
-/// moment.
-static STARTING: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-/// Held while one trial's process starts.
-fn starting() -> std::sync::RwLockReadGuard<'static, ()> {
-    STARTING
-        .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Waits until no trial's process is being started (between its fork and its exec), and keeps
-/// any from starting until the guard is dropped.
-pub(super) fn no_start_under_way() -> std::sync::RwLockWriteGuard<'static, ()> {
-    STARTING
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 impl TrialProcess {
     /// Starts `cmd` with piped stdin, stdout and stderr, as the leader of a process group of
@@ -77,7 +58,7 @@ impl TrialProcess {
         }
         // `spawn` returns once the child has exec'd (it waits for the exec to report).
         let child = {
-            let _starting = starting();
+            let _starting = starts::starting();
             cmd.spawn()?
         };
         let group = child
@@ -244,7 +225,7 @@ pub(super) async fn held_outside_the_group(fd: RawFd, group: libc::pid_t) -> boo
                 return true;
             };
             return tokio::task::spawn_blocking(move || {
-                let _no_start = no_start_under_way();
+                let _no_start = starts::no_start_under_way();
                 pipe_has_writer(pipe.as_raw_fd()) && held_by_another_process(pipe.as_raw_fd())
             })
             .await
