@@ -253,6 +253,47 @@ impl ExperimentSpec {
             .trials_per_pack(self.fusable() && few_packs, on_gpu)
     }
 
+    /// What one trial takes, for people (`tune status`), where trials are distributed:
+    /// "2 processes per machine (started by tune), 2 CPU slots".
+    ///
+    /// ```
+    /// let mut spec = tune::ExperimentSpec::from_toml(
+    ///     "name = \"d\"\nmetric = \"loss\"\nsamples = 2\n[resources]\nprocesses_per_node = 2\n\
+    ///      [objective]\nlauncher = \"tune\"\ncommand = [\"true\"]\n[space]\nx = { uniform = [0.0, 1.0] }\n",
+    ///     std::path::Path::new("d.toml"),
+    /// ).unwrap();
+    /// assert_eq!(
+    ///     spec.trial_shape().as_deref(),
+    ///     Some("2 processes per machine (started by tune), 2 CPU slots")
+    /// );
+    /// spec.resources.processes_per_node = None;
+    /// assert_eq!(spec.trial_shape(), None);
+    /// ```
+    pub fn trial_shape(&self) -> Option<String> {
+        let r = &self.resources;
+        if !r.distributed() {
+            return None;
+        }
+        let launcher = match self.objective.as_ref().and_then(|o| o.launcher.as_deref()) {
+            Some("tune") => "started by tune",
+            _ => "started by its command",
+        };
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let takes = match r.gpus_per_trial {
+            Some(_) => format!("{} GPU{}", r.gpus_per_trial(), plural(r.gpus_per_trial())),
+            None => format!(
+                "{} CPU slot{}",
+                r.cpus_per_trial(),
+                plural(r.cpus_per_trial())
+            ),
+        };
+        let processes = r.processes_per_node() as usize;
+        Some(format!(
+            "{processes} process{} per machine ({launcher}), {takes}",
+            if processes == 1 { "" } else { "es" }
+        ))
+    }
+
     /// `[resources]`: slots, and packs only where trials can be fused.
     pub(super) fn validate_resources(&self) -> Result<(), InvalidSetting> {
         if self.resources.cpu_slots == 0 {

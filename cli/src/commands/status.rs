@@ -41,6 +41,9 @@ fn print_status(
         "steps trained: {} (each report's advance over its trial's previous one, summed)",
         tune::steps_trained(trials)
     )?;
+    if let Some(shape) = spec.trial_shape() {
+        writeln!(out, "each trial: {shape}")?;
+    }
     if spec.search.algorithm.algorithm() == tune::Algorithm::Auto {
         writeln!(out, "search: auto: {}", auto_runs(trials))?;
     }

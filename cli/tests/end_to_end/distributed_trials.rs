@@ -156,6 +156,13 @@ fn trials_of_two_processes_meet_on_ports_of_their_own_and_fail_as_one() {
         );
         assert!(pair.iter().all(|r| r["master"] == "127.0.0.1"), "{pair:?}");
     }
+    let status = run_ok(tune().arg("status").arg(&dir));
+    assert!(
+        String::from_utf8_lossy(&status.stdout)
+            .contains("each trial: 2 processes per machine (started by tune), 2 CPU slots"),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
     // The other ranks' output is in the trial's log, marked with its rank.
     let log = std::fs::read_to_string(dir.join("logs/1.log")).unwrap();
     assert!(
