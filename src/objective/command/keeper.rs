@@ -63,13 +63,14 @@ pub(super) fn attempt_mark() -> String {
 pub(super) fn end_leftovers(attempt_mark: &str) -> usize {
     let needle = format!("{MARK_VAR}={attempt_mark}\0");
     let me = std::process::id();
-    let mut killed = 0;
+    // Each process killed, once (a dying one is still listed on the next pass).
+    let mut killed = std::collections::BTreeSet::new();
     // What the killed start as they die is found by the next pass.
     for _ in 0..3 {
         let Ok(processes) = std::fs::read_dir("/proc") else {
-            return killed;
+            break;
         };
-        let before = killed;
+        let before = killed.len();
         for pid in processes
             .flatten()
             .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
@@ -99,14 +100,16 @@ pub(super) fn end_leftovers(attempt_mark: &str) -> usize {
                         0,
                     )
                 };
-                killed += usize::from(sent == 0);
+                if sent == 0 {
+                    killed.insert(pid);
+                }
             }
         }
-        if killed == before {
+        if killed.len() == before {
             break;
         }
     }
-    killed
+    killed.len()
 }
 
 /// Lists `group` with the helper: killed if tune dies while it runs.

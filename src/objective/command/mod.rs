@@ -80,6 +80,10 @@ enum Cut {
     Cancelled,
     /// A rank other than 0 ended in failure: the attempt fails with this.
     RankFailed(String),
+    /// The trial's process exited while a process it started in a session of its own
+    /// (`setsid`) still held its stdout: the trial ends with its process, and that one is
+    /// killed by the attempt's mark.
+    Escaped,
     /// A report that could not be read: the trial fails with this reason.
     BadReport(String),
 }
@@ -126,6 +130,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         &mut ends,
     )
     .await;
+    let escaped = matches!(cut, Some(Cut::Escaped));
     let outcome = finish(
         obj,
         job,
@@ -142,17 +147,25 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
     let _ = process.end().await;
     others.terminate(Duration::ZERO, obj.grace).await;
     others.end().await;
-    if obj.distributed {
-        // A launcher may start ranks in sessions of their own (mpirun does), out of reach of
-        // the groups' signals: what carries the attempt's mark goes too.
+    if obj.distributed || escaped {
+        // Out of reach of the groups' signals, in sessions of their own: a launcher's ranks
+        // (mpirun starts them so), or what held the trial's output open. What carries the
+        // attempt's mark goes too.
         let killed = tokio::task::spawn_blocking(move || keeper::end_leftovers(&mark))
             .await
             .unwrap_or(0);
-        if killed > 0 {
+        let why = if escaped {
+            "its process exited while a process it started in a session of its own (setsid) \
+             still held its output open; the trial ended with its process"
+                .to_string()
+        } else {
+            format!("its attempt {} ended", job.attempt)
+        };
+        if killed > 0 || escaped {
             let _ = job.tx.send(WorkerMsg::Note(format!(
-                "trial {}: {killed} processes of its attempt {} outside its process groups \
-                 were still running after it ended, and were killed",
-                job.id, job.attempt
+                "trial {}: {why}; {killed} processes of it outside its process groups were \
+                 still running, and were killed",
+                job.id
             )));
         }
     }
@@ -333,12 +346,7 @@ async fn read_reports(
     loop {
         if left == Some(0) && line.is_empty() {
             if held_outside_the_group(stdout.get_ref().as_raw_fd(), process.group()).await {
-                let _ = job.tx.send(WorkerMsg::Note(format!(
-                    "trial {}: its process exited while a process it started in a session of \
-                     its own (setsid) still held its output open; the trial ended with its \
-                     process, that process is left running and its output is ignored",
-                    job.id
-                )));
+                return Some(Cut::Escaped);
             }
             return None;
         }
@@ -459,8 +467,8 @@ async fn finish(
     ends: &mut Ends,
 ) -> Outcome {
     let cut = match cut {
-        Some(cut) => cut,
-        None => {
+        Some(cut) if !matches!(cut, Cut::Escaped) => cut,
+        _ => {
             let exited = tokio::select! {
                 _ = process.exited() => None,
                 _ = sleep_until(deadline) => Some(Cut::TimedOut),
@@ -499,6 +507,7 @@ async fn finish(
         Cut::BadReport(reason) | Cut::RankFailed(reason) => {
             (Duration::ZERO, Outcome::Failed(reason))
         }
+        Cut::Escaped => unreachable!("an escaped process's trial ends as its process does"),
     };
     tokio::join!(
         process.terminate(patience, obj.grace),
