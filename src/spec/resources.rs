@@ -72,7 +72,7 @@ impl Resources {
     }
 
     /// Whether trials are distributed: several processes or machines (or GPUs) each, with
-    /// the rendezvous placeholders and environment ([`crate::Launch`]).
+    /// the rendezvous placeholders and environment (docs/guide/distributed-trials.md).
     pub fn distributed(&self) -> bool {
         self.gpus_per_trial.is_some()
             || self.processes_per_node.is_some()

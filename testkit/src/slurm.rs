@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// The node's name in the cluster.
 pub const NODE: &str = "tnode1";
 
-/// A running cluster; its commands (`sbatch`, `squeue`) need [`SlurmCluster::env`].
+/// A running cluster; its commands (`sbatch`, `squeue`) come from [`SlurmCluster::command`].
 pub struct SlurmCluster {
     dir: tempfile::TempDir,
 }
