@@ -511,7 +511,7 @@ impl Tuner {
         let local_slots = self.local_slots;
         let in_database = matches!(self.store, StoreLocation::Postgres(_));
         let prepare = |spec: &ExperimentSpec, dir: &Path| -> Result<_, TuneError> {
-            check_database_checkpoints(spec, in_database, local_slots)?;
+            check_workers_only(spec, in_database, local_slots)?;
             let (pool, note, pack) = local_pool(spec, local_slots)?;
             Ok((
                 objective(spec, dir, pack)?,
@@ -888,30 +888,42 @@ impl TuneResult {
     }
 }
 
-/// `[store] checkpoints = "database"` needs the sweep in PostgreSQL, and its trials on `tune
-/// worker`s: the coordinator's own slots keep trial folders on this machine only.
-fn check_database_checkpoints(
+/// Sweeps whose trials run on `tune worker`s only: in PostgreSQL, and with no slot of the
+/// coordinator's own (`--slots 0`). `[store] checkpoints = "database"` (the coordinator's
+/// slots would keep trial folders on this machine only) and `nodes_per_trial` above 1 (a gang
+/// is several workers at once).
+fn check_workers_only(
     spec: &ExperimentSpec,
     in_database: bool,
     local_slots: Option<usize>,
 ) -> Result<(), TuneError> {
-    if spec.database_checkpoints().is_none() {
+    let (setting, why) = if spec.database_checkpoints().is_some() {
+        (
+            "[store] checkpoints = \"database\"".to_string(),
+            "keeps trial folders in the sweep's PostgreSQL database",
+        )
+    } else if spec.resources.nodes_per_trial() > 1 {
+        (
+            format!(
+                "[resources] nodes_per_trial = {}",
+                spec.resources.nodes_per_trial()
+            ),
+            "runs each trial on that many `tune worker`s at once, which meet through the \
+             sweep's PostgreSQL database",
+        )
+    } else {
         return Ok(());
-    }
+    };
     if !in_database {
-        return Err(TuneError::Invalid(
-            "[store] checkpoints = \"database\" keeps trial folders in the sweep's PostgreSQL \
-             database: run it with --store postgres://... (or TUNE_STORE), or name a folder"
-                .into(),
-        ));
+        return Err(TuneError::Invalid(format!(
+            "{setting} {why}: run it with --store postgres://... (or TUNE_STORE)"
+        )));
     }
     if local_slots != Some(0) {
-        return Err(TuneError::Invalid(
-            "[store] checkpoints = \"database\": trials run on `tune worker`s only; this \
-             coordinator's own slots would keep their trial folders on this machine: run it \
-             with --slots 0"
-                .into(),
-        ));
+        return Err(TuneError::Invalid(format!(
+            "{setting}: trials run on `tune worker`s only, not on this coordinator's own \
+             slots: run it with --slots 0"
+        )));
     }
     Ok(())
 }

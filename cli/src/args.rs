@@ -139,6 +139,11 @@ pub struct WorkerArgs {
     /// started before their coordinator, as one batch job may); 0 fails at once.
     #[arg(long, default_value_t = 0.0)]
     pub wait: f64,
+    /// The address other machines reach this one at, where it runs node 0 of a trial on
+    /// several machines (`[resources] nodes_per_trial`): the others' processes meet its
+    /// processes there (MASTER_ADDR). Default: this machine's host name.
+    #[arg(long)]
+    pub address: Option<String>,
 }
 
 /// `tune status`'s arguments.

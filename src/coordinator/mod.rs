@@ -308,7 +308,7 @@ impl Coordinator {
         };
         let (bridge, adopted) = Bridge::start(
             url,
-            &self.plan.name,
+            &self.plan.meta.spec,
             &self.stored_running,
             self.tx.clone(),
             self.shutdown.subscribe(),
@@ -722,6 +722,7 @@ impl Coordinator {
             tx: self.tx.clone(),
             shutdown: self.shutdown.subscribe(),
             cancel: cancelled,
+            gang: None,
         };
         match (
             &self.bridge,

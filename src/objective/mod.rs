@@ -83,6 +83,8 @@ pub(crate) struct Job {
     pub shutdown: watch::Receiver<bool>,
     /// Set when a control stopped the trial: the run ends now (its trial is already settled).
     pub cancel: watch::Receiver<bool>,
+    /// Its place in a gang of workers (`nodes_per_trial` above 1); `None` on one machine.
+    pub gang: Option<command::GangPlace>,
 }
 
 impl Objective {

@@ -166,13 +166,14 @@ impl Bridge {
     /// workers stop.
     pub(crate) fn start(
         url: &str,
-        name: &str,
+        spec: &crate::spec::ExperimentSpec,
         running: &[(TrialId, u32)],
         tx: mpsc::UnboundedSender<WorkerMsg>,
         shutdown: watch::Receiver<bool>,
         control: crate::control::SweepControl,
         rt: &Handle,
     ) -> Result<(Bridge, Vec<Adopted>), TuneError> {
+        let name = &spec.name;
         let location = crate::store::postgres_location(url, name);
         let settings = pg_store::settings(url, &location)?;
         let mut client = pg_store::connect_with(&settings, &location)?;
@@ -217,6 +218,7 @@ impl Bridge {
             rt: rt.clone(),
             events: events.clone(),
             capacity: capacity.clone(),
+            nodes_per_trial: spec.resources.nodes_per_trial() as usize,
             shutting_down: false,
             ended: None,
             changed: Changed::ALL,
@@ -338,6 +340,8 @@ struct State {
     rt: Handle,
     events: std_mpsc::Sender<Event>,
     capacity: Arc<AtomicUsize>,
+    /// The machines one trial spans: above 1, each attempt takes that many workers at once.
+    nodes_per_trial: usize,
     shutting_down: bool,
     ended: Option<bool>,
     /// What workers wrote since the last look.
@@ -755,11 +759,11 @@ impl State {
             .iter()
             .map(worker_from_row)
             .collect();
-        let slots: usize = workers
-            .iter()
+        let live: Vec<usize> = (workers.iter())
             .filter(|w| w.live)
             .map(|w| w.slots as usize)
-            .sum();
+            .collect();
+        let slots = gangs_placeable(&live, self.nodes_per_trial);
         if self.capacity.swap(slots, Ordering::SeqCst) != slots {
             let _ = self.tx.send(WorkerMsg::Wake);
         }
@@ -786,5 +790,37 @@ impl State {
             .filter(|(_, t)| keep(t))
             .map(|(&(id, attempt), _)| (bigint(id), attempt as i32))
             .unzip()
+    }
+}
+
+/// How many trials of `nodes` machines each can run at once on workers with these `slots`:
+/// the most gangs `g` such that the workers' seats, each counted up to `g` (no worker holds
+/// two nodes of one trial), fill `g` gangs. With `nodes` 1, every slot.
+fn gangs_placeable(slots: &[usize], nodes: usize) -> usize {
+    if nodes <= 1 {
+        return slots.iter().sum();
+    }
+    let seats = |g: usize| slots.iter().map(|&s| s.min(g)).sum::<usize>();
+    (0..=slots.iter().sum::<usize>() / nodes)
+        .rev()
+        .find(|&g| seats(g) >= g * nodes)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gangs_placeable;
+
+    #[test]
+    fn gangs_take_one_seat_of_as_many_workers_as_they_span() {
+        assert_eq!(gangs_placeable(&[2, 3], 1), 5);
+        assert_eq!(gangs_placeable(&[1, 1], 2), 1);
+        assert_eq!(gangs_placeable(&[1, 1, 1], 2), 1);
+        assert_eq!(gangs_placeable(&[2, 2], 2), 2);
+        // Seats of one worker alone make no gang.
+        assert_eq!(gangs_placeable(&[3, 1], 2), 1);
+        assert_eq!(gangs_placeable(&[4], 2), 0);
+        assert_eq!(gangs_placeable(&[2, 2, 2], 3), 2);
+        assert_eq!(gangs_placeable(&[], 2), 0);
     }
 }

@@ -27,7 +27,7 @@ impl Bridge {
     /// [`StoreError::PostgresNotBuilt`].
     pub(crate) fn start(
         url: &str,
-        name: &str,
+        spec: &crate::spec::ExperimentSpec,
         _running: &[(TrialId, u32)],
         _tx: mpsc::UnboundedSender<WorkerMsg>,
         _shutdown: watch::Receiver<bool>,
@@ -35,7 +35,7 @@ impl Bridge {
         _rt: &Handle,
     ) -> Result<(Bridge, Vec<Adopted>), TuneError> {
         Err(StoreError::PostgresNotBuilt {
-            at: crate::store::postgres_location(url, name),
+            at: crate::store::postgres_location(url, &spec.name),
         }
         .into())
     }

@@ -12,7 +12,12 @@ pub(crate) const WORKERS_SQL: &str = "SELECT w.id, w.slots, e.name,
         extract(epoch FROM now() - w.heartbeat_at)::float8,
         w.heartbeat_at > now() - make_interval(secs => w.lease_s),
         coalesce((SELECT array_agg(a.trial ORDER BY a.trial) FROM tune_attempts a
-                  WHERE a.worker = w.id AND a.state = 'running' AND a.experiment = $1), '{}'),
+                  WHERE a.state = 'running' AND a.experiment = $1
+                    AND (a.worker = w.id OR EXISTS (
+                        SELECT 1 FROM tune_gang_members m
+                        WHERE m.experiment = $1 AND m.trial = a.trial
+                          AND m.attempt = a.attempt AND m.worker = w.id
+                          AND m.state IN ('assigned', 'running')))), '{}'),
         w.gpus
      FROM tune_workers w LEFT JOIN tune_experiments e ON e.id = w.experiment
      WHERE w.experiment IS NULL OR w.experiment = $1 ORDER BY w.id";

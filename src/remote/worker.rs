@@ -53,6 +53,8 @@ pub struct Worker {
     handle_signals: bool,
     /// How long to wait for the experiment to be created.
     wait: Duration,
+    /// Where other machines reach this one (node 0 of a gang); `None`: its host name.
+    address: Option<String>,
 }
 
 /// What a worker did, when it ends.
@@ -95,7 +97,21 @@ impl Worker {
             stop: StopHandle::new(),
             handle_signals: false,
             wait: Duration::ZERO,
+            address: None,
         }
+    }
+
+    /// The address other machines reach this one at (default: its host name): where the
+    /// processes of a trial on several machines (`[resources] nodes_per_trial`) meet its
+    /// node 0 when this worker runs that node (`MASTER_ADDR`, `{master_addr}`).
+    ///
+    /// ```
+    /// let worker = tune::remote::Worker::new("postgres://tune@db/tune").address("10.0.0.7");
+    /// # drop(worker);
+    /// ```
+    pub fn address(mut self, address: impl Into<String>) -> Self {
+        self.address = Some(address.into());
+        self
     }
 
     /// Serves only experiment `name` (it must exist), and ends once its sweep is finished.
@@ -369,6 +385,8 @@ struct Served {
     /// What one of its trials takes, where that is more than one slot: `cpus_per_trial`,
     /// `gpus_per_trial`.
     takes: Option<(usize, Option<u32>)>,
+    /// The machines one of its trials spans (`nodes_per_trial`): above 1, gangs of workers.
+    nodes: u32,
 }
 
 /// How many trials of a sweep each of a worker's slots holds, trained as one fused model.
@@ -395,8 +413,22 @@ struct Running {
     lost: bool,
     /// Its trial folder, where the sweep keeps trial folders in the database.
     kept: Option<KeptFolder>,
-    /// Why the attempt fails whatever its trial ends with (its folder could not be kept).
-    failure: Option<String>,
+    /// What the attempt ends with whatever its trial ends with: failed (its folder could not
+    /// be kept, another node of its gang failed) or lost (another node was lost).
+    ends_as: Option<Outcome>,
+    /// Its trial was told to end (a decision other than continue): what the rest of its gang
+    /// does next no longer changes its outcome.
+    decided: bool,
+    /// Its place in a gang across machines (`nodes_per_trial` above 1).
+    gang: Option<gang::GangRole>,
+}
+
+impl Running {
+    /// Whether this run holds the attempt itself (its token is the attempt's): every run but
+    /// the nodes above 0 of a gang.
+    fn holds_attempt(&self) -> bool {
+        self.gang.as_ref().is_none_or(|g| g.node_rank == 0)
+    }
 }
 
 struct WorkerState<'a> {
@@ -469,6 +501,9 @@ impl WorkerState<'_> {
             if timer {
                 looked = Instant::now();
                 if let Err(e) = self.take_decisions() {
+                    self.recover(e);
+                }
+                if let Err(e) = self.watch() {
                     self.recover(e);
                 }
             }
@@ -642,7 +677,14 @@ impl WorkerState<'_> {
     /// worker stops them all: the coordinator has given them to others by now.
     fn heartbeat(&mut self) {
         self.last_heartbeat = Some(Instant::now());
-        let tokens: Vec<i64> = self.running.values().map(|r| r.token).collect();
+        let tokens: Vec<i64> = (self.running.values())
+            .filter(|r| r.holds_attempt())
+            .map(|r| r.token)
+            .collect();
+        let members: Vec<i64> = (self.running.values())
+            .filter(|r| r.gang.is_some())
+            .map(|r| r.token)
+            .collect();
         let lease = self.settings.lease.as_secs_f64();
         let renewed = self
             .db
@@ -650,6 +692,7 @@ impl WorkerState<'_> {
                 "UPDATE tune_workers SET heartbeat_at = now(), gpus = $2 WHERE id = $1",
                 &[&self.me, &gpus_now()],
             )
+            .and_then(|_| gang::renew_members(&mut self.db, &members, lease))
             .and_then(|_| {
                 self.db.query(
                     "UPDATE tune_attempts SET lease_until = now() + make_interval(secs => $2)
@@ -664,7 +707,7 @@ impl WorkerState<'_> {
                 let gone: Vec<Key> = self
                     .running
                     .iter()
-                    .filter(|(_, r)| !r.lost && !kept.contains(&r.token))
+                    .filter(|(_, r)| !r.lost && r.holds_attempt() && !kept.contains(&r.token))
                     .map(|(k, _)| *k)
                     .collect();
                 for key in gone {
@@ -748,6 +791,18 @@ impl WorkerState<'_> {
                     let _ = ack.send(ReportAnswer::Refused);
                     return Ok(());
                 }
+                if let Some(role) = r.gang.as_mut().filter(|g| g.node_rank > 0) {
+                    // The trial's reports come from node 0; this one goes on unheard.
+                    let _ = ack.send(ReportAnswer::Continue);
+                    if !std::mem::replace(&mut role.told_reports, true) {
+                        eprintln!(
+                            "tune worker: trial {} (attempt {}), node {}: its reports are \
+                             ignored: a trial on several machines is heard from node 0 only",
+                            key.1, key.2, role.node_rank
+                        );
+                    }
+                    return Ok(());
+                }
                 r.reports += 1;
                 let step = step.unwrap_or(r.base + r.reports);
                 if let Err((unsent, e)) = self.send_report(key, step, metrics, ack, false) {
@@ -764,10 +819,23 @@ impl WorkerState<'_> {
                 if r.lost {
                     return Ok(());
                 }
-                let outcome = match r.failure {
-                    Some(why) => Outcome::Failed(why),
-                    None => outcome,
-                };
+                if !r.holds_attempt() {
+                    // A node above 0 of a gang: its end tells the other nodes, not the
+                    // coordinator.
+                    let failed = match outcome {
+                        Outcome::Failed(why) if !r.decided => Some(why),
+                        _ => None,
+                    };
+                    self.unsent.push_back((
+                        key,
+                        Unsent::MemberEnd {
+                            token: r.token,
+                            failed,
+                        },
+                    ));
+                    return self.send_unsent();
+                }
+                let outcome = r.ends_as.unwrap_or(outcome);
                 let end = Unsent::End {
                     token: r.token,
                     outcome,
@@ -807,7 +875,12 @@ impl WorkerState<'_> {
 
     /// Gives the trial waiting on report `id` its decision.
     fn answer(&mut self, id: i64, heard: ReportAnswer) {
-        if let Some((_, ack)) = self.pending.remove(&id) {
+        if let Some((key, ack)) = self.pending.remove(&id) {
+            if heard != ReportAnswer::Continue {
+                if let Some(r) = self.running.get_mut(&key) {
+                    r.decided = true;
+                }
+            }
             let _ = ack.send(heard);
         }
         self.listening.lock().unwrap().remove(&id);
@@ -832,11 +905,13 @@ fn serve_experiment(
     let mut trials_per_pack = 1;
     let mut checkpoint_cap = None;
     let mut takes = None;
+    let mut nodes = 1;
     let (dir, objective) = match meta.map(|m| serde_json::from_str::<Meta>(&m)) {
         Some(Ok(meta)) => {
             checkpoint_cap = meta.spec.database_checkpoints();
             let r = &meta.spec.resources;
-            if r.cpus_per_trial() > 1 || r.gpus_per_trial() > 1 {
+            nodes = r.nodes_per_trial();
+            if r.cpus_per_trial() > 1 || r.gpus_per_trial() > 1 || nodes > 1 {
                 takes = Some((r.cpus_per_trial(), r.gpus_per_trial));
             }
             // `[store] checkpoints`: the sweep's shared folder, else this worker's own.
@@ -866,10 +941,12 @@ fn serve_experiment(
         trials_per_pack,
         checkpoint_cap,
         takes,
+        nodes,
     })
 }
 
 mod claim;
+mod gang;
 mod sending;
 #[cfg(test)]
 mod tests;

@@ -71,6 +71,18 @@ impl Resources {
         self.gpus_per_trial.unwrap_or(1).max(1) as usize
     }
 
+    /// Machines one trial spans: as set, else 1. A trial on several is run by as many `tune
+    /// worker`s at once, one gang (docs/guide/distributed-trials.md).
+    ///
+    /// ```
+    /// let r = tune::Resources { nodes_per_trial: Some(2), ..Default::default() };
+    /// assert_eq!(r.nodes_per_trial(), 2);
+    /// assert_eq!(tune::Resources::default().nodes_per_trial(), 1);
+    /// ```
+    pub fn nodes_per_trial(&self) -> u32 {
+        self.nodes_per_trial.unwrap_or(1).max(1)
+    }
+
     /// Whether trials are distributed: several processes or machines (or GPUs) each, with
     /// the rendezvous placeholders and environment (docs/guide/distributed-trials.md).
     pub fn distributed(&self) -> bool {
@@ -288,8 +300,12 @@ impl ExperimentSpec {
             ),
         };
         let processes = r.processes_per_node() as usize;
+        let machines = match r.nodes_per_trial() {
+            1 => String::new(),
+            n => format!(" on each of {n} machines (a gang of `tune worker`s)"),
+        };
         Some(format!(
-            "{processes} process{} per machine ({launcher}), {takes}",
+            "{processes} process{} per machine ({launcher}), {takes}{machines}",
             if processes == 1 { "" } else { "es" }
         ))
     }
@@ -342,15 +358,6 @@ impl ExperimentSpec {
         if let Some((key, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
             return invalid(key, "expected at least 1, found 0".into());
         }
-        if let Some(nodes @ 2..) = r.nodes_per_trial {
-            return invalid(
-                "nodes_per_trial",
-                format!(
-                    "a trial on {nodes} machines needs gangs of `tune worker`s, which this \
-                     build does not place yet: use 1 (one machine per trial)"
-                ),
-            );
-        }
         if r.gpus_per_trial.is_none() && r.cpus_per_trial() > r.cpu_slots {
             let why = match r.cpus_per_trial {
                 Some(_) => String::new(),
@@ -376,26 +383,27 @@ impl ExperimentSpec {
                 ),
             );
         }
-        let several = r.processes_per_node() > 1 || r.gpus_per_trial() > 1;
-        match &self.objective {
-            Some(o) if o.builtin.is_some() && several => invalid(
-                if r.gpus_per_trial() > 1 {
-                    "gpus_per_trial"
-                } else {
-                    "processes_per_node"
-                },
-                "a built-in trainable trains on one device in one process: give it one GPU \
-                 and one process per trial, or use a command objective"
+        // The key a refusal names: what makes the trial more than one process.
+        let several = if r.nodes_per_trial() > 1 {
+            Some("nodes_per_trial")
+        } else if r.gpus_per_trial() > 1 {
+            Some("gpus_per_trial")
+        } else if r.processes_per_node() > 1 {
+            Some("processes_per_node")
+        } else {
+            None
+        };
+        match (&self.objective, several) {
+            (Some(o), Some(key)) if o.builtin.is_some() => invalid(
+                key,
+                "a built-in trainable trains on one device in one process: give it one GPU, \
+                 one process and one machine per trial, or use a command objective"
                     .into(),
             ),
-            None if several => invalid(
-                if r.gpus_per_trial() > 1 {
-                    "gpus_per_trial"
-                } else {
-                    "processes_per_node"
-                },
+            (None, Some(key)) => invalid(
+                key,
                 "an objective of code (Tuner::fit) runs in this process on one device: trials \
-                 of several processes or GPUs need a command objective"
+                 of several processes, GPUs or machines need a command objective"
                     .into(),
             ),
             _ => Ok(()),

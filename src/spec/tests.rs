@@ -321,10 +321,6 @@ fn what_a_trial_takes_is_checked_against_what_can_be_placed_and_used() {
             "a trial takes 3 CPU slots (one per process: processes_per_node), but there are 2",
         ),
         (
-            "nodes_per_trial = 2",
-            "[resources] `nodes_per_trial`: a trial on 2 machines needs gangs of `tune worker`s",
-        ),
-        (
             "gpus_per_trial = 2\ntrials_per_gpu = 2",
             "[resources] `gpus_per_trial`: a trial that takes 2 GPUs has them to itself",
         ),
@@ -374,4 +370,23 @@ fn several_processes_or_gpus_need_a_command() {
     spec.resources.processes_per_node = Some(2);
     let e = spec.validate().unwrap_err().to_string();
     assert!(e.contains("[resources] `processes_per_node`: an objective of code (Tuner::fit) runs in this process"), "{e}");
+    spec.resources.nodes_per_trial = Some(2);
+    let e = spec.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("[resources] `nodes_per_trial`: an objective of code"),
+        "{e}"
+    );
+    let e = err(&builtin.replace("gpus_per_trial = 2", "nodes_per_trial = 2"));
+    assert!(
+        e.contains("[resources] `nodes_per_trial`: a built-in trainable trains on one device"),
+        "{e}"
+    );
+    // A command's gang is a valid spec (where it runs is the coordinator's to check).
+    let gang = GOOD.replace("[space]", "[resources]\nnodes_per_trial = 2\n\n[space]");
+    let spec = ExperimentSpec::from_toml(&gang, Path::new("s.toml")).unwrap();
+    assert_eq!(spec.resources.nodes_per_trial(), 2);
+    assert_eq!(
+        spec.trial_shape().as_deref(),
+        Some("1 process per machine (started by its command), 1 CPU slot on each of 2 machines (a gang of `tune worker`s)")
+    );
 }

@@ -145,6 +145,27 @@ CREATE TABLE tune_controls (
 );
 CREATE INDEX tune_controls_open ON tune_controls (experiment, id) WHERE answer IS NULL;
 "#,
+    // Gangs (`[resources] nodes_per_trial`, src/remote/worker/gang.rs): the workers that run
+    // one attempt together, one row per machine (node rank), each with its own lease and
+    // token. Node 0 holds the attempt itself (its token is the attempt's) and publishes where
+    // the others meet it (`endpoint`); a member that fails says why (`outcome`).
+    r#"
+CREATE TABLE tune_gang_members (
+    experiment bigint NOT NULL REFERENCES tune_experiments (id) ON DELETE CASCADE,
+    trial bigint NOT NULL,
+    attempt integer NOT NULL,
+    node_rank integer NOT NULL,
+    worker text NOT NULL,
+    token bigint NOT NULL UNIQUE,
+    state text NOT NULL,
+    lease_until timestamptz NOT NULL,
+    endpoint text,
+    outcome text,
+    PRIMARY KEY (experiment, trial, attempt, node_rank)
+);
+CREATE INDEX tune_gang_members_live ON tune_gang_members (experiment, worker)
+    WHERE state IN ('assigned', 'running');
+"#,
 ];
 
 /// How long [`PgStore::open`] waits for the experiment's lock. A coordinator killed a moment

@@ -16,6 +16,7 @@ pub fn worker(args: WorkerArgs) -> Result<ExitCode, TuneError> {
         dir,
         lease,
         wait,
+        address,
     } = args;
     let flag = |e: tune_search::FieldError| TuneError::Invalid(format!("{}: {}", e.key, e.message));
     let lease = tune::seconds::checked("--lease", lease, false).map_err(flag)?;
@@ -33,6 +34,9 @@ pub fn worker(args: WorkerArgs) -> Result<ExitCode, TuneError> {
         .handle_signals(true);
     if let Some(name) = experiment {
         worker = worker.experiment(name);
+    }
+    if let Some(address) = address {
+        worker = worker.address(address);
     }
     if let Some(n) = slots {
         if n == 0 {

@@ -10,7 +10,7 @@ use crate::common::*;
 
 /// A sweep of cli/tests/fixtures/ranks.py: `resources` and `scheduler` are TOML lines, `argv`
 /// what follows the fixture's records folder and `{x}`.
-fn ranks_spec(
+pub(crate) fn ranks_spec(
     tmp: &Path,
     top: &str,
     resources: &str,
@@ -38,7 +38,7 @@ fn ranks_spec(
 }
 
 /// The records the fixture's processes wrote, one per process of each attempt.
-fn rank_records(tmp: &Path) -> Vec<Json> {
+pub(crate) fn rank_records(tmp: &Path) -> Vec<Json> {
     let mut all: Vec<Json> = std::fs::read_dir(tmp.join("records/ranks"))
         .unwrap()
         .map(|e| serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap())
@@ -54,7 +54,7 @@ fn rank_records(tmp: &Path) -> Vec<Json> {
 }
 
 /// Processes alive whose command line names `marker` (the fixture's records folder).
-fn processes_naming(marker: &Path) -> Vec<String> {
+pub(crate) fn processes_naming(marker: &Path) -> Vec<String> {
     let marker = marker.display().to_string();
     let me = std::process::id().to_string();
     std::fs::read_dir("/proc")
@@ -79,7 +79,7 @@ fn processes_naming(marker: &Path) -> Vec<String> {
 
 /// Every attempt's `world` processes (the records sorted by trial, attempt and rank) met in
 /// one world on one port.
-fn assert_each_attempt_met(records: &[Json], world: usize) {
+pub(crate) fn assert_each_attempt_met(records: &[Json], world: usize) {
     assert_eq!(records.len() % world, 0, "{records:?}");
     for attempt in records.chunks(world) {
         for r in attempt {
@@ -99,7 +99,7 @@ fn assert_each_attempt_met(records: &[Json], world: usize) {
 
 /// Nothing of the sweep's processes, nor what they started, is left: a `/proc` scan for the
 /// fixture's records folder on their command lines.
-fn assert_nothing_left(tmp: &Path) {
+pub(crate) fn assert_nothing_left(tmp: &Path) {
     assert_eq!(processes_naming(&tmp.join("records")), Vec::<String>::new());
 }
 

@@ -16,6 +16,7 @@ mod distributed_trials;
 mod docs;
 mod failpoints;
 mod fuzz_corpus;
+mod gangs;
 mod gp;
 mod hostile;
 mod lcbench;

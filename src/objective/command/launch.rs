@@ -82,6 +82,16 @@ impl Launch {
     }
 }
 
+/// A trial's place in a gang across machines (`[resources] nodes_per_trial`), as its worker
+/// was given it through the database: node 0's worker holds the port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GangPlace {
+    pub nnodes: u32,
+    pub node_rank: u32,
+    pub master_addr: String,
+    pub master_port: u16,
+}
+
 /// Ports handed to running trials of this process: a port is never handed to two at once.
 static HELD: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 

@@ -21,8 +21,7 @@ use tokio::time::Instant;
 
 use super::{substitute, Job};
 use crate::protocol::{Outcome, ReportAnswer, WorkerMsg};
-use launch::PortLease;
-pub(crate) use launch::{Launch, Launcher, LAUNCH_PLACEHOLDERS};
+pub(crate) use launch::{GangPlace, Launch, Launcher, PortLease, LAUNCH_PLACEHOLDERS};
 use process::{held_outside_the_group, pipe_holds, TrialProcess};
 use ranks::OtherRanks;
 use reports::shortened;
@@ -89,18 +88,30 @@ enum Cut {
 }
 
 async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
-    // Held until the attempt ends: no other trial of this process meets on this port.
-    let port = match obj.distributed.then(PortLease::take).transpose() {
+    // Held until the attempt ends: no other trial of this process meets on this port. A
+    // gang's worker holds its port itself (node 0's, published to the other nodes).
+    let local = obj.distributed && job.gang.is_none();
+    let port = match local.then(PortLease::take).transpose() {
         Ok(port) => port,
         Err(e) => return Outcome::Failed(format!("no rendezvous port: {e}")),
     };
-    let launch = port.as_ref().map(|port| Launch {
-        nproc_per_node: obj.processes_per_node,
-        nnodes: 1,
-        node_rank: 0,
-        master_addr: "127.0.0.1".into(),
-        master_port: port.port(),
-    });
+    let launch = match (&job.gang, &port) {
+        (Some(gang), _) => Some(Launch {
+            nproc_per_node: obj.processes_per_node,
+            nnodes: gang.nnodes,
+            node_rank: gang.node_rank,
+            master_addr: gang.master_addr.clone(),
+            master_port: gang.master_port,
+        }),
+        (None, Some(port)) => Some(Launch {
+            nproc_per_node: obj.processes_per_node,
+            nnodes: 1,
+            node_rank: 0,
+            master_addr: "127.0.0.1".into(),
+            master_port: port.port(),
+        }),
+        (None, None) => None,
+    };
     let log = log::TrialLog::open(&obj.experiment_dir, job.id, job.attempt);
     let mark = keeper::attempt_mark();
     let (mut process, mut others) = match spawn(obj, job, (launch.as_ref(), &mark), &log) {

@@ -6,8 +6,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tune_search::TrialId;
 
+use super::gang::GangRole;
 use super::{serve_experiment, Key, Running, WorkerState};
 use crate::error::TuneError;
+use crate::objective::command::{GangPlace, PortLease};
 use crate::objective::Job;
 use crate::pool::Slot;
 use crate::protocol::{Outcome, WorkerMsg};
@@ -15,7 +17,7 @@ use crate::remote::checkpoints::{self, KeptFolder};
 use crate::remote::{Offer, NOTE_CLAIM};
 
 /// An attempt this worker has claimed, before it starts.
-struct ClaimedAttempt {
+pub(super) struct ClaimedAttempt {
     key: Key,
     token: i64,
     slot: Slot,
@@ -26,6 +28,8 @@ struct ClaimedAttempt {
     restored: bool,
     /// Its trial folder as fetched from the database, where the sweep keeps them there.
     kept: Option<KeptFolder>,
+    /// Its place in a gang across machines, and (node 0) the rendezvous port it holds.
+    gang: Option<(GangPlace, Option<PortLease>)>,
 }
 
 /// The claim of the oldest offer nobody holds, ours with a fresh token; `$filter` picks the
@@ -63,6 +67,9 @@ impl WorkerState<'_> {
     pub(super) fn claim(&mut self, rt: &tokio::runtime::Runtime) -> Result<(), TuneError> {
         if self.only.is_none() {
             self.meet_new_sweeps()?;
+        }
+        if let Some(nodes) = self.gang_nodes() {
+            return self.claim_gang_places(rt, nodes);
         }
         let mut slots = Vec::new();
         while let Some(slot) = self.pool.claim() {
@@ -115,7 +122,23 @@ impl WorkerState<'_> {
             row.get::<_, i32>(2) as u32,
         );
         let token: i64 = row.get(3);
-        let job: &str = row.get(4);
+        let job: String = row.get(4);
+        self.claimed(key, token, &job, slot, None).map(Some)
+    }
+
+    /// An attempt claimed on `slot` (`gang`: a node of it), made ready to start: its sweep
+    /// read, its offer read, its trial folder fetched where the sweep keeps them in the
+    /// database (node 0 only: the other nodes of a gang start with this machine's folder).
+    pub(super) fn claimed(
+        &mut self,
+        key: Key,
+        token: i64,
+        job: &str,
+        slot: Slot,
+        gang: Option<(GangPlace, Option<PortLease>)>,
+    ) -> Result<ClaimedAttempt, TuneError> {
+        let experiment = key.0;
+        let node_0 = gang.as_ref().is_none_or(|(place, _)| place.node_rank == 0);
         if !self.experiments.contains_key(&experiment) {
             let served = self.read_sweep(experiment)?;
             self.experiments.insert(experiment, served);
@@ -125,7 +148,7 @@ impl WorkerState<'_> {
             serde_json::from_str(job).map_err(|e| format!("its offer is unreadable: {e}"));
         let trial_dir = crate::experiment::trial_dir(&served.dir, key.1);
         let kept = match (served.checkpoint_cap, &offer) {
-            (Some(cap), Ok(o)) => {
+            (Some(cap), Ok(o)) if node_0 => {
                 let exploit_from = o.exploit_from;
                 match self.fetch_folder(key, token, &trial_dir, cap, exploit_from)? {
                     Ok(kept) => Some(kept),
@@ -141,7 +164,7 @@ impl WorkerState<'_> {
             o.last_step.is_some()
                 && std::fs::read_dir(&trial_dir).is_ok_and(|mut e| e.next().is_some())
         });
-        if restored {
+        if restored && node_0 {
             // Told to the coordinator with the attempt's end (it numbers nothing by it before
             // then).
             self.db
@@ -151,7 +174,7 @@ impl WorkerState<'_> {
                 )
                 .map_err(|e| self.err(e))?;
         }
-        Ok(Some(ClaimedAttempt {
+        Ok(ClaimedAttempt {
             key,
             token,
             slot,
@@ -159,7 +182,8 @@ impl WorkerState<'_> {
             trial_dir,
             restored,
             kept,
-        }))
+            gang,
+        })
     }
 
     /// What this worker needs to run the trials of sweep `experiment` ([`serve_experiment`]).
@@ -252,7 +276,7 @@ impl WorkerState<'_> {
 
     /// Starts a claimed attempt on its slot; one that cannot start (its sweep's objective
     /// or its offer unreadable) fails at once, through the same channel as its end.
-    fn start(&mut self, rt: &tokio::runtime::Runtime, attempt: ClaimedAttempt) {
+    pub(super) fn start(&mut self, rt: &tokio::runtime::Runtime, attempt: ClaimedAttempt) {
         let ClaimedAttempt {
             key,
             token,
@@ -261,7 +285,14 @@ impl WorkerState<'_> {
             trial_dir,
             restored,
             kept,
+            gang,
         } = attempt;
+        let (place, port) = gang.unzip();
+        let role = place.as_ref().map(|p| GangRole {
+            node_rank: p.node_rank,
+            _port: port.flatten(),
+            told_reports: false,
+        });
         self.summary.attempts += 1;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (job_tx, mut job_rx) = mpsc::unbounded_channel();
@@ -287,7 +318,9 @@ impl WorkerState<'_> {
                 reports: 0,
                 lost: false,
                 kept,
-                failure: None,
+                ends_as: None,
+                decided: false,
+                gang: role,
             },
         );
         let objective = self.experiments[&key.0].objective.clone();
@@ -306,6 +339,7 @@ impl WorkerState<'_> {
                     shutdown: shutdown_rx,
                     // Its run ends by `shutdown` (the worker's own stop or a lost lease).
                     cancel: tokio::sync::watch::channel(false).1,
+                    gang: place,
                 };
                 let _guard = rt.enter();
                 objective.launch(job);

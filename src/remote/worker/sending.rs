@@ -29,6 +29,9 @@ pub(super) enum Unsent {
         outcome: Outcome,
         kept: Option<KeptFolder>,
     },
+    /// How a node above 0 of a gang ended (its token is its own, not the attempt's):
+    /// `failed` says why it failed, which fails the attempt on the other nodes.
+    MemberEnd { token: i64, failed: Option<String> },
 }
 
 impl WorkerState<'_> {
@@ -44,6 +47,10 @@ impl WorkerState<'_> {
                     outcome,
                     kept,
                 } => self.send_end(key, token, outcome, kept),
+                Unsent::MemberEnd { token, failed } => {
+                    super::gang::end_member(&mut self.db, token, failed.as_deref())
+                        .map_err(|e| (Unsent::MemberEnd { token, failed }, e))
+                }
             };
             if let Err((unsent, e)) = sent {
                 self.unsent.push_front((key, unsent));
@@ -153,7 +160,7 @@ impl WorkerState<'_> {
                     Ok(e) => return Err(e),
                     Err(why) => why,
                 };
-                r.failure = Some(format!("worker {}: {why}", self.me));
+                r.ends_as = Some(Outcome::Failed(format!("worker {}: {why}", self.me)));
                 r.kept = None;
                 r.shutdown.send_replace(true);
                 false
@@ -233,9 +240,14 @@ pub(super) fn end_attempt(
     outcome: &Outcome,
 ) -> Result<bool, postgres::Error> {
     let rows = client.query(
+        // Node 0 of a gang holds its attempt's token: its row ends with the attempt (the
+        // other nodes watch it end).
         "WITH e AS (
             UPDATE tune_attempts SET state = 'ended', outcome = $2
-            WHERE token = $1 AND state = 'running' RETURNING 1)
+            WHERE token = $1 AND state = 'running' RETURNING 1),
+         g AS (
+            UPDATE tune_gang_members SET state = 'ended'
+            WHERE token = $1 AND state IN ('assigned', 'running'))
          SELECT pg_notify($3, $4) FROM e",
         &[
             &token,

@@ -1,0 +1,242 @@
+//! Trials on several machines (`[resources] nodes_per_trial`): each attempt run by as many
+//! `tune worker`s at once, one gang, on loopback. The workers are real processes: one is
+//! SIGKILLed by its own trial mid-attempt.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+
+use crate::common::*;
+use crate::distributed_trials::{
+    assert_each_attempt_met, assert_nothing_left, rank_records, ranks_spec,
+};
+use crate::workers::{coordinator, finish, finish_ok, spawn, wait_for_experiment, Proc};
+
+/// A ranks.py sweep named `t` whose trials span `nodes` machines, one process each.
+fn gang_spec(tmp: &Path, top: &str, nodes: u32, argv: &[&str], env: &str) -> std::path::PathBuf {
+    let spec = ranks_spec(
+        tmp,
+        top,
+        &format!("processes_per_node = 1\nnodes_per_trial = {nodes}"),
+        "kind = \"fifo\"",
+        argv,
+    );
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("name = \"ranks\"", "name = \"t\"")
+        .replace(
+            "\n[resources]",
+            &format!("env = {{ {env} }}\n\n[resources]"),
+        );
+    std::fs::write(&spec, text).unwrap();
+    spec
+}
+
+/// `tune worker` serving `t` on one slot, its lease 2 s, its trials' rendezvous on loopback.
+fn gang_worker(url: &str, dir: &Path) -> Proc {
+    let mut cmd = crate::workers::worker(url, 1, "2", dir);
+    cmd.args(["--address", "127.0.0.1"]);
+    spawn(cmd)
+}
+
+/// Gang places of `t` in the database now: (trial, attempt, node, worker, state).
+fn gang_rows(url: &str) -> Vec<(i64, i32, i32, String, String)> {
+    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    db.query(
+        "SELECT m.trial, m.attempt, m.node_rank, m.worker, m.state FROM tune_gang_members m
+         JOIN tune_experiments e ON e.id = m.experiment WHERE e.name = 't'
+         ORDER BY 1, 2, 3",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .collect()
+}
+
+/// Waits until `n` live workers serve `t`.
+fn wait_for_workers(url: &str, n: i64) {
+    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while db
+        .query_one(
+            "SELECT count(*) FROM tune_workers w JOIN tune_experiments e ON e.id = w.experiment
+             WHERE e.name = 't'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+        < n
+    {
+        assert!(Instant::now() < deadline, "{n} workers never registered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every trial completed with rank 0's reports of steps 1..=steps (the others' look-alike
+/// line never one), and its device names both machines of its gang.
+fn assert_completed_by_gangs(trials: &[Json], steps: u64) {
+    for t in trials {
+        assert_eq!(t["status"], "completed", "{t}");
+        let reported: Vec<u64> = (t["results"].as_array().unwrap().iter())
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(reported, (1..=steps).collect::<Vec<_>>(), "{t}");
+        let device = t["device"].as_str().unwrap();
+        assert_eq!(device.matches(" + ").count(), 1, "{t}");
+    }
+}
+
+/// The two nodes of each attempt ran under two different workers (their parents) and met on
+/// node 0's published endpoint.
+fn assert_two_workers_per_attempt(records: &[Json]) {
+    assert_each_attempt_met(records, 2);
+    for pair in records.chunks(2) {
+        let nodes: Vec<_> = pair.iter().map(|r| r["node_rank"].as_u64()).collect();
+        assert_eq!(nodes, [Some(0), Some(1)], "{pair:?}");
+        assert_ne!(pair[0]["ppid"], pair[1]["ppid"], "{pair:?}");
+        assert!(pair.iter().all(|r| r["master"] == "127.0.0.1"), "{pair:?}");
+    }
+}
+
+/// Two workers run every trial as one gang of two: node ranks 0 and 1 meet at the endpoint
+/// node 0 published, only node 0's reports are heard, and a rank failing on node 1 fails the
+/// attempt on node 0 too; the retry completes.
+#[test]
+fn two_workers_run_each_trial_as_one_gang_and_a_failing_node_fails_the_attempt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = tune_testkit::pg_server::fresh_database();
+    let spec = gang_spec(
+        tmp.path(),
+        "samples = 3\nmax_failures = 1",
+        2,
+        &["4", "1", "2"],
+        "",
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let a = gang_worker(&url, &tmp.path().join("a"));
+    let b = gang_worker(&url, &tmp.path().join("b"));
+    let out = finish_ok(coord, "the coordinator");
+    assert!(
+        stderr(&out).contains("trial 1: attempt 1 failed (node 1 of the trial (worker"),
+        "{}",
+        stderr(&out)
+    );
+    let (a, b) = (finish_ok(a, "worker a"), finish_ok(b, "worker b"));
+    // Each attempt ran on both: 4 attempts, 8 places.
+    assert_eq!(
+        crate::workers::attempts_ran(&a) + crate::workers::attempts_ran(&b),
+        8,
+        "{}\n{}",
+        stderr(&a),
+        stderr(&b)
+    );
+    let trials = crate::workers::export_in(&url);
+    assert_eq!(trials.len(), 3);
+    assert_completed_by_gangs(&trials, 4);
+    assert_eq!(trials[1]["attempts"], 2, "{}", trials[1]);
+    let records = rank_records(tmp.path());
+    assert_eq!(records.len(), 2 * 4, "{records:?}");
+    assert_two_workers_per_attempt(&records);
+    let places = gang_rows(&url);
+    assert_eq!(places.len(), 8, "{places:?}");
+    assert!(
+        places
+            .iter()
+            .all(|p| p.4 == "ended" || (p.0, p.1, p.2, p.4.as_str()) == (1, 1, 1, "failed")),
+        "{places:?}"
+    );
+    assert!(!tmp.path().join("records/collision").exists());
+    assert_nothing_left(tmp.path());
+}
+
+/// A gang's node 1 loses its worker (its own trial SIGKILLs it): node 0 sees that node's
+/// lease run out and ends the attempt as lost; a new worker joins and the retry completes,
+/// every report stored once.
+#[test]
+fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_retry_completes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = tune_testkit::pg_server::fresh_database();
+    let spec = gang_spec(
+        tmp.path(),
+        "samples = 2",
+        2,
+        &["4", "0", "2"],
+        "FAIL_BY = \"kill-parent\"",
+    );
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let mut workers = vec![
+        gang_worker(&url, &tmp.path().join("a")),
+        gang_worker(&url, &tmp.path().join("b")),
+    ];
+    // Whichever worker runs node 1 of trial 0's first attempt is killed by it.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let killed = loop {
+        if let Some(i) = (0..2).find(|&i| workers[i].try_wait().unwrap().is_some()) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no worker was killed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let dead = finish(workers.remove(killed), "the killed worker");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&dead.status),
+        Some(9),
+        "{}",
+        stderr(&dead)
+    );
+    let c = gang_worker(&url, &tmp.path().join("c-worker"));
+    let out = finish_ok(coord, "the coordinator");
+    assert!(
+        stderr(&out).contains("stopped renewing its lease"),
+        "{}",
+        stderr(&out)
+    );
+    finish_ok(workers.remove(0), "the surviving worker");
+    finish_ok(c, "the new worker");
+    let trials = crate::workers::export_in(&url);
+    assert_eq!(trials.len(), 2);
+    assert_completed_by_gangs(&trials, 4);
+    assert_eq!(trials[0]["attempts"], 2, "{}", trials[0]);
+    let records = rank_records(tmp.path());
+    assert_eq!(records.len(), 2 * 3, "{records:?}");
+    assert_two_workers_per_attempt(&records);
+    assert_nothing_left(tmp.path());
+}
+
+/// Gangs never deadlock on workers: with one worker for 2-node trials nothing is placed and
+/// nothing is held (no gang place exists); with three, one gang runs at a time and the third
+/// worker waits without holding a part of any; every trial completes.
+#[test]
+fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = tune_testkit::pg_server::fresh_database();
+    let spec = gang_spec(tmp.path(), "samples = 5", 2, &["3"], "");
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let first = gang_worker(&url, &tmp.path().join("w0"));
+    wait_for_workers(&url, 1);
+    // The lone worker looks for a gang every 0.2 s: in 2 s it forms none.
+    for _ in 0..20 {
+        assert_eq!(gang_rows(&url), Vec::new());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let others = [
+        gang_worker(&url, &tmp.path().join("w1")),
+        gang_worker(&url, &tmp.path().join("w2")),
+    ];
+    finish_ok(coord, "the coordinator");
+    let mut ran = crate::workers::attempts_ran(&finish_ok(first, "worker 0"));
+    for (i, w) in others.into_iter().enumerate() {
+        ran += crate::workers::attempts_ran(&finish_ok(w, &format!("worker {}", i + 1)));
+    }
+    assert_eq!(ran, 10);
+    let trials = crate::workers::export_in(&url);
+    assert_eq!(trials.len(), 5);
+    assert_completed_by_gangs(&trials, 3);
+    assert_two_workers_per_attempt(&rank_records(tmp.path()));
+    assert_nothing_left(tmp.path());
+}
