@@ -65,10 +65,10 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "[resources] gpus_per_trial = 2: no GPU can be used",
     ),
     (
-        "a trial on several machines",
+        "a trial on several machines without a database",
         Spec("samples = 2\n[resources]\nnodes_per_trial = 2", X),
         2,
-        "[resources] `nodes_per_trial`: a trial on 2 machines needs gangs of `tune worker`s",
+        "[resources] nodes_per_trial = 2 runs each trial on that many `tune worker`s at once, which meet through the sweep's PostgreSQL database: run it with --store postgres://",
     ),
     (
         "more CPU slots per trial than there are",

@@ -196,7 +196,7 @@ fn a_stopped_trial_leaves_no_process_of_any_rank() {
 }
 
 /// Debian's python3, where `.ci/run` installs python3-torch (1.13, CPU only).
-const TORCH_PYTHON: &str = "/usr/bin/python3";
+pub(crate) const TORCH_PYTHON: &str = "/usr/bin/python3";
 
 #[test]
 fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha() {

@@ -215,6 +215,20 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
     let tmp = tempfile::tempdir().unwrap();
     let url = tune_testkit::pg_server::fresh_database();
     let spec = gang_spec(tmp.path(), "samples = 5", 2, &["3"], "");
+    // A coordinator with slots of its own cannot run a gang: refused, the key named.
+    let out = tune_run(&spec, &tmp.path().join("own-slots"))
+        .args(["--store", &url, "--no-tui"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "[resources] nodes_per_trial = 2: trials run on `tune worker`s only, not on this \
+             coordinator's own slots: run it with --slots 0"
+        ),
+        "{}",
+        stderr(&out)
+    );
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
     let first = gang_worker(&url, &tmp.path().join("w0"));
@@ -238,5 +252,84 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
     assert_eq!(trials.len(), 5);
     assert_completed_by_gangs(&trials, 3);
     assert_two_workers_per_attempt(&rank_records(tmp.path()));
+    assert_nothing_left(tmp.path());
+}
+
+/// A real PyTorch DDP training (gloo, CPU) on gangs of two workers, two ranks each (a world
+/// of 4), TPE + ASHA: every rank of an attempt meets in one world at node 0's endpoint, only
+/// rank 0's losses are reports, and ASHA's stops end both machines' ranks (ddp.py broadcasts
+/// the decision), leaving nothing.
+#[test]
+fn a_pytorch_ddp_sweep_runs_each_trial_on_two_workers_of_two_ranks_under_tpe_and_asha() {
+    use crate::distributed_trials::TORCH_PYTHON;
+    let tmp = tempfile::tempdir().unwrap();
+    let url = tune_testkit::pg_server::fresh_database();
+    let records_dir = tmp.path().join("records");
+    let argv = [
+        TORCH_PYTHON.to_string(),
+        fixture("ddp.py").display().to_string(),
+        records_dir.display().to_string(),
+        "{lr}".into(),
+        "6".into(),
+    ];
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    let text = format!(
+        "name = \"t\"\nmetric = \"val_loss\"\nsamples = 4\nseed = 5\n\n\
+         [search]\nalgorithm = \"tpe\"\n\n\
+         [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 2\nreduction_factor = 2\n\n\
+         [resources]\nprocesses_per_node = 2\nnodes_per_trial = 2\n\n\
+         [objective]\nlauncher = \"tune\"\ncommand = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
+         [space]\nlr = {{ loguniform = [0.001, 0.3] }}\n",
+        argv.join(", ")
+    );
+    let spec = tmp.path().join("space.toml");
+    std::fs::write(&spec, text).unwrap();
+    let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
+    wait_for_experiment(&url, &mut coord);
+    let workers: Vec<Proc> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let mut cmd = crate::workers::worker(&url, 2, "15", &tmp.path().join(name));
+            cmd.args(["--address", "127.0.0.1"]);
+            spawn(cmd)
+        })
+        .collect();
+    finish_ok(coord, "the coordinator");
+    for w in workers {
+        let out = finish_ok(w, "a worker");
+        assert!(!stderr(&out).contains("lost"), "{}", stderr(&out));
+    }
+    let status = run_ok(tune().args(["status", "t", "--store", &url]));
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains(
+            "each trial: 2 processes per machine (started by tune), 2 CPU slots on each of 2 \
+             machines"
+        ),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    let trials = crate::workers::export_in(&url);
+    assert_eq!(trials.len(), 4);
+    for t in &trials {
+        assert!(
+            t["status"] == "completed" || t["status"] == "stopped",
+            "{t}"
+        );
+        assert_eq!(t["attempts"], 1, "{t}");
+        // Rank 0's validation losses alone: the other ranks' -1.0 is never a report.
+        for r in t["results"].as_array().unwrap() {
+            assert!(r["val_loss"].as_f64().unwrap() > 0.0, "{t}");
+        }
+    }
+    let records = rank_records(tmp.path());
+    assert_eq!(records.len(), 4 * 4, "{records:?}");
+    assert_each_attempt_met(&records, 4);
+    for world in records.chunks(4) {
+        let nodes: Vec<_> = world.iter().map(|r| r["node_rank"].as_u64()).collect();
+        assert_eq!(nodes, [Some(0), Some(0), Some(1), Some(1)], "{world:?}");
+        assert_eq!(world[0]["ppid"], world[1]["ppid"], "{world:?}");
+        assert_eq!(world[2]["ppid"], world[3]["ppid"], "{world:?}");
+        assert_ne!(world[0]["ppid"], world[2]["ppid"], "{world:?}");
+    }
     assert_nothing_left(tmp.path());
 }
