@@ -1,6 +1,8 @@
-//! A private, throwaway Slurm cluster on this machine: munged, slurmctld and one slurmd (a node
-//! of 64 CPUs, whatever the machine has, so that recipes run as written), in a temporary
-//! folder, on free loopback ports; stopped, with every job it still holds, when dropped.
+//! A private, throwaway Slurm cluster on this machine: munged, slurmctld and one slurmd per node
+//! (each a node of 64 CPUs, whatever the machine has, so that recipes run as written; several
+//! nodes are several slurmd on this one machine, each with a port and spool of its own), in a
+//! temporary folder, on free loopback ports; stopped, with every job it still holds, when
+//! dropped.
 //!
 //! Slurm's daemons run as root here (CI runs as root): [`SlurmCluster::start`] says so
 //! clearly elsewhere. Debian's `slurm-wlm` and `munge` (`.ci/run` installs them).
@@ -9,17 +11,26 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The node's name in the cluster.
-pub const NODE: &str = "tnode1";
+/// The name of node `i` (from 1) in the cluster.
+pub fn node(i: usize) -> String {
+    format!("tnode{i}")
+}
 
 /// A running cluster; its commands (`sbatch`, `squeue`) come from [`SlurmCluster::command`].
 pub struct SlurmCluster {
     dir: tempfile::TempDir,
+    nodes: usize,
 }
 
 impl SlurmCluster {
-    /// Starts munged, slurmctld and slurmd, and waits until the node is idle.
+    /// Starts munged, slurmctld and one slurmd, and waits until the node is idle.
     pub fn start() -> SlurmCluster {
+        SlurmCluster::with_nodes(1)
+    }
+
+    /// Starts munged, slurmctld and `nodes` slurmd (nodes `tnode1`, `tnode2`, ...), and waits
+    /// until every node is idle.
+    pub fn with_nodes(nodes: usize) -> SlurmCluster {
         // SAFETY: geteuid(2) reads the process's effective user id; nothing else.
         let root = unsafe { libc::geteuid() } == 0;
         assert!(
@@ -69,24 +80,36 @@ impl SlurmCluster {
                 "--seed-file={}",
                 d.join("munge/munged.seed").display()
             )));
-        let (ctld_port, node_port) = (free_port(), free_port());
+        let ctld_port = free_port();
+        let node_lines: String = (1..=nodes)
+            .map(|i| {
+                std::fs::create_dir_all(d.join("spool").join(node(i))).unwrap();
+                format!(
+                    "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=64 \
+                     State=UNKNOWN\n",
+                    node(i),
+                    free_port()
+                )
+            })
+            .collect();
+        let names: Vec<String> = (1..=nodes).map(node).collect();
+        let names = names.join(",");
         let d_str = d.display();
         let conf = format!(
             "ClusterName=tunetest\n\
              SlurmctldHost=localhost(127.0.0.1)\n\
              SlurmctldPort={ctld_port}\n\
-             SlurmdPort={node_port}\n\
              SlurmUser=root\n\
              SlurmdUser=root\n\
              AuthType=auth/munge\n\
              AuthInfo=socket={d_str}/munge/munge.socket\n\
              CredType=cred/munge\n\
              StateSaveLocation={d_str}/state\n\
-             SlurmdSpoolDir={d_str}/spool\n\
+             SlurmdSpoolDir={d_str}/spool/%n\n\
              SlurmctldPidFile={d_str}/slurmctld.pid\n\
-             SlurmdPidFile={d_str}/slurmd.pid\n\
+             SlurmdPidFile={d_str}/slurmd-%n.pid\n\
              SlurmctldLogFile={d_str}/log/slurmctld.log\n\
-             SlurmdLogFile={d_str}/log/slurmd.log\n\
+             SlurmdLogFile={d_str}/log/slurmd-%n.log\n\
              ProctrackType=proctrack/linuxproc\n\
              TaskPlugin=task/none\n\
              SchedulerType=sched/builtin\n\
@@ -97,23 +120,31 @@ impl SlurmCluster {
              MpiDefault=none\n\
              JobCompType=jobcomp/none\n\
              AccountingStorageType=accounting_storage/none\n\
-             NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1 Port={node_port} \
-             CPUs=64 State=UNKNOWN\n\
-             PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n"
+             {node_lines}\
+             PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP\n"
         );
         std::fs::write(d.join("slurm.conf"), conf).unwrap();
-        let cluster = SlurmCluster { dir };
+        let cluster = SlurmCluster { dir, nodes };
         run(&mut cluster.command("slurmctld"));
-        run(cluster.command("slurmd").args(["-N", NODE]));
+        for i in 1..=nodes {
+            run(cluster.command("slurmd").args(["-N", &node(i)]));
+        }
         let started = Instant::now();
         loop {
-            let out = cluster.command("sinfo").args(["-h", "-o", "%T"]).output();
-            if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle") {
+            let out = cluster
+                .command("sinfo")
+                .args(["-h", "-N", "-o", "%T"])
+                .output();
+            let idle = out.is_ok_and(|o| {
+                let states = String::from_utf8_lossy(&o.stdout).to_string();
+                states.lines().filter(|s| s.trim() == "idle").count() == nodes
+            });
+            if idle {
                 return cluster;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(120),
-                "the Slurm node never came up: {}",
+                "the Slurm nodes never came up: {}",
                 cluster.logs()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -149,10 +180,12 @@ impl SlurmCluster {
 
     /// The daemons' logs, for a failure's message.
     pub fn logs(&self) -> String {
-        ["log/slurmctld.log", "log/slurmd.log", "munge/munged.log"]
-            .iter()
+        let slurmds = (1..=self.nodes).map(|i| format!("log/slurmd-{}.log", node(i)));
+        ["log/slurmctld.log".to_string(), "munge/munged.log".into()]
+            .into_iter()
+            .chain(slurmds)
             .map(|f| {
-                let text = std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+                let text = std::fs::read_to_string(self.dir.path().join(&f)).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
                 format!(
                     "--- {f}\n{}",
@@ -169,7 +202,10 @@ impl Drop for SlurmCluster {
         let _ = self.command("scancel").args(["--user=root"]).output();
         self.wait_for_no_jobs(Duration::from_secs(30));
         let d = self.dir.path();
-        for pid_file in ["slurmd.pid", "slurmctld.pid", "munge/munged.pid"] {
+        for i in 1..=self.nodes {
+            stop(&d.join(format!("slurmd-{}.pid", node(i))));
+        }
+        for pid_file in ["slurmctld.pid", "munge/munged.pid"] {
             stop(&d.join(pid_file));
         }
     }

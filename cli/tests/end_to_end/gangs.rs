@@ -14,7 +14,13 @@ use crate::distributed_trials::{
 use crate::workers::{coordinator, finish, finish_ok, spawn, wait_for_experiment, Proc};
 
 /// A ranks.py sweep named `t` whose trials span `nodes` machines, one process each.
-fn gang_spec(tmp: &Path, top: &str, nodes: u32, argv: &[&str], env: &str) -> std::path::PathBuf {
+pub(crate) fn gang_spec(
+    tmp: &Path,
+    top: &str,
+    nodes: u32,
+    argv: &[&str],
+    env: &str,
+) -> std::path::PathBuf {
     let spec = ranks_spec(
         tmp,
         top,
