@@ -200,6 +200,19 @@ pub(crate) const TORCH_PYTHON: &str = "/usr/bin/python3";
 
 #[test]
 fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha() {
+    ddp_sweep(false);
+}
+
+/// The same sweep with the real `torchrun` (Debian's, torch 1.13) as the launcher, its
+/// command line as in docs/guide/distributed-trials.md: tune starts one torchrun per trial,
+/// which starts the ranks.
+#[test]
+fn a_pytorch_ddp_sweep_launched_by_torchrun_runs_two_trials_at_once_under_tpe_and_asha() {
+    ddp_sweep(true);
+}
+
+/// [`TORCH_PYTHON`] can run the DDP fixture (gloo).
+pub(crate) fn assert_torch() {
     let has_torch = std::process::Command::new(TORCH_PYTHON)
         .args([
             "-c",
@@ -212,16 +225,55 @@ fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha()
         "{TORCH_PYTHON} cannot import torch with gloo: the DDP test needs Debian's \
          python3-torch (`.ci/run` installs it: apt-get install python3-torch)"
     );
+}
+
+/// Torch's launcher as a trial's command, before the script and its arguments: the
+/// docs' torchrun line (static rendezvous at tune's endpoint, so that node ranks are tune's).
+/// Debian's torch 1.13 parses `--redirects` and `--tee` into flags that Python 3.11 cannot
+/// list when they are 0 (its default), so they are given here: rank 0's stderr and the other
+/// rank's stdout go to torchrun's log folder (and stderr to torchrun's too), which also keeps
+/// that rank's report-like lines off the trial's stdout.
+pub(crate) const TORCHRUN: [&str; 9] = [
+    "torchrun",
+    "--redirects",
+    "0:2,1:1",
+    "--tee",
+    "2",
+    "--nproc_per_node={nproc_per_node}",
+    "--nnodes={nnodes}",
+    "--node_rank={node_rank}",
+    "--rdzv_endpoint={rdzv_endpoint}",
+];
+
+/// TPE + ASHA over ddp.py, two 2-rank trials at once on 4 CPU slots, trial 1's first attempt
+/// losing rank 1: started by tune (`launcher = "tune"`) or by `torchrun`.
+fn ddp_sweep(torchrun: bool) {
+    assert_torch();
     let tmp = tempfile::tempdir().unwrap();
     let records_dir = tmp.path().join("records");
-    let argv = [
-        TORCH_PYTHON.to_string(),
+    let script = [
         fixture("ddp.py").display().to_string(),
         records_dir.display().to_string(),
         "{lr}".into(),
         "6".into(),
         "1".into(),
     ];
+    let (launcher, argv): (&str, Vec<String>) = match torchrun {
+        false => (
+            "launcher = \"tune\"\n",
+            std::iter::once(TORCH_PYTHON.to_string())
+                .chain(script)
+                .collect(),
+        ),
+        true => (
+            "",
+            TORCHRUN
+                .iter()
+                .map(|a| a.to_string())
+                .chain(script)
+                .collect(),
+        ),
+    };
     let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
     // The first rung at epoch 2: every trial reaches its first epoch's end, so trial 1's
     // first attempt always fails (its rank 1 is killed there), never is stopped first.
@@ -230,7 +282,7 @@ fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha()
          [search]\nalgorithm = \"tpe\"\n\n\
          [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 2\nreduction_factor = 2\n\n\
          [resources]\ncpu_slots = 4\nprocesses_per_node = 2\n\n\
-         [objective]\nlauncher = \"tune\"\ncommand = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
+         [objective]\n{launcher}command = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
          [space]\nlr = {{ loguniform = [0.001, 0.3] }}\n",
         argv.join(", ")
     );
@@ -239,10 +291,12 @@ fn a_pytorch_ddp_sweep_runs_two_trials_of_two_ranks_at_once_under_tpe_and_asha()
     let dir = tmp.path().join("run");
     let out = run_ok(tune_run(&spec, &dir).arg("--no-tui"));
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("trial 1: attempt 1 failed (rank 1 killed by signal 9"),
-        "{said}"
-    );
+    let failed = match torchrun {
+        false => "trial 1: attempt 1 failed (rank 1 killed by signal 9",
+        // torchrun ends the other rank and exits 1, saying which rank failed.
+        true => "trial 1: attempt 1 failed (exited with code 1",
+    };
+    assert!(said.contains(failed), "{said}");
     assert!(
         !records_dir.join("collision").exists(),
         "two running trials held one port"

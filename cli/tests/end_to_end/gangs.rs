@@ -267,24 +267,52 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
 /// the decision), leaving nothing.
 #[test]
 fn a_pytorch_ddp_sweep_runs_each_trial_on_two_workers_of_two_ranks_under_tpe_and_asha() {
-    use crate::distributed_trials::TORCH_PYTHON;
+    ddp_gangs(false);
+}
+
+/// The same with `torchrun` on each machine as the launcher (the docs' command line: node
+/// rank and endpoint from tune, static rendezvous); node 1's rank 2 prints its report-like
+/// line on its torchrun's stdout, which its worker does not hear.
+#[test]
+fn a_pytorch_ddp_sweep_launched_by_torchrun_on_two_workers_runs_each_trial_as_one_world() {
+    ddp_gangs(true);
+}
+
+fn ddp_gangs(torchrun: bool) {
+    use crate::distributed_trials::{assert_torch, TORCHRUN, TORCH_PYTHON};
+    assert_torch();
     let tmp = tempfile::tempdir().unwrap();
     let url = tune_testkit::pg_server::fresh_database();
     let records_dir = tmp.path().join("records");
-    let argv = [
-        TORCH_PYTHON.to_string(),
+    let script = [
         fixture("ddp.py").display().to_string(),
         records_dir.display().to_string(),
         "{lr}".into(),
         "6".into(),
     ];
+    let (launcher, argv): (&str, Vec<String>) = match torchrun {
+        false => (
+            "launcher = \"tune\"\n",
+            std::iter::once(TORCH_PYTHON.to_string())
+                .chain(script)
+                .collect(),
+        ),
+        true => (
+            "",
+            TORCHRUN
+                .iter()
+                .map(|a| a.to_string())
+                .chain(script)
+                .collect(),
+        ),
+    };
     let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
     let text = format!(
         "name = \"t\"\nmetric = \"val_loss\"\nsamples = 4\nseed = 5\n\n\
          [search]\nalgorithm = \"tpe\"\n\n\
          [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 2\nreduction_factor = 2\n\n\
          [resources]\nprocesses_per_node = 2\nnodes_per_trial = 2\n\n\
-         [objective]\nlauncher = \"tune\"\ncommand = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
+         [objective]\n{launcher}command = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
          [space]\nlr = {{ loguniform = [0.001, 0.3] }}\n",
         argv.join(", ")
     );
@@ -301,16 +329,25 @@ fn a_pytorch_ddp_sweep_runs_each_trial_on_two_workers_of_two_ranks_under_tpe_and
         })
         .collect();
     finish_ok(coord, "the coordinator");
+    let mut said = String::new();
     for w in workers {
         let out = finish_ok(w, "a worker");
         assert!(!stderr(&out).contains("lost"), "{}", stderr(&out));
+        said += &stderr(&out);
+    }
+    if torchrun {
+        assert!(
+            said.contains("node 1: its reports are ignored: a trial on several machines is heard from node 0 only"),
+            "{said}"
+        );
     }
     let status = run_ok(tune().args(["status", "t", "--store", &url]));
+    let started_by = if torchrun { "its command" } else { "tune" };
     assert!(
-        String::from_utf8_lossy(&status.stdout).contains(
-            "each trial: 2 processes per machine (started by tune), 2 CPU slots on each of 2 \
-             machines"
-        ),
+        String::from_utf8_lossy(&status.stdout).contains(&format!(
+            "each trial: 2 processes per machine (started by {started_by}), 2 CPU slots on \
+             each of 2 machines"
+        )),
         "{}",
         String::from_utf8_lossy(&status.stdout)
     );
