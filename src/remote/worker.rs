@@ -420,7 +420,16 @@ struct Running {
     /// does next no longer changes its outcome.
     decided: bool,
     /// Its place in a gang across machines (`nodes_per_trial` above 1).
-    gang: Option<gang::GangRole>,
+    gang: Option<GangRole>,
+}
+
+/// A run's place in a gang (src/remote/worker/gang.rs).
+struct GangRole {
+    node_rank: u32,
+    /// Node 0: the rendezvous port, no other trial's on this machine while the attempt runs.
+    _port: Option<crate::objective::command::PortLease>,
+    /// Its trial printed a report (a node above 0: not heard), told once.
+    told_reports: bool,
 }
 
 impl Running {

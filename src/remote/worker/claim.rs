@@ -6,8 +6,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tune_search::TrialId;
 
-use super::gang::GangRole;
-use super::{serve_experiment, Key, Running, WorkerState};
+use super::{serve_experiment, GangRole, Key, Running, WorkerState};
 use crate::error::TuneError;
 use crate::objective::command::{GangPlace, PortLease};
 use crate::objective::Job;

@@ -30,15 +30,6 @@ use crate::remote::db::Db;
 use crate::remote::{coordinator_channel, NOTE_CLAIM, OFFERS_CHANNEL};
 use crate::store::pg_store::bigint;
 
-/// A run's place in a gang.
-pub(super) struct GangRole {
-    pub node_rank: u32,
-    /// Node 0: the rendezvous port, no other trial's on this machine while the attempt runs.
-    pub _port: Option<PortLease>,
-    /// Its trial printed a report (a node above 0: not heard), told once.
-    pub told_reports: bool,
-}
-
 /// The first key of the advisory lock under which gangs of a sweep are formed ("tung").
 const GANG_LOCK_SPACE: i32 = 0x7475_6e67;
 
