@@ -39,9 +39,11 @@ pub(crate) fn gang_spec(
     spec
 }
 
-/// `tune worker` serving `t` on one slot, its lease 2 s, its trials' rendezvous on loopback.
-fn gang_worker(url: &str, dir: &Path) -> Proc {
-    let mut cmd = crate::workers::worker(url, 1, "2", dir);
+/// `tune worker` serving `t` on one slot, its trials' rendezvous on loopback. `lease`: 15 s
+/// where no worker is lost (a busy machine never delays a heartbeat that long), shorter where
+/// the test waits for a lost one.
+fn gang_worker(url: &str, dir: &Path, lease: &str) -> Proc {
+    let mut cmd = crate::workers::worker(url, 1, lease, dir);
     cmd.args(["--address", "127.0.0.1"]);
     spawn(cmd)
 }
@@ -122,8 +124,8 @@ fn two_workers_run_each_trial_as_one_gang_and_a_failing_node_fails_the_attempt()
     );
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
-    let a = gang_worker(&url, &tmp.path().join("a"));
-    let b = gang_worker(&url, &tmp.path().join("b"));
+    let a = gang_worker(&url, &tmp.path().join("a"), "15");
+    let b = gang_worker(&url, &tmp.path().join("b"), "15");
     let out = finish_ok(coord, "the coordinator");
     assert!(
         stderr(&out).contains("trial 1: attempt 1 failed (node 1 of the trial (worker"),
@@ -175,8 +177,8 @@ fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_re
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
     let mut workers = vec![
-        gang_worker(&url, &tmp.path().join("a")),
-        gang_worker(&url, &tmp.path().join("b")),
+        gang_worker(&url, &tmp.path().join("a"), "5"),
+        gang_worker(&url, &tmp.path().join("b"), "5"),
     ];
     // Whichever worker runs node 1 of trial 0's first attempt is killed by it.
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -194,7 +196,7 @@ fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_re
         "{}",
         stderr(&dead)
     );
-    let c = gang_worker(&url, &tmp.path().join("c-worker"));
+    let c = gang_worker(&url, &tmp.path().join("c-worker"), "5");
     let out = finish_ok(coord, "the coordinator");
     assert!(
         stderr(&out).contains("stopped renewing its lease"),
@@ -237,7 +239,7 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
     );
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
-    let first = gang_worker(&url, &tmp.path().join("w0"));
+    let first = gang_worker(&url, &tmp.path().join("w0"), "15");
     wait_for_workers(&url, 1);
     // The lone worker looks for a gang every 0.2 s: in 2 s it forms none.
     for _ in 0..20 {
@@ -245,8 +247,8 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let others = [
-        gang_worker(&url, &tmp.path().join("w1")),
-        gang_worker(&url, &tmp.path().join("w2")),
+        gang_worker(&url, &tmp.path().join("w1"), "15"),
+        gang_worker(&url, &tmp.path().join("w2"), "15"),
     ];
     finish_ok(coord, "the coordinator");
     let mut ran = crate::workers::attempts_ran(&finish_ok(first, "worker 0"));
