@@ -239,6 +239,12 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
     );
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
+    // A worker serving every sweep leaves gangs to workers started for the sweep.
+    let mut shared = tune();
+    shared
+        .args(["worker", &url, "--slots", "1", "--lease", "15", "--dir"])
+        .arg(tmp.path().join("shared"));
+    let shared = spawn(shared);
     let first = gang_worker(&url, &tmp.path().join("w0"), "15");
     wait_for_workers(&url, 1);
     // The lone worker looks for a gang every 0.2 s: in 2 s it forms none.
@@ -256,6 +262,15 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
         ran += crate::workers::attempts_ran(&finish_ok(w, &format!("worker {}", i + 1)));
     }
     assert_eq!(ran, 10);
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+    unsafe { libc::kill(shared.id() as i32, libc::SIGTERM) };
+    let shared = finish_ok(shared, "the worker serving every sweep");
+    assert!(
+        stderr(&shared).contains("trials of \"t\" take 2 machines each"),
+        "{}",
+        stderr(&shared)
+    );
+    assert_eq!(crate::workers::attempts_ran(&shared), 0);
     let trials = crate::workers::export_in(&url);
     assert_eq!(trials.len(), 5);
     assert_completed_by_gangs(&trials, 3);

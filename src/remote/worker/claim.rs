@@ -217,6 +217,7 @@ impl WorkerState<'_> {
             let served = self.read_sweep(experiment)?;
             if let Some((cpus, gpus)) = served.takes {
                 let takes = match gpus {
+                    _ if served.nodes > 1 => format!("{} machines", served.nodes),
                     Some(g) if g > 1 => format!("{g} GPUs"),
                     _ => format!("{cpus} CPU slots"),
                 };

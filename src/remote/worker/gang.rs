@@ -162,6 +162,18 @@ impl WorkerState<'_> {
         let Some(e) = self.only else {
             return Ok(None);
         };
+        // Most rounds find no offer: looked for first without the sweep's gang lock, which
+        // every idle worker of the sweep would otherwise take every round.
+        let offered = self
+            .db
+            .query_opt(
+                "SELECT 1 FROM tune_attempts WHERE experiment = $1 AND state = 'offered' LIMIT 1",
+                &[&e],
+            )
+            .map_err(|err| self.err(err))?;
+        if offered.is_none() {
+            return Ok(None);
+        }
         let port = PortLease::take().map_err(|err| {
             TuneError::Invalid(format!("no port for a trial's rendezvous here: {err}"))
         })?;
