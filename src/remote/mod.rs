@@ -101,6 +101,31 @@ pub fn split_remote_slot(device: &str) -> Option<(&str, &str)> {
     device.split_once('/')
 }
 
+/// The slots of a trial's `device`, one per machine: a trial on several machines (a gang,
+/// `nodes_per_trial`) records node 0's slot and then each other node's worker as
+/// `worker/node N`, joined by ` + `; any other trial has one. [`gang_device`] writes the form.
+///
+/// ```
+/// let gang: Vec<&str> = tune::remote::gang_slots("a:1/cpu:0 + b:2/node 1").collect();
+/// assert_eq!(gang, ["a:1/cpu:0", "b:2/node 1"]);
+/// assert_eq!(tune::remote::gang_slots("cpu:3").collect::<Vec<_>>(), ["cpu:3"]);
+/// ```
+pub fn gang_slots(device: &str) -> impl Iterator<Item = &str> {
+    device.split(GANG_JOIN)
+}
+
+const GANG_JOIN: &str = " + ";
+
+/// The device a gang's attempt records on its node 0's worker ([`gang_slots`] reads it back
+/// once the worker's name is put before it): node 0's `slot`, then the other nodes' workers.
+#[cfg(feature = "postgres")]
+pub(crate) fn gang_device(slot: &str, others: &[String]) -> String {
+    std::iter::once(slot.to_string())
+        .chain((others.iter().enumerate()).map(|(i, w)| format!("{w}/node {}", i + 1)))
+        .collect::<Vec<_>>()
+        .join(GANG_JOIN)
+}
+
 /// Who serves an experiment in a database now: the coordinator running it, if any, and the
 /// workers registered for it.
 #[derive(Debug, Clone, Default, PartialEq)]

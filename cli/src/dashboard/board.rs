@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use tune_search::{Mode, Status, TrialId};
 
-use tune::remote::{split_remote_slot, WorkerInfo};
+use tune::remote::{gang_slots, split_remote_slot, WorkerInfo};
 use tune::{Constraints, Goal};
 use tune::{Trial, TrialResult};
 
@@ -271,27 +271,26 @@ impl Board {
                 *w = None;
             }
         }
-        if trial.status == Status::Running {
+        if trial.status != Status::Running {
+            return;
+        }
+        // A trial on several machines (a gang) holds a slot on each.
+        for device in gang_slots(trial.device.as_deref().unwrap_or_default()) {
             // A remote worker's slot is known once a trial runs on it, and holds as many as
             // run there at once (GPU shares, a pack of fused trials).
-            if let Some(device) = trial
-                .device
-                .as_ref()
-                .filter(|d| split_remote_slot(d).is_some())
-            {
+            if split_remote_slot(device).is_some() {
                 let free = (0..self.header.slots.len())
-                    .any(|i| &self.header.slots[i] == device && self.workers[i].is_none());
+                    .any(|i| self.header.slots[i] == device && self.workers[i].is_none());
                 if !free {
-                    self.header.slots.push(device.clone());
+                    self.header.slots.push(device.to_string());
                     self.workers.push(None);
                 }
             }
             // Several trials can share a GPU: each takes the first free slot of its device.
             let workers = &self.workers;
-            if let Some(slot) = trial.device.as_ref().and_then(|d| {
-                (0..self.header.slots.len())
-                    .find(|&i| &self.header.slots[i] == d && workers[i].is_none())
-            }) {
+            if let Some(slot) = (0..self.header.slots.len())
+                .find(|&i| self.header.slots[i] == device && workers[i].is_none())
+            {
                 self.workers[slot] = Some(trial.id);
             }
         }
@@ -444,6 +443,21 @@ mod tests {
         assert_eq!(b.log[4].1, "trial 3 failed: exit status 3");
         assert!(b.log[5].1.contains("tune resume"));
         assert_eq!(b.ended, Some((41, true)));
+    }
+
+    #[test]
+    fn a_trial_on_two_machines_holds_a_slot_on_each_worker_until_it_ends() {
+        let mut b = Board::new(header());
+        let gang = "a:1/cpu:0 + b:2/node 1";
+        b.apply(Update::Trial(with(0, Status::Running, gang, 10)));
+        assert_eq!(b.header.slots[2..], ["a:1/cpu:0", "b:2/node 1"]);
+        assert_eq!(b.workers[2..], [Some(0), Some(0)]);
+        b.apply(Update::Trial(with(0, Status::Completed, gang, 20)));
+        assert_eq!(b.workers[2..], [None, None]);
+        // The next gang on the same workers takes the same slots.
+        b.apply(Update::Trial(with(1, Status::Running, gang, 30)));
+        assert_eq!(b.header.slots.len(), 4);
+        assert_eq!(b.workers[2..], [Some(1), Some(1)]);
     }
 
     #[test]

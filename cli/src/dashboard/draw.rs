@@ -13,7 +13,7 @@ use tune_search::{value_brief, Mode, Status, TrialId};
 
 use super::app::{params_text, App, Focus, Popup};
 use super::board::{Board, TrialView};
-use tune::remote::{split_remote_slot, WorkerInfo};
+use tune::remote::{gang_slots, split_remote_slot, WorkerInfo};
 
 /// Colours, or none at all when `NO_COLOR` is set.
 #[derive(Debug, Clone, Copy)]
@@ -242,20 +242,24 @@ pub(crate) fn draw_trials(
     app.page = height;
     let selected = app.selected.min(rows.len().saturating_sub(1));
     let offset = selected.saturating_sub(height - 1);
-    // Trials on remote workers (`tune worker`) get a column naming the worker of each.
-    let worker_width = app
-        .board
-        .header
-        .slots
-        .iter()
-        .filter_map(|s| split_remote_slot(s).map(|(w, _)| w.chars().count()))
-        .max();
-    let remote = worker_width.is_some();
-    let body: Vec<Row> = rows
-        .iter()
-        .skip(offset)
-        .take(height)
+    let shown: Vec<&TrialView> = (rows.iter().skip(offset).take(height))
         .filter_map(|&id| app.board.trial(id))
+        .collect();
+    // Trials on remote workers (`tune worker`) get a column naming the worker of each (each
+    // machine of a trial on several).
+    let worker_width = (app.board.header.slots.iter())
+        .filter_map(|s| split_remote_slot(s).map(|(w, _)| w.chars().count()))
+        .chain(shown.iter().map(|t| workers_of(t).chars().count()))
+        .max()
+        .filter(|_| {
+            app.board
+                .header
+                .slots
+                .iter()
+                .any(|s| split_remote_slot(s).is_some())
+        });
+    let remote = worker_width.is_some();
+    let body: Vec<Row> = (shown.into_iter())
         .map(|t| trial_row(t, (&metric, mode), remote, theme))
         .collect();
     let mut widths = vec![
@@ -303,12 +307,20 @@ fn trial_row<'a>(
         Cell::from(value(t.best(metric, mode))),
     ];
     if remote {
-        let device = t.trial.device.as_deref().unwrap_or("-");
-        let worker = split_remote_slot(device).map_or(device, |(w, _)| w);
-        cells.push(Cell::from(worker.to_string()));
+        cells.push(Cell::from(workers_of(t)));
     }
     cells.push(Cell::from(params_text(&t.trial.params)));
     Row::new(cells)
+}
+
+/// The worker a trial runs on, or each machine's of a trial on several (a gang), node 0
+/// first; its local slot where it runs here.
+fn workers_of(t: &TrialView) -> String {
+    let device = t.trial.device.as_deref().unwrap_or("-");
+    let workers: Vec<&str> = gang_slots(device)
+        .map(|slot| split_remote_slot(slot).map_or(slot, |(w, _)| w))
+        .collect();
+    workers.join(" + ")
 }
 
 /// Axis bounds a little wider than the data, never empty.

@@ -38,7 +38,11 @@ pub fn board_of_stored(
 ) -> Board {
     let spec = &stored.meta.spec;
     let trials = &stored.trials;
-    let mut slots: Vec<String> = trials.iter().filter_map(|t| t.device.clone()).collect();
+    let mut slots: Vec<String> = (trials.iter())
+        .filter_map(|t| t.device.as_deref())
+        .flat_map(tune::remote::gang_slots)
+        .map(String::from)
+        .collect();
     slots.sort();
     slots.dedup();
     let header = Header {

@@ -91,8 +91,17 @@ fn assert_completed_by_gangs(trials: &[Json], steps: u64) {
             .map(|r| r["step"].as_u64().unwrap())
             .collect();
         assert_eq!(reported, (1..=steps).collect::<Vec<_>>(), "{t}");
+        // Node 0's worker and slot, then node 1's worker.
         let device = t["device"].as_str().unwrap();
-        assert_eq!(device.matches(" + ").count(), 1, "{t}");
+        let nodes: Vec<&str> = tune::remote::gang_slots(device).collect();
+        assert_eq!(nodes.len(), 2, "{t}");
+        assert!(nodes[0].contains("/cpu:"), "{t}");
+        assert!(nodes[1].ends_with("/node 1"), "{t}");
+        assert_ne!(
+            tune::remote::split_remote_slot(nodes[0]).map(|n| n.0),
+            tune::remote::split_remote_slot(nodes[1]).map(|n| n.0),
+            "{t}"
+        );
     }
 }
 

@@ -332,10 +332,7 @@ fn form_gang(
         .chain(seats.into_iter().map(|(w, _)| w))
         .take(nodes as usize)
         .collect();
-    let device = std::iter::once(slot)
-        .chain(members[1..].iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" + ");
+    let device = crate::remote::gang_device(slot, &members[1..]);
     let row = tx.query_one(
         "UPDATE tune_attempts SET state = 'running', worker = $4, device = $5,
              token = nextval('tune_tokens'), lease_until = now() + make_interval(secs => $6)
