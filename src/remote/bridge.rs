@@ -219,6 +219,7 @@ impl Bridge {
             events: events.clone(),
             capacity: capacity.clone(),
             nodes_per_trial: spec.resources.nodes_per_trial() as usize,
+            own_workers_only: spec.resources.needs_workers_of_its_own(),
             shutting_down: false,
             ended: None,
             changed: Changed::ALL,
@@ -342,6 +343,9 @@ struct State {
     capacity: Arc<AtomicUsize>,
     /// The machines one trial spans: above 1, each attempt takes that many workers at once.
     nodes_per_trial: usize,
+    /// Its trials run only on workers serving it alone: those serving every sweep leave
+    /// them, so their slots are no capacity of this sweep.
+    own_workers_only: bool,
     shutting_down: bool,
     ended: Option<bool>,
     /// What workers wrote since the last look.
@@ -759,11 +763,7 @@ impl State {
             .iter()
             .map(worker_from_row)
             .collect();
-        let live: Vec<usize> = (workers.iter())
-            .filter(|w| w.live)
-            .map(|w| w.slots as usize)
-            .collect();
-        let slots = gangs_placeable(&live, self.nodes_per_trial);
+        let slots = placeable(&workers, self.nodes_per_trial, self.own_workers_only);
         if self.capacity.swap(slots, Ordering::SeqCst) != slots {
             let _ = self.tx.send(WorkerMsg::Wake);
         }
@@ -793,6 +793,16 @@ impl State {
     }
 }
 
+/// How many trials can run at once on `workers` (live ones; with `own_workers_only`, those
+/// serving this sweep alone), each on `nodes` of them.
+fn placeable(workers: &[WorkerInfo], nodes: usize, own_workers_only: bool) -> usize {
+    let slots: Vec<usize> = (workers.iter())
+        .filter(|w| w.live && (w.serving.is_some() || !own_workers_only))
+        .map(|w| w.slots as usize)
+        .collect();
+    gangs_placeable(&slots, nodes)
+}
+
 /// How many trials of `nodes` machines each can run at once on workers with these `slots`:
 /// the most gangs `g` such that the workers' seats, each counted up to `g` (no worker holds
 /// two nodes of one trial), fill `g` gangs. With `nodes` 1, every slot.
@@ -809,7 +819,29 @@ fn gangs_placeable(slots: &[usize], nodes: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::gangs_placeable;
+    use super::{gangs_placeable, placeable};
+    use crate::remote::WorkerInfo;
+
+    #[test]
+    fn workers_serving_every_sweep_are_no_capacity_of_a_sweep_that_needs_its_own() {
+        let worker = |slots, serving: Option<&str>, live| WorkerInfo {
+            id: format!("h:{slots}"),
+            slots,
+            serving: serving.map(String::from),
+            heartbeat_at: 0,
+            live,
+            running: Vec::new(),
+            gpus: Vec::new(),
+        };
+        let workers = [
+            worker(4, None, true),
+            worker(2, Some("t"), true),
+            worker(3, Some("t"), false),
+        ];
+        assert_eq!(placeable(&workers, 1, false), 6);
+        assert_eq!(placeable(&workers, 1, true), 2);
+        assert_eq!(placeable(&workers, 2, true), 0);
+    }
 
     #[test]
     fn gangs_take_one_seat_of_as_many_workers_as_they_span() {

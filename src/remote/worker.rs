@@ -920,7 +920,7 @@ fn serve_experiment(
             checkpoint_cap = meta.spec.database_checkpoints();
             let r = &meta.spec.resources;
             nodes = r.nodes_per_trial();
-            if r.cpus_per_trial() > 1 || r.gpus_per_trial() > 1 || nodes > 1 {
+            if r.needs_workers_of_its_own() {
                 takes = Some((r.cpus_per_trial(), r.gpus_per_trial));
             }
             // `[store] checkpoints`: the sweep's shared folder, else this worker's own.

@@ -83,6 +83,19 @@ impl Resources {
         self.nodes_per_trial.unwrap_or(1).max(1)
     }
 
+    /// Whether one trial takes more than one slot or more than one machine: a `tune worker`
+    /// serving every sweep runs one trial per slot, so such a sweep's trials run only on
+    /// workers started for it alone (`tune worker --experiment`).
+    ///
+    /// ```
+    /// let r = tune::Resources { nodes_per_trial: Some(2), ..Default::default() };
+    /// assert!(r.needs_workers_of_its_own());
+    /// assert!(!tune::Resources::default().needs_workers_of_its_own());
+    /// ```
+    pub fn needs_workers_of_its_own(&self) -> bool {
+        self.cpus_per_trial() > 1 || self.gpus_per_trial() > 1 || self.nodes_per_trial() > 1
+    }
+
     /// Whether trials are distributed: several processes or machines (or GPUs) each, with
     /// the rendezvous placeholders and environment (docs/guide/distributed-trials.md).
     pub fn distributed(&self) -> bool {
