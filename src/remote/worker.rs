@@ -589,6 +589,9 @@ impl WorkerState<'_> {
                 );
             }
             self.experiments.insert(e, served);
+        } else {
+            // Before it is seen serving: once registered, it has met every sweep there was.
+            self.meet_new_sweeps()?;
         }
         let slots = self.pool.slots().len() as i32;
         let lease = self.settings.lease.as_secs_f64();

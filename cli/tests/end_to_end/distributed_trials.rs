@@ -392,6 +392,8 @@ fn a_worker_started_for_the_sweep_runs_its_2_process_trials_and_a_shared_one_lea
         .args(["worker", &url, "--slots", "4", "--lease", "15", "--dir"])
         .arg(tmp.path().join("shared"));
     let shared = spawn(shared);
+    // It meets the sweep before anything of it can end.
+    crate::workers::wait_for_shared_worker(&url);
     let alone = spawn(worker(&url, 4, "15", &tmp.path().join("alone")));
     finish_ok(coord, "the coordinator");
     let alone = finish_ok(alone, "the worker serving the sweep");

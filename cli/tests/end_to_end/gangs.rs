@@ -254,6 +254,7 @@ fn gangs_wanting_more_workers_than_are_free_hold_nothing_and_never_deadlock() {
         .args(["worker", &url, "--slots", "1", "--lease", "15", "--dir"])
         .arg(tmp.path().join("shared"));
     let shared = spawn(shared);
+    crate::workers::wait_for_shared_worker(&url);
     let first = gang_worker(&url, &tmp.path().join("w0"), "15");
     wait_for_workers(&url, 1);
     // The lone worker looks for a gang every 0.2 s: in 2 s it forms none.

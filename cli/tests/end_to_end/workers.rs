@@ -114,6 +114,23 @@ pub(crate) fn wait_for_experiment(url: &str, coordinator: &mut Child) {
     }
 }
 
+/// Waits until a worker serving every sweep has registered (having met the sweeps there are).
+pub(crate) fn wait_for_shared_worker(url: &str) {
+    let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while db
+        .query_opt("SELECT 1 FROM tune_workers WHERE experiment IS NULL", &[])
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the shared worker never registered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub(crate) fn export_in(url: &str) -> Vec<serde_json::Value> {
     let out = run_ok(tune().args(["export", "t", "--store", url, "--format", "json"]));
     match serde_json::from_slice(&out.stdout).unwrap() {

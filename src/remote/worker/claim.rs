@@ -198,18 +198,20 @@ impl WorkerState<'_> {
         .map_err(|e| self.err(e))
     }
 
-    /// Reads the sweeps with offers this worker has not seen yet, so that it claims no trial
-    /// that takes several slots: a worker serving every sweep has one trial per slot (its
-    /// pool is shared), and such a sweep is served by workers started for it alone.
-    fn meet_new_sweeps(&mut self) -> Result<(), TuneError> {
+    /// Reads the unfinished sweeps this worker has not met yet, so that it claims no trial
+    /// that takes several slots or machines: a worker serving every sweep has one trial per
+    /// slot (its pool is shared), and such a sweep is served by workers started for it alone
+    /// (its coordinator offers this worker nothing, so the sweep is met by its record, not by
+    /// an offer).
+    pub(super) fn meet_new_sweeps(&mut self) -> Result<(), TuneError> {
         let known: Vec<i64> = (self.experiments.keys().copied())
             .chain(self.not_served.iter().copied())
             .collect();
         let rows = self
             .db
             .query(
-                "SELECT DISTINCT experiment FROM tune_attempts
-                 WHERE state = 'offered' AND NOT (experiment = ANY($1::bigint[]))",
+                "SELECT id FROM tune_experiments
+                 WHERE NOT finished AND meta IS NOT NULL AND NOT (id = ANY($1::bigint[]))",
                 &[&known],
             )
             .map_err(|e| self.err(e))?;
