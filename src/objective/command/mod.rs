@@ -79,12 +79,20 @@ enum Cut {
     Cancelled,
     /// A rank other than 0 ended in failure: the attempt fails with this.
     RankFailed(String),
+    /// A report that could not be read: the trial fails with this reason.
+    BadReport(String),
+}
+
+/// How the read loop ended.
+enum ReadEnd {
+    /// The child closed its stdout: it is exiting, and ends as its process does.
+    Closed,
     /// The trial's process exited while a process it started in a session of its own
     /// (`setsid`) still held its stdout: the trial ends with its process, and that one is
     /// killed by the attempt's mark.
     Escaped,
-    /// A report that could not be read: the trial fails with this reason.
-    BadReport(String),
+    /// Cut short before the child closed its stdout.
+    Cut(Cut),
 }
 
 async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
@@ -131,7 +139,7 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         shutdown: job.shutdown.clone(),
         cancel: job.cancel.clone(),
     };
-    let cut = read_reports(
+    let read = read_reports(
         obj,
         job,
         (&mut process, &mut others),
@@ -141,12 +149,12 @@ async fn run_attempt(obj: &CommandObjective, job: &Job) -> Outcome {
         &mut ends,
     )
     .await;
-    let escaped = matches!(cut, Some(Cut::Escaped));
+    let escaped = matches!(read, ReadEnd::Escaped);
     let outcome = finish(
         obj,
         job,
         (&mut process, &mut others),
-        cut,
+        read,
         (stderr_tail, &leader_gone),
         deadline,
         &mut ends,
@@ -345,7 +353,7 @@ async fn read_reports(
     decide: mpsc::UnboundedSender<ReportAnswer>,
     deadline: Option<Instant>,
     ends: &mut Ends,
-) -> Option<Cut> {
+) -> ReadEnd {
     use std::os::fd::AsRawFd;
     let mut stdout = BufReader::new(stdout);
     let mut parser = ReportParser::new(&obj.metric);
@@ -357,9 +365,9 @@ async fn read_reports(
     loop {
         if left == Some(0) && line.is_empty() {
             if held_outside_the_group(stdout.get_ref().as_raw_fd(), process.group()).await {
-                return Some(Cut::Escaped);
+                return ReadEnd::Escaped;
             }
-            return None;
+            return ReadEnd::Closed;
         }
         // A line partly read when the leader's exit won the race goes on where it stopped
         // (`read_line_capped` keeps what it consumed in `line`).
@@ -371,14 +379,14 @@ async fn read_reports(
                 left = Some(stdout.buffer().len() + pipe_holds(stdout.get_ref().as_raw_fd()));
                 continue;
             }
-            _ = sleep_until(deadline) => return Some(Cut::TimedOut),
-            cut = ends.cut() => return Some(cut),
-            why = others.failure() => return Some(Cut::RankFailed(why)),
+            _ = sleep_until(deadline) => return ReadEnd::Cut(Cut::TimedOut),
+            cut = ends.cut() => return ReadEnd::Cut(cut),
+            why = others.failure() => return ReadEnd::Cut(Cut::RankFailed(why)),
         };
         match read {
-            Ok(0) | Err(_) => return None,
+            Ok(0) | Err(_) => return ReadEnd::Closed,
             Ok(n) if n > MAX_LINE => {
-                return Some(Cut::BadReport(format!(
+                return ReadEnd::Cut(Cut::BadReport(format!(
                     "a line of its output is longer than {} MiB (it starts: {})",
                     MAX_LINE >> 20,
                     shortened(&String::from_utf8_lossy(&line[..line.len().min(200)]), 80)
@@ -398,14 +406,14 @@ async fn read_reports(
                 }
                 continue;
             }
-            Err(reason) => return Some(Cut::BadReport(reason)),
+            Err(reason) => return ReadEnd::Cut(Cut::BadReport(reason)),
         };
         let Some(decision) = decision_on(job, step, metrics).await else {
-            return Some(Cut::Interrupted);
+            return ReadEnd::Cut(Cut::Interrupted);
         };
         let _ = decide.send(decision);
         if decision != ReportAnswer::Continue {
-            return Some(Cut::Stopped);
+            return ReadEnd::Cut(Cut::Stopped);
         }
     }
 }
@@ -472,14 +480,14 @@ async fn finish(
     obj: &CommandObjective,
     job: &Job,
     (process, others): (&mut TrialProcess, &mut OtherRanks),
-    cut: Option<Cut>,
+    read: ReadEnd,
     (stderr_tail, leader_gone): (tokio::task::JoinHandle<String>, &watch::Sender<bool>),
     deadline: Option<Instant>,
     ends: &mut Ends,
 ) -> Outcome {
-    let cut = match cut {
-        Some(cut) if !matches!(cut, Cut::Escaped) => cut,
-        _ => {
+    let cut = match read {
+        ReadEnd::Cut(cut) => cut,
+        ReadEnd::Closed | ReadEnd::Escaped => {
             let exited = tokio::select! {
                 _ = process.exited() => None,
                 _ = sleep_until(deadline) => Some(Cut::TimedOut),
@@ -518,7 +526,6 @@ async fn finish(
         Cut::BadReport(reason) | Cut::RankFailed(reason) => {
             (Duration::ZERO, Outcome::Failed(reason))
         }
-        Cut::Escaped => unreachable!("an escaped process's trial ends as its process does"),
     };
     tokio::join!(
         process.terminate(patience, obj.grace),
