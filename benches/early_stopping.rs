@@ -558,6 +558,41 @@ fn lc_hyperband_3(_seed: u64) -> Box<dyn Scheduler> {
     lc_hyperband_with(3)
 }
 
+/// What a user gets with no `[search]` and `[scheduler] kind = KIND`, `max_t = 52` alone: the
+/// spec's own defaults, built as `tune run` builds them, over the LCBench space.
+fn default_spec(kind: &str, seed: u64) -> tune::ExperimentSpec {
+    let text = format!(
+        "name = \"lcbench\"\nmetric = \"val_accuracy\"\nmode = \"max\"\nsamples = 10000\n\
+         seed = {seed}\n\n[scheduler]\nkind = \"{kind}\"\nmax_t = {}\n\n\
+         [space]\nx = {{ uniform = [0.0, 1.0] }}\n",
+        lcbench::MAX_EPOCH
+    );
+    let mut spec = tune::ExperimentSpec::from_toml(&text, std::path::Path::new("lcbench.toml"))
+        .expect("the defaults' spec");
+    spec.space = lcbench::space();
+    spec
+}
+
+fn lc_default_search_asha(_space: Space, seed: u64) -> Box<dyn Searcher> {
+    default_spec("asha", seed)
+        .make_searcher()
+        .expect("the default searcher")
+}
+
+fn lc_default_asha(seed: u64) -> Box<dyn Scheduler> {
+    default_spec("asha", seed).make_scheduler()
+}
+
+fn lc_default_search_hyperband(_space: Space, seed: u64) -> Box<dyn Searcher> {
+    default_spec("hyperband", seed)
+        .make_searcher()
+        .expect("the default searcher")
+}
+
+fn lc_default_hyperband(seed: u64) -> Box<dyn Scheduler> {
+    default_spec("hyperband", seed).make_scheduler()
+}
+
 fn lc_median(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(MedianStopping::new(MedianConfig::default(), Mode::Max))
 }
@@ -566,7 +601,17 @@ fn lc_fifo(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(Fifo)
 }
 
-const LC_METHODS: [(&str, LcSearcher, LcScheduler); 20] = [
+const LC_METHODS: [(&str, LcSearcher, LcScheduler); 22] = [
+    (
+        "tune defaults: [scheduler] kind = \"asha\", max_t = 52",
+        lc_default_search_asha,
+        lc_default_asha,
+    ),
+    (
+        "tune defaults: [scheduler] kind = \"hyperband\", max_t = 52",
+        lc_default_search_hyperband,
+        lc_default_hyperband,
+    ),
     ("tune random, full budget", lc_random, lc_fifo),
     ("tune TPE, full budget", lc_tpe, lc_fifo),
     ("tune random + median", lc_random, lc_median),
