@@ -367,10 +367,14 @@ fn take_experiment(
 
 /// This process as `tune status` and refusals name it: `host:pid`.
 pub(crate) fn this_process() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    format!("{}:{}", host_name(), std::process::id())
+}
+
+/// This machine's host name (`localhost` where it cannot be read).
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{host}:{}", std::process::id())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// A connection with the schema up to date.

@@ -245,19 +245,16 @@ pub(crate) const TORCHRUN: [&str; 9] = [
     "--rdzv_endpoint={rdzv_endpoint}",
 ];
 
-/// TPE + ASHA over ddp.py, two 2-rank trials at once on 4 CPU slots, trial 1's first attempt
-/// losing rank 1: started by tune (`launcher = "tune"`) or by `torchrun`.
-fn ddp_sweep(torchrun: bool) {
-    assert_torch();
-    let tmp = tempfile::tempdir().unwrap();
-    let records_dir = tmp.path().join("records");
+/// The `[objective]` of a ddp.py sweep writing its records under `records`, with `args`
+/// after its learning rate: ranks started by tune (`launcher = "tune"`) or by `torchrun`.
+pub(crate) fn ddp_objective(records: &Path, args: &[&str], torchrun: bool) -> String {
     let script = [
         fixture("ddp.py").display().to_string(),
-        records_dir.display().to_string(),
-        "{lr}".into(),
-        "6".into(),
-        "1".into(),
-    ];
+        records.display().to_string(),
+    ]
+    .into_iter()
+    .chain(std::iter::once("{lr}".to_string()))
+    .chain(args.iter().map(|a| a.to_string()));
     let (launcher, argv): (&str, Vec<String>) = match torchrun {
         false => (
             "launcher = \"tune\"\n",
@@ -275,6 +272,19 @@ fn ddp_sweep(torchrun: bool) {
         ),
     };
     let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "[objective]\n{launcher}command = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n",
+        argv.join(", ")
+    )
+}
+
+/// TPE + ASHA over ddp.py, two 2-rank trials at once on 4 CPU slots, trial 1's first attempt
+/// losing rank 1: started by tune (`launcher = "tune"`) or by `torchrun`.
+fn ddp_sweep(torchrun: bool) {
+    assert_torch();
+    let tmp = tempfile::tempdir().unwrap();
+    let records_dir = tmp.path().join("records");
+    let objective = ddp_objective(&records_dir, &["6", "1"], torchrun);
     // The first rung at epoch 2: every trial reaches its first epoch's end, so trial 1's
     // first attempt always fails (its rank 1 is killed there), never is stopped first.
     let text = format!(
@@ -282,9 +292,7 @@ fn ddp_sweep(torchrun: bool) {
          [search]\nalgorithm = \"tpe\"\n\n\
          [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 2\nreduction_factor = 2\n\n\
          [resources]\ncpu_slots = 4\nprocesses_per_node = 2\n\n\
-         [objective]\n{launcher}command = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
-         [space]\nlr = {{ loguniform = [0.001, 0.3] }}\n",
-        argv.join(", ")
+         {objective}\n[space]\nlr = {{ loguniform = [0.001, 0.3] }}\n"
     );
     let spec = tmp.path().join("space.toml");
     std::fs::write(&spec, text).unwrap();

@@ -306,42 +306,18 @@ fn a_pytorch_ddp_sweep_launched_by_torchrun_on_two_workers_runs_each_trial_as_on
 }
 
 fn ddp_gangs(torchrun: bool) {
-    use crate::distributed_trials::{assert_torch, TORCHRUN, TORCH_PYTHON};
+    use crate::distributed_trials::{assert_torch, ddp_objective};
     assert_torch();
     let tmp = tempfile::tempdir().unwrap();
     let url = tune_testkit::pg_server::fresh_database();
     let records_dir = tmp.path().join("records");
-    let script = [
-        fixture("ddp.py").display().to_string(),
-        records_dir.display().to_string(),
-        "{lr}".into(),
-        "6".into(),
-    ];
-    let (launcher, argv): (&str, Vec<String>) = match torchrun {
-        false => (
-            "launcher = \"tune\"\n",
-            std::iter::once(TORCH_PYTHON.to_string())
-                .chain(script)
-                .collect(),
-        ),
-        true => (
-            "",
-            TORCHRUN
-                .iter()
-                .map(|a| a.to_string())
-                .chain(script)
-                .collect(),
-        ),
-    };
-    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    let objective = ddp_objective(&records_dir, &["6"], torchrun);
     let text = format!(
         "name = \"t\"\nmetric = \"val_loss\"\nsamples = 4\nseed = 5\n\n\
          [search]\nalgorithm = \"tpe\"\n\n\
          [scheduler]\nkind = \"asha\"\nmax_t = 6\ngrace_period = 2\nreduction_factor = 2\n\n\
          [resources]\nprocesses_per_node = 2\nnodes_per_trial = 2\n\n\
-         [objective]\n{launcher}command = [{}]\nenv = {{ OMP_NUM_THREADS = \"1\" }}\n\n\
-         [space]\nlr = {{ loguniform = [0.001, 0.3] }}\n",
-        argv.join(", ")
+         {objective}\n[space]\nlr = {{ loguniform = [0.001, 0.3] }}\n"
     );
     let spec = tmp.path().join("space.toml");
     std::fs::write(&spec, text).unwrap();

@@ -11,18 +11,45 @@ use tune_testkit::slurm::{node, SlurmCluster};
 use crate::common::*;
 use crate::workers::{finish_ok, spawn};
 
-#[test]
-fn the_slurm_recipe_runs_a_sweep_on_its_job_arrays_workers() {
-    let cluster = SlurmCluster::start();
-    let url = tune_testkit::pg_server::fresh_database();
-    let tmp = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+/// The repository's root, where the recipes are.
+fn repository() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `sbatch ARGS` from `dir` (a recipe's path in ARGS is the repository's), with the sweep's
+/// database as `TUNE_STORE` and the tested `tune` first on the PATH; the job's id.
+fn submit(cluster: &SlurmCluster, args: &[&str], dir: &Path, url: &str) -> String {
     let tune_dir = Path::new(env!("CARGO_BIN_EXE_tune")).parent().unwrap();
     let path = format!(
         "{}:{}",
         tune_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let args = args.iter().map(|a| match a.starts_with("examples/") {
+        true => repository().join(a).into_os_string(),
+        false => a.into(),
+    });
+    let submitted = run_ok(
+        cluster
+            .command("sbatch")
+            .args(args)
+            .current_dir(dir)
+            .env("TUNE_STORE", url)
+            .env("PATH", &path),
+    );
+    let said = String::from_utf8_lossy(&submitted.stdout);
+    said.trim()
+        .strip_prefix("Submitted batch job ")
+        .unwrap_or_else(|| panic!("sbatch said: {said}"))
+        .to_string()
+}
+
+#[test]
+fn the_slurm_recipe_runs_a_sweep_on_its_job_arrays_workers() {
+    let cluster = SlurmCluster::start();
+    let url = tune_testkit::pg_server::fresh_database();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = repository();
     // As the recipe says: the coordinator on the login node, then the array.
     let mut coordinator = tune();
     coordinator
@@ -32,22 +59,12 @@ fn the_slurm_recipe_runs_a_sweep_on_its_job_arrays_workers() {
         .arg(tmp.path().join("coordinator"))
         .env("TUNE_STORE", &url);
     let coordinator = spawn(coordinator);
-    let submitted = run_ok(
-        cluster
-            .command("sbatch")
-            .args(["--export=ALL"])
-            .arg(root.join("examples/slurm/workers.sbatch"))
-            .arg("quadratic")
-            .current_dir(tmp.path())
-            .env("TUNE_STORE", &url)
-            .env("PATH", &path),
+    let job = submit(
+        &cluster,
+        &["--export=ALL", "examples/slurm/workers.sbatch", "quadratic"],
+        tmp.path(),
+        &url,
     );
-    let said = String::from_utf8_lossy(&submitted.stdout);
-    let job = said
-        .trim()
-        .strip_prefix("Submitted batch job ")
-        .unwrap_or_else(|| panic!("sbatch said: {said}"))
-        .to_string();
     finish_ok(coordinator, "the coordinator");
     // Each array task's worker exits once the sweep is finished.
     assert!(
@@ -87,35 +104,23 @@ fn the_slurm_gang_recipe_runs_each_trial_on_two_nodes_of_one_job() {
     let cluster = SlurmCluster::with_nodes(2);
     let url = tune_testkit::pg_server::fresh_database();
     let tmp = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let tune_dir = Path::new(env!("CARGO_BIN_EXE_tune")).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        tune_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let spec = crate::gangs::gang_spec(tmp.path(), "samples = 3", 2, &["3"], "");
     let coordinator = spawn(crate::workers::coordinator(
         &spec,
         &url,
         &tmp.path().join("coordinator"),
     ));
-    let submitted = run_ok(
-        cluster
-            .command("sbatch")
-            .args(["--export=ALL", "--nodes=2"])
-            .arg(root.join("examples/slurm/gang.sbatch"))
-            .arg("t")
-            .current_dir(tmp.path())
-            .env("TUNE_STORE", &url)
-            .env("PATH", &path),
+    let job = submit(
+        &cluster,
+        &[
+            "--export=ALL",
+            "--nodes=2",
+            "examples/slurm/gang.sbatch",
+            "t",
+        ],
+        tmp.path(),
+        &url,
     );
-    let said = String::from_utf8_lossy(&submitted.stdout);
-    let job = said
-        .trim()
-        .strip_prefix("Submitted batch job ")
-        .unwrap_or_else(|| panic!("sbatch said: {said}"))
-        .to_string();
     finish_ok(coordinator, "the coordinator");
     assert!(
         cluster.wait_for_no_jobs(Duration::from_secs(300)),

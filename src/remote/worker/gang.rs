@@ -202,11 +202,7 @@ impl WorkerState<'_> {
 
     /// Where other machines reach this one: `--address`, else its host name.
     fn address(&self) -> String {
-        self.settings.address.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into())
-        })
+        (self.settings.address.clone()).unwrap_or_else(crate::store::pg_store::host_name)
     }
 
     /// Ends the nodes whose gang broke: node 0 when another node failed or was lost (the
