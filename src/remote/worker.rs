@@ -834,15 +834,17 @@ impl WorkerState<'_> {
                 if !r.holds_attempt() {
                     // A node above 0 of a gang: its end tells the other nodes, not the
                     // coordinator.
-                    let failed = match outcome {
-                        Outcome::Failed(why) if !r.decided => Some(why),
-                        _ => None,
+                    let ending = match outcome {
+                        _ if r.decided => gang::MemberEnding::Ended,
+                        Outcome::Failed(why) => gang::MemberEnding::Failed(why),
+                        Outcome::Interrupted => gang::MemberEnding::Interrupted,
+                        _ => gang::MemberEnding::Ended,
                     };
                     self.unsent.push_back((
                         key,
                         Unsent::MemberEnd {
                             token: r.token,
-                            failed,
+                            ending,
                         },
                     ));
                     return self.send_unsent();

@@ -174,6 +174,26 @@ fn two_workers_run_each_trial_as_one_gang_and_a_failing_node_fails_the_attempt()
 /// every report stored once.
 #[test]
 fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_retry_completes() {
+    let (_, coordinator_said) = node_1_loses_its_worker("kill-parent");
+    assert!(
+        coordinator_said.contains("stopped renewing its lease"),
+        "{coordinator_said}"
+    );
+}
+
+/// A gang's node 1 has its worker stopped (its own trial sends it SIGTERM) while node 0 hangs
+/// in a collective: the node ends interrupted, node 0 ends the attempt so, the stopped worker
+/// exits cleanly, and the trial runs again on a new worker.
+#[test]
+fn a_gang_member_whose_worker_is_stopped_interrupts_the_attempt_and_the_trial_runs_again() {
+    let (stopped, _) = node_1_loses_its_worker("term-parent");
+    assert!(stopped.contains("tune worker: ran 1 attempt"), "{stopped}");
+}
+
+/// Trial 0's first attempt has its node 1 end its own worker (`FAIL_BY`: ranks.py's
+/// `kill-parent` or `term-parent`) after step 2, node 0 hanging there; a new worker joins,
+/// and both trials complete on gangs. What the ended worker and the coordinator said.
+fn node_1_loses_its_worker(by: &str) -> (String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let url = tune_testkit::pg_server::fresh_database();
     let spec = gang_spec(
@@ -181,7 +201,7 @@ fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_re
         "samples = 2",
         2,
         &["4", "0", "2"],
-        "FAIL_BY = \"kill-parent\"",
+        &format!("FAIL_BY = \"{by}\""),
     );
     let mut coord = spawn(coordinator(&spec, &url, &tmp.path().join("c")));
     wait_for_experiment(&url, &mut coord);
@@ -189,29 +209,23 @@ fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_re
         gang_worker(&url, &tmp.path().join("a"), "5"),
         gang_worker(&url, &tmp.path().join("b"), "5"),
     ];
-    // Whichever worker runs node 1 of trial 0's first attempt is killed by it.
+    // Whichever worker runs node 1 of trial 0's first attempt is ended by it.
     let deadline = Instant::now() + Duration::from_secs(300);
-    let killed = loop {
+    let ended = loop {
         if let Some(i) = (0..2).find(|&i| workers[i].try_wait().unwrap().is_some()) {
             break i;
         }
-        assert!(Instant::now() < deadline, "no worker was killed");
+        assert!(Instant::now() < deadline, "no worker was ended");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let dead = finish(workers.remove(killed), "the killed worker");
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&dead.status),
-        Some(9),
-        "{}",
-        stderr(&dead)
-    );
+    let ended = finish(workers.remove(ended), "the ended worker");
+    let signal = std::os::unix::process::ExitStatusExt::signal(&ended.status);
+    match by {
+        "kill-parent" => assert_eq!(signal, Some(9), "{}", stderr(&ended)),
+        _ => assert!(ended.status.success(), "{}", stderr(&ended)),
+    }
     let c = gang_worker(&url, &tmp.path().join("c-worker"), "5");
     let out = finish_ok(coord, "the coordinator");
-    assert!(
-        stderr(&out).contains("stopped renewing its lease"),
-        "{}",
-        stderr(&out)
-    );
     finish_ok(workers.remove(0), "the surviving worker");
     finish_ok(c, "the new worker");
     let trials = crate::workers::export_in(&url);
@@ -222,6 +236,7 @@ fn a_gang_member_whose_worker_is_killed_ends_the_attempt_on_the_other_and_the_re
     assert_eq!(records.len(), 2 * 3, "{records:?}");
     assert_two_workers_per_attempt(&records);
     assert_nothing_left(tmp.path());
+    (stderr(&ended), stderr(&out))
 }
 
 /// Gangs never deadlock on workers: with one worker for 2-node trials nothing is placed and

@@ -10,10 +10,10 @@
 //! - **Joining** (`take_assignments`): a worker finds the places assigned to it, takes a slot
 //!   for each and starts its node with node 0's endpoint.
 //! - **Watching** (`watch`): every node keeps its own lease (renewed with the worker's
-//!   heartbeat). Node 0 ends the attempt when another node fails (failed) or stops renewing
-//!   its lease (lost: the trial runs again, as the coordinator's `max_lost_attempts`
-//!   allows); a node above 0 ends when the attempt has ended, or another node failed or was
-//!   lost.
+//!   heartbeat). Node 0 ends the attempt when another node fails (failed), is stopped with
+//!   its worker (interrupted: the trial runs again, counting nothing) or stops renewing its
+//!   lease (lost: the trial runs again, as the coordinator's `max_lost_attempts` allows);
+//!   a node above 0 ends when the attempt has ended, or another node broke so.
 //!
 //! Only node 0's reports reach the coordinator; the decisions go to node 0 only.
 
@@ -247,6 +247,8 @@ impl WorkerState<'_> {
                     "node {node} of the trial (worker {worker}) failed: {}",
                     outcome.unwrap_or_default()
                 )))
+            } else if state == "interrupted" {
+                Some(Outcome::Interrupted)
             } else if live && expired {
                 Some(Outcome::Lost(format!(
                     "node {node} of the trial (worker {worker}) stopped renewing its lease"
@@ -378,17 +380,32 @@ pub(super) fn renew_members(
     )
 }
 
-/// Records how a node above 0 ended: `failed` (why) fails the attempt on node 0.
+/// How a node above 0 of a gang ended, as its row says it to node 0.
+pub(super) enum MemberEnding {
+    /// Exited 0, or was ended because the attempt was over.
+    Ended,
+    /// Failed, why: the attempt fails.
+    Failed(String),
+    /// Its worker was stopped (Ctrl-C, SIGTERM) mid-attempt: the attempt is interrupted, and
+    /// its trial runs again, counting nothing against it.
+    Interrupted,
+}
+
+/// Records how a node above 0 ended.
 pub(super) fn end_member(
     db: &mut Db,
     token: i64,
-    failed: Option<&str>,
+    ending: &MemberEnding,
 ) -> Result<(), postgres::Error> {
+    let (state, why) = match ending {
+        MemberEnding::Ended => ("ended", None),
+        MemberEnding::Failed(why) => ("failed", Some(why.as_str())),
+        MemberEnding::Interrupted => ("interrupted", None),
+    };
     db.execute(
-        "UPDATE tune_gang_members
-         SET state = CASE WHEN $2::text IS NULL THEN 'ended' ELSE 'failed' END, outcome = $2
+        "UPDATE tune_gang_members SET state = $2, outcome = $3
          WHERE token = $1 AND state IN ('assigned', 'running')",
-        &[&token, &failed],
+        &[&token, &state, &why],
     )
     .map(drop)
 }

@@ -29,9 +29,12 @@ pub(super) enum Unsent {
         outcome: Outcome,
         kept: Option<KeptFolder>,
     },
-    /// How a node above 0 of a gang ended (its token is its own, not the attempt's):
-    /// `failed` says why it failed, which fails the attempt on the other nodes.
-    MemberEnd { token: i64, failed: Option<String> },
+    /// How a node above 0 of a gang ended (its token is its own, not the attempt's): failed
+    /// or interrupted, it ends the attempt on the other nodes.
+    MemberEnd {
+        token: i64,
+        ending: super::gang::MemberEnding,
+    },
 }
 
 impl WorkerState<'_> {
@@ -47,9 +50,9 @@ impl WorkerState<'_> {
                     outcome,
                     kept,
                 } => self.send_end(key, token, outcome, kept),
-                Unsent::MemberEnd { token, failed } => {
-                    super::gang::end_member(&mut self.db, token, failed.as_deref())
-                        .map_err(|e| (Unsent::MemberEnd { token, failed }, e))
+                Unsent::MemberEnd { token, ending } => {
+                    super::gang::end_member(&mut self.db, token, &ending)
+                        .map_err(|e| (Unsent::MemberEnd { token, ending }, e))
                 }
             };
             if let Err((unsent, e)) = sent {
