@@ -103,7 +103,7 @@ pub fn split_remote_slot(device: &str) -> Option<(&str, &str)> {
 
 /// The slots of a trial's `device`, one per machine: a trial on several machines (a gang,
 /// `nodes_per_trial`) records node 0's slot and then each other node's worker as
-/// `worker/node N`, joined by ` + `; any other trial has one. [`gang_device`] writes the form.
+/// `worker/node N`, joined by ` + `; any other trial has one. `gang_device` writes the form.
 ///
 /// ```
 /// let gang: Vec<&str> = tune::remote::gang_slots("a:1/cpu:0 + b:2/node 1").collect();
