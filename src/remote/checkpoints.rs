@@ -510,7 +510,14 @@ pub(crate) fn copy(
     token: i64,
 ) -> Result<bool, postgres::Error> {
     let (from, to) = (from as i64, to as i64);
-    let mut tx = db.client().transaction()?;
+    // One snapshot for the header and the chunks: at read committed each statement took its
+    // own, and a source that wrote a new checkpoint between them left a copy whose chunks
+    // were not its header's ("damaged", seen once in a full test run).
+    let mut tx = db
+        .client()
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()?;
     if !holds(&mut tx, token)? {
         return Ok(false);
     }
