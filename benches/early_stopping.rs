@@ -8,7 +8,7 @@
 //! `run_lcbench.py` scores it, on a clock that runs each epoch for the seconds the surrogate
 //! predicts. `TUNE_BENCH_PARTS=curves` or `=lcbench` runs one part. `TUNE_LCBENCH_TASKS`
 //! picks the tasks: `heldout` (the 28 not developed on), `all`, or a comma-separated list;
-//! `TUNE_LCBENCH_METHODS` (`|`-separated parts of names) and `TUNE_BENCH_WORKERS` (`1,8`)
+//! `TUNE_LCBENCH_METHODS` (`|`-separated parts of names, or `=` and a whole name) and `TUNE_BENCH_WORKERS` (`1,8`)
 //! narrow the run; `TUNE_BENCH_ASHA=grace,eta` changes the ASHA rows' settings.
 
 use tune_testkit::curves;
@@ -744,7 +744,12 @@ fn lcbench_tables(seeds: u64) {
     let methods: Vec<_> = match std::env::var("TUNE_LCBENCH_METHODS") {
         Ok(filter) => LC_METHODS
             .into_iter()
-            .filter(|(name, ..)| filter.split('|').any(|f| name.contains(f)))
+            .filter(|(name, ..)| {
+                (filter.split('|')).any(|f| {
+                    f.strip_prefix('=')
+                        .map_or(name.contains(f), |exact| *name == exact)
+                })
+            })
             .collect(),
         Err(_) => LC_METHODS.to_vec(),
     };

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tune_search::TrialId;
+use tune_search::{Status, TrialId};
 
 use crate::error::TuneError;
 use crate::spec::ExperimentSpec;
@@ -528,6 +528,36 @@ impl Experiment {
         })
     }
 
+    /// Raises the scheduler's `max_t` (`raised`, from [`SchedulerSpec::raised_max_t`]): the
+    /// trials completed at the old one go on from their checkpoints, queued as interrupted
+    /// ones are, and the scheduler (replayed under the new `max_t`) decides at each step
+    /// after as it would have. Returns their ids.
+    ///
+    /// The trials are written before the record: a kill in between leaves the old `max_t`,
+    /// under which a resume completes those trials again at once.
+    ///
+    /// [`SchedulerSpec::raised_max_t`]: crate::SchedulerSpec::raised_max_t
+    pub fn raise_max_t(
+        &mut self,
+        scheduler: crate::SchedulerSpec,
+        raised: crate::RaisedMaxT,
+    ) -> Result<Vec<TrialId>, TuneError> {
+        let mut reopened = Vec::new();
+        for t in &mut self.stored.trials {
+            if t.status == Status::Completed && t.last_step() == Some(raised.from) {
+                t.status = Status::Pending;
+                t.finished_at = None;
+                t.end_seq = None;
+                self.store.put_trial(t)?;
+                reopened.push(t.id);
+            }
+        }
+        self.store.sync()?;
+        self.stored.meta.spec.scheduler = scheduler;
+        self.write_meta()?;
+        Ok(reopened)
+    }
+
     /// Raises the budget to `samples` (and records it before anything runs).
     pub fn set_samples(&mut self, samples: u64) -> Result<(), TuneError> {
         let created = self.stored.trials.len() as u64;
@@ -540,8 +570,12 @@ impl Experiment {
             )));
         }
         self.stored.meta.samples = samples;
-        // Rewritten in this build's layout; first the trials whose failures read_as_written
-        // counted, which a record of format 6 must hold.
+        self.write_meta()
+    }
+
+    /// Writes the experiment record, durably, in this build's layout; first the trials whose
+    /// failures `read_as_written` counted, which a record of format 6 must hold.
+    fn write_meta(&mut self) -> Result<(), TuneError> {
         if self.stored.meta.format < 6 {
             for t in self.stored.trials.iter().filter(|t| t.failed_attempts > 0) {
                 self.store.put_trial(t)?;

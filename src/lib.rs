@@ -76,8 +76,8 @@ pub use progress::{format_line, ProgressLine};
 pub use replay::scheduler_status;
 pub use spec::{
     check_mlflow_url, Algorithm, Bound, CheckpointPlace, Constraints, ExperimentSpec, Fuse, Goal,
-    Gpus, InvalidSetting, MlflowServer, ObjectiveSpec, Resources, SchedulerSpec, Search,
-    SearchSpec, SearcherError, SpecError, StoreSpec, TrackingSpec, WarmStart,
+    Gpus, InvalidSetting, MlflowServer, ObjectiveSpec, RaisedMaxT, Resources, SchedulerSpec,
+    Search, SearchSpec, SearcherError, SpecError, StoreSpec, TrackingSpec, WarmStart,
 };
 pub use stop::{StopConditions, StopReason};
 pub use store::StoreError;

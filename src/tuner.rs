@@ -55,6 +55,8 @@ pub struct Tuner {
     store: StoreLocation,
     /// With `resume`: raise the budget to this many samples.
     resume_samples: Option<u64>,
+    /// With `resume`: raise the scheduler's `max_t` to this step.
+    resume_max_t: Option<u64>,
     /// With `resume`: run on this many CPU slots (where trials run does not change what is
     /// decided).
     resume_slots: Option<usize>,
@@ -111,6 +113,7 @@ impl Tuner {
             resume_name: None,
             store: StoreLocation::Folder,
             resume_samples: None,
+            resume_max_t: None,
             resume_slots: None,
             local_slots: None,
             resume_stop: None,
@@ -333,6 +336,25 @@ impl Tuner {
         self.fixed("scheduler")
     }
 
+    /// With [`Tuner::resume`]: raises the scheduler's `max_t` (ASHA with one bracket;
+    /// `tune resume --max-t`). The trials that completed at the old `max_t` go on from their
+    /// checkpoints, and ASHA decides at the rungs above it as it would have with this `max_t`
+    /// from the start; the searcher keeps its history. A new sweep sets `max_t` in its
+    /// [`Tuner::scheduler`]; this fails its `fit`.
+    ///
+    /// ```no_run
+    /// // A finished ASHA sweep with max_t = 27: its best trials train on to step 81.
+    /// let result = tune::Tuner::resume("runs/mnist").max_t(81).fit(|ctx| {
+    ///     ctx.report(1, [("loss", ctx.params().f64("lr")?)])?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), tune::TuneError>(())
+    /// ```
+    pub fn max_t(mut self, steps: u64) -> Self {
+        self.resume_max_t = Some(steps);
+        self
+    }
+
     /// Concurrent trials (also for a resumed sweep).
     pub fn cpu_slots(mut self, slots: usize) -> Self {
         self.spec.resources.cpu_slots = slots;
@@ -522,8 +544,9 @@ impl Tuner {
                 trackers(spec)?,
             ))
         };
-        let (mut exp, (objective, searcher, scheduler, (pool, note), trackers)) =
+        let (mut exp, (objective, searcher, scheduler, (pool, note), trackers), mut notes) =
             self.start(prepare)?;
+        notes.extend(note);
         self.observers.extend(trackers);
         let spec = exp.stored.meta.spec.clone();
         let plan = Plan {
@@ -531,7 +554,7 @@ impl Tuner {
             created_at: exp.stored.meta.created_at,
             search: spec.search.algorithm.algorithm().as_str().into(),
             scheduler: spec.scheduler.name().into(),
-            note,
+            notes,
             stop: self.stop.clone(),
             dir: exp.dir.clone(),
             trials: spec.trials_folder(&exp.dir),
@@ -587,7 +610,7 @@ impl Tuner {
     fn start<T>(
         &self,
         prepare: impl FnOnce(&ExperimentSpec, &Path) -> Result<T, TuneError>,
-    ) -> Result<(Experiment, T), TuneError> {
+    ) -> Result<(Experiment, T, Vec<String>), TuneError> {
         if let Some(dir) = &self.resume {
             if let Some(setting) = self.fixed_on_resume.first() {
                 return Err(TuneError::Invalid(format!(
@@ -611,11 +634,41 @@ impl Tuner {
                 })?;
                 exp.stored.meta.spec.stop = stop.clone();
             }
+            // Checked, and the scheduler built with it, before anything is written.
+            let raised = match self.resume_max_t {
+                Some(max_t) => {
+                    let spec = &mut exp.stored.meta.spec;
+                    let (scheduler, raised) = (spec.scheduler.raised_max_t(max_t))
+                        .map_err(|e| TuneError::Invalid(e.to_string()))?;
+                    let old = std::mem::replace(&mut spec.scheduler, scheduler.clone());
+                    Some((old, scheduler, raised))
+                }
+                None => None,
+            };
             let prepared = prepare(&exp.stored.meta.spec, &exp.dir)?;
+            let mut notes = Vec::new();
+            if let Some((old, scheduler, raised)) = raised {
+                // Written as the stored record had it, then raised with the trials.
+                exp.stored.meta.spec.scheduler = old;
+                let reopened = exp.raise_max_t(scheduler, raised)?;
+                notes.push(format!(
+                    "max_t raised from {} to {}: the {} trial(s) completed at step {} are \
+                     reopened, and go on from their checkpoints where the scheduler keeps them",
+                    raised.from,
+                    raised.to,
+                    reopened.len(),
+                    raised.from
+                ));
+            }
             if let Some(n) = self.resume_samples {
                 exp.set_samples(n)?;
             }
-            return Ok((exp, prepared));
+            return Ok((exp, prepared, notes));
+        }
+        if self.resume_max_t.is_some() {
+            return Err(TuneError::Invalid(
+                "`max_t` raises a resumed sweep's; a new sweep sets it in its [scheduler]".into(),
+            ));
         }
         self.spec
             .validate()
@@ -626,7 +679,7 @@ impl Tuner {
             .unwrap_or_else(|| Path::new("runs").join(&self.spec.name));
         let prepared = prepare(&self.spec, &dir)?;
         let exp = Experiment::create_in(&dir, &self.spec, self.spec_text.as_deref(), &self.store)?;
-        Ok((exp, prepared))
+        Ok((exp, prepared, Vec::new()))
     }
 }
 

@@ -583,3 +583,163 @@ fn auto_on_a_2000_trial_budget_hands_the_sweep_from_its_gp_to_tpe_at_250_complet
     let reason = &trials[10].suggested_by.as_ref().unwrap().reason;
     assert_eq!(reason, "250 trials have completed, the most a GP models");
 }
+
+/// A closure whose curves cross (small `x` starts best, `x` near 0.7 ends best), resumed from
+/// the step its checkpoint holds, which it writes before reporting.
+fn crossing_curves(ctx: &mut tune::TrialContext) -> Result<(), tune::BoxError> {
+    let x = ctx.params().f64("x")?;
+    let first = match ctx.restore_dir() {
+        Some(dir) => {
+            std::fs::read_to_string(dir.join("step"))?
+                .trim()
+                .parse::<u64>()?
+                + 1
+        }
+        None => 1,
+    };
+    for step in first..=1000 {
+        std::fs::write(ctx.checkpoint_dir()?.join("step"), step.to_string())?;
+        let loss = (x - 0.7) * (x - 0.7) + (1.0 - x) / step as f64;
+        match ctx.report(step, [("loss", loss)]) {
+            Ok(()) => {}
+            Err(Stop::Paused) => return Ok(()),
+            Err(stop) => return Err(stop.into()),
+        }
+    }
+    Ok(())
+}
+
+fn asha_sweep(max_t: u64) -> tune::SchedulerSpec {
+    tune::SchedulerSpec::Asha(tune::AshaConfig {
+        max_t,
+        grace_period: 1,
+        reduction_factor: 3,
+        ..Default::default()
+    })
+}
+
+/// A trial as decided: its status, params and (step, loss) pairs.
+type Decided = (Status, tune::Params, Vec<(u64, f64)>);
+
+fn decided(trials: &[tune::Trial]) -> Vec<Decided> {
+    (trials.iter())
+        .map(|t| {
+            let results = t
+                .results
+                .iter()
+                .map(|r| (r.step, r.metrics["loss"]))
+                .collect();
+            (t.status, t.params.clone(), results)
+        })
+        .collect()
+}
+
+#[test]
+fn raising_max_t_decides_as_the_larger_max_t_from_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = |max_t: u64, dir: &str| {
+        Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+            .algorithm(Algorithm::Random)
+            .samples(30)
+            .seed(5)
+            .cpu_slots(1)
+            .scheduler(asha_sweep(max_t))
+            .dir(tmp.path().join(dir))
+    };
+    let short = sweep(9, "short").fit(crossing_curves).unwrap();
+    let completed_at_9 = (short.trials().unwrap().iter())
+        .filter(|t| t.status == Status::Completed && t.last_step() == Some(9))
+        .count();
+    // Rungs 1 and 3 below the old top; 9 becomes a rung of the raised ASHA.
+    let raised = Tuner::resume(tmp.path().join("short"))
+        .max_t(27)
+        .fit(crossing_curves)
+        .unwrap();
+    let whole = sweep(27, "whole").fit(crossing_curves).unwrap();
+    let (raised, whole) = (raised.trials().unwrap(), whole.trials().unwrap());
+    assert_eq!(decided(&raised), decided(&whole));
+    // Some trials were cut at the new rung 9, some went on to 27, each from its checkpoint
+    // (its second attempt starts at step 10).
+    let went_on: Vec<&tune::Trial> = raised
+        .iter()
+        .filter(|t| t.last_step() == Some(27))
+        .collect();
+    let cut_at_9 = (raised.iter())
+        .filter(|t| t.status == Status::Stopped && t.last_step() == Some(9))
+        .count();
+    assert!(!went_on.is_empty() && cut_at_9 > 0, "{went_on:?}");
+    assert_eq!(went_on.len() + cut_at_9, completed_at_9);
+    for t in went_on {
+        let second: Vec<u64> = (t.results.iter())
+            .filter(|r| r.attempt == 2)
+            .map(|r| r.step)
+            .collect();
+        assert_eq!(second, (10..=27).collect::<Vec<_>>(), "trial {}", t.id);
+    }
+    // Raised again while nothing is left at the old top to reopen: 27 -> 81.
+    let again = Tuner::resume(tmp.path().join("short"))
+        .max_t(81)
+        .fit(crossing_curves)
+        .unwrap();
+    assert!(again
+        .trials()
+        .unwrap()
+        .iter()
+        .any(|t| t.last_step() == Some(81)));
+}
+
+#[test]
+fn max_t_is_refused_where_it_cannot_be_raised() {
+    let tmp = tempfile::tempdir().unwrap();
+    let objective = |ctx: &mut tune::TrialContext| -> Result<(), tune::BoxError> {
+        ctx.report(1, [("loss", ctx.params().f64("x")?)])?;
+        Ok(())
+    };
+    let space = || Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+    let refused = |tuner: Tuner| match tuner.fit(objective) {
+        Err(TuneError::Invalid(e)) => e,
+        other => panic!(
+            "expected an input error, got {:?}",
+            other.map(|r| r.trials())
+        ),
+    };
+    let e = refused(Tuner::new(space()).max_t(10).dir(tmp.path().join("new")));
+    assert!(e.contains("a new sweep sets it in its [scheduler]"), "{e}");
+    assert!(!tmp.path().join("new").exists());
+    for (name, scheduler, expected) in [
+        (
+            "fifo",
+            tune::SchedulerSpec::default(),
+            "kind = \"fifo\" has no `max_t` to raise",
+        ),
+        (
+            "hb",
+            tune::SchedulerSpec::Hyperband(tune::HyperBandConfig {
+                max_t: 9,
+                ..Default::default()
+            }),
+            "its brackets are sized by max_t",
+        ),
+        ("lower", asha_sweep(9), "expected above 9, found 9"),
+    ] {
+        let dir = tmp.path().join(name);
+        let first = Tuner::new(space())
+            .samples(2)
+            .scheduler(scheduler)
+            .dir(&dir)
+            .fit(objective)
+            .unwrap()
+            .trials()
+            .unwrap();
+        let e = refused(Tuner::resume(&dir).max_t(9));
+        assert!(e.contains(expected), "{name}: {e}");
+        assert!(e.starts_with("[scheduler] `max_t`: "), "{name}: {e}");
+        // Nothing was written: the sweep is as it was.
+        let after = Tuner::resume(&dir)
+            .fit(objective)
+            .unwrap()
+            .trials()
+            .unwrap();
+        assert_eq!(after, first, "{name}");
+    }
+}

@@ -59,7 +59,7 @@ pub(crate) struct Plan {
     pub search: String,
     pub scheduler: String,
     /// Told to observers at the start (or printed when there are none).
-    pub note: Option<String>,
+    pub notes: Vec<String>,
     /// Set to end the sweep early, resumable.
     pub stop: StopHandle,
     pub dir: PathBuf,
@@ -425,7 +425,7 @@ impl Coordinator {
         }
         self.loaded = Vec::new();
         self.start_bridge(rt)?;
-        if let Some(note) = self.plan.note.clone() {
+        for note in self.plan.notes.clone() {
             self.note(&note);
         }
         // An exploit's copy staged by a run killed before the exploit was stored is taken by

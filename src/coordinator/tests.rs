@@ -201,7 +201,7 @@ impl Sweep {
             name: "u".into(),
             search: "random".into(),
             scheduler: "scripted".into(),
-            note: None,
+            notes: Vec::new(),
             stop: self.stop.clone(),
             dir: self.dir.path().to_path_buf(),
             trials: self.dir.path().to_path_buf(),

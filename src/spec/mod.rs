@@ -43,7 +43,7 @@ mod tests;
 mod tracking;
 
 pub use resources::{Fuse, Gpus, Resources};
-pub use scheduler::SchedulerSpec;
+pub use scheduler::{RaisedMaxT, SchedulerSpec};
 pub use search::{Algorithm, Search, SearchSpec, WarmStart};
 pub use tracking::{check_mlflow_url, CheckpointPlace, MlflowServer, StoreSpec, TrackingSpec};
 

@@ -54,6 +54,86 @@ impl SchedulerSpec {
     }
 }
 
+/// How far a sweep's trials ran before its `max_t` was raised, and to where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaisedMaxT {
+    /// The old `max_t`: trials completed there go on.
+    pub from: u64,
+    pub to: u64,
+}
+
+impl SchedulerSpec {
+    /// The same scheduler with `max_t` raised to `max_t`, for `tune resume --max-t`: where
+    /// the rungs below the old `max_t` stay as they were, so that replaying the sweep's
+    /// results under the raised scheduler makes the decisions they were made with. That holds
+    /// for ASHA with one bracket (rungs at `grace_period * reduction_factor^k`, whatever the
+    /// top), not for HyperBand (its brackets are sized by `max_t`) nor for ASHA with several
+    /// brackets (each trial's bracket is drawn by how many rungs each has); schedulers
+    /// without a `max_t` have nothing to raise.
+    ///
+    /// ```
+    /// use tune::{AshaConfig, SchedulerSpec};
+    /// let asha = SchedulerSpec::Asha(AshaConfig { max_t: 27, ..Default::default() });
+    /// let (raised, how) = asha.raised_max_t(81).unwrap();
+    /// assert_eq!((how.from, how.to), (27, 81));
+    /// assert_eq!(raised, SchedulerSpec::Asha(AshaConfig { max_t: 81, ..Default::default() }));
+    /// let fifo = SchedulerSpec::default();
+    /// assert!(fifo.raised_max_t(81).unwrap_err().to_string().contains("no `max_t`"));
+    /// ```
+    pub fn raised_max_t(&self, max_t: u64) -> Result<(SchedulerSpec, RaisedMaxT), InvalidSetting> {
+        let refuse = |why: String| {
+            Err(InvalidSetting::new(
+                "scheduler",
+                FieldError::new("max_t", why),
+            ))
+        };
+        let c =
+            match self {
+                SchedulerSpec::Asha(c) => c,
+                SchedulerSpec::Hyperband(_) => return refuse(
+                    "kind = \"hyperband\" cannot be extended: its brackets are sized by max_t, \
+                     so a higher one would deal the trials already run into other brackets \
+                     (ASHA with one bracket can)"
+                        .into(),
+                ),
+                other => {
+                    return refuse(format!(
+                        "kind = \"{}\" has no `max_t` to raise (ASHA with one bracket has)",
+                        other.name()
+                    ))
+                }
+            };
+        if c.brackets > 1 {
+            return refuse(format!(
+                "ASHA with {} brackets cannot be extended: each trial's bracket is drawn by how \
+                 many rungs each has, which max_t changes (one bracket can)",
+                c.brackets
+            ));
+        }
+        if !c.stop_last_trials {
+            return refuse(
+                "ASHA with `stop_last_trials = false` lets trials run past max_t to their own \
+                 end; there is no top to raise"
+                    .into(),
+            );
+        }
+        if max_t <= c.max_t {
+            return refuse(format!(
+                "a sweep's max_t can only be raised: expected above {}, found {max_t}",
+                c.max_t
+            ));
+        }
+        let raised = AshaConfig { max_t, ..c.clone() };
+        Ok((
+            SchedulerSpec::Asha(raised),
+            RaisedMaxT {
+                from: c.max_t,
+                to: max_t,
+            },
+        ))
+    }
+}
+
 impl ExperimentSpec {
     /// The trial scheduler this spec asks for, with its settings.
     pub fn make_scheduler(&self) -> Box<dyn Scheduler> {

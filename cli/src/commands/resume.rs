@@ -15,6 +15,7 @@ pub fn resume(args: ResumeArgs) -> Result<ExitCode, TuneError> {
         store,
         dir,
         samples,
+        max_t,
         no_stop,
         no_tui,
         slots,
@@ -46,6 +47,9 @@ pub fn resume(args: ResumeArgs) -> Result<ExitCode, TuneError> {
     }
     if let Some(n) = samples {
         tuner = tuner.samples(n);
+    }
+    if let Some(steps) = max_t {
+        tuner = tuner.max_t(steps);
     }
     if no_stop {
         tuner = tuner.stop_when(tune::StopConditions::default());

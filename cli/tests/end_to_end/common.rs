@@ -603,3 +603,20 @@ pub fn hyperband_band_81(tmp: &Path, seed: u64, slots: usize) -> std::path::Path
         "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
     )
 }
+
+/// Random search + ASHA (rungs 1, 3, 9 under max_t 27) over checkpointing command trials on
+/// one slot, with the kill switch armed, in `tmp`.
+pub fn random_asha_to(tmp: &Path, max_t: u64) -> std::path::PathBuf {
+    std::fs::create_dir_all(tmp).unwrap();
+    let spec = write_spec(
+        tmp,
+        &format!(
+            "samples = 20\nseed = 6\n[search]\nalgorithm = \"random\"\n[scheduler]\nkind = \"asha\"\n\
+             max_t = {max_t}\ngrace_period = 1\nreduction_factor = 3\n[resources]\ncpu_slots = 1"
+        ),
+        &["--y", "{y}", "--steps", "100", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    arm_kill_switch(&spec, tmp);
+    spec
+}

@@ -371,3 +371,27 @@ fn a_database_gone_for_longer_than_ridden_out_stops_the_sweep_cleanly_and_it_res
     assert_acknowledged_results_kept(tmp.path(), &by_id(trials.clone()));
     assert_eq!(outcome(&trials), want);
 }
+
+#[test]
+fn a_sweep_in_postgres_extended_by_max_t_and_killed_decides_as_the_higher_max_t_from_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = pg_server::fresh_database();
+    let short = tmp.path().join("short");
+    let spec = random_asha_to(&short, 9);
+    let dir = short.join("here");
+    run_ok(&mut run_or_resume_in(&spec, &url, &dir, false));
+    set_kill_switch(&short, "step 12");
+    let out = run_or_resume_in(&spec, &url, &dir, true)
+        .args(["--max-t", "27"])
+        .output()
+        .unwrap();
+    assert!(killed(&out), "{}", stderr(&out));
+    run_ok(&mut run_or_resume_in(&spec, &url, &dir, true));
+
+    let whole = tmp.path().join("whole");
+    let spec = random_asha_to(&whole, 27);
+    run_ok(&mut tune_run(&spec, &whole.join("run")));
+    let raised = export_in(&url);
+    assert_eq!(outcome(&raised), outcome(&export_json(&whole.join("run"))));
+    assert!(raised.iter().any(|t| steps(t).last() == Some(&27)));
+}

@@ -428,3 +428,56 @@ fn a_stop_decided_before_a_kill_but_not_stored_is_applied_on_resume() {
         assert_eq!(t["results"], r["results"], "trial {id}");
     }
 }
+
+#[test]
+fn resume_with_a_higher_max_t_killed_midway_decides_as_the_higher_max_t_from_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let short = tmp.path().join("short");
+    let spec = random_asha_to(&short, 9);
+    let dir = short.join("run");
+    run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let before = by_id(export_json(&dir));
+    let at_top = (before.values())
+        .filter(|t| t["status"] == "completed" && steps(t).last() == Some(&9))
+        .count();
+    // The extension is killed by the first trial acknowledged at step 12 (one reopened
+    // trial's fourth step past its checkpoint), then resumed plainly.
+    set_kill_switch(&short, "step 12");
+    let out = tune_resume(&dir)
+        .args(["--max-t", "27", "--no-tui"])
+        .output()
+        .unwrap();
+    assert!(killed(&out), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "max_t raised from 9 to 27: the {at_top} trial(s) completed at step 9 are reopened"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    run_ok(tune_resume(&dir).arg("--no-tui"));
+    let raised = export_json(&dir);
+
+    let whole = tmp.path().join("whole");
+    let spec = random_asha_to(&whole, 27);
+    run_ok(tune_run(&spec, &whole.join("run")).arg("--no-tui"));
+    assert_eq!(outcome(&raised), outcome(&export_json(&whole.join("run"))));
+    // Trials that went on past 9 did so from their checkpoints: no step twice.
+    let went_on: Vec<&Json> = (raised.iter())
+        .filter(|t| steps(t).last() == Some(&27))
+        .collect();
+    assert!(!went_on.is_empty());
+    for t in &went_on {
+        assert_eq!(steps(t), (1..=27).collect::<Vec<_>>());
+    }
+    // A finished sweep's max_t can only go up; other schedulers say why not.
+    let out = tune_resume(&dir).args(["--max-t", "20"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "[scheduler] `max_t`: a sweep's max_t can only be raised: expected above 27, found 20"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
