@@ -124,7 +124,7 @@ fn asha_config() -> AshaConfig {
     let (grace_period, reduction_factor) = asha_grace_and_eta((1, 3));
     AshaConfig {
         max_t: 81,
-        grace_period,
+        grace_period: Some(grace_period),
         reduction_factor,
         ..AshaConfig::default()
     }
@@ -142,7 +142,7 @@ fn asha_promotion(seed: u64) -> Box<dyn Scheduler> {
 fn async_hyperband(seed: u64) -> Box<dyn Scheduler> {
     let config = AshaConfig {
         max_t: 81,
-        grace_period: 1,
+        grace_period: Some(1),
         reduction_factor: 3,
         brackets: 5,
         ..AshaConfig::default()
@@ -483,7 +483,7 @@ fn lc_asha_config() -> AshaConfig {
     let (grace_period, reduction_factor) = asha_grace_and_eta((1, 3));
     AshaConfig {
         max_t: lcbench::MAX_EPOCH,
-        grace_period,
+        grace_period: Some(grace_period),
         reduction_factor,
         ..AshaConfig::default()
     }
@@ -501,7 +501,7 @@ fn lc_asha_promotion(seed: u64) -> Box<dyn Scheduler> {
 /// reduction factors 2 and 3): 3 epochs, where one misleads.
 fn lc_asha_grace_3() -> AshaConfig {
     AshaConfig {
-        grace_period: 3,
+        grace_period: Some(3),
         ..lc_asha_config()
     }
 }

@@ -68,11 +68,12 @@ impl StoreLocation {
 /// `power_transform` and `avoid_repeats` among them. 5: TPE's `startup_counts_unmodelled`, and
 /// its `constant_liar` left unset (off under the rung model) unless the spec sets it. 6: each
 /// trial's `failed_attempts`, which `max_failures` counts (before, it counted every attempt).
-pub const FORMAT: u32 = 6;
+/// 7: ASHA's `grace_period` left unset (a sixteenth of `max_t`) unless the spec sets it.
+pub const FORMAT: u32 = 7;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
 /// each missing setting taking its default; 1 to 5 as the builds that wrote them ran them
 /// (`read_as_written`).
-pub const FORMATS_READ: [u32; 6] = [1, 2, 3, 4, 5, 6];
+pub const FORMATS_READ: [u32; 7] = [1, 2, 3, 4, 5, 6, 7];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
@@ -80,7 +81,7 @@ pub const FORMATS_READ: [u32; 6] = [1, 2, 3, 4, 5, 6];
 /// and could suggest a trial's point again; before 5, TPE's startup counted only the trials
 /// its model read, and its constant liar was on under every model; before 6, `max_failures`
 /// counted every attempt a trial had started (one a kill of tune interrupted too), so each
-/// counts as failed.
+/// counts as failed; before 7, ASHA's first rung was at step 1 unless set.
 fn read_as_written(stored: &mut StoredExperiment) {
     if stored.meta.format < 6 {
         for t in &mut stored.trials {
@@ -88,6 +89,11 @@ fn read_as_written(stored: &mut StoredExperiment) {
         }
     }
     let meta = &mut stored.meta;
+    if let crate::SchedulerSpec::Asha(asha) = &mut meta.spec.scheduler {
+        if meta.format < 7 {
+            asha.grace_period.get_or_insert(1);
+        }
+    }
     match &mut meta.spec.search.algorithm {
         crate::spec::SearchSpec::Tpe(tpe) if meta.format < 5 => {
             if meta.format < 3 {
@@ -665,5 +671,45 @@ fn no_experiment(e: StoreError, name: &str, url: &str) -> TuneError {
             reason: format!("no experiment named {name:?} there"),
         },
         other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Meta, StoredExperiment};
+    use crate::{AshaConfig, SchedulerSpec};
+
+    fn asha_read_in_format(format: u32, grace_period: Option<u64>) -> Option<u64> {
+        let text =
+            "name = \"t\"\nmetric = \"loss\"\nsamples = 1\n[space]\nx = { uniform = [0.0, 1.0] }\n";
+        let mut spec = ExperimentSpec::from_toml(text, Path::new("t.toml")).unwrap();
+        spec.scheduler = SchedulerSpec::Asha(AshaConfig {
+            max_t: 52,
+            grace_period,
+            ..AshaConfig::default()
+        });
+        let mut stored = StoredExperiment {
+            meta: Meta {
+                format,
+                samples: 1,
+                spec,
+                created_at: 0,
+            },
+            trials: Vec::new(),
+        };
+        read_as_written(&mut stored);
+        match stored.meta.spec.scheduler {
+            SchedulerSpec::Asha(c) => c.grace_period,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn asha_without_a_grace_period_keeps_its_first_rung_at_1_before_format_7() {
+        assert_eq!(asha_read_in_format(1, None), Some(1));
+        assert_eq!(asha_read_in_format(6, None), Some(1));
+        assert_eq!(asha_read_in_format(6, Some(2)), Some(2));
+        assert_eq!(asha_read_in_format(7, None), None);
     }
 }

@@ -612,7 +612,7 @@ fn crossing_curves(ctx: &mut tune::TrialContext) -> Result<(), tune::BoxError> {
 fn asha_sweep(max_t: u64) -> tune::SchedulerSpec {
     tune::SchedulerSpec::Asha(tune::AshaConfig {
         max_t,
-        grace_period: 1,
+        grace_period: Some(1),
         reduction_factor: 3,
         ..Default::default()
     })

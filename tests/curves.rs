@@ -50,7 +50,7 @@ fn asha_stops_every_trial_where_ray_tune_does() {
             .collect();
         let config = AshaConfig {
             max_t: 81,
-            grace_period: 1,
+            grace_period: Some(1),
             reduction_factor: 3,
             ..AshaConfig::default()
         };

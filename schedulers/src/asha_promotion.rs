@@ -19,7 +19,7 @@ use crate::{reward, AshaConfig, Decision, Mode, Params, Scheduler, TrialId};
 ///
 /// ```
 /// use tune_schedulers::{AshaConfig, AshaPromotion, Decision, Mode, Params, Scheduler};
-/// let config = AshaConfig { max_t: 9, grace_period: 1, reduction_factor: 3, ..Default::default() };
+/// let config = AshaConfig { max_t: 9, grace_period: Some(1), reduction_factor: 3, ..Default::default() };
 /// let mut asha = AshaPromotion::new(config, Mode::Min, 0);
 /// for (id, loss) in [(0, 0.5), (1, 0.2), (2, 0.9)] {
 ///     asha.on_trial_add(id, &Params::default());
@@ -62,7 +62,7 @@ impl AshaPromotion {
             .map(|s| {
                 let mut milestones = Vec::new();
                 let mut m = config
-                    .grace_period
+                    .grace_period()
                     .max(1)
                     .saturating_mul(eta.saturating_pow(s));
                 while m < config.max_t {
@@ -94,7 +94,7 @@ impl AshaPromotion {
     ///
     /// ```
     /// use tune_schedulers::{AshaConfig, AshaPromotion, Mode};
-    /// let config = AshaConfig { max_t: 81, grace_period: 1, reduction_factor: 3, brackets: 5, ..Default::default() };
+    /// let config = AshaConfig { max_t: 81, grace_period: Some(1), reduction_factor: 3, brackets: 5, ..Default::default() };
     /// let asha = AshaPromotion::new(config, Mode::Min, 0);
     /// assert_eq!(asha.milestones(0), vec![1, 3, 9, 27]);
     /// assert_eq!(asha.milestones(3), vec![27]);
@@ -226,7 +226,7 @@ mod tests {
     fn config(brackets: usize) -> AshaConfig {
         AshaConfig {
             max_t: 27,
-            grace_period: 1,
+            grace_period: Some(1),
             reduction_factor: 3,
             brackets,
             ..AshaConfig::default()

@@ -86,7 +86,7 @@ pub trait Scheduler: Send {
     ///
     /// ```
     /// use tune_schedulers::{Asha, AshaConfig, Fifo, Mode, Scheduler};
-    /// let asha = Asha::new(AshaConfig { max_t: 9, grace_period: 1, reduction_factor: 3, ..Default::default() }, Mode::Min, 0);
+    /// let asha = Asha::new(AshaConfig { max_t: 9, grace_period: Some(1), reduction_factor: 3, ..Default::default() }, Mode::Min, 0);
     /// assert_eq!(asha.rungs(), vec![1, 3, 9]);
     /// assert!(Fifo.rungs().is_empty());
     /// ```

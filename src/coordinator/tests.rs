@@ -828,7 +828,7 @@ fn hyperband_decides_the_same_however_often_the_sweep_is_interrupted_and_resumed
 fn asha_and_median_decide_the_same_however_often_the_sweep_is_interrupted() {
     let asha = |variant, brackets| AshaConfig {
         max_t: 9,
-        grace_period: 1,
+        grace_period: Some(1),
         reduction_factor: 3,
         brackets,
         stop_last_trials: true,

@@ -76,7 +76,8 @@ impl SchedulerSpec {
     /// let asha = SchedulerSpec::Asha(AshaConfig { max_t: 27, ..Default::default() });
     /// let (raised, how) = asha.raised_max_t(81).unwrap();
     /// assert_eq!((how.from, how.to), (27, 81));
-    /// assert_eq!(raised, SchedulerSpec::Asha(AshaConfig { max_t: 81, ..Default::default() }));
+    /// let kept = AshaConfig { max_t: 81, grace_period: Some(1), ..Default::default() };
+    /// assert_eq!(raised, SchedulerSpec::Asha(kept));
     /// let fifo = SchedulerSpec::default();
     /// assert!(fifo.raised_max_t(81).unwrap_err().to_string().contains("no `max_t`"));
     /// ```
@@ -123,7 +124,12 @@ impl SchedulerSpec {
                 c.max_t
             ));
         }
-        let raised = AshaConfig { max_t, ..c.clone() };
+        // The first rung stays where it was: unset, it is a fraction of max_t.
+        let raised = AshaConfig {
+            max_t,
+            grace_period: Some(c.grace_period()),
+            ..c.clone()
+        };
         Ok((
             SchedulerSpec::Asha(raised),
             RaisedMaxT {

@@ -490,7 +490,7 @@ pub fn replay_asha(trials: &[Json]) -> BTreeMap<(u64, u64), Decision> {
     results.sort_by_key(|r| r.0);
     let config = AshaConfig {
         max_t: 9,
-        grace_period: 1,
+        grace_period: Some(1),
         reduction_factor: 3,
         ..AshaConfig::default()
     };

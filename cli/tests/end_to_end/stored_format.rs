@@ -54,7 +54,7 @@ fn an_experiment_stored_in_format_1_opens_with_the_same_spec_and_trials() {
     assert_eq!(spec.search.algorithm, SearchSpec::Tpe(tpe));
     let asha = AshaConfig {
         max_t: 4,
-        grace_period: 1,
+        grace_period: Some(1),
         reduction_factor: 2,
         ..AshaConfig::default()
     };

@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""SMAC3 and DEHB on LCBench with several trials at once: the 8-worker multi-fidelity anchors.
+
+`run_lcbench_mf.py` runs SMAC3 2.4.1 (SMAC-HB = `MultiFidelityFacade`, `HyperbandFacade`) and
+DEHB 0.1.2 one trial at a time. This runs them with W trials in flight on the simulated clock
+that `lcbench_parallel.py` uses for Optuna and tune's `simulator::simulate_timed` uses for
+tune: each worker trains its job's next epoch, which takes the seconds the surrogate's `time`
+output says (at least a millisecond); the worker that finishes an epoch first goes next (ties:
+the lowest worker); a worker whose job is done tells the optimiser and asks it for the next
+job at once. Both libraries' ask/tell interfaces hand out jobs while others are pending
+(SMAC's Hyperband intensifier and DEHB both start another bracket while a rung waits for
+results), so no worker waits. Neither is given a worker count: SMAC's `n_workers` and DEHB's
+would start a Dask cluster to run the objective, which the ask/tell loop does not use.
+
+Budget accounting is `run_lcbench_mf.py`'s `Trainer`: a job for configuration c at budget b
+(trained to round(b) epochs) continues from the highest epoch c was trained to, paying only
+its new epochs; every trained epoch is one of the budget and an event for the incumbent (a
+configuration counts once it has trained all 52 epochs). A job that asks for a configuration
+another worker is still training goes on from where that one has got to when it starts.
+
+    .venv-mf/bin/python benches/peers/lcbench_mf_parallel.py [--workers-sim 8] [--seeds 10]
+        [--methods smac-mf-hb smac-hb dehb] [--held-out]
+
+With --workers-sim 1 it makes the same calls in the same order as `run_lcbench_mf.py`.
+Needs `requirements-mf.txt` (and dehb with --no-deps; see that file's head).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from multiprocessing import Pool
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "lcbench"))
+
+import numpy as np  # noqa: E402
+
+import lcbench  # noqa: E402
+import run_lcbench  # noqa: E402
+import run_lcbench_mf as mf  # noqa: E402
+
+E = lcbench.MAX_EPOCH
+ACC = lcbench.METRICS.index("val_accuracy")
+TIME = lcbench.METRICS.index("time")
+METHODS = ["smac-mf-hb", "smac-hb", "dehb"]
+
+
+class Optimiser:
+    """One library behind ask() -> (config dict, epochs, handle) and tell(handle, accuracy, cost)."""
+
+    def __init__(self, method: str, task: str, seed: int, budget: int):
+        mf.quiet()
+        self.method = method
+        self.tmp = tempfile.mkdtemp(prefix=f"{method}-")
+        if method.startswith("smac"):
+            from smac import HyperbandFacade, MultiFidelityFacade, Scenario
+
+            facade = MultiFidelityFacade if method == "smac-mf-hb" else HyperbandFacade
+            sc = Scenario(mf.configspace(seed), deterministic=True, n_trials=mf.smac_n_trials(budget),
+                          min_budget=mf.MIN_B, max_budget=mf.MAX_B, seed=seed,
+                          output_directory=self.tmp, name=f"{method}-{task}")
+            self.smac = facade(sc, mf._smac_dummy, intensifier=facade.get_intensifier(sc, eta=mf.ETA),
+                               overwrite=True, logging_level=40)
+        else:
+            from dehb import DEHB
+
+            cs = mf.configspace(seed)
+            self.dehb = DEHB(cs=cs, f=None, dimensions=len(list(cs.values())), min_fidelity=mf.MIN_B,
+                             max_fidelity=mf.MAX_B, eta=mf.ETA, n_workers=1, seed=seed,
+                             output_path=self.tmp, save_freq="end", log_level="ERROR")
+        mf.quiet()
+
+    def ask(self):
+        if self.method.startswith("smac"):
+            info = self.smac.ask()
+            return dict(info.config), mf.to_epochs(info.budget), info
+        job = self.dehb.ask()
+        return dict(job["config"]), mf.to_epochs(job["fidelity"]), job
+
+    def tell(self, handle, acc: float, cost: int):
+        if self.method.startswith("smac"):
+            from smac.runhistory.dataclasses import TrialValue
+
+            self.smac.tell(handle, TrialValue(cost=1.0 - acc / 100.0), save=False)
+        else:
+            self.dehb.tell(handle, {"fitness": 1.0 - acc / 100.0, "cost": float(cost)})
+
+    def close(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run_parallel(method: str, task: str, seed: int, budget: int, workers: int) -> Dict[str, Any]:
+    opt = Optimiser(method, task, seed, budget)
+    try:
+        tr = mf.Trainer(task, budget)
+        slots: List[Any] = [None] * workers
+        now = 0.0
+
+        def start_epoch(job, now):
+            # The seconds of the epoch from where the configuration has got to (the surrogate's
+            # `time` is cumulative over epochs).
+            i, t = job["idx"], tr.trained[job["idx"]] + 1
+            curve = job["times"]
+            before = float(curve[t - 2]) if t >= 2 else 0.0
+            job["done_at"] = now + max(float(curve[t - 1]) - before, 1e-3)
+
+        while not tr.exhausted:
+            for w in range(workers):
+                while slots[w] is None:
+                    cfg, b, handle = opt.ask()
+                    tr.n_trials += 1
+                    i = tr.idx(cfg)
+                    job = {"idx": i, "epochs": b, "handle": handle, "cost": 0,
+                           "times": lcbench.curves(task, [dict(zip(lcbench.ORDER, tr.key(cfg)))])[0][:, TIME]}
+                    if b <= tr.trained[i]:
+                        # Nothing to train: told at once, as the serial harness does.
+                        tr.free_trials += 1
+                        opt.tell(handle, float(tr.curves[i][b - 1]), 0)
+                        continue
+                    if tr.trained[i] > 0:
+                        tr.continued_trials += 1
+                    start_epoch(job, now)
+                    slots[w] = job
+            w = min(range(workers), key=lambda k: slots[k]["done_at"])
+            job = slots[w]
+            now = job["done_at"]
+            i = job["idx"]
+            if tr.trained[i] >= job["epochs"]:
+                # Another worker trained this configuration this far meanwhile.
+                opt.tell(job["handle"], float(tr.curves[i][job["epochs"] - 1]), job["cost"])
+                slots[w] = None
+                continue
+            try:
+                tr.epoch(i, tr.trained[i] + 1)
+            except mf.BudgetExhausted:
+                break
+            job["cost"] += 1
+            if tr.trained[i] >= job["epochs"]:
+                opt.tell(job["handle"], float(tr.curves[i][job["epochs"] - 1]), job["cost"])
+                slots[w] = None
+            else:
+                start_epoch(job, now)
+        return tr.result()
+    finally:
+        opt.close()
+
+
+def _job(a):
+    method, task, seed, budget, workers = a
+    return method, task, seed, run_parallel(method, task, seed, budget, workers)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", nargs="*", default=lcbench.DEV_TASKS)
+    ap.add_argument("--held-out", action="store_true",
+                    help="the tasks outside DEV_TASKS instead (for checking, never tuning)")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--budget-configs", type=int, default=40, help="budget = this * 52 epochs")
+    ap.add_argument("--methods", nargs="*", default=METHODS)
+    ap.add_argument("--workers-sim", type=int, default=8, help="trials in flight at once")
+    ap.add_argument("--processes", type=int, default=2, help="runs computed side by side")
+    args = ap.parse_args()
+    if args.held_out:
+        args.tasks = [t for t in lcbench.TASKS if t not in lcbench.DEV_TASKS]
+    budget = E * args.budget_configs
+    cps = [E * c for c in (10, 20, 40, 80) if c <= args.budget_configs]
+    t0 = time.perf_counter()
+    refs = {t: run_lcbench.reference(t) for t in args.tasks}
+    mf.smac_n_trials(budget)  # computed once, before the pool forks
+    jobs = [(m, t, s, budget, args.workers_sim) for m in args.methods for t in args.tasks
+            for s in range(args.seeds)]
+    runs: Dict[str, Dict[str, Dict[int, Any]]] = {}
+    with Pool(args.processes) as pool:
+        for m, t, s, r in pool.imap_unordered(_job, jobs, chunksize=1):
+            runs.setdefault(m, {}).setdefault(t, {})[s] = r
+    print(f"LCBench, SMAC3 / DEHB, {args.workers_sim} trials at once (simulated clock), tasks "
+          f"{', '.join(args.tasks)}, {args.seeds} seeds: mean over tasks of the median normalised "
+          f"regret ({time.perf_counter() - t0:.0f} s)")
+    print("| method | " + " | ".join(f"{c} ep" for c in cps) + " |")
+    print("|---|" + "---|" * len(cps))
+    for m in args.methods:
+        per_task = []
+        for t, per_seed in runs[m].items():
+            ref = refs[t]
+            accs = np.array([run_lcbench.incumbent_curve(per_seed[s]["events"], cps)
+                             for s in sorted(per_seed)])
+            reg = (ref["ref"] - accs) / (ref["ref"] - ref["random_median"])
+            per_task.append([float(np.median(reg[:, i])) for i in range(len(cps))])
+        mean = np.mean(np.array(per_task), axis=0)
+        print(f"| {m} | " + " | ".join(run_lcbench.fmt(v) for v in mean) + " |")
+
+
+if __name__ == "__main__":
+    main()
