@@ -78,6 +78,10 @@ impl SchedulerSpec {
     /// assert_eq!((how.from, how.to), (27, 81));
     /// let kept = AshaConfig { max_t: 81, grace_period: Some(1), ..Default::default() };
     /// assert_eq!(raised, SchedulerSpec::Asha(kept));
+    /// // An unset first rung (max_t / 16) stays where it was: 3, not 104 / 16.
+    /// let asha = SchedulerSpec::Asha(AshaConfig { max_t: 52, ..Default::default() });
+    /// let SchedulerSpec::Asha(raised) = asha.raised_max_t(104).unwrap().0 else { panic!() };
+    /// assert_eq!(raised.grace_period(), 3);
     /// let fifo = SchedulerSpec::default();
     /// assert!(fifo.raised_max_t(81).unwrap_err().to_string().contains("no `max_t`"));
     /// ```
