@@ -107,13 +107,28 @@ fn a_curve_is_the_same_calls_one_epoch_at_a_time() {
 /// rung (`fidelity = "rung"`) under ASHA with grace period 3, one worker.
 #[test]
 fn the_binary_driving_lcbench_py_decides_as_the_simulator() {
+    decides_as_the_simulator(
+        "[search]\nalgorithm = \"tpe\"\nfidelity = \"rung\"\n\
+         [scheduler]\nkind = \"asha\"\nmax_t = 52\ngrace_period = 3\nreduction_factor = 3\n",
+    );
+}
+
+/// The same with the defaults the bench's "tune defaults" row runs: no `[search]`, and only
+/// `kind = "asha"` and `max_t` under `[scheduler]`.
+#[test]
+fn the_binary_with_the_default_search_and_asha_decides_as_the_simulator() {
+    decides_as_the_simulator("[scheduler]\nkind = \"asha\"\nmax_t = 52\n");
+}
+
+/// 30 trials of `lcbench.py objective 3945` on one slot under `search_and_scheduler`, by the
+/// binary and by the simulator.
+fn decides_as_the_simulator(search_and_scheduler: &str) {
     let python = common::lcbench_python();
     let tmp = tempfile::tempdir().unwrap();
     let script = lcbench::folder().join("lcbench.py");
     let spec_text = format!(
         "name = \"lcbench\"\nmetric = \"val_accuracy\"\nmode = \"max\"\nsamples = 30\nseed = 4\n\
-         [search]\nalgorithm = \"tpe\"\nfidelity = \"rung\"\n\
-         [scheduler]\nkind = \"asha\"\nmax_t = 52\ngrace_period = 3\nreduction_factor = 3\n\
+         {search_and_scheduler}\
          [resources]\ncpu_slots = 1\n\
          [objective]\ncommand = [{:?}, {:?}, \"objective\", \"3945\"]\n\
          [space]\n{}\n",
