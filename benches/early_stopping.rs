@@ -419,9 +419,16 @@ fn held_out(seeds: u64) {
 /// `run_lcbench.py`'s checkpoints: 10, 20 and 40 full trainings' worth of epochs.
 const LCBENCH_EPOCHS: [u64; 3] = [520, 1040, 2080];
 
-/// `benches/peers/README.md`, section 4: mean over the six development tasks of the median
-/// normalised regret over 10 seeds, trials one at a time (Optuna 5.0.0).
-const LCBENCH_PEERS: [(&str, [f64; 3]); 7] = [
+/// The peers one trial at a time: mean over the six development tasks of the median
+/// normalised regret over 10 seeds (Optuna 5.0.0 from `benches/peers/README.md`, section 4).
+const LCBENCH_PEERS: [(&str, [f64; 3]); 12] = [
+    // The multi-fidelity anchors (`benches/peers/run_lcbench_mf.py`: SMAC3 2.4.1, DEHB 0.1.2,
+    // Syne Tune 0.16; a promotion pays only its new epochs).
+    ("SMAC-HB (SMAC3 MultiFidelityFacade)", [0.238, 0.132, 0.063]),
+    ("SMAC3 HyperbandFacade (random)", [0.223, 0.180, 0.148]),
+    ("DEHB", [0.249, 0.213, 0.195]),
+    ("Syne Tune ASHA", [0.321, 0.285, 0.250]),
+    ("Syne Tune BOHB", [0.325, 0.293, 0.259]),
     ("random, full budget", [0.380, 0.259, 0.181]),
     ("TPE, full budget", [0.380, 0.160, 0.095]),
     (

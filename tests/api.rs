@@ -250,29 +250,7 @@ fn hyperband_pauses_and_resumes_closures_from_their_checkpoints() {
         .cpu_slots(3)
         .scheduler(hyperband)
         .dir(tmp.path().join("hb"))
-        .fit(|ctx| {
-            let x = ctx.params().f64("x")?;
-            // Continue after the step the last checkpoint holds.
-            let first = match ctx.restore_dir() {
-                Some(dir) => {
-                    std::fs::read_to_string(dir.join("step"))?
-                        .trim()
-                        .parse::<u64>()?
-                        + 1
-                }
-                None => 1,
-            };
-            for step in first..=81 {
-                std::fs::write(ctx.checkpoint_dir()?.join("step"), step.to_string())?;
-                match ctx.report(step, [("loss", x + 1.0 / step as f64)]) {
-                    Ok(()) => {}
-                    // Paused: the checkpoint is written; return and wait to be resumed.
-                    Err(Stop::Paused) => return Ok(()),
-                    Err(stop) => return Err(stop.into()),
-                }
-            }
-            Ok(())
-        })
+        .fit(|ctx| checkpointed(ctx, 81, |x, step| x + 1.0 / step as f64))
         .unwrap();
     let mut ended = std::collections::HashMap::new();
     for t in result.trials().unwrap() {
@@ -584,9 +562,13 @@ fn auto_on_a_2000_trial_budget_hands_the_sweep_from_its_gp_to_tpe_at_250_complet
     assert_eq!(reason, "250 trials have completed, the most a GP models");
 }
 
-/// A closure whose curves cross (small `x` starts best, `x` near 0.7 ends best), resumed from
-/// the step its checkpoint holds, which it writes before reporting.
-fn crossing_curves(ctx: &mut tune::TrialContext) -> Result<(), tune::BoxError> {
+/// Reports `loss(x, step)` up to step `last`, going on after the step its checkpoint holds
+/// (written before each report); a pause returns, to be resumed.
+fn checkpointed(
+    ctx: &mut tune::TrialContext,
+    last: u64,
+    loss: impl Fn(f64, u64) -> f64,
+) -> Result<(), tune::BoxError> {
     let x = ctx.params().f64("x")?;
     let first = match ctx.restore_dir() {
         Some(dir) => {
@@ -597,16 +579,23 @@ fn crossing_curves(ctx: &mut tune::TrialContext) -> Result<(), tune::BoxError> {
         }
         None => 1,
     };
-    for step in first..=1000 {
+    for step in first..=last {
         std::fs::write(ctx.checkpoint_dir()?.join("step"), step.to_string())?;
-        let loss = (x - 0.7) * (x - 0.7) + (1.0 - x) / step as f64;
-        match ctx.report(step, [("loss", loss)]) {
+        match ctx.report(step, [("loss", loss(x, step))]) {
             Ok(()) => {}
             Err(Stop::Paused) => return Ok(()),
             Err(stop) => return Err(stop.into()),
         }
     }
     Ok(())
+}
+
+/// Curves that cross (small `x` starts best, `x` near 0.7 ends best), as long as the
+/// scheduler lets them run.
+fn crossing_curves(ctx: &mut tune::TrialContext) -> Result<(), tune::BoxError> {
+    checkpointed(ctx, 1000, |x, step| {
+        (x - 0.7) * (x - 0.7) + (1.0 - x) / step as f64
+    })
 }
 
 fn asha_sweep(max_t: u64) -> tune::SchedulerSpec {

@@ -26,27 +26,20 @@ Needs `requirements-mf.txt` (and dehb with --no-deps; see that file's head).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 import tempfile
-import time
-from multiprocessing import Pool
 from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "lcbench"))
 
-import numpy as np  # noqa: E402
-
 import lcbench  # noqa: E402
-import run_lcbench  # noqa: E402
+import lcbench_parallel  # noqa: E402
 import run_lcbench_mf as mf  # noqa: E402
 
-E = lcbench.MAX_EPOCH
-ACC = lcbench.METRICS.index("val_accuracy")
 TIME = lcbench.METRICS.index("time")
 METHODS = ["smac-mf-hb", "smac-hb", "dehb"]
 
@@ -151,51 +144,13 @@ def run_parallel(method: str, task: str, seed: int, budget: int, workers: int) -
         opt.close()
 
 
-def _job(a):
-    method, task, seed, budget, workers = a
-    return method, task, seed, run_parallel(method, task, seed, budget, workers)
+def run_parallel_mf(method: str, task: str, seed: int, budget: int, workers: int) -> Dict[str, Any]:
+    mf.smac_n_trials(budget)
+    return run_parallel(method, task, seed, budget, workers)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="*", default=lcbench.DEV_TASKS)
-    ap.add_argument("--held-out", action="store_true",
-                    help="the tasks outside DEV_TASKS instead (for checking, never tuning)")
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--budget-configs", type=int, default=40, help="budget = this * 52 epochs")
-    ap.add_argument("--methods", nargs="*", default=METHODS)
-    ap.add_argument("--workers-sim", type=int, default=8, help="trials in flight at once")
-    ap.add_argument("--processes", type=int, default=2, help="runs computed side by side")
-    args = ap.parse_args()
-    if args.held_out:
-        args.tasks = [t for t in lcbench.TASKS if t not in lcbench.DEV_TASKS]
-    budget = E * args.budget_configs
-    cps = [E * c for c in (10, 20, 40, 80) if c <= args.budget_configs]
-    t0 = time.perf_counter()
-    refs = {t: run_lcbench.reference(t) for t in args.tasks}
-    mf.smac_n_trials(budget)  # computed once, before the pool forks
-    jobs = [(m, t, s, budget, args.workers_sim) for m in args.methods for t in args.tasks
-            for s in range(args.seeds)]
-    runs: Dict[str, Dict[str, Dict[int, Any]]] = {}
-    with Pool(args.processes) as pool:
-        for m, t, s, r in pool.imap_unordered(_job, jobs, chunksize=1):
-            runs.setdefault(m, {}).setdefault(t, {})[s] = r
-    print(f"LCBench, SMAC3 / DEHB, {args.workers_sim} trials at once (simulated clock), tasks "
-          f"{', '.join(args.tasks)}, {args.seeds} seeds: mean over tasks of the median normalised "
-          f"regret ({time.perf_counter() - t0:.0f} s)")
-    print("| method | " + " | ".join(f"{c} ep" for c in cps) + " |")
-    print("|---|" + "---|" * len(cps))
-    for m in args.methods:
-        per_task = []
-        for t, per_seed in runs[m].items():
-            ref = refs[t]
-            accs = np.array([run_lcbench.incumbent_curve(per_seed[s]["events"], cps)
-                             for s in sorted(per_seed)])
-            reg = (ref["ref"] - accs) / (ref["ref"] - ref["random_median"])
-            per_task.append([float(np.median(reg[:, i])) for i in range(len(cps))])
-        mean = np.mean(np.array(per_task), axis=0)
-        print(f"| {m} | " + " | ".join(run_lcbench.fmt(v) for v in mean) + " |")
+    lcbench_parallel.main_for(run_parallel_mf, METHODS, "SMAC3 / DEHB", __doc__)
 
 
 if __name__ == "__main__":

@@ -111,19 +111,22 @@ def run_parallel(method: str, task: str, seed: int, budget: int, workers: int) -
 
 
 def _job(a):
-    method, task, seed, budget, workers = a
-    return method, task, seed, run_parallel(method, task, seed, budget, workers)
+    run, method, task, seed, budget, workers = a
+    return method, task, seed, run(method, task, seed, budget, workers)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
+def main_for(run, methods: List[str], who: str, doc: str):
+    """Runs `run(method, task, seed, budget, workers)` for each method, task and seed (as the
+    command line asks) and prints the table: the command line of this script and of
+    `lcbench_mf_parallel.py`."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="*", default=lcbench.DEV_TASKS)
     ap.add_argument("--held-out", action="store_true",
                     help="the tasks outside DEV_TASKS instead (for checking, never tuning)")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget-configs", type=int, default=40, help="budget = this * 52 epochs")
-    ap.add_argument("--methods", nargs="*", default=METHODS)
+    ap.add_argument("--methods", nargs="*", default=methods)
     ap.add_argument("--workers-sim", type=int, default=8, help="trials in flight at once")
     ap.add_argument("--processes", type=int, default=2, help="runs computed side by side")
     args = ap.parse_args()
@@ -133,13 +136,13 @@ def main():
     cps = [E * c for c in (10, 20, 40, 80) if c <= args.budget_configs]
     t0 = time.perf_counter()
     refs = {t: run_lcbench.reference(t) for t in args.tasks}
-    jobs = [(m, t, s, budget, args.workers_sim) for m in args.methods for t in args.tasks
+    jobs = [(run, m, t, s, budget, args.workers_sim) for m in args.methods for t in args.tasks
             for s in range(args.seeds)]
     runs: Dict[str, Dict[str, Dict[int, Any]]] = {}
     with Pool(args.processes) as pool:
         for m, t, s, r in pool.imap_unordered(_job, jobs, chunksize=1):
             runs.setdefault(m, {}).setdefault(t, {})[s] = r
-    print(f"LCBench, Optuna {__import__('optuna').__version__}, {args.workers_sim} trials at once "
+    print(f"LCBench, {who}, {args.workers_sim} trials at once "
           f"(simulated clock), tasks {', '.join(args.tasks)}, {args.seeds} seeds: mean over tasks "
           f"of the median normalised regret ({time.perf_counter() - t0:.0f} s)")
     print("| method | " + " | ".join(f"{c} ep" for c in cps) + " |")
@@ -154,6 +157,10 @@ def main():
             per_task.append([float(np.median(reg[:, i])) for i in range(len(cps))])
         mean = np.mean(np.array(per_task), axis=0)
         print(f"| {m} | " + " | ".join(run_lcbench.fmt(v) for v in mean) + " |")
+
+
+def main():
+    main_for(run_parallel, METHODS, f"Optuna {__import__('optuna').__version__}", __doc__)
 
 
 if __name__ == "__main__":
