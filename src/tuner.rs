@@ -634,22 +634,21 @@ impl Tuner {
                 })?;
                 exp.stored.meta.spec.stop = stop.clone();
             }
-            // Checked, and the scheduler built with it, before anything is written.
+            // Checked, and the scheduler prepared with it, before anything is written.
             let raised = match self.resume_max_t {
-                Some(max_t) => {
-                    let spec = &mut exp.stored.meta.spec;
-                    let (scheduler, raised) = (spec.scheduler.raised_max_t(max_t))
-                        .map_err(|e| TuneError::Invalid(e.to_string()))?;
-                    let old = std::mem::replace(&mut spec.scheduler, scheduler.clone());
-                    Some((old, scheduler, raised))
-                }
+                Some(max_t) => Some(
+                    (exp.stored.meta.spec.scheduler.raised_max_t(max_t))
+                        .map_err(|e| TuneError::Invalid(e.to_string()))?,
+                ),
                 None => None,
             };
-            let prepared = prepare(&exp.stored.meta.spec, &exp.dir)?;
+            let mut spec = exp.stored.meta.spec.clone();
+            if let Some((scheduler, _)) = &raised {
+                spec.scheduler = scheduler.clone();
+            }
+            let prepared = prepare(&spec, &exp.dir)?;
             let mut notes = Vec::new();
-            if let Some((old, scheduler, raised)) = raised {
-                // Written as the stored record had it, then raised with the trials.
-                exp.stored.meta.spec.scheduler = old;
+            if let Some((scheduler, raised)) = raised {
                 let reopened = exp.raise_max_t(scheduler, raised)?;
                 notes.push(format!(
                     "max_t raised from {} to {}: the {} trial(s) completed at step {} are \
