@@ -336,10 +336,11 @@ impl Tuner {
         self.fixed("scheduler")
     }
 
-    /// With [`Tuner::resume`]: raises the scheduler's `max_t` (ASHA with one bracket;
-    /// `tune resume --max-t`). The trials that completed at the old `max_t` go on from their
-    /// checkpoints, and ASHA decides at the rungs above it as it would have with this `max_t`
-    /// from the start; the searcher keeps its history. A new sweep sets `max_t` in its
+    /// With [`Tuner::resume`]: raises the scheduler's `max_t` (`tune resume --max-t`). The
+    /// trials that completed at the old `max_t` go on from their checkpoints where the
+    /// scheduler keeps them: ASHA (one bracket) decides at the rungs above it as it would have
+    /// with this `max_t` from the start; HyperBand keeps its band and cuts at the old top as
+    /// at any rung. The searcher keeps its history. A new sweep sets `max_t` in its
     /// [`Tuner::scheduler`]; this fails its `fit`.
     ///
     /// ```no_run

@@ -702,14 +702,24 @@ fn max_t_is_refused_where_it_cannot_be_raised() {
             "kind = \"fifo\" has no `max_t` to raise",
         ),
         (
-            "hb",
-            tune::SchedulerSpec::Hyperband(tune::HyperBandConfig {
+            "brackets",
+            tune::SchedulerSpec::Asha(tune::AshaConfig {
                 max_t: 9,
+                brackets: 2,
+                variant: tune::AshaVariant::Promotion,
                 ..Default::default()
             }),
-            "its brackets are sized by max_t",
+            "ASHA with 2 brackets cannot be extended",
         ),
-        ("lower", asha_sweep(9), "expected above 9, found 9"),
+        ("lower", asha_sweep(27), "expected above 27, found 27"),
+        (
+            "lower-hb",
+            tune::SchedulerSpec::Hyperband(tune::HyperBandConfig {
+                max_t: 27,
+                ..Default::default()
+            }),
+            "expected above 27, found 27",
+        ),
     ] {
         let dir = tmp.path().join(name);
         let first = Tuner::new(space())
@@ -720,7 +730,7 @@ fn max_t_is_refused_where_it_cannot_be_raised() {
             .unwrap()
             .trials()
             .unwrap();
-        let e = refused(Tuner::resume(&dir).max_t(9));
+        let e = refused(Tuner::resume(&dir).max_t(27));
         assert!(e.contains(expected), "{name}: {e}");
         assert!(e.starts_with("[scheduler] `max_t`: "), "{name}: {e}");
         // Nothing was written: the sweep is as it was.

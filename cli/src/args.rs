@@ -95,8 +95,8 @@ pub struct ResumeArgs {
     /// Raise the budget to this many samples.
     #[arg(long)]
     pub samples: Option<u64>,
-    /// Raise ASHA's max_t to this step: the trials completed at the old one go on from
-    /// their checkpoints, and ASHA decides above it as it would have with this max_t.
+    /// Raise ASHA's or HyperBand's max_t to this step: the trials completed at the old one
+    /// go on from their checkpoints where the scheduler keeps them.
     #[arg(long)]
     pub max_t: Option<u64>,
     /// Go on past `[stop]`'s target, time budget and no-improvement limit (for this

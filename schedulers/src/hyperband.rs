@@ -27,6 +27,12 @@ pub struct HyperBandConfig {
     /// it drops the brackets whose first rung would come sooner. 1 keeps every bracket, as Ray
     /// Tune's `HyperBandScheduler` does.
     pub grace_period: u64,
+    /// The `max_t`s the sweep had before `tune resume --max-t` raised it, oldest first (the
+    /// resume writes them; a spec leaves them out). The band keeps the brackets the first one
+    /// sized, and each becomes a rung below `max_t`, where successive halving cuts as at any
+    /// other.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub raised_from: Vec<u64>,
 }
 
 impl HyperBandConfig {
@@ -40,6 +46,29 @@ impl HyperBandConfig {
     /// assert_eq!(bad.validate().unwrap_err().key, "grace_period");
     /// ```
     pub fn validate(&self) -> Result<(), FieldError> {
+        let tops = self.raised_from.iter().chain([&self.max_t]);
+        if self
+            .raised_from
+            .iter()
+            .zip(tops.skip(1))
+            .any(|(a, b)| a >= b)
+        {
+            return Err(FieldError::new(
+                "raised_from",
+                format!(
+                    "expected earlier max_t values, ascending and below max_t ({}), found {:?}",
+                    self.max_t, self.raised_from
+                ),
+            ));
+        }
+        let band = HyperBandConfig {
+            max_t: self.band_max_t(),
+            raised_from: Vec::new(),
+            ..self.clone()
+        };
+        if !self.raised_from.is_empty() {
+            return band.validate();
+        }
         if self.grace_period < 1 || self.grace_period > self.max_t {
             return Err(FieldError::new(
                 "grace_period",
@@ -67,12 +96,26 @@ impl HyperBandConfig {
     }
 }
 
+impl HyperBandConfig {
+    /// The `max_t` the band's brackets are sized by: the first the sweep had.
+    ///
+    /// ```
+    /// use tune_schedulers::HyperBandConfig;
+    /// let raised = HyperBandConfig { max_t: 243, raised_from: vec![81], ..Default::default() };
+    /// assert_eq!(raised.band_max_t(), 81);
+    /// ```
+    pub fn band_max_t(&self) -> u64 {
+        self.raised_from.first().copied().unwrap_or(self.max_t)
+    }
+}
+
 impl Default for HyperBandConfig {
     fn default() -> Self {
         HyperBandConfig {
             max_t: 81,
             reduction_factor: 3,
             grace_period: 1,
+            raised_from: Vec::new(),
         }
     }
 }
@@ -123,10 +166,11 @@ fn first_rung(max_t: u64, eta: u64, s: u32) -> u64 {
 impl HyperBand {
     pub fn new(config: HyperBandConfig, mode: Mode) -> HyperBand {
         let eta = config.reduction_factor.max(2);
+        let band = config.band_max_t();
         let mut s_max = 0;
         // The most aggressive bracket whose first rung is at least the grace period.
-        while eta.saturating_pow(s_max + 1) <= config.max_t
-            && first_rung(config.max_t, eta, s_max + 1) >= config.grace_period
+        while eta.saturating_pow(s_max + 1) <= band
+            && first_rung(band, eta, s_max + 1) >= config.grace_period
         {
             s_max += 1;
         }
@@ -141,15 +185,19 @@ impl HyperBand {
         }
     }
 
-    /// The bracket shape for s: (configurations, milestones).
+    /// The bracket shape for s: (configurations, milestones). A raised sweep's band keeps
+    /// its first `max_t`'s shape; the later tops follow as rungs.
     fn shape(&self, s: u32) -> (usize, Vec<u64>) {
         let eta = self.config.reduction_factor.max(2);
         let n =
             ((self.s_max as f64 + 1.0) / (s as f64 + 1.0) * (eta.pow(s) as f64)).ceil() as usize;
-        let r = first_rung(self.config.max_t, eta, s);
-        let milestones = (0..=s)
-            .map(|i| (r * eta.pow(i)).min(self.config.max_t))
-            .collect();
+        let band = self.config.band_max_t();
+        let r = first_rung(band, eta, s);
+        let mut milestones: Vec<u64> = (0..=s).map(|i| (r * eta.pow(i)).min(band)).collect();
+        if !self.config.raised_from.is_empty() {
+            milestones.extend(self.config.raised_from.iter().skip(1));
+            milestones.push(self.config.max_t);
+        }
         (n, milestones)
     }
 
@@ -350,6 +398,7 @@ mod tests {
                     max_t: 52,
                     reduction_factor: 3,
                     grace_period,
+                    ..HyperBandConfig::default()
                 },
                 Mode::Max,
             )
@@ -375,6 +424,55 @@ mod tests {
             vec![(1, 52)],
             "one bracket of one full trial"
         );
+    }
+
+    #[test]
+    fn a_raised_max_t_is_one_more_rung_of_the_same_band() {
+        let config = |max_t, raised_from| HyperBandConfig {
+            max_t,
+            reduction_factor: 3,
+            grace_period: 1,
+            raised_from,
+        };
+        let raised = HyperBand::new(config(27, vec![9]), Mode::Max);
+        let first = HyperBand::new(config(9, vec![]), Mode::Max);
+        assert_eq!(raised.band(), vec![(9, 1), (5, 3), (3, 9)]);
+        assert_eq!(raised.band(), first.band());
+        assert_eq!(raised.shape(2).1, vec![1, 3, 9, 27]);
+        assert_eq!(raised.shape(0).1, vec![9, 27]);
+        assert_eq!(raised.completes_at(), Some(27));
+        assert_eq!(
+            config(9, vec![9]).validate().unwrap_err().key,
+            "raised_from"
+        );
+        config(27, vec![3, 9]).validate().unwrap();
+
+        let before = run_band(&mut HyperBand::new(config(9, vec![]), Mode::Max), 17);
+        let after = run_band(&mut HyperBand::new(config(27, vec![9]), Mode::Max), 17);
+        let reached = |ended: &BTreeMap<TrialId, (u64, Decision)>| -> Vec<TrialId> {
+            (ended.iter())
+                .filter(|(_, e)| e.0 >= 9)
+                .map(|(&id, _)| id)
+                .collect()
+        };
+        // The same five trials reach step 9: one of bracket s = 2, one of s = 1, and the three
+        // that s = 0 starts there.
+        assert_eq!(reached(&after), reached(&before));
+        assert_eq!(reached(&before).len(), 5);
+        // At the new rung each bracket keeps a third of its trials there: none of the first
+        // two brackets' one each, the best of the last bracket's three (ids 14 to 16).
+        let quality = |id: TrialId| ((id * 7919) % 1000) as f64 / 1000.0;
+        let best = (14..17)
+            .max_by(|&a, &b| quality(a).total_cmp(&quality(b)))
+            .unwrap();
+        for id in reached(&before) {
+            let want = if id == best {
+                (27, Decision::Complete)
+            } else {
+                (9, Decision::Stop)
+            };
+            assert_eq!(after[&id], want, "trial {id}");
+        }
     }
 
     /// A sequential driver: one trial at a time, paused trials resumed first, each trial's

@@ -63,16 +63,17 @@ pub struct RaisedMaxT {
 }
 
 impl SchedulerSpec {
-    /// The same scheduler with `max_t` raised to `max_t`, for `tune resume --max-t`: where
-    /// the rungs below the old `max_t` stay as they were, so that replaying the sweep's
-    /// results under the raised scheduler makes the decisions they were made with. That holds
-    /// for ASHA with one bracket (rungs at `grace_period * reduction_factor^k`, whatever the
-    /// top), not for HyperBand (its brackets are sized by `max_t`) nor for ASHA with several
-    /// brackets (each trial's bracket is drawn by how many rungs each has); schedulers
-    /// without a `max_t` have nothing to raise.
+    /// The same scheduler with `max_t` raised to `max_t`, for `tune resume --max-t`, with
+    /// the rungs below the old `max_t` as they were, so that replaying the sweep's results
+    /// under the raised scheduler makes the decisions they were made with. ASHA with one
+    /// bracket keeps them by itself (rungs at `grace_period * reduction_factor^k`, whatever
+    /// the top; an unset grace period is fixed at what it was); HyperBand keeps the band its
+    /// first `max_t` sized (`raised_from`), the old top becoming a rung. Refused: ASHA with
+    /// several brackets (each trial's bracket is drawn by how many rungs each has) and
+    /// schedulers without a `max_t`.
     ///
     /// ```
-    /// use tune::{AshaConfig, SchedulerSpec};
+    /// use tune::{AshaConfig, HyperBandConfig, SchedulerSpec};
     /// let asha = SchedulerSpec::Asha(AshaConfig { max_t: 27, ..Default::default() });
     /// let (raised, how) = asha.raised_max_t(81).unwrap();
     /// assert_eq!((how.from, how.to), (27, 81));
@@ -82,50 +83,53 @@ impl SchedulerSpec {
     /// let asha = SchedulerSpec::Asha(AshaConfig { max_t: 52, ..Default::default() });
     /// let SchedulerSpec::Asha(raised) = asha.raised_max_t(104).unwrap().0 else { panic!() };
     /// assert_eq!(raised.grace_period(), 3);
+    /// // HyperBand's band stays the one 52 sized.
+    /// let hb = SchedulerSpec::Hyperband(HyperBandConfig { max_t: 52, ..Default::default() });
+    /// let SchedulerSpec::Hyperband(raised) = hb.raised_max_t(156).unwrap().0 else { panic!() };
+    /// assert_eq!((raised.max_t, raised.band_max_t()), (156, 52));
     /// let fifo = SchedulerSpec::default();
     /// assert!(fifo.raised_max_t(81).unwrap_err().to_string().contains("no `max_t`"));
     /// ```
     pub fn raised_max_t(&self, max_t: u64) -> Result<(SchedulerSpec, RaisedMaxT), InvalidSetting> {
-        let refuse = |why: String| {
-            Err(InvalidSetting::new(
-                "scheduler",
-                FieldError::new("max_t", why),
-            ))
+        let refuse = |why: String| InvalidSetting::new("scheduler", FieldError::new("max_t", why));
+        let raised_only = |old: u64| match max_t > old {
+            true => Ok(RaisedMaxT {
+                from: old,
+                to: max_t,
+            }),
+            false => Err(refuse(format!(
+                "a sweep's max_t can only be raised: expected above {old}, found {max_t}"
+            ))),
         };
-        let c =
-            match self {
-                SchedulerSpec::Asha(c) => c,
-                SchedulerSpec::Hyperband(_) => return refuse(
-                    "kind = \"hyperband\" cannot be extended: its brackets are sized by max_t, \
-                     so a higher one would deal the trials already run into other brackets \
-                     (ASHA with one bracket can)"
-                        .into(),
-                ),
-                other => {
-                    return refuse(format!(
-                        "kind = \"{}\" has no `max_t` to raise (ASHA with one bracket has)",
-                        other.name()
-                    ))
-                }
-            };
+        let c = match self {
+            SchedulerSpec::Asha(c) => c,
+            SchedulerSpec::Hyperband(c) => {
+                let how = raised_only(c.max_t)?;
+                let mut raised = c.clone();
+                raised.raised_from.push(c.max_t);
+                raised.max_t = max_t;
+                return Ok((SchedulerSpec::Hyperband(raised), how));
+            }
+            other => {
+                return Err(refuse(format!(
+                    "kind = \"{}\" has no `max_t` to raise (ASHA and HyperBand have)",
+                    other.name()
+                )))
+            }
+        };
+        let how = raised_only(c.max_t)?;
         if c.brackets > 1 {
-            return refuse(format!(
+            return Err(refuse(format!(
                 "ASHA with {} brackets cannot be extended: each trial's bracket is drawn by how \
                  many rungs each has, which max_t changes (one bracket can)",
                 c.brackets
-            ));
+            )));
         }
         if !c.stop_last_trials {
-            return refuse(
+            return Err(refuse(
                 "ASHA with `stop_last_trials = false` lets trials run past max_t to their own \
                  end; there is no top to raise"
                     .into(),
-            );
-        }
-        if max_t <= c.max_t {
-            return refuse(format!(
-                "a sweep's max_t can only be raised: expected above {}, found {max_t}",
-                c.max_t
             ));
         }
         // The first rung stays where it was: unset, it is a fraction of max_t.
@@ -134,13 +138,7 @@ impl SchedulerSpec {
             grace_period: Some(c.grace_period()),
             ..c.clone()
         };
-        Ok((
-            SchedulerSpec::Asha(raised),
-            RaisedMaxT {
-                from: c.max_t,
-                to: max_t,
-            },
-        ))
+        Ok((SchedulerSpec::Asha(raised), how))
     }
 }
 

@@ -481,3 +481,66 @@ fn resume_with_a_higher_max_t_killed_midway_decides_as_the_higher_max_t_from_the
         stderr(&out)
     );
 }
+
+/// One band of HyperBand, R = 9, eta = 3 (brackets of 9, 5 and 3 trials: ids 0-8, 9-13,
+/// 14-16) on one slot, of checkpointing command trials that would run to step 100, with the
+/// kill switch armed, in `tmp`.
+fn hyperband_band_to_go_on(tmp: &Path) -> std::path::PathBuf {
+    let spec = write_spec(
+        tmp,
+        "samples = 17\nseed = 3\n[search]\nalgorithm = \"random\"\n[scheduler]\nkind = \"hyperband\"\n\
+         max_t = 9\nreduction_factor = 3\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "100", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    arm_kill_switch(&spec, tmp);
+    spec
+}
+
+#[test]
+fn hyperband_with_a_higher_max_t_cuts_at_the_old_top_and_a_kill_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = hyperband_band_to_go_on(tmp.path());
+    let killed_dir = tmp.path().join("killed");
+    run_ok(tune_run(&spec, &killed_dir).arg("--no-tui"));
+    let before = by_id(export_json(&killed_dir));
+    let whole_dir = tmp.path().join("whole");
+    copy_dir(&killed_dir, &whole_dir);
+    run_ok(tune_resume(&whole_dir).args(["--max-t", "27", "--no-tui"]));
+    set_kill_switch(tmp.path(), "step 12");
+    let out = tune_resume(&killed_dir)
+        .args(["--max-t", "27", "--no-tui"])
+        .output()
+        .unwrap();
+    assert!(killed(&out), "{}", stderr(&out));
+    run_ok(tune_resume(&killed_dir).arg("--no-tui"));
+    let (whole, after_kill) = (export_json(&whole_dir), export_json(&killed_dir));
+    assert_eq!(outcome(&after_kill), outcome(&whole));
+
+    // Step 9, the old top, is one more rung of the same band: the trials completed there (one
+    // of the first bracket, one of the second, the last bracket's three) are cut to a third
+    // of each bracket's, the best of the last bracket's three alone going on to 27.
+    let at_top: Vec<u64> = (before.iter())
+        .filter(|(_, t)| t["status"] == "completed")
+        .map(|(&id, _)| id)
+        .collect();
+    assert_eq!(at_top.len(), 5, "{at_top:?}");
+    let whole = by_id(whole);
+    let loss_at_9 = |id: u64| before[&id]["results"][8]["loss"].as_f64().unwrap();
+    let best = (14..17)
+        .min_by(|&a, &b| loss_at_9(a).total_cmp(&loss_at_9(b)))
+        .unwrap();
+    for id in at_top {
+        let t = &whole[&id];
+        if id == best {
+            assert_eq!(t["status"], "completed");
+            assert_eq!(steps(t), (1..=27).collect::<Vec<_>>());
+        } else {
+            assert_eq!(
+                (t["status"].as_str(), steps(t).len()),
+                (Some("stopped"), 9),
+                "trial {id}"
+            );
+        }
+    }
+}
