@@ -166,6 +166,33 @@ pub fn simulate_timed(
     epoch_checkpoints: &[u64],
     second_checkpoints: &[f64],
 ) -> Timeline {
+    simulate_sweep(
+        bench,
+        mode,
+        searcher,
+        scheduler,
+        (workers, None),
+        budget,
+        epoch_checkpoints,
+        second_checkpoints,
+    )
+}
+
+/// [`simulate_timed`] of a sweep of at most `samples` trials (`(workers, samples)`), as
+/// `tune run` runs one: the scheduler hears that no more trials come when the last is added,
+/// and the run ends early once nothing is left to run (paused trials the scheduler never
+/// resumes are stopped, as the coordinator stops them).
+#[allow(clippy::too_many_arguments)]
+pub fn simulate_sweep(
+    bench: &dyn Timed,
+    mode: Mode,
+    searcher: &mut dyn Searcher,
+    scheduler: &mut dyn Scheduler,
+    (workers, samples): (usize, Option<u64>),
+    budget: u64,
+    epoch_checkpoints: &[u64],
+    second_checkpoints: &[f64],
+) -> Timeline {
     let max_t = bench.max_t();
     let better = |a: f64, b: f64| match mode {
         Mode::Min => a < b,
@@ -195,11 +222,15 @@ pub fn simulate_timed(
                     history.set_status(run.id, Status::Running);
                     run
                 }
+                None if samples.is_some_and(|n| next_id >= n) => continue,
                 None => {
                     let params = searcher.suggest(next_id, &history).expect("a suggestion");
                     history.record(next_id, params.clone(), Status::Running);
                     scheduler.on_trial_add(next_id, &params);
                     next_id += 1;
+                    if samples == Some(next_id) {
+                        scheduler.on_no_more_trials();
+                    }
                     Running {
                         id: next_id - 1,
                         params,
@@ -213,13 +244,24 @@ pub fn simulate_timed(
             start(&mut run, now);
             *slot = Some(run);
         }
+        if slots.iter().all(Option::is_none) {
+            // The sweep's trials are all created and none runs: what is still paused is over.
+            for (id, _) in std::mem::take(&mut paused) {
+                history.set_status(id, Status::Stopped);
+            }
+            return Timeline {
+                at_epochs,
+                at_seconds,
+                history,
+            };
+        }
         let w = (0..workers)
             .min_by(|&a, &b| {
                 let at = |i: usize| slots[i].as_ref().map_or(f64::INFINITY, |r| r.done_at);
                 at(a).total_cmp(&at(b))
             })
             .expect("a worker");
-        let mut run = slots[w].take().expect("every worker is busy");
+        let mut run = slots[w].take().expect("a worker with a trial");
         now = run.done_at;
         while next_second_mark < second_checkpoints.len()
             && second_checkpoints[next_second_mark] < now

@@ -120,6 +120,13 @@ fn the_binary_with_the_default_search_and_asha_decides_as_the_simulator() {
     decides_as_the_simulator("[scheduler]\nkind = \"asha\"\nmax_t = 52\n");
 }
 
+/// And with `kind = "hyperband"`: trials paused at a rung go on from `lcbench.py`'s
+/// checkpoints when promoted.
+#[test]
+fn the_binary_with_the_default_search_and_hyperband_decides_as_the_simulator() {
+    decides_as_the_simulator("[scheduler]\nkind = \"hyperband\"\nmax_t = 52\n");
+}
+
 /// 30 trials of `lcbench.py objective 3945` on one slot under `search_and_scheduler`, by the
 /// binary and by the simulator.
 fn decides_as_the_simulator(search_and_scheduler: &str) {
@@ -156,12 +163,12 @@ fn decides_as_the_simulator(search_and_scheduler: &str) {
         task: "3945",
         reference: lcbench::references()["3945"],
     };
-    let simulated = simulator::simulate_timed(
+    let simulated = simulator::simulate_sweep(
         &task,
         tune::Mode::Max,
         spec.make_searcher().unwrap().as_mut(),
         spec.make_scheduler().as_mut(),
-        1,
+        (1, Some(30)),
         budget,
         &[],
         &[],
