@@ -544,3 +544,45 @@ fn hyperband_with_a_higher_max_t_cuts_at_the_old_top_and_a_kill_changes_nothing(
         }
     }
 }
+
+#[test]
+fn a_trial_that_stops_at_a_fixed_step_stays_completed_when_max_t_is_raised() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The trials train to step 9 whatever TUNE_COMPLETES_AT says; rungs at 1 and 4, then 16
+    // once raised, so ASHA lets every trial completed at 9 go on.
+    let spec = write_spec(
+        tmp.path(),
+        "samples = 8\nseed = 6\n[search]\nalgorithm = \"random\"\n[scheduler]\nkind = \"asha\"\n\
+         max_t = 9\ngrace_period = 1\nreduction_factor = 4\n[resources]\ncpu_slots = 1",
+        &["--y", "{y}", "--steps", "9", "--behaviour", "ckpt"],
+        "x = { uniform = [-3.0, 3.0] }\ny = { uniform = [-3.0, 3.0] }",
+    );
+    let dir = tmp.path().join("run");
+    run_ok(tune_run(&spec, &dir).arg("--no-tui"));
+    let before = export_json(&dir);
+    let out = run_ok(tune_resume(&dir).args(["--max-t", "27", "--no-tui"]));
+    let after = by_id(export_json(&dir));
+    let mut reopened = 0;
+    for t in &before {
+        let id = t["id"].as_u64().unwrap();
+        let now = &after[&id];
+        // Reopened or not, each ends as it was, with the same results.
+        assert_eq!(
+            (&now["status"], steps(now)),
+            (&t["status"], steps(t)),
+            "trial {id}"
+        );
+        if t["status"] == "completed" {
+            reopened += 1;
+            assert_eq!(now["attempts"], 2, "trial {id} ran again");
+        }
+    }
+    assert!(reopened > 0);
+    assert!(
+        stderr(&out).contains(&format!(
+            "the {reopened} trial(s) completed at step 9 are reopened"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
