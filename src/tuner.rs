@@ -643,11 +643,13 @@ impl Tuner {
                 ),
                 None => None,
             };
-            let mut spec = exp.stored.meta.spec.clone();
-            if let Some((scheduler, _)) = &raised {
-                spec.scheduler = scheduler.clone();
-            }
-            let prepared = prepare(&spec, &exp.dir)?;
+            // A copy only where the scheduler differs from the stored one.
+            let raised_spec = raised.as_ref().map(|(scheduler, _)| ExperimentSpec {
+                scheduler: scheduler.clone(),
+                ..exp.stored.meta.spec.clone()
+            });
+            let spec = raised_spec.as_ref().unwrap_or(&exp.stored.meta.spec);
+            let prepared = prepare(spec, &exp.dir)?;
             let mut notes = Vec::new();
             if let Some((scheduler, raised)) = raised {
                 let reopened = exp.raise_max_t(scheduler, raised)?;

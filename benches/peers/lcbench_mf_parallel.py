@@ -93,15 +93,16 @@ def run_parallel(method: str, task: str, seed: int, budget: int, workers: int) -
     try:
         tr = mf.Trainer(task, budget)
         slots: List[Any] = [None] * workers
+        # Each configuration's cumulative training seconds by epoch, asked of the surrogate once.
+        times: Dict[int, Any] = {}
         now = 0.0
 
         def start_epoch(job, now):
-            # The seconds of the epoch from where the configuration has got to (the surrogate's
-            # `time` is cumulative over epochs).
-            i, t = job["idx"], tr.trained[job["idx"]] + 1
-            curve = job["times"]
-            before = float(curve[t - 2]) if t >= 2 else 0.0
-            job["done_at"] = now + max(float(curve[t - 1]) - before, 1e-3)
+            # The seconds of the epoch from where the configuration has got to.
+            i = job["idx"]
+            t = tr.trained[i] + 1
+            before = float(times[i][t - 2]) if t >= 2 else 0.0
+            job["done_at"] = now + max(float(times[i][t - 1]) - before, 1e-3)
 
         while not tr.exhausted:
             for w in range(workers):
@@ -109,8 +110,10 @@ def run_parallel(method: str, task: str, seed: int, budget: int, workers: int) -
                     cfg, b, handle = opt.ask()
                     tr.n_trials += 1
                     i = tr.idx(cfg)
-                    job = {"idx": i, "epochs": b, "handle": handle, "cost": 0,
-                           "times": lcbench.curves(task, [dict(zip(lcbench.ORDER, tr.key(cfg)))])[0][:, TIME]}
+                    if i not in times:
+                        config = dict(zip(lcbench.ORDER, tr.key(cfg)))
+                        times[i] = lcbench.curves(task, [config])[0][:, TIME]
+                    job = {"idx": i, "epochs": b, "handle": handle, "cost": 0}
                     if b <= tr.trained[i]:
                         # Nothing to train: told at once, as the serial harness does.
                         tr.free_trials += 1
