@@ -136,6 +136,18 @@ fn a_worker_behind_100_ms_and_5_percent_loss_runs_its_share_and_nothing_is_lost(
         w.args(["--wait", "300"]);
         spawn(slow.wrap(&w))
     };
+    // The near worker starts once the far one runs a trial: its first connection through the
+    // relay and the loss can take longer than the whole sweep, which the near one would
+    // otherwise run alone.
+    let far_trials = tmp.path().join("far/t/trials");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_dir(&far_trials).map_or(true, |mut d| d.next().is_none()) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker behind the faults started no trial in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let near = {
         let mut w = worker(&server.url("127.0.0.1"), 1, "15", &tmp.path().join("near"));
         w.args(["--wait", "300"]);
