@@ -69,11 +69,11 @@ impl StoreLocation {
 /// its `constant_liar` left unset (off under the rung model) unless the spec sets it. 6: each
 /// trial's `failed_attempts`, which `max_failures` counts (before, it counted every attempt).
 /// 7: ASHA's `grace_period` left unset (a sixteenth of `max_t`) unless the spec sets it.
-pub const FORMAT: u32 = 7;
+pub const FORMAT: u32 = 8;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
 /// each missing setting taking its default; 1 to 5 as the builds that wrote them ran them
 /// (`read_as_written`).
-pub const FORMATS_READ: [u32; 7] = [1, 2, 3, 4, 5, 6, 7];
+pub const FORMATS_READ: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
@@ -81,7 +81,8 @@ pub const FORMATS_READ: [u32; 7] = [1, 2, 3, 4, 5, 6, 7];
 /// and could suggest a trial's point again; before 5, TPE's startup counted only the trials
 /// its model read, and its constant liar was on under every model; before 6, `max_failures`
 /// counted every attempt a trial had started (one a kill of tune interrupted too), so each
-/// counts as failed; before 7, ASHA's first rung was at step 1 unless set.
+/// counts as failed; before 7, ASHA's first rung was at step 1 unless set; before 8, the GP's
+/// noise floor (`gp` and `auto`'s) was Optuna's 1e-6.
 fn read_as_written(stored: &mut StoredExperiment) {
     if stored.meta.format < 6 {
         for t in &mut stored.trials {
@@ -102,9 +103,15 @@ fn read_as_written(stored: &mut StoredExperiment) {
             tpe.startup_counts_unmodelled = false;
             tpe.constant_liar.get_or_insert(true);
         }
-        crate::spec::SearchSpec::Gp(gp) if meta.format < 4 => {
-            gp.power_transform = false;
-            gp.avoid_repeats = false;
+        crate::spec::SearchSpec::Gp(gp) if meta.format < 8 => {
+            if meta.format < 4 {
+                gp.power_transform = false;
+                gp.avoid_repeats = false;
+            }
+            gp.minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
+        }
+        crate::spec::SearchSpec::Auto(auto) if meta.format < 8 => {
+            auto.gp_minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
         }
         _ => {}
     }
@@ -678,17 +685,15 @@ fn no_experiment(e: StoreError, name: &str, url: &str) -> TuneError {
 mod tests {
     use super::*;
     use crate::store::{Meta, StoredExperiment};
-    use crate::{AshaConfig, SchedulerSpec};
+    use crate::{AshaConfig, GpOptions, SchedulerSpec};
 
-    fn asha_read_in_format(format: u32, grace_period: Option<u64>) -> Option<u64> {
+    /// `spec` (changed by `change` from a one-parameter spec) as a build reads it from a
+    /// record of `format`.
+    fn read_in_format(format: u32, change: impl FnOnce(&mut ExperimentSpec)) -> ExperimentSpec {
         let text =
             "name = \"t\"\nmetric = \"loss\"\nsamples = 1\n[space]\nx = { uniform = [0.0, 1.0] }\n";
         let mut spec = ExperimentSpec::from_toml(text, Path::new("t.toml")).unwrap();
-        spec.scheduler = SchedulerSpec::Asha(AshaConfig {
-            max_t: 52,
-            grace_period,
-            ..AshaConfig::default()
-        });
+        change(&mut spec);
         let mut stored = StoredExperiment {
             meta: Meta {
                 format,
@@ -699,10 +704,46 @@ mod tests {
             trials: Vec::new(),
         };
         read_as_written(&mut stored);
-        match stored.meta.spec.scheduler {
+        stored.meta.spec
+    }
+
+    fn asha_read_in_format(format: u32, grace_period: Option<u64>) -> Option<u64> {
+        let spec = read_in_format(format, |spec| {
+            spec.scheduler = SchedulerSpec::Asha(AshaConfig {
+                max_t: 52,
+                grace_period,
+                ..AshaConfig::default()
+            })
+        });
+        match spec.scheduler {
             SchedulerSpec::Asha(c) => c.grace_period,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn gp_and_auto_keep_optunas_noise_floor_before_format_8() {
+        use crate::spec::SearchSpec;
+        let gp_floor = |format| {
+            let spec = read_in_format(format, |spec| {
+                spec.search.algorithm = SearchSpec::Gp(GpOptions::default())
+            });
+            match spec.search.algorithm {
+                SearchSpec::Gp(gp) => gp.minimum_noise,
+                other => panic!("{other:?}"),
+            }
+        };
+        let auto_floor = |format| match read_in_format(format, |_| {}).search.algorithm {
+            SearchSpec::Auto(auto) => auto.gp_minimum_noise,
+            other => panic!("{other:?}"),
+        };
+        for format in [3, 7] {
+            assert_eq!(gp_floor(format), GpOptions::OPTUNA_MINIMUM_NOISE);
+            assert_eq!(auto_floor(format), GpOptions::OPTUNA_MINIMUM_NOISE);
+        }
+        assert_eq!(gp_floor(8), GpOptions::default().minimum_noise);
+        assert_eq!(auto_floor(8), GpOptions::default().minimum_noise);
+        assert!(GpOptions::default().minimum_noise < GpOptions::OPTUNA_MINIMUM_NOISE);
     }
 
     #[test]

@@ -87,8 +87,8 @@ pub use trial::{
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
 pub use tune_search::gp::GpOptions;
 pub use tune_search::{
-    params_digits, value_brief, value_digits, value_short, value_text, Condition, Domain,
-    DomainError, FieldError, Mode, Nsga2Options, ParamError, Params, PriorTrial, Space,
+    params_digits, value_brief, value_digits, value_short, value_text, AutoOptions, Condition,
+    Domain, DomainError, FieldError, Mode, Nsga2Options, ParamError, Params, PriorTrial, Space,
     SpaceBuilder, SpaceError, Status, TpeOptions, TrialId, Value,
 };
 pub use tuner::{TuneResult, Tuner};

@@ -39,21 +39,62 @@ pub const GP_TRIALS: usize = 250;
 /// (docs/benchmarks/auto.md), the held-out ones checked after.
 const STARTUP_PER_PARAMETER: f64 = 2.5;
 
+/// `auto`'s settings beside what it derives from the sweep: kept in the spec so that a sweep
+/// stored by an earlier build resumes with the models that build ran.
+///
+/// ```
+/// let options = tune_search::AutoOptions::default();
+/// assert_eq!(options.gp_minimum_noise, tune_search::gp::GpOptions::default().minimum_noise);
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutoOptions {
+    /// The noise floor of the GP it hands a space to ([`GpOptions::minimum_noise`]).
+    pub gp_minimum_noise: f64,
+}
+
+impl Default for AutoOptions {
+    fn default() -> Self {
+        AutoOptions {
+            gp_minimum_noise: GpOptions::default().minimum_noise,
+        }
+    }
+}
+
+impl AutoOptions {
+    /// Checks the settings' ranges (those of the GP's options they set).
+    ///
+    /// ```
+    /// let bad = tune_search::AutoOptions { gp_minimum_noise: 2.0 };
+    /// assert_eq!(bad.validate().unwrap_err().key, "minimum_noise");
+    /// ```
+    pub fn validate(&self) -> Result<(), crate::FieldError> {
+        GpOptions {
+            minimum_noise: self.gp_minimum_noise,
+            ..GpOptions::default()
+        }
+        .validate()
+    }
+}
+
 /// The options of the GP `auto` hands a space to: the defaults, with a random start that
-/// grows with the space's dimension (2.5 trials per parameter).
+/// grows with the space's dimension (2.5 trials per parameter), and `options`' noise floor.
 ///
 /// ```
 /// let space = tune_search::Space::builder()
 ///     .uniform("a", 0.0, 1.0).uniform("b", 0.0, 1.0).uniform("c", 0.0, 1.0)
 ///     .uniform("d", 0.0, 1.0).uniform("e", 0.0, 1.0).uniform("f", 0.0, 1.0)
 ///     .build().unwrap();
-/// assert_eq!(tune_search::auto_gp_options(&space).n_startup_trials, 15);
+/// let options = tune_search::AutoOptions::default();
+/// assert_eq!(tune_search::auto_gp_options(&space, &options).n_startup_trials, 15);
 /// ```
-pub fn gp_options(space: &Space) -> GpOptions {
+pub fn gp_options(space: &Space, options: &AutoOptions) -> GpOptions {
     let defaults = GpOptions::default();
     let per_dimension = (STARTUP_PER_PARAMETER * space.len() as f64).ceil() as u64;
     GpOptions {
         n_startup_trials: defaults.n_startup_trials.max(per_dimension),
+        minimum_noise: options.gp_minimum_noise,
         ..defaults
     }
 }
@@ -126,7 +167,7 @@ pub struct AutoChoice {
 /// ```
 /// use tune_search::{AutoPick, AutoSearch, History, Mode, Searcher, Space, SweepShape, TpeOptions};
 /// let space = Space::builder().uniform("x", 0.0, 1.0).uniform("y", 0.0, 1.0).build().unwrap();
-/// let mut auto = AutoSearch::new(space, 7, SweepShape::default(), TpeOptions::default());
+/// let mut auto = AutoSearch::new(space, 7, SweepShape::default(), TpeOptions::default(), &Default::default());
 /// let history = History::new(Mode::Min);
 /// let first = auto.suggest_with_reason(0, &history).unwrap();
 /// assert_eq!(first.suggested_by.unwrap().algorithm, AutoPick::Gp);
@@ -143,10 +184,16 @@ pub struct AutoSearch {
 impl AutoSearch {
     /// `tpe` are the options TPE runs with when chosen (the spec's, as its scheduler makes
     /// them).
-    pub fn new(space: Space, seed: u64, shape: SweepShape, tpe: TpeOptions) -> AutoSearch {
+    pub fn new(
+        space: Space,
+        seed: u64,
+        shape: SweepShape,
+        tpe: TpeOptions,
+        options: &AutoOptions,
+    ) -> AutoSearch {
         AutoSearch {
             tpe: Tpe::new(space.clone(), seed, tpe),
-            gp: GpSearch::new(space.clone(), seed, gp_options(&space)).ok(),
+            gp: GpSearch::new(space.clone(), seed, gp_options(&space, options)).ok(),
             space,
             shape,
         }

@@ -34,8 +34,8 @@ mod space_serde;
 mod tpe;
 
 pub use auto::{
-    gp_options as auto_gp_options, AutoChoice, AutoPick, AutoSearch, EarlyStopping, SweepShape,
-    GP_TRIALS,
+    gp_options as auto_gp_options, AutoChoice, AutoOptions, AutoPick, AutoSearch, EarlyStopping,
+    SweepShape, GP_TRIALS,
 };
 pub use domain::{Domain, DomainError};
 pub use field::FieldError;

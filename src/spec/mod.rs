@@ -11,9 +11,9 @@ use tune_schedulers::{
 };
 use tune_search::gp::{ConditionalSpace, GpOptions, GpSearch, UnitSpace};
 use tune_search::{
-    AutoSearch, Domain, EarlyStopping, FieldError, GridSearch, Mode, NoGridParams, Nsga2,
-    Nsga2Options, Params, PointError, PriorTrial, RandomSearch, Searcher, Space, SweepShape, Tpe,
-    TpeOptions, WithInitialPoints, WithPriorTrials,
+    AutoOptions, AutoSearch, Domain, EarlyStopping, FieldError, GridSearch, Mode, NoGridParams,
+    Nsga2, Nsga2Options, Params, PointError, PriorTrial, RandomSearch, Searcher, Space, SweepShape,
+    Tpe, TpeOptions, WithInitialPoints, WithPriorTrials,
 };
 
 /// Why a spec's search algorithm cannot search its space.

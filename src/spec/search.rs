@@ -110,13 +110,13 @@ pub enum SearchSpec {
     Nsga2(Nsga2Options),
     /// A GP or TPE for each suggestion, by the sweep's space, objectives, scheduler and how
     /// many trials have completed ([`tune_search::AutoSearch`]); each with its default
-    /// options. The default.
-    Auto {},
+    /// options but the GP's noise floor, which [`AutoOptions`] keeps. The default.
+    Auto(AutoOptions),
 }
 
 impl Default for SearchSpec {
     fn default() -> Self {
-        SearchSpec::Auto {}
+        SearchSpec::Auto(AutoOptions::default())
     }
 }
 
@@ -128,7 +128,7 @@ impl SearchSpec {
             SearchSpec::Tpe(_) => Algorithm::Tpe,
             SearchSpec::Gp(_) => Algorithm::Gp,
             SearchSpec::Nsga2(_) => Algorithm::Nsga2,
-            SearchSpec::Auto {} => Algorithm::Auto,
+            SearchSpec::Auto(_) => Algorithm::Auto,
         }
     }
 
@@ -140,7 +140,7 @@ impl SearchSpec {
             Algorithm::Tpe => SearchSpec::Tpe(TpeOptions::default()),
             Algorithm::Gp => SearchSpec::Gp(GpOptions::default()),
             Algorithm::Nsga2 => SearchSpec::Nsga2(Nsga2Options::default()),
-            Algorithm::Auto => SearchSpec::Auto {},
+            Algorithm::Auto => SearchSpec::Auto(AutoOptions::default()),
         }
     }
 }
@@ -233,11 +233,12 @@ impl ExperimentSpec {
             }
             SearchSpec::Gp(options) => Box::new(GpSearch::new(space, self.seed, options.clone())?),
             SearchSpec::Nsga2(options) => Box::new(Nsga2::new(space, self.seed, options.clone())),
-            SearchSpec::Auto {} => Box::new(AutoSearch::new(
+            SearchSpec::Auto(options) => Box::new(AutoSearch::new(
                 space,
                 self.seed,
                 self.sweep_shape(),
                 self.tpe_under_scheduler(TpeOptions::default()),
+                options,
             )),
         };
         let searcher: Box<dyn Searcher> = match &self.search.warm_start {
@@ -377,6 +378,10 @@ impl ExperimentSpec {
     pub(super) fn validate_algorithm(&self) -> Result<(), InvalidSetting> {
         if let SearchSpec::Tpe(tpe) = &self.search.algorithm {
             tpe.validate()
+                .map_err(|e| InvalidSetting::new("search", e))?;
+        }
+        if let SearchSpec::Auto(auto) = &self.search.algorithm {
+            auto.validate()
                 .map_err(|e| InvalidSetting::new("search", e))?;
         }
         if let SearchSpec::Gp(gp) = &self.search.algorithm {

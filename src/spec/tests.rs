@@ -24,7 +24,7 @@ fn err(text: &str) -> String {
 fn good_spec_has_defaults() {
     let spec = ExperimentSpec::from_toml(GOOD, Path::new("space.toml")).unwrap();
     assert_eq!(spec.mode, Mode::Min);
-    assert_eq!(spec.search.algorithm, SearchSpec::Auto {});
+    assert_eq!(spec.search.algorithm, SearchSpec::Auto(Default::default()));
     assert_eq!(spec.scheduler, SchedulerSpec::Fifo {});
     assert!(spec.resources.cpu_slots >= 1);
     assert_eq!(spec.resources.gpus, Gpus::Auto);

@@ -171,18 +171,44 @@ fn a_gp_sweep_stored_before_format_4_keeps_standardised_values_and_repeats() {
     let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
     let settings = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm
     {
-        SearchSpec::Gp(o) => (o.power_transform, o.avoid_repeats),
+        SearchSpec::Gp(o) => (o.power_transform, o.avoid_repeats, o.minimum_noise),
         other => panic!("not GP: {other:?}"),
     };
-    // Written now: the warping and no repeats, the defaults, and read back so.
+    let (floor, optunas) = (
+        tune::GpOptions::default().minimum_noise,
+        tune::GpOptions::OPTUNA_MINIMUM_NOISE,
+    );
+    // Written now: the warping, no repeats and the low noise floor, the defaults, and read
+    // back so.
     let mut exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
-    assert_eq!(settings(&exp), (true, true));
+    assert_eq!(settings(&exp), (true, true, floor));
     drop(exp);
     exp = tune::experiment::Experiment::open(&dir).unwrap();
-    assert_eq!(settings(&exp), (true, true));
-    // The same record as format 3 wrote it resumes as that build ran it: Optuna's way.
+    assert_eq!(settings(&exp), (true, true, floor));
+    // The same record as format 7 wrote it resumes with Optuna's floor; as format 3 wrote
+    // it, Optuna's way throughout.
+    let exp = reopened_as_format(exp, &dir, 7);
+    assert_eq!(settings(&exp), (true, true, optunas));
     let exp = reopened_as_format(exp, &dir, 3);
-    assert_eq!(settings(&exp), (false, false));
+    assert_eq!(settings(&exp), (false, false, optunas));
+}
+
+#[test]
+fn an_auto_sweep_stored_before_format_8_keeps_its_gps_noise_floor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("auto");
+    let text =
+        "name = \"auto\"\nmetric = \"loss\"\nsamples = 4\n[objective]\ncommand = [\"true\"]\n\
+                [space]\nx = { uniform = [0.0, 1.0] }\n";
+    let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
+    let floor = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm {
+        SearchSpec::Auto(o) => o.gp_minimum_noise,
+        other => panic!("not auto: {other:?}"),
+    };
+    let exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
+    assert_eq!(floor(&exp), tune::GpOptions::default().minimum_noise);
+    let exp = reopened_as_format(exp, &dir, 7);
+    assert_eq!(floor(&exp), tune::GpOptions::OPTUNA_MINIMUM_NOISE);
 }
 
 /// The experiment record in the sled store under `dir`, as the bytes stored hold it.

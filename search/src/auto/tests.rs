@@ -32,7 +32,14 @@ fn completed(space: &Space, n: u64) -> History {
 }
 
 fn pick(space: Space, shape: SweepShape, h: &History) -> AutoChoice {
-    AutoSearch::new(space, 1, shape, TpeOptions::default()).decide(h)
+    AutoSearch::new(
+        space,
+        1,
+        shape,
+        TpeOptions::default(),
+        &AutoOptions::default(),
+    )
+    .decide(h)
 }
 
 #[test]
@@ -141,8 +148,14 @@ fn each_suggestion_is_the_chosen_searchers_own() {
         3,
         SweepShape::default(),
         TpeOptions::default(),
+        &AutoOptions::default(),
     );
-    let mut gp = GpSearch::new(space.clone(), 3, gp_options(&space)).unwrap();
+    let mut gp = GpSearch::new(
+        space.clone(),
+        3,
+        gp_options(&space, &AutoOptions::default()),
+    )
+    .unwrap();
     assert_eq!(auto.suggest(20, &h), gp.suggest(20, &h));
 
     let h = completed(&space, 250);
@@ -159,6 +172,7 @@ fn a_fresh_searcher_given_the_history_suggests_what_the_running_one_does() {
         11,
         SweepShape::default(),
         TpeOptions::default(),
+        &AutoOptions::default(),
     );
     let mut h = History::new(Mode::Min);
     for id in 0..24 {
@@ -168,7 +182,13 @@ fn a_fresh_searcher_given_the_history_suggests_what_the_running_one_does() {
         h.report(id, 1, v);
         h.set_status(id, Status::Completed);
     }
-    let mut fresh = AutoSearch::new(space, 11, SweepShape::default(), TpeOptions::default());
+    let mut fresh = AutoSearch::new(
+        space,
+        11,
+        SweepShape::default(),
+        TpeOptions::default(),
+        &AutoOptions::default(),
+    );
     assert_eq!(fresh.suggest(24, &h), running.suggest(24, &h));
 }
 
@@ -179,7 +199,7 @@ fn the_gps_random_start_grows_with_the_dimension_from_optunas_ten() {
         for i in 0..d {
             b = b.uniform(format!("x{i}"), 0.0, 1.0);
         }
-        gp_options(&b.build().unwrap()).n_startup_trials
+        gp_options(&b.build().unwrap(), &AutoOptions::default()).n_startup_trials
     };
     assert_eq!((of(1), of(4), of(5), of(6), of(10)), (10, 10, 13, 15, 25));
 }

@@ -35,12 +35,23 @@ pub struct GpOptions {
     /// A completed or running trial's point is not suggested again while the acquisition
     /// search finds another (Optuna suggests it again where its log EI is highest).
     pub avoid_repeats: bool,
+    /// The floor of the objective's noise variance, on the standardised values: 1e-12 by
+    /// default, SMAC3's order (its GP's white-noise bound is e^-25); Optuna's is 1e-6, which
+    /// the constraints' processes keep. A noisy objective's fitted noise lies far above
+    /// either; an exact one's sits on the floor, and the process cannot tell apart values
+    /// closer than its square root: with 1e-6 the GP stalled on Branin at a regret of about
+    /// 3e-6 (docs/benchmarks/gp.md).
+    pub minimum_noise: f64,
 }
 
 impl GpOptions {
-    /// Optuna 5 GPSampler's model and acquisition search: values standardised only, and a
-    /// point suggested again where its log EI is highest; the kernel still refitted as
-    /// `refit_growth` says.
+    /// The noise floor of Optuna's GPSampler (`DEFAULT_MINIMUM_NOISE_VAR`), and of tune's GP
+    /// before store format 8.
+    pub const OPTUNA_MINIMUM_NOISE: f64 = 1e-6;
+
+    /// Optuna 5 GPSampler's model and acquisition search: values standardised only, a noise
+    /// floor of 1e-6, and a point suggested again where its log EI is highest; the kernel
+    /// still refitted as `refit_growth` says.
     ///
     /// ```
     /// let optuna = tune_search::gp::GpOptions::optuna();
@@ -50,6 +61,7 @@ impl GpOptions {
         GpOptions {
             power_transform: false,
             avoid_repeats: false,
+            minimum_noise: GpOptions::OPTUNA_MINIMUM_NOISE,
             ..GpOptions::default()
         }
     }
@@ -66,7 +78,8 @@ impl GpOptions {
             self.n_preliminary_samples as u64,
             1,
         )?;
-        crate::FieldError::check_within("refit_growth", self.refit_growth, 0.0, 10.0)
+        crate::FieldError::check_within("refit_growth", self.refit_growth, 0.0, 10.0)?;
+        crate::FieldError::check_within("minimum_noise", self.minimum_noise, 1e-15, 1.0)
     }
 }
 
@@ -80,12 +93,11 @@ impl Default for GpOptions {
             refit_growth: 0.1,
             power_transform: true,
             avoid_repeats: true,
+            minimum_noise: 1e-12,
         }
     }
 }
 
-/// The floor of the noise variance (Optuna's `DEFAULT_MINIMUM_NOISE_VAR`).
-const MINIMUM_NOISE: f64 = 1e-6;
 /// Points closer than this in every unit coordinate count as the same trial.
 const DUPLICATE: f64 = 1e-6;
 /// Offsets the acquisition's random stream from the startup trials' (same seed and id).
@@ -195,7 +207,7 @@ impl GpSearch {
     fn fitter<'a>(&self, categorical: &'a [bool]) -> Fitter<'a> {
         Fitter {
             categorical,
-            minimum_noise: MINIMUM_NOISE,
+            minimum_noise: self.options.minimum_noise,
             deterministic: self.options.deterministic_objective,
         }
     }
@@ -205,7 +217,13 @@ impl GpSearch {
     /// (Optuna's `_get_constraints_acqf_args`).
     fn constraint_models(&mut self, set: &TrainingSet) -> Vec<(GpRegressor, f64)> {
         let categorical = self.unit.categorical();
-        let fitter = self.fitter(&categorical);
+        // Constraints keep Optuna's floor: with an exact one, a model sure of the bound sent
+        // the search far into the infeasible side once the best feasible point was found (the
+        // test `under_a_constraint_it_closes_in_on_the_bound_from_the_feasible_side`).
+        let fitter = Fitter {
+            minimum_noise: GpOptions::OPTUNA_MINIMUM_NOISE,
+            ..self.fitter(&categorical)
+        };
         self.constraint_fits
             .resize_with(set.constraints.len(), KernelMemo::default);
         set.constraints
@@ -509,7 +527,14 @@ mod tests {
         }
         let set = gp.training_set(&history);
         assert!(set.feasible.iter().any(|f| *f) && set.feasible.iter().any(|f| !*f));
-        let model = fit(&set.x, &set.y, &[false; 2], MINIMUM_NOISE, false, None);
+        let model = fit(
+            &set.x,
+            &set.y,
+            &[false; 2],
+            GpOptions::OPTUNA_MINIMUM_NOISE,
+            false,
+            None,
+        );
         let constraints = gp.constraint_models(&set);
         assert_eq!(constraints.len(), 2);
         for best in [Some(0.5), None] {
@@ -563,7 +588,14 @@ mod tests {
             }
             let gp = GpSearch::new(space.clone(), 0, GpOptions::optuna()).unwrap();
             let set = gp.training_set(&history);
-            let model = fit(&set.x, &set.y, &[false; 6], MINIMUM_NOISE, false, None);
+            let model = fit(
+                &set.x,
+                &set.y,
+                &[false; 6],
+                GpOptions::OPTUNA_MINIMUM_NOISE,
+                false,
+                None,
+            );
             let best = set.y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let acquisition = Acquisition::new(&model, Some(best), &[]);
             let expected = case["log_ei"].as_f64().unwrap();
