@@ -26,7 +26,8 @@
 //! `GpOptions::optuna()` on the sixteen held-out and validation functions.)
 //!
 //! `TUNE_BENCH_ONLY=auto` gives docs/benchmarks/auto.md's tables; `TUNE_BENCH_ONLY=gp-options`
-//! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget.
+//! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget, and
+//! `TUNE_BENCH_ONLY=gp-noisy` the same with the values observed through noise.
 
 use tune_testkit::functions;
 use tune_testkit::runs;

@@ -14,7 +14,7 @@
 //!    fewer than [`GP_TRIALS`] trials have completed, then TPE: a GP led
 //!    TPE on all six development functions at 100-200 trials (docs/benchmarks/gp.md), and
 //!    its cost grows with the square of the trials per suggestion and their cube per fit
-//!    (18 ms and 250 ms at 300 trials), where TPE's grows linearly. OptunaHub's AutoSampler
+//!    (17-29 ms and 250 ms at 300 trials), where TPE's grows linearly. OptunaHub's AutoSampler
 //!    switches at the same count (`_MAX_BUDGET_FOR_SINGLE_GP = 250`).
 
 use serde::{Deserialize, Serialize};
