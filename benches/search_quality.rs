@@ -55,6 +55,18 @@ const PEERS: [(&str, [f64; 4]); 6] = [
     ("MixedOptNet", [0.16, 0.15, 0.0226, 0.0664]),
 ];
 
+/// SMAC3 2.4.1's BO facade (`BlackBoxFacade`), median final regret over seeds 0..19 at the
+/// full budget, from `run_quality.py --methods smac-bo` (`benches/peers/results/
+/// quality-smac-bo-*.md`); `None` where not measured (a run takes minutes here).
+const SMAC_BO: [(&str, Option<f64>); 6] = [
+    ("Branin", Some(2.76e-8)),
+    ("Hartmann6", None),
+    ("Rosenbrock4D", Some(221.1)),
+    ("Ackley5D", None),
+    ("LogBowl_lr_wd", None),
+    ("MixedOptNet", None),
+];
+
 fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
     final_regret_within(searcher, b, b.budget)
 }
@@ -195,9 +207,11 @@ fn tpe_tables(seeds: u64) {
 fn auto_table(seeds: u64) {
     println!("algorithm = \"auto\": median final regret over {seeds} seeds (lower is better)");
     println!();
-    println!("| function (budget) | auto, half | auto, full | tune tpe, full | best peer, full | auto half vs best peer | auto full vs tpe full |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| function (budget) | auto, half | auto, full | tune tpe, full | best peer, full | auto half vs best peer | auto full vs tpe full | SMAC BO, full |");
+    println!("|---|---|---|---|---|---|---|---|");
     let (mut half_wins, mut full_ahead) = (0, 0);
+    // (measured, auto's half at or below, auto's full at or below)
+    let mut vs_smac = (0, 0, 0);
     let auto = |b: &functions::Benchmark, budget: u64| {
         median(in_parallel(seeds, |s| {
             let mut a = AutoSearch::new(
@@ -223,16 +237,30 @@ fn auto_table(seeds: u64) {
             .expect("peer row");
         half_wins += usize::from(half <= best_peer);
         full_ahead += usize::from(full <= tpe);
+        let smac = SMAC_BO
+            .iter()
+            .find(|(n, _)| *n == b.name)
+            .and_then(|(_, m)| *m);
+        if let Some(smac) = smac {
+            vs_smac.0 += 1;
+            vs_smac.1 += usize::from(half <= smac);
+            vs_smac.2 += usize::from(full <= smac);
+        }
         println!(
-            "| {} ({}) | {half:.3e} | {full:.3e} | {tpe:.3e} | {best_peer} | {:.2}x | {:.2}x |",
+            "| {} ({}) | {half:.3e} | {full:.3e} | {tpe:.3e} | {best_peer} | {:.2}x | {:.2}x | {} |",
             b.name,
             b.budget,
             half / best_peer,
-            full / tpe
+            full / tpe,
+            smac.map_or("-".to_string(), |m| format!("{m:.3e}"))
         );
     }
     println!();
     println!("auto at half the budget at or below the best peer's full budget on {half_wins}/6; auto at the full budget at or below tpe on {full_ahead}/6");
+    println!(
+        "SMAC's BO (measured on {}): auto at half the budget at or below its full budget on {}, auto at the full budget on {}",
+        vs_smac.0, vs_smac.1, vs_smac.2
+    );
     println!();
     println!("held-out and validation functions (no choice made on them), full budget: auto beside tune's GP and TPE with their defaults, median (mean log10 regret)");
     println!();
