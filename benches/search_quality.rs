@@ -302,18 +302,28 @@ fn auto_table(seeds: u64) {
     );
 }
 
+/// `TUNE_GP_OPTS` (JSON), the GP's defaults without it.
+fn gp_options_from_env() -> GpOptions {
+    std::env::var("TUNE_GP_OPTS")
+        .map(|j| serde_json::from_str(&j).expect("TUNE_GP_OPTS: GpOptions as JSON"))
+        .unwrap_or_default()
+}
+
+/// `TUNE_BENCH_BUDGET_FRACTION`, `default` without it.
+fn budget_fraction_from_env(default: f64) -> f64 {
+    std::env::var("TUNE_BENCH_BUDGET_FRACTION")
+        .ok()
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(default)
+}
+
 /// tune's GP with the options `TUNE_GP_OPTS` gives (JSON, the defaults otherwise) on
 /// `TUNE_BENCH_FUNCTIONS` (all six otherwise) at `TUNE_BENCH_BUDGET_FRACTION` of each budget
 /// (default 0.5): median, mean log10 regret and how many runs came within 0.01. For trying a
 /// change to the GP on the development functions before it becomes a default.
 fn gp_options_trial(seeds: u64) {
-    let options: GpOptions = std::env::var("TUNE_GP_OPTS")
-        .map(|j| serde_json::from_str(&j).expect("TUNE_GP_OPTS: GpOptions as JSON"))
-        .unwrap_or_default();
-    let fraction: f64 = std::env::var("TUNE_BENCH_BUDGET_FRACTION")
-        .ok()
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(0.5);
+    let options = gp_options_from_env();
+    let fraction = budget_fraction_from_env(0.5);
     let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
     println!("| function (budget) | median | mean log10 | within 0.01 |");
     println!("|---|---|---|---|");
@@ -343,13 +353,8 @@ fn gp_options_trial(seeds: u64) {
 /// exact objectives does not cost noisy ones.
 fn gp_noisy_trial(seeds: u64) {
     use rand::{Rng, SeedableRng};
-    let options: GpOptions = std::env::var("TUNE_GP_OPTS")
-        .map(|j| serde_json::from_str(&j).expect("TUNE_GP_OPTS: GpOptions as JSON"))
-        .unwrap_or_default();
-    let fraction: f64 = std::env::var("TUNE_BENCH_BUDGET_FRACTION")
-        .ok()
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(1.0);
+    let options = gp_options_from_env();
+    let fraction = budget_fraction_from_env(1.0);
     println!(
         "| function (budget) | noise 1 %: median | mean log10 | noise 10 %: median | mean log10 |"
     );
