@@ -62,9 +62,9 @@ const SMAC_BO: [(&str, Option<f64>); 6] = [
     ("Branin", Some(2.76e-8)),
     ("Hartmann6", None),
     ("Rosenbrock4D", Some(221.1)),
-    ("Ackley5D", None),
-    ("LogBowl_lr_wd", None),
-    ("MixedOptNet", None),
+    ("Ackley5D", Some(3.372)),
+    ("LogBowl_lr_wd", Some(2.33e-10)),
+    ("MixedOptNet", Some(1.11e-9)),
 ];
 
 fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
