@@ -67,7 +67,7 @@ impl AutoOptions {
     ///
     /// ```
     /// let bad = tune_search::AutoOptions { gp_minimum_noise: 2.0 };
-    /// assert_eq!(bad.validate().unwrap_err().key, "minimum_noise");
+    /// assert_eq!(bad.validate().unwrap_err().key, "gp_minimum_noise");
     /// ```
     pub fn validate(&self) -> Result<(), crate::FieldError> {
         GpOptions {
@@ -75,6 +75,7 @@ impl AutoOptions {
             ..GpOptions::default()
         }
         .validate()
+        .map_err(|e| crate::FieldError::new(format!("gp_{}", e.key), e.message))
     }
 }
 

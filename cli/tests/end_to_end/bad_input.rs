@@ -209,6 +209,33 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         "[search] `refit_growth`: expected a number in [0, 10], found -0.5",
     ),
     (
+        "gp noise floor of 0",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"gp\"\nminimum_noise = 0.0",
+            X,
+        ),
+        2,
+        "[search] `minimum_noise`: expected a number in (0, 1], found 0",
+    ),
+    (
+        "auto's noise floor above 1",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"auto\"\ngp_minimum_noise = 2.0",
+            X,
+        ),
+        2,
+        "[search] `gp_minimum_noise`: expected a number in (0, 1], found 2",
+    ),
+    (
+        "auto given a key it does not take",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"auto\"\nn_startup_trials = 5",
+            X,
+        ),
+        2,
+        "unknown field `n_startup_trials`, expected `gp_minimum_noise`",
+    ),
+    (
         "tpe option of the wrong type",
         Spec(
             "samples = 2\n[search]\nalgorithm = \"tpe\"\nconstant_liar = \"yes\"",

@@ -79,7 +79,14 @@ impl GpOptions {
             1,
         )?;
         crate::FieldError::check_within("refit_growth", self.refit_growth, 0.0, 10.0)?;
-        crate::FieldError::check_within("minimum_noise", self.minimum_noise, 1e-15, 1.0)
+        if self.minimum_noise > 0.0 && self.minimum_noise <= 1.0 {
+            Ok(())
+        } else {
+            Err(crate::FieldError::new(
+                "minimum_noise",
+                format!("expected a number in (0, 1], found {}", self.minimum_noise),
+            ))
+        }
     }
 }
 
