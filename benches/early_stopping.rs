@@ -586,6 +586,24 @@ fn lc_default_search_asha(_space: Space, seed: u64) -> Box<dyn Searcher> {
         .expect("the default searcher")
 }
 
+/// The defaults as `auto` chose under a scheduler before store format 9: TPE.
+fn tpe_default_searcher(kind: &str, seed: u64) -> Box<dyn Searcher> {
+    let mut spec = default_spec(kind, seed);
+    spec.search.algorithm = tune::SearchSpec::Auto(tune::AutoOptions {
+        gp_under_rungs: false,
+        ..tune::AutoOptions::default()
+    });
+    spec.make_searcher().expect("the default searcher")
+}
+
+fn lc_tpe_default_search_asha(_space: Space, seed: u64) -> Box<dyn Searcher> {
+    tpe_default_searcher("asha", seed)
+}
+
+fn lc_tpe_default_search_hyperband(_space: Space, seed: u64) -> Box<dyn Searcher> {
+    tpe_default_searcher("hyperband", seed)
+}
+
 fn lc_default_asha(seed: u64) -> Box<dyn Scheduler> {
     default_spec("asha", seed).make_scheduler()
 }
@@ -608,7 +626,7 @@ fn lc_fifo(_seed: u64) -> Box<dyn Scheduler> {
     Box::new(Fifo)
 }
 
-const LC_METHODS: [(&str, LcSearcher, LcScheduler); 22] = [
+const LC_METHODS: [(&str, LcSearcher, LcScheduler); 24] = [
     (
         "tune defaults: [scheduler] kind = \"asha\", max_t = 52",
         lc_default_search_asha,
@@ -617,6 +635,16 @@ const LC_METHODS: [(&str, LcSearcher, LcScheduler); 22] = [
     (
         "tune defaults: [scheduler] kind = \"hyperband\", max_t = 52",
         lc_default_search_hyperband,
+        lc_default_hyperband,
+    ),
+    (
+        "tune defaults before store format 9 (auto -> TPE), kind = \"asha\"",
+        lc_tpe_default_search_asha,
+        lc_default_asha,
+    ),
+    (
+        "tune defaults before store format 9 (auto -> TPE), kind = \"hyperband\"",
+        lc_tpe_default_search_hyperband,
         lc_default_hyperband,
     ),
     ("tune random, full budget", lc_random, lc_fifo),

@@ -69,11 +69,13 @@ impl StoreLocation {
 /// its `constant_liar` left unset (off under the rung model) unless the spec sets it. 6: each
 /// trial's `failed_attempts`, which `max_failures` counts (before, it counted every attempt).
 /// 7: ASHA's `grace_period` left unset (a sixteenth of `max_t`) unless the spec sets it.
-pub const FORMAT: u32 = 8;
+/// 8: the GP's `minimum_noise` (`gp_minimum_noise` under `auto`). 9: `auto`'s
+/// `gp_under_rungs`.
+pub const FORMAT: u32 = 9;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
 /// each missing setting taking its default; 1 to 5 as the builds that wrote them ran them
 /// (`read_as_written`).
-pub const FORMATS_READ: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+pub const FORMATS_READ: [u32; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
@@ -82,7 +84,8 @@ pub const FORMATS_READ: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 /// its model read, and its constant liar was on under every model; before 6, `max_failures`
 /// counted every attempt a trial had started (one a kill of tune interrupted too), so each
 /// counts as failed; before 7, ASHA's first rung was at step 1 unless set; before 8, the GP's
-/// noise floor (`gp` and `auto`'s) was Optuna's 1e-6.
+/// noise floor (`gp` and `auto`'s) was Optuna's 1e-6; before 9, `auto` gave sweeps under ASHA
+/// or HyperBand to TPE.
 fn read_as_written(stored: &mut StoredExperiment) {
     if stored.meta.format < 6 {
         for t in &mut stored.trials {
@@ -110,8 +113,11 @@ fn read_as_written(stored: &mut StoredExperiment) {
             }
             gp.minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
         }
-        crate::spec::SearchSpec::Auto(auto) if meta.format < 8 => {
-            auto.gp_minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
+        crate::spec::SearchSpec::Auto(auto) if meta.format < 9 => {
+            if meta.format < 8 {
+                auto.gp_minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
+            }
+            auto.gp_under_rungs = false;
         }
         _ => {}
     }
@@ -744,6 +750,19 @@ mod tests {
         assert_eq!(gp_floor(8), GpOptions::default().minimum_noise);
         assert_eq!(auto_floor(8), GpOptions::default().minimum_noise);
         assert!(GpOptions::default().minimum_noise < GpOptions::OPTUNA_MINIMUM_NOISE);
+    }
+
+    #[test]
+    fn auto_gives_rung_sweeps_to_tpe_before_format_9() {
+        use crate::spec::SearchSpec;
+        let under_rungs = |format| match read_in_format(format, |_| {}).search.algorithm {
+            SearchSpec::Auto(auto) => (auto.gp_under_rungs, auto.gp_minimum_noise),
+            other => panic!("{other:?}"),
+        };
+        let noise = GpOptions::default().minimum_noise;
+        assert_eq!(under_rungs(7), (false, GpOptions::OPTUNA_MINIMUM_NOISE));
+        assert_eq!(under_rungs(8), (false, noise));
+        assert_eq!(under_rungs(9), (true, noise));
     }
 
     #[test]

@@ -624,6 +624,59 @@ fn decided(trials: &[tune::Trial]) -> Vec<Decided> {
 }
 
 #[test]
+fn auto_under_asha_fits_its_gp_at_a_rung_and_a_resumed_sweep_decides_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = |samples: u64, dir: &str| {
+        Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+            .algorithm(Algorithm::Auto)
+            .samples(samples)
+            .seed(9)
+            .cpu_slots(1)
+            .scheduler(asha_sweep(9))
+            .dir(tmp.path().join(dir))
+    };
+    // The GP's ten random trials, six of its own, a kill-free stop, and fourteen more.
+    sweep(16, "resumed").fit(crossing_curves).unwrap();
+    let resumed = Tuner::resume(tmp.path().join("resumed"))
+        .samples(30)
+        .fit(crossing_curves)
+        .unwrap()
+        .trials()
+        .unwrap();
+    let whole = sweep(30, "whole")
+        .fit(crossing_curves)
+        .unwrap()
+        .trials()
+        .unwrap();
+    assert_eq!(decided(&resumed), decided(&whole));
+    assert_eq!(suggested_by(&whole), vec!["gp"; 30]);
+    let reason = &whole[0].suggested_by.as_ref().unwrap().reason;
+    assert!(reason.contains("fitted at the highest rung"), "{reason}");
+    // Most trials stop at step 1 or 3: of the first 15, fewer than the GP's ten random ones
+    // complete, so a GP of completed trials would still draw at random at trial 15; fitted
+    // at a rung, it does not.
+    let completed = (whole[..15].iter())
+        .filter(|t| t.status == Status::Completed)
+        .count();
+    assert!(completed < 10, "{completed} completed");
+    let random = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
+        .algorithm(Algorithm::Random)
+        .samples(30)
+        .seed(9)
+        .cpu_slots(1)
+        .scheduler(asha_sweep(9))
+        .dir(tmp.path().join("random"))
+        .fit(crossing_curves)
+        .unwrap()
+        .trials()
+        .unwrap();
+    let x = |t: &tune::Trial| t.params.f64("x").unwrap();
+    for (gp, drawn) in whole.iter().zip(&random) {
+        assert_eq!(x(gp) == x(drawn), gp.id < 10, "trial {}", gp.id);
+    }
+}
+
+#[test]
 fn raising_max_t_decides_as_the_larger_max_t_from_the_start() {
     let tmp = tempfile::tempdir().unwrap();
     let sweep = |max_t: u64, dir: &str| {

@@ -6,12 +6,16 @@
 //! 1. Several objectives: TPE (its hypervolume-weighted MOTPE beat NSGA-II on ZDT1, ZDT2, DTLZ2
 //!    and NetCost at 200-300 trials, docs/benchmarks/multi-objective.md).
 //! 2. A conditional space: TPE (a GP needs every parameter in every trial).
-//! 3. Early stopping (ASHA, HyperBand, median, PBT): TPE, which fits the trials stopped at a
-//!    rung as well as the completed ones; a GP sees only completed trials.
+//! 3. Early stopping by median or PBT: TPE, which learns from the stopped trials as well as
+//!    the completed ones.
 //! 4. More choices than numbers among the parameters: TPE (a GP's kernel on categories is a
 //!    Hamming distance, and with mostly categories it has little to model).
 //! 5. Otherwise a GP (its random start growing with the dimension: [`gp_options`]) while
-//!    fewer than [`GP_TRIALS`] trials have completed, then TPE: a GP led
+//!    fewer than [`GP_TRIALS`] trials are modelled, then TPE. Under ASHA or HyperBand the GP
+//!    is fitted at the highest rung where as many trials reported as its random start has
+//!    ([`GpOptions::rung_model`]; BOHB's model, with a GP); the trials modelled are those.
+//!    There it took the defaults on LCBench's development tasks below SMAC3's multi-fidelity
+//!    facade where TPE was not (docs/benchmarks/early-stopping.md). Elsewhere a GP led
 //!    TPE on all six development functions at 100-200 trials (docs/benchmarks/gp.md), and
 //!    its cost grows with the square of the trials per suggestion and their cube per fit
 //!    (17-29 ms and 250 ms at 300 trials), where TPE's grows linearly. OptunaHub's AutoSampler
@@ -52,12 +56,16 @@ const STARTUP_PER_PARAMETER: f64 = 2.5;
 pub struct AutoOptions {
     /// The noise floor of the GP it hands a space to ([`GpOptions::minimum_noise`]).
     pub gp_minimum_noise: f64,
+    /// Under ASHA or HyperBand, the rules go on to a GP fitted at a rung (rule 5); off, TPE
+    /// models such sweeps, as in sweeps stored before format 9.
+    pub gp_under_rungs: bool,
 }
 
 impl Default for AutoOptions {
     fn default() -> Self {
         AutoOptions {
             gp_minimum_noise: GpOptions::default().minimum_noise,
+            gp_under_rungs: true,
         }
     }
 }
@@ -66,7 +74,7 @@ impl AutoOptions {
     /// Checks the settings' ranges (those of the GP's options they set).
     ///
     /// ```
-    /// let bad = tune_search::AutoOptions { gp_minimum_noise: 2.0 };
+    /// let bad = tune_search::AutoOptions { gp_minimum_noise: 2.0, ..Default::default() };
     /// assert_eq!(bad.validate().unwrap_err().key, "gp_minimum_noise");
     /// ```
     pub fn validate(&self) -> Result<(), crate::FieldError> {
@@ -106,7 +114,9 @@ pub enum EarlyStopping {
     /// Every trial runs to its end (FIFO).
     #[default]
     None,
-    /// A scheduler stops or pauses trials (ASHA, HyperBand, median stopping, PBT).
+    /// A scheduler stops or pauses trials at rungs: ASHA or HyperBand.
+    Rungs,
+    /// Another scheduler stops trials or changes them (median stopping, PBT).
     Scheduler,
 }
 
@@ -180,6 +190,8 @@ pub struct AutoSearch {
     tpe: Tpe,
     /// `None` for a conditional space, which a GP cannot model (and the rules never give it).
     gp: Option<GpSearch>,
+    /// The GP is fitted at a rung ([`GpOptions::rung_model`]).
+    gp_at_rungs: bool,
 }
 
 impl AutoSearch {
@@ -192,9 +204,15 @@ impl AutoSearch {
         tpe: TpeOptions,
         options: &AutoOptions,
     ) -> AutoSearch {
+        let gp_at_rungs = shape.early_stopping == EarlyStopping::Rungs && options.gp_under_rungs;
+        let gp = GpOptions {
+            rung_model: gp_at_rungs,
+            ..gp_options(&space, options)
+        };
         AutoSearch {
             tpe: Tpe::new(space.clone(), seed, tpe),
-            gp: GpSearch::new(space.clone(), seed, gp_options(&space, options)).ok(),
+            gp: GpSearch::new(space.clone(), seed, gp).ok(),
+            gp_at_rungs,
             space,
             shape,
         }
@@ -222,7 +240,12 @@ impl AutoSearch {
                 if conditional.len() > 1 { ", .." } else { "" }
             ));
         }
-        if self.shape.early_stopping == EarlyStopping::Scheduler {
+        let tpe_learns_from_stopped = match self.shape.early_stopping {
+            EarlyStopping::None => false,
+            EarlyStopping::Rungs => !self.gp_at_rungs,
+            EarlyStopping::Scheduler => true,
+        };
+        if tpe_learns_from_stopped {
             return tpe("a scheduler stops trials early, and TPE learns from them".into());
         }
         let choices = self
@@ -238,20 +261,36 @@ impl AutoSearch {
                 self.space.len()
             ));
         }
-        let ended = history
-            .iter()
-            .filter(|o| o.status == Status::Completed && o.value.is_some())
-            .count();
-        if ended >= GP_TRIALS {
-            return tpe(format!(
-                "{GP_TRIALS} trials have completed, the most a GP models"
-            ));
+        let rung = match &self.gp {
+            Some(gp) if self.gp_at_rungs => history.rung_step(gp.startup_trials()),
+            _ => None,
+        };
+        let modelled = match rung {
+            Some(step) => history
+                .iter()
+                .filter(|o| o.status != Status::Failed && o.value_at(step).is_some())
+                .count(),
+            None => history
+                .iter()
+                .filter(|o| o.status == Status::Completed && o.value.is_some())
+                .count(),
+        };
+        let (trials, fewer) = if self.gp_at_rungs {
+            (
+                "trials have reported at the rung the GP is fitted at",
+                "fitted at the highest rung with enough results, fewer than",
+            )
+        } else {
+            ("trials have completed", "fewer than")
+        };
+        if modelled >= GP_TRIALS {
+            return tpe(format!("{GP_TRIALS} {trials}, the most a GP models"));
         }
         AutoChoice {
             algorithm: AutoPick::Gp,
             reason: format!(
                 "one objective over {numbers} numeric and {choices} categorical parameters, \
-                 fewer than {GP_TRIALS} trials completed"
+                 {fewer} {GP_TRIALS} trials modelled"
             ),
         }
     }

@@ -331,6 +331,66 @@ impl History {
         self.trials.iter()
     }
 
+    /// The highest step at which a trial stopped, completed or paused and at least `n_min`
+    /// trials (not failed) reported: the budget a model fitted at a rung reads (BOHB's "largest
+    /// budget with enough observations", Falkner et al. 2018).
+    ///
+    /// ```
+    /// use tune_search::{History, Mode, Params, Status};
+    /// let mut h = History::new(Mode::Min);
+    /// for id in 0..3 {
+    ///     h.record(id, Params::default(), Status::Running);
+    ///     h.report(id, 1, 0.5);
+    /// }
+    /// h.report(0, 3, 0.2);
+    /// for id in 0..3 {
+    ///     h.set_status(id, Status::Stopped);
+    /// }
+    /// assert_eq!((h.rung_step(3), h.rung_step(1), h.rung_step(4)), (Some(1), Some(3), None));
+    /// ```
+    pub fn rung_step(&self, n_min: usize) -> Option<u64> {
+        let mut steps: Vec<u64> = self
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t.status,
+                    Status::Completed | Status::Stopped | Status::Paused
+                )
+            })
+            .filter_map(|t| t.last_step)
+            .collect();
+        steps.sort_unstable();
+        steps.dedup();
+        steps.into_iter().rev().find(|&s| {
+            self.iter()
+                .filter(|t| t.status != Status::Failed && t.value_at(s).is_some())
+                .count()
+                >= n_min
+        })
+    }
+
+    /// This history as a model fitted at `step` reads it: every trial (not failed) that
+    /// reported there completed with that value (and its last constraints); the running and
+    /// pending trials that did not, still running; the rest (stopped or paused below it, failed) failed, which
+    /// models leave out. Ids stay the same.
+    pub(crate) fn at_step(&self, step: u64) -> History {
+        let mut view = History::with_objectives(vec![self.mode]);
+        for t in self.iter() {
+            let status = match t.value_at(step) {
+                Some(_) if t.status != Status::Failed => Status::Completed,
+                _ if matches!(t.status, Status::Running | Status::Pending) => t.status,
+                _ => Status::Failed,
+            };
+            view.record(t.id, t.params.clone(), status);
+            if let (Status::Completed, Some(v)) = (status, t.value_at(step)) {
+                view.report(t.id, step, v);
+                // Constraints are reported with every value: the last ones stand for the rung's.
+                view.report_constraints(t.id, &t.constraints);
+            }
+        }
+        view
+    }
+
     /// The completed trial with the best value ([`Mode::beats`]: ties go to the lower id),
     /// among those that meet their constraints.
     pub fn best(&self) -> Option<&Observation> {

@@ -216,7 +216,8 @@ impl ExperimentSpec {
             objectives: self.objectives.len().max(1),
             early_stopping: match self.scheduler {
                 SchedulerSpec::Fifo {} => EarlyStopping::None,
-                _ => EarlyStopping::Scheduler,
+                SchedulerSpec::Asha(_) | SchedulerSpec::Hyperband(_) => EarlyStopping::Rungs,
+                SchedulerSpec::Median(_) | SchedulerSpec::Pbt(_) => EarlyStopping::Scheduler,
             },
         }
     }

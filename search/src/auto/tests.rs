@@ -69,6 +69,51 @@ fn a_numeric_single_objective_sweep_gets_a_gp_until_250_trials_have_completed() 
 }
 
 #[test]
+fn under_rungs_the_gps_250_are_the_trials_at_the_rung_it_is_fitted_at() {
+    let space = numeric();
+    let rungs = SweepShape {
+        early_stopping: EarlyStopping::Rungs,
+        ..SweepShape::default()
+    };
+    // 300 trials stopped at step 1, `deep` of them at step 4 (the GP's start here is 10).
+    let halving = |deep: u64| {
+        let mut h = History::new(Mode::Min);
+        for id in 0..300 {
+            let p = space.sample(&mut crate::trial_rng(5, id));
+            h.record(id, p, Status::Running);
+            h.report(id, 1, 1.0);
+            if id < deep {
+                h.report(id, 4, 0.5);
+            }
+            h.set_status(id, Status::Stopped);
+        }
+        h
+    };
+    let c = pick(space.clone(), rungs, &halving(20));
+    assert_eq!(c.algorithm, AutoPick::Gp, "{}", c.reason);
+    let c = pick(space.clone(), rungs, &halving(9));
+    assert_eq!(c.algorithm, AutoPick::Tpe);
+    assert_eq!(
+        c.reason,
+        "250 trials have reported at the rung the GP is fitted at, the most a GP models"
+    );
+    // Stored before format 9: TPE under rungs from the first trial.
+    let tpe_under_rungs = AutoOptions {
+        gp_under_rungs: false,
+        ..AutoOptions::default()
+    };
+    let c = AutoSearch::new(space, 1, rungs, TpeOptions::default(), &tpe_under_rungs)
+        .decide(&History::new(Mode::Min));
+    assert_eq!(
+        (c.algorithm, c.reason.as_str()),
+        (
+            AutoPick::Tpe,
+            "a scheduler stops trials early, and TPE learns from them"
+        )
+    );
+}
+
+#[test]
 fn running_and_failed_trials_do_not_count_toward_the_gps_250() {
     let space = numeric();
     let mut h = completed(&space, 249);
@@ -123,6 +168,17 @@ fn a_conditional_space_several_objectives_a_scheduler_and_mostly_choices_get_tpe
         ..SweepShape::default()
     };
     assert_eq!(pick(numeric(), stopping, &h).algorithm, AutoPick::Tpe);
+    let rungs = SweepShape {
+        early_stopping: EarlyStopping::Rungs,
+        ..SweepShape::default()
+    };
+    let c = pick(numeric(), rungs, &h);
+    assert_eq!(c.algorithm, AutoPick::Gp);
+    assert!(
+        c.reason.contains("fitted at the highest rung"),
+        "{}",
+        c.reason
+    );
 
     let choices = Space::builder()
         .choice("a", [1, 2, 3])

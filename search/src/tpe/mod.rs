@@ -18,7 +18,7 @@ use std::cmp::Ordering;
 
 use rand_chacha::ChaCha8Rng;
 
-use crate::{trial_rng, Condition, History, Params, Searcher, Space, Status, TrialId};
+use crate::{trial_rng, Condition, History, Params, Searcher, Space, TrialId};
 use coords::{dim_spec, from_internal, to_internal, TrialCoords};
 use estimator::{DimSpec, EstimatorOptions, NormMemo, Parzen};
 use eval::Table;
@@ -167,30 +167,6 @@ fn make_groups(space: &Space, opts: &TpeOptions) -> Vec<Group> {
     groups
 }
 
-/// The highest step at which a trial stopped, completed or paused and at least `n_min`
-/// trials (not failed) reported: the budget a [`Fidelity::Rung`] model is fitted at.
-fn rung_step(history: &History, n_min: usize) -> Option<u64> {
-    let mut steps: Vec<u64> = history
-        .iter()
-        .filter(|t| {
-            matches!(
-                t.status,
-                Status::Completed | Status::Stopped | Status::Paused
-            )
-        })
-        .filter_map(|t| t.last_step)
-        .collect();
-    steps.sort_unstable();
-    steps.dedup();
-    steps.into_iter().rev().find(|&s| {
-        history
-            .iter()
-            .filter(|t| t.status != Status::Failed && t.value_at(s).is_some())
-            .count()
-            >= n_min
-    })
-}
-
 impl Searcher for Tpe {
     fn suggest(&mut self, id: TrialId, history: &History) -> Option<Params> {
         let mut rng = trial_rng(self.seed, id);
@@ -198,7 +174,7 @@ impl Searcher for Tpe {
             self.record_coords(t.id, &t.params);
         }
         let at_step = match self.opts.fidelity() {
-            Fidelity::Rung => rung_step(history, self.space.len() + 2),
+            Fidelity::Rung => history.rung_step(self.space.len() + 2),
             Fidelity::Last => None,
         };
         self.index.sync(
@@ -439,16 +415,16 @@ mod tests {
                 },
             );
         }
-        assert_eq!(rung_step(&h, 2), Some(9));
-        assert_eq!(rung_step(&h, 3), Some(3));
-        assert_eq!(rung_step(&h, 5), Some(1));
-        assert_eq!(rung_step(&h, 11), None);
+        assert_eq!(h.rung_step(2), Some(9));
+        assert_eq!(h.rung_step(3), Some(3));
+        assert_eq!(h.rung_step(5), Some(1));
+        assert_eq!(h.rung_step(11), None);
         // A running trial's steps are not rungs, but it counts where it reported.
         h.record(10, Params::default(), Status::Running);
         h.report(10, 1, 0.5);
         h.report(10, 2, 0.5);
-        assert_eq!(rung_step(&h, 11), Some(1));
-        assert_eq!(rung_step(&h, 2), Some(9));
+        assert_eq!(h.rung_step(11), Some(1));
+        assert_eq!(h.rung_step(2), Some(9));
     }
 
     #[test]
