@@ -232,8 +232,60 @@ fn main() {
     if part.is_empty() || part.contains("curves") {
         curves_tables(seeds);
     }
+    if part.is_empty() || part.contains("curves") || part.contains("curve-defaults") {
+        defaults_on_curves(seeds);
+    }
     if part.is_empty() || part.contains("lcbench") {
         lcbench_tables(seeds);
+    }
+}
+
+/// The defaults (`kind` and `max_t = 81` alone) on `curves.py` and the held-out curve
+/// families: what `auto` gives them now (a GP fitted at a rung) beside what it gave before
+/// store format 9 (TPE), one worker, at 810 / 1,620 / 2,430 epochs. None of these was used to
+/// choose the rule (LCBench's development tasks were).
+fn defaults_on_curves(seeds: u64) {
+    let spec = |kind: &str, seed: u64, gp_under_rungs: bool| {
+        let text = format!(
+            "name = \"curves\"\nmetric = \"loss\"\nsamples = 10000\nseed = {seed}\n\n\
+             [search]\nalgorithm = \"auto\"\ngp_under_rungs = {gp_under_rungs}\n\n\
+             [scheduler]\nkind = \"{kind}\"\nmax_t = 81\n\n[space]\nx = {{ uniform = [0.0, 1.0] }}\n"
+        );
+        let mut spec = tune::ExperimentSpec::from_toml(&text, std::path::Path::new("curves.toml"))
+            .expect("the defaults' spec");
+        spec.space = curves::space();
+        spec
+    };
+    let families: Vec<(&str, simulator::Curves)> =
+        std::iter::once(("curves.py", simulator::shared_curves()))
+            .chain(held_out_curves::all())
+            .collect();
+    println!();
+    println!("the defaults on curves.py and the held-out curve families, median regret over {seeds} seeds, 1 worker, at 810 / 1620 / 2430 epochs:");
+    println!();
+    println!("| curves | kind | auto: GP at a rung | auto before format 9: TPE |");
+    println!("|---|---|---|---|");
+    for (family, curves) in &families {
+        for kind in ["asha", "hyperband"] {
+            let row = |gp_under_rungs: bool| {
+                medians_over_seeds(seeds, 3, |seed| {
+                    let spec = spec(kind, seed, gp_under_rungs);
+                    simulator::simulate(
+                        curves,
+                        spec.make_searcher().expect("the searcher").as_mut(),
+                        spec.make_scheduler().as_mut(),
+                        1,
+                        2430,
+                        &CHECKPOINTS[2..],
+                    )
+                })
+                .iter()
+                .map(|x| show(*x))
+                .collect::<Vec<_>>()
+                .join(" / ")
+            };
+            println!("| {family} | {kind} | {} | {} |", row(true), row(false));
+        }
     }
 }
 

@@ -135,9 +135,11 @@ fn the_binary_with_the_default_search_and_hyperband_decides_as_the_simulator() {
 /// difference left is in the decisions.
 struct ValuesTheBinaryHeard<'a> {
     task: lcbench::Task<'a>,
-    /// Each trial's params and its (epoch, val_accuracy) results, from the export.
-    heard: Vec<(Vec<(String, f64)>, Vec<(u64, f64)>)>,
+    heard: Vec<TrialHeard>,
 }
+
+/// One trial's params and its (epoch, val_accuracy) results, from the export.
+type TrialHeard = (Vec<(String, f64)>, Vec<(u64, f64)>);
 
 impl Timed for ValuesTheBinaryHeard<'_> {
     fn max_t(&self) -> u64 {
