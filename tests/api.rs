@@ -626,9 +626,9 @@ fn decided(trials: &[tune::Trial]) -> Vec<Decided> {
 #[test]
 fn auto_under_asha_fits_its_gp_at_a_rung_and_a_resumed_sweep_decides_the_same() {
     let tmp = tempfile::tempdir().unwrap();
-    let sweep = |samples: u64, dir: &str| {
+    let sweep = |algorithm: Algorithm, samples: u64, dir: &str| {
         Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
-            .algorithm(Algorithm::Auto)
+            .algorithm(algorithm)
             .samples(samples)
             .seed(9)
             .cpu_slots(1)
@@ -636,14 +636,16 @@ fn auto_under_asha_fits_its_gp_at_a_rung_and_a_resumed_sweep_decides_the_same() 
             .dir(tmp.path().join(dir))
     };
     // The GP's ten random trials, six of its own, a kill-free stop, and fourteen more.
-    sweep(16, "resumed").fit(crossing_curves).unwrap();
+    sweep(Algorithm::Auto, 16, "resumed")
+        .fit(crossing_curves)
+        .unwrap();
     let resumed = Tuner::resume(tmp.path().join("resumed"))
         .samples(30)
         .fit(crossing_curves)
         .unwrap()
         .trials()
         .unwrap();
-    let whole = sweep(30, "whole")
+    let whole = sweep(Algorithm::Auto, 30, "whole")
         .fit(crossing_curves)
         .unwrap()
         .trials()
@@ -659,13 +661,7 @@ fn auto_under_asha_fits_its_gp_at_a_rung_and_a_resumed_sweep_decides_the_same() 
         .filter(|t| t.status == Status::Completed)
         .count();
     assert!(completed < 10, "{completed} completed");
-    let random = Tuner::new(Space::builder().uniform("x", 0.0, 1.0).build().unwrap())
-        .algorithm(Algorithm::Random)
-        .samples(30)
-        .seed(9)
-        .cpu_slots(1)
-        .scheduler(asha_sweep(9))
-        .dir(tmp.path().join("random"))
+    let random = sweep(Algorithm::Random, 30, "random")
         .fit(crossing_curves)
         .unwrap()
         .trials()
