@@ -275,22 +275,28 @@ impl AutoSearch {
                 .filter(|o| o.status == Status::Completed && o.value.is_some())
                 .count(),
         };
-        let (trials, fewer) = if self.gp_at_rungs {
+        let (limit, modelled_so_far) = if self.gp_at_rungs {
             (
                 "trials have reported at the rung the GP is fitted at",
-                "fitted at the highest rung with enough results, fewer than",
+                format!(
+                    "fitted at the highest rung with enough results, fewer than {GP_TRIALS} \
+                     trials there"
+                ),
             )
         } else {
-            ("trials have completed", "fewer than")
+            (
+                "trials have completed",
+                format!("fewer than {GP_TRIALS} trials completed"),
+            )
         };
         if modelled >= GP_TRIALS {
-            return tpe(format!("{GP_TRIALS} {trials}, the most a GP models"));
+            return tpe(format!("{GP_TRIALS} {limit}, the most a GP models"));
         }
         AutoChoice {
             algorithm: AutoPick::Gp,
             reason: format!(
                 "one objective over {numbers} numeric and {choices} categorical parameters, \
-                 {fewer} {GP_TRIALS} trials modelled"
+                 {modelled_so_far}"
             ),
         }
     }
