@@ -266,10 +266,7 @@ impl AutoSearch {
             _ => None,
         };
         let modelled = match rung {
-            Some(step) => history
-                .iter()
-                .filter(|o| o.status != Status::Failed && o.value_at(step).is_some())
-                .count(),
+            Some(step) => history.reported_at(step),
             None => history
                 .iter()
                 .filter(|o| o.status == Status::Completed && o.value.is_some())

@@ -361,12 +361,17 @@ impl History {
             .collect();
         steps.sort_unstable();
         steps.dedup();
-        steps.into_iter().rev().find(|&s| {
-            self.iter()
-                .filter(|t| t.status != Status::Failed && t.value_at(s).is_some())
-                .count()
-                >= n_min
-        })
+        steps
+            .into_iter()
+            .rev()
+            .find(|&s| self.reported_at(s) >= n_min)
+    }
+
+    /// How many trials (not failed) reported at `step`: what a model fitted there reads.
+    pub fn reported_at(&self, step: u64) -> usize {
+        self.iter()
+            .filter(|t| t.status != Status::Failed && t.value_at(step).is_some())
+            .count()
     }
 
     /// This history as a model fitted at `step` reads it: every trial (not failed) that
