@@ -368,7 +368,7 @@ impl History {
     }
 
     /// How many trials (not failed) reported at `step`: what a model fitted there reads.
-    pub fn reported_at(&self, step: u64) -> usize {
+    pub(crate) fn reported_at(&self, step: u64) -> usize {
         self.iter()
             .filter(|t| t.status != Status::Failed && t.value_at(step).is_some())
             .count()
