@@ -28,6 +28,8 @@
 //! `TUNE_BENCH_ONLY=auto` gives docs/benchmarks/auto.md's tables; `TUNE_BENCH_ONLY=gp-options`
 //! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget, and
 //! `TUNE_BENCH_ONLY=gp-noisy` the same with the values observed through noise.
+//! `TUNE_BENCH_ONLY=equal-time` runs `auto` against TPE given the same wall time
+//! (docs/benchmarks/auto.md).
 
 use tune_testkit::functions;
 use tune_testkit::runs;
@@ -102,6 +104,10 @@ fn main() {
         auto_table(seeds);
         return;
     }
+    if only == "equal-time" {
+        equal_time_table(seeds);
+        return;
+    }
     if only == "gp-options" {
         gp_options_trial(seeds);
         return;
@@ -115,6 +121,97 @@ fn main() {
         "gp-timing" => gp_timing(timing_trials),
         _ => gp_tables(seeds, timing_trials),
     }
+}
+
+/// `auto` (a GP on these functions) for each function's budget against TPE given the same
+/// wall time: the searcher's own suggestion time plus `trial_s` per trial (a trial's duration,
+/// counted rather than slept), so TPE runs as many trials as fit. The question it answers: is
+/// a GP's 5-30 ms a suggestion worth paying beside trials that cost about as much?
+fn equal_time_table(seeds: u64) {
+    println!(
+        "auto (GP) at each function's budget against TPE with the same wall time, {seeds} seeds: \
+         median final regret (TPE's median trial count)"
+    );
+    println!();
+    println!(
+        "| function (budget) | trial s | auto | auto s (median) | tpe, same time | tpe trials |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for b in functions::all() {
+        for trial_s in [0.0, 0.001, 0.01] {
+            let runs: Vec<(f64, f64, f64, f64)> = {
+                let results = std::sync::Mutex::new(Vec::new());
+                in_parallel(seeds, |s| {
+                    let mut auto = AutoSearch::new(
+                        b.space.clone(),
+                        s,
+                        SweepShape::default(),
+                        TpeOptions::default(),
+                        &AutoOptions::default(),
+                    );
+                    let (auto_regret, auto_s) =
+                        timed_regret(&mut auto, &b, b.budget, trial_s, None);
+                    let mut tpe = Tpe::new(b.space.clone(), s, tpe_options());
+                    let (tpe_regret, tpe_trials) =
+                        timed_regret(&mut tpe, &b, 20_000, trial_s, Some(auto_s));
+                    results.lock().expect("results").push((
+                        auto_regret,
+                        auto_s,
+                        tpe_regret,
+                        tpe_trials,
+                    ));
+                    0.0
+                });
+                results.into_inner().expect("results")
+            };
+            let col = |f: fn(&(f64, f64, f64, f64)) -> f64| median(runs.iter().map(f).collect());
+            println!(
+                "| {} ({}) | {trial_s} | {:.3e} | {:.2} | {:.3e} | {:.0} |",
+                b.name,
+                b.budget,
+                col(|r| r.0),
+                col(|r| r.1),
+                col(|r| r.2),
+                col(|r| r.3),
+            );
+        }
+    }
+}
+
+/// Runs `searcher` for `budget` trials, or until the suggestions' time plus `trial_s` a trial
+/// reaches `until_s`; returns the final regret and the seconds spent (or, with `until_s`, the
+/// trials run).
+fn timed_regret(
+    searcher: &mut dyn Searcher,
+    b: &functions::Benchmark,
+    budget: u64,
+    trial_s: f64,
+    until_s: Option<f64>,
+) -> (f64, f64) {
+    let mut h = History::new(Mode::Min);
+    let mut best = f64::INFINITY;
+    let mut spent = 0.0;
+    let mut trials = 0;
+    for id in 0..budget {
+        if until_s.is_some_and(|u| spent >= u) {
+            break;
+        }
+        let started = Instant::now();
+        let p = searcher.suggest(id, &h).expect("a suggestion");
+        spent += started.elapsed().as_secs_f64() + trial_s;
+        let v = (b.f)(&p);
+        best = best.min(v);
+        h.record(id, p, Status::Running);
+        h.report(id, 1, v);
+        h.set_status(id, Status::Completed);
+        trials += 1;
+    }
+    let second = if until_s.is_some() {
+        trials as f64
+    } else {
+        spent
+    };
+    (best - b.known_min, second)
 }
 
 fn tpe_tables(seeds: u64) {

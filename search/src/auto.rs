@@ -20,6 +20,10 @@
 //!    its cost grows with the square of the trials per suggestion and their cube per fit
 //!    (17-29 ms and 250 ms at 300 trials), where TPE's grows linearly. OptunaHub's AutoSampler
 //!    switches at the same count (`_MAX_BUDGET_FOR_SINGLE_GP = 250`).
+//!
+//! Trial durations are not among the inputs: given the GP's wall time, TPE ended behind it
+//! even with trials that cost nothing (docs/benchmarks/auto.md), and a rule on measured
+//! durations would let two runs of one sweep choose differently.
 
 use serde::{Deserialize, Serialize};
 
