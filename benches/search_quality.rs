@@ -69,6 +69,15 @@ const SMAC_BO: [(&str, Option<f64>); 6] = [
     ("MixedOptNet", Some(1.11e-9)),
 ];
 
+/// What `auto` knows of a one-objective FIFO sweep of `samples` trials: the shape
+/// `tune run` gives it.
+fn fifo_of(samples: u64) -> SweepShape {
+    SweepShape {
+        samples: Some(samples),
+        ..SweepShape::default()
+    }
+}
+
 fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
     final_regret_within(searcher, b, b.budget)
 }
@@ -145,7 +154,7 @@ fn equal_time_table(seeds: u64) {
                     let mut auto = AutoSearch::new(
                         b.space.clone(),
                         s,
-                        SweepShape::default(),
+                        fifo_of(b.budget),
                         TpeOptions::default(),
                         &AutoOptions::default(),
                     );
@@ -314,7 +323,7 @@ fn auto_table(seeds: u64) {
             let mut a = AutoSearch::new(
                 b.space.clone(),
                 s,
-                SweepShape::default(),
+                fifo_of(budget),
                 TpeOptions::default(),
                 &AutoOptions::default(),
             );
@@ -373,7 +382,7 @@ fn auto_table(seeds: u64) {
             let mut a = AutoSearch::new(
                 b.space.clone(),
                 s,
-                SweepShape::default(),
+                fifo_of(b.budget),
                 TpeOptions::default(),
                 &AutoOptions::default(),
             );
@@ -430,7 +439,14 @@ fn gp_options_trial(seeds: u64) {
     }) {
         let budget = ((b.budget as f64) * fraction).round() as u64;
         let regrets = in_parallel(seeds, |s| {
-            let mut gp = GpSearch::new(b.space.clone(), s, options.clone()).expect("a GP space");
+            let exploit_last: Option<u64> = std::env::var("TUNE_GP_EXPLOIT_LAST")
+                .ok()
+                .and_then(|v| v.parse().ok());
+            let options = GpOptions {
+                exploit_from: exploit_last.map(|k| budget.saturating_sub(k)),
+                ..options.clone()
+            };
+            let mut gp = GpSearch::new(b.space.clone(), s, options).expect("a GP space");
             final_regret_within(&mut gp, &b, budget)
         });
         let within = regrets.iter().filter(|r| **r < 0.01).count();

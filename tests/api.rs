@@ -488,9 +488,9 @@ fn a_resumed_auto_sweep_suggests_what_the_sweep_run_in_one_go_does() {
         ctx.report(1, [("loss", (x - 2.0).powi(2) + (lr.ln() + 4.0).powi(2))])?;
         Ok(())
     };
-    let sweep = |name: &str, samples: u64| {
+    let sweep = |name: &str, samples: u64, options: &tune::AutoOptions| {
         Tuner::new(space())
-            .algorithm(Algorithm::Auto)
+            .search(tune::SearchSpec::Auto(options.clone()))
             .samples(samples)
             .seed(21)
             .cpu_slots(1)
@@ -498,17 +498,45 @@ fn a_resumed_auto_sweep_suggests_what_the_sweep_run_in_one_go_does() {
             .fit(objective)
             .unwrap()
     };
-    // GP's ten random trials, then two of its own before the resume and four after.
-    sweep("resumed", 12);
-    let resumed = Tuner::resume(tmp.path().join("resumed"))
-        .samples(16)
-        .fit(objective)
-        .unwrap()
-        .trials()
-        .unwrap();
-    let whole = sweep("whole", 16).trials().unwrap();
+    let extended = |name: &str, options: &tune::AutoOptions| {
+        // GP's ten random trials, then two of its own before the resume and four after.
+        sweep(name, 12, options);
+        Tuner::resume(tmp.path().join(name))
+            .samples(16)
+            .fit(objective)
+            .unwrap()
+            .trials()
+            .unwrap()
+    };
     let params = |ts: &[tune::Trial]| ts.iter().map(|t| t.params.clone()).collect::<Vec<_>>();
+    let reason = |t: &tune::Trial| t.suggested_by.as_ref().unwrap().reason.clone();
+    // With no trials spent where the GP's mean is best, the extension is the sweep run in one
+    // go with the larger budget.
+    let by_ei = tune::AutoOptions {
+        gp_exploit_fraction: 0.0,
+        ..Default::default()
+    };
+    let resumed = extended("resumed by EI", &by_ei);
+    let whole = sweep("whole by EI", 16, &by_ei).trials().unwrap();
     assert_eq!(params(&resumed), params(&whole));
+    assert_eq!(suggested_by(&resumed), vec!["gp"; 16]);
+    // By default the last tenth of each budget is: the first run's (trial 11 of 12) stays as
+    // it was, and the extension's is the last two of 16, as in the one-go sweep.
+    let defaults = tune::AutoOptions::default();
+    let resumed = extended("resumed", &defaults);
+    let whole = sweep("whole", 16, &defaults).trials().unwrap();
+    assert_eq!(params(&resumed)[..11], params(&whole)[..11]);
+    assert_ne!(resumed[11].params, whole[11].params);
+    assert!(reason(&resumed[11]).ends_with("the last 1 of 12 trials go where its mean is best"));
+    assert!(
+        !reason(&whole[11]).contains("mean"),
+        "{}",
+        reason(&whole[11])
+    );
+    for ts in [&resumed, &whole] {
+        assert!(!reason(&ts[13]).contains("mean"), "{}", reason(&ts[13]));
+        assert!(reason(&ts[14]).ends_with("the last 2 of 16 trials go where its mean is best"));
+    }
     assert_eq!(suggested_by(&resumed), vec!["gp"; 16]);
 }
 

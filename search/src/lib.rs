@@ -35,7 +35,7 @@ mod tpe;
 
 pub use auto::{
     gp_options as auto_gp_options, AutoChoice, AutoOptions, AutoPick, AutoSearch, EarlyStopping,
-    SweepShape, GP_TRIALS,
+    SweepShape, EXPLOIT_FRACTION, GP_TRIALS,
 };
 pub use domain::{Domain, DomainError};
 pub use field::FieldError;

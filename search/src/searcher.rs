@@ -32,6 +32,11 @@ pub trait Searcher: Send {
         true
     }
 
+    /// The sweep's budget is `samples` trials (told before the first suggestion, and again
+    /// when a resume or a running sweep raises it): a searcher that plans for the sweep's end
+    /// (`auto`'s last trials) plans for this one. The others ignore it.
+    fn set_samples(&mut self, _samples: u64) {}
+
     /// [`suggest`](Searcher::suggest), with the searcher that made the suggestion and why, for
     /// a searcher that hands each one to another (`auto`). A searcher that is one algorithm
     /// keeps this default, which names none.

@@ -220,7 +220,7 @@ impl Coordinator {
         plan: Plan,
         store: Box<dyn TrialStore>,
         mut trials: Vec<Trial>,
-        searcher: Box<dyn Searcher>,
+        mut searcher: Box<dyn Searcher>,
         mut scheduler: Box<dyn Scheduler>,
         objective: Objective,
         observers: Vec<Box<dyn Observer>>,
@@ -255,6 +255,7 @@ impl Coordinator {
             &trials,
         );
         let created = trials.len() as u64;
+        searcher.set_samples(plan.samples);
         let budget = searcher.total_trials(plan.samples).max(created);
         let all_added = created >= budget;
         let undelivered = replay(scheduler.as_mut(), &trials, plan.metric(), all_added);

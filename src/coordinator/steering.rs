@@ -95,6 +95,7 @@ impl Coordinator {
         let samples = self.plan.meta.samples.saturating_add(count);
         let budget = self.searcher.total_trials(samples).max(self.created);
         self.plan.meta.samples = samples;
+        self.searcher.set_samples(samples);
         self.store.put_meta(&self.plan.meta)?;
         self.set_budget(budget);
         Ok(Ok(format!(
@@ -120,6 +121,7 @@ impl Coordinator {
         // The trial and the budget that counts it are stored together: a resume finds both.
         let samples = self.plan.meta.samples.saturating_add(1);
         self.plan.meta.samples = samples;
+        self.searcher.set_samples(samples);
         self.store.put_meta(&self.plan.meta)?;
         if self.searcher.reads_history() {
             self.history.record(id, params.clone(), Status::Pending);

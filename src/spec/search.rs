@@ -219,6 +219,7 @@ impl ExperimentSpec {
                 SchedulerSpec::Asha(_) | SchedulerSpec::Hyperband(_) => EarlyStopping::Rungs,
                 SchedulerSpec::Median(_) | SchedulerSpec::Pbt(_) => EarlyStopping::Scheduler,
             },
+            samples: Some(self.samples),
         }
     }
 

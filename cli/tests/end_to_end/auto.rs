@@ -33,9 +33,18 @@ fn auto_says_what_it_chose_and_why_in_the_log_status_and_export() {
     );
     let status = run_ok(tune().arg("status").arg(&dir));
     let status = String::from_utf8_lossy(&status.stdout);
+    // The last tenth of the 12 trials (trial 11) goes where the GP's mean is best.
     assert!(
-        status.contains("search: auto: trials 0-11 by gp (one objective over 2 numeric"),
+        status.contains("search: auto: trials 0-10 by gp (one objective over 2 numeric"),
         "{status}"
+    );
+    assert!(
+        status.contains("trial 11 by gp (one objective over 2 numeric and 0 categorical parameters, fewer than 250 trials completed; the last 1 of 12 trials go where its mean is best)"),
+        "{status}"
+    );
+    assert!(
+        log.contains("search: gp from trial 11 on (one objective over 2 numeric and 0 categorical parameters, fewer than 250 trials completed; the last 1 of 12 trials go where its mean is best)"),
+        "{log}"
     );
     for t in export_json(&dir) {
         assert_eq!(t["suggested_by"]["algorithm"], "gp", "{t}");

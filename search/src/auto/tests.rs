@@ -39,7 +39,7 @@ fn pick(space: Space, shape: SweepShape, h: &History) -> AutoChoice {
         TpeOptions::default(),
         &AutoOptions::default(),
     )
-    .decide(h)
+    .decide(h.len() as TrialId, h)
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn under_rungs_the_gps_250_are_the_trials_at_the_rung_it_is_fitted_at() {
         ..AutoOptions::default()
     };
     let c = AutoSearch::new(space, 1, rungs, TpeOptions::default(), &tpe_under_rungs)
-        .decide(&History::new(Mode::Min));
+        .decide(0, &History::new(Mode::Min));
     assert_eq!(
         (c.algorithm, c.reason.as_str()),
         (
@@ -258,4 +258,62 @@ fn the_gps_random_start_grows_with_the_dimension_from_optunas_ten() {
         gp_options(&b.build().unwrap(), &AutoOptions::default()).n_startup_trials
     };
     assert_eq!((of(1), of(4), of(5), of(6), of(10)), (10, 10, 13, 15, 25));
+}
+
+#[test]
+fn a_fifo_sweep_of_known_size_spends_its_last_tenth_where_the_gps_mean_is_best() {
+    let space = numeric();
+    let h = completed(&space, 44);
+    let fifo = SweepShape {
+        samples: Some(50),
+        ..SweepShape::default()
+    };
+    let auto = |shape, options: &AutoOptions| {
+        AutoSearch::new(space.clone(), 1, shape, TpeOptions::default(), options)
+    };
+    let a = auto(fifo, &AutoOptions::default());
+    assert_eq!(a.exploit_from, Some(45));
+    assert!(!a.decide(44, &h).reason.contains("mean"));
+    let last = a.decide(45, &h);
+    assert_eq!(last.algorithm, AutoPick::Gp);
+    assert!(
+        last.reason
+            .ends_with("; the last 5 of 50 trials go where its mean is best"),
+        "{}",
+        last.reason
+    );
+    // Under a scheduler, with an unknown budget, or with the share at 0 (stored before format
+    // 10): every trial by expected improvement.
+    let rungs = SweepShape {
+        early_stopping: EarlyStopping::Rungs,
+        ..fifo
+    };
+    let none = AutoOptions {
+        gp_exploit_fraction: 0.0,
+        ..AutoOptions::default()
+    };
+    for a in [
+        auto(rungs, &AutoOptions::default()),
+        auto(SweepShape::default(), &AutoOptions::default()),
+        auto(fifo, &none),
+    ] {
+        assert_eq!(a.exploit_from, None);
+        assert!(!a.decide(49, &h).reason.contains("mean"));
+    }
+    // 100 trials: the last 10; a budget raised to 200 (a resume, or samples added to a running
+    // sweep) moves them to its end.
+    let hundred = SweepShape {
+        samples: Some(100),
+        ..fifo
+    };
+    let mut a = auto(hundred, &AutoOptions::default());
+    assert_eq!(a.exploit_from, Some(90));
+    a.set_samples(200);
+    assert_eq!(a.exploit_from, Some(180));
+    assert!(!a.decide(95, &h).reason.contains("mean"));
+    let bad = AutoOptions {
+        gp_exploit_fraction: 1.5,
+        ..AutoOptions::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().key, "gp_exploit_fraction");
 }

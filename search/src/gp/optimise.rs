@@ -156,6 +156,8 @@ pub(super) struct Acquisition<'a> {
     /// 1/sqrt of the inverse squared length scales: the continuous search moves in units of
     /// them (Optuna's preconditioning), so that every coordinate is as steep as the others.
     pub(super) lengthscales: Vec<f64>,
+    /// The process's mean in place of log EI ([`super::GpOptions::exploit_from`]).
+    pub(super) exploit: bool,
 }
 
 impl<'a> Acquisition<'a> {
@@ -175,6 +177,7 @@ impl<'a> Acquisition<'a> {
             best,
             constraints,
             lengthscales,
+            exploit: false,
         }
     }
 
@@ -182,6 +185,12 @@ impl<'a> Acquisition<'a> {
     /// worked in blocks).
     pub(super) fn values(&self, points: &[Vec<f64>]) -> Vec<f64> {
         let improvements: Vec<f64> = match self.best {
+            Some(_) if self.exploit => self
+                .gp
+                .posteriors(points)
+                .into_iter()
+                .map(|p| p.0)
+                .collect(),
             Some(best) => self
                 .gp
                 .posteriors(points)
@@ -208,6 +217,9 @@ impl<'a> Acquisition<'a> {
     pub(super) fn value(&self, point: &[f64]) -> f64 {
         let improvement = self.best.map_or(0.0, |best| {
             let (mean, var) = self.gp.posterior(point);
+            if self.exploit {
+                return mean;
+            }
             log_expected_improvement(mean, var + STABILIZING_NOISE, best)
         });
         let feasibility: f64 = self
@@ -224,6 +236,10 @@ impl<'a> Acquisition<'a> {
     /// [`Acquisition::value`] and its gradient.
     pub(super) fn value_and_gradient(&self, point: &[f64]) -> (f64, Vec<f64>) {
         let (mut value, mut gradient) = match self.best {
+            Some(_) if self.exploit => {
+                let (mean, _, dmean, _) = self.gp.posterior_with_gradient(point);
+                (mean, dmean)
+            }
             Some(best) => {
                 let (mean, var, dmean, dvar) = self.gp.posterior_with_gradient(point);
                 log_expected_improvement_with_gradient(

@@ -49,6 +49,12 @@ pub struct GpOptions {
     /// forest; a trial still running below that step is believed at the process's mean there.
     /// Off, only completed trials are modelled (with ASHA, those trained to `max_t`).
     pub rung_model: bool,
+    /// Trials from this id on are suggested where the process's mean is best (pure
+    /// exploitation, no exploration term): `auto` sets it to spend a sweep's last trials
+    /// refining its incumbent ([`crate::AutoOptions::gp_exploit_fraction`]). Not a spec key:
+    /// an id is the sweep's budget's, not the model's.
+    #[serde(skip)]
+    pub exploit_from: Option<u64>,
 }
 
 impl GpOptions {
@@ -109,6 +115,7 @@ impl Default for GpOptions {
             avoid_repeats: true,
             minimum_noise: 1e-12,
             rung_model: false,
+            exploit_from: None,
         }
     }
 }
@@ -173,6 +180,11 @@ impl GpSearch {
     /// let options = GpOptions { n_startup_trials: 0, ..Default::default() };
     /// assert_eq!(GpSearch::new(space, 0, options).unwrap().startup_trials(), 2);
     /// ```
+    /// Sets [`GpOptions::exploit_from`]: trials from this id on go where the mean is best.
+    pub(crate) fn set_exploit_from(&mut self, from: Option<u64>) {
+        self.options.exploit_from = from;
+    }
+
     pub fn startup_trials(&self) -> usize {
         self.options.n_startup_trials.max(2) as usize
     }
@@ -400,7 +412,8 @@ impl GpSearch {
             Vec::new()
         };
         let gp = self.believing_running_trials(fitted, set.x, set.y, running);
-        let acquisition = Acquisition::new(&gp, best, &constraints);
+        let mut acquisition = Acquisition::new(&gp, best, &constraints);
+        acquisition.exploit = self.options.exploit_from.is_some_and(|from| id >= from);
         let point = self.maximise(&acquisition, id, warm_start.as_deref(), &taken);
         Some(self.unit.to_params(&point))
     }
@@ -645,8 +658,10 @@ mod tests {
         );
         let constraints = gp.constraint_models(&set);
         assert_eq!(constraints.len(), 2);
-        for best in [Some(0.5), None] {
-            let acquisition = Acquisition::new(&model, best, &constraints);
+        // Exploiting (`exploit_from`), the improvement term is the process's mean.
+        for (best, exploit) in [(Some(0.5), false), (None, false), (Some(0.5), true)] {
+            let mut acquisition = Acquisition::new(&model, best, &constraints);
+            acquisition.exploit = exploit;
             let at = [0.42, 0.33];
             let (value, gradient) = acquisition.value_and_gradient(&at);
             assert!((value - acquisition.value(&at)).abs() < 1e-12);
@@ -665,10 +680,16 @@ mod tests {
                 let numeric = (acquisition.value(&up) - acquisition.value(&down)) / (2.0 * h);
                 assert!(
                     (numeric - gradient[d]).abs() < 1e-4 * numeric.abs().max(1.0),
-                    "best {best:?}, d {d}: {numeric} vs {}",
+                    "best {best:?}, exploit {exploit}, d {d}: {numeric} vs {}",
                     gradient[d]
                 );
             }
+        }
+        let mut mean_only = Acquisition::new(&model, Some(0.5), &[]);
+        mean_only.exploit = true;
+        for at in [[0.42, 0.33], [0.1, 0.9]] {
+            assert_eq!(mean_only.value(&at), model.posterior(&at).0);
+            assert_eq!(mean_only.values(&[at.to_vec()])[0], model.posterior(&at).0);
         }
     }
 
