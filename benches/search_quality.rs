@@ -26,7 +26,8 @@
 //! `GpOptions::optuna()` on the sixteen held-out and validation functions.)
 //!
 //! `TUNE_BENCH_ONLY=auto` gives docs/benchmarks/auto.md's tables; `TUNE_BENCH_ONLY=gp-options`
-//! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget, and
+//! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget (its
+//! last `TUNE_GP_EXPLOIT_LAST` trials where its mean is best), and
 //! `TUNE_BENCH_ONLY=gp-noisy` the same with the values observed through noise.
 //! `TUNE_BENCH_ONLY=equal-time` runs `auto` against TPE given the same wall time
 //! (docs/benchmarks/auto.md).
@@ -431,6 +432,9 @@ fn gp_options_trial(seeds: u64) {
     let options = gp_options_from_env();
     let fraction = budget_fraction_from_env(0.5);
     let only = std::env::var("TUNE_BENCH_FUNCTIONS").ok();
+    let exploit_last: Option<u64> = std::env::var("TUNE_GP_EXPLOIT_LAST")
+        .ok()
+        .and_then(|v| v.parse().ok());
     println!("| function (budget) | median | mean log10 | within 0.01 |");
     println!("|---|---|---|---|");
     for b in functions::all().into_iter().filter(|b| {
@@ -439,9 +443,6 @@ fn gp_options_trial(seeds: u64) {
     }) {
         let budget = ((b.budget as f64) * fraction).round() as u64;
         let regrets = in_parallel(seeds, |s| {
-            let exploit_last: Option<u64> = std::env::var("TUNE_GP_EXPLOIT_LAST")
-                .ok()
-                .and_then(|v| v.parse().ok());
             let options = GpOptions {
                 exploit_from: exploit_last.map(|k| budget.saturating_sub(k)),
                 ..options.clone()

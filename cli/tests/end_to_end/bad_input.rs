@@ -233,7 +233,16 @@ const CASES: &[(&str, Input, i32, &str)] = &[
             X,
         ),
         2,
-        "unknown field `n_startup_trials`, expected `gp_minimum_noise`",
+        "unknown field `n_startup_trials`, expected one of `gp_minimum_noise`, `gp_under_rungs`, `gp_exploit_fraction`",
+    ),
+    (
+        "auto's share of trials by the mean above 1",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"auto\"\ngp_exploit_fraction = 2.0",
+            X,
+        ),
+        2,
+        "[search] `gp_exploit_fraction`: expected a number in [0, 1], found 2",
     ),
     (
         "tpe option of the wrong type",
