@@ -219,8 +219,6 @@ pub struct AutoSearch {
     gp_at_rungs: bool,
     /// The share of the budget the GP ends on where its mean is best.
     exploit_fraction: f64,
-    /// The first trial the GP suggests where its mean is best ([`GpOptions::exploit_from`]).
-    exploit_from: Option<u64>,
 }
 
 impl AutoSearch {
@@ -234,10 +232,9 @@ impl AutoSearch {
         options: &AutoOptions,
     ) -> AutoSearch {
         let gp_at_rungs = shape.early_stopping == EarlyStopping::Rungs && options.gp_under_rungs;
-        let exploit_from = exploit_from(&shape, options.gp_exploit_fraction);
         let gp = GpOptions {
             rung_model: gp_at_rungs,
-            exploit_from,
+            exploit_from: exploit_from(&shape, options.gp_exploit_fraction),
             ..gp_options(&space, options)
         };
         AutoSearch {
@@ -245,10 +242,14 @@ impl AutoSearch {
             gp: GpSearch::new(space.clone(), seed, gp).ok(),
             gp_at_rungs,
             exploit_fraction: options.gp_exploit_fraction,
-            exploit_from,
             space,
             shape,
         }
+    }
+
+    /// The first trial its GP suggests where its mean is best (`None` without a GP).
+    fn exploit_from(&self) -> Option<u64> {
+        self.gp.as_ref().and_then(GpSearch::exploit_from)
     }
 
     /// The searcher for the next trial, given the history so far, and why.
@@ -322,7 +323,7 @@ impl AutoSearch {
         if modelled >= GP_TRIALS {
             return tpe(format!("{GP_TRIALS} {limit}, the most a GP models"));
         }
-        let refining = match (self.exploit_from, self.shape.samples) {
+        let refining = match (self.exploit_from(), self.shape.samples) {
             (Some(from), Some(samples)) if id >= from => format!(
                 "; the last {} of {samples} trials go where its mean is best",
                 samples - from
@@ -354,9 +355,9 @@ fn exploit_from(shape: &SweepShape, fraction: f64) -> Option<u64> {
 impl Searcher for AutoSearch {
     fn set_samples(&mut self, samples: u64) {
         self.shape.samples = Some(samples);
-        self.exploit_from = exploit_from(&self.shape, self.exploit_fraction);
+        let from = exploit_from(&self.shape, self.exploit_fraction);
         if let Some(gp) = &mut self.gp {
-            gp.set_exploit_from(self.exploit_from);
+            gp.set_exploit_from(from);
         }
     }
 

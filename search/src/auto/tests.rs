@@ -272,7 +272,7 @@ fn a_fifo_sweep_of_known_size_spends_its_last_tenth_where_the_gps_mean_is_best()
         AutoSearch::new(space.clone(), 1, shape, TpeOptions::default(), options)
     };
     let a = auto(fifo, &AutoOptions::default());
-    assert_eq!(a.exploit_from, Some(45));
+    assert_eq!(a.exploit_from(), Some(45));
     assert!(!a.decide(44, &h).reason.contains("mean"));
     let last = a.decide(45, &h);
     assert_eq!(last.algorithm, AutoPick::Gp);
@@ -297,7 +297,7 @@ fn a_fifo_sweep_of_known_size_spends_its_last_tenth_where_the_gps_mean_is_best()
         auto(SweepShape::default(), &AutoOptions::default()),
         auto(fifo, &none),
     ] {
-        assert_eq!(a.exploit_from, None);
+        assert_eq!(a.exploit_from(), None);
         assert!(!a.decide(49, &h).reason.contains("mean"));
     }
     // 100 trials: the last 10; a budget raised to 200 (a resume, or samples added to a running
@@ -307,9 +307,9 @@ fn a_fifo_sweep_of_known_size_spends_its_last_tenth_where_the_gps_mean_is_best()
         ..fifo
     };
     let mut a = auto(hundred, &AutoOptions::default());
-    assert_eq!(a.exploit_from, Some(90));
+    assert_eq!(a.exploit_from(), Some(90));
     a.set_samples(200);
-    assert_eq!(a.exploit_from, Some(180));
+    assert_eq!(a.exploit_from(), Some(180));
     assert!(!a.decide(95, &h).reason.contains("mean"));
     let bad = AutoOptions {
         gp_exploit_fraction: 1.5,

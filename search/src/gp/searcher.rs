@@ -185,6 +185,11 @@ impl GpSearch {
         self.options.exploit_from = from;
     }
 
+    /// [`GpOptions::exploit_from`].
+    pub(crate) fn exploit_from(&self) -> Option<u64> {
+        self.options.exploit_from
+    }
+
     pub fn startup_trials(&self) -> usize {
         self.options.n_startup_trials.max(2) as usize
     }
