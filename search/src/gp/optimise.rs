@@ -181,21 +181,25 @@ impl<'a> Acquisition<'a> {
         }
     }
 
+    /// The improvement term at a point with posterior `mean` and `var`: log EI over `best`,
+    /// or the mean itself when exploiting.
+    fn improvement(&self, mean: f64, var: f64, best: f64) -> f64 {
+        if self.exploit {
+            mean
+        } else {
+            log_expected_improvement(mean, var + STABILIZING_NOISE, best)
+        }
+    }
+
     /// [`Acquisition::value`] at each of `points` (the same values, with the posteriors
     /// worked in blocks).
     pub(super) fn values(&self, points: &[Vec<f64>]) -> Vec<f64> {
         let improvements: Vec<f64> = match self.best {
-            Some(_) if self.exploit => self
-                .gp
-                .posteriors(points)
-                .into_iter()
-                .map(|p| p.0)
-                .collect(),
             Some(best) => self
                 .gp
                 .posteriors(points)
                 .into_iter()
-                .map(|(mean, var)| log_expected_improvement(mean, var + STABILIZING_NOISE, best))
+                .map(|(mean, var)| self.improvement(mean, var, best))
                 .collect(),
             None => vec![0.0; points.len()],
         };
@@ -217,10 +221,7 @@ impl<'a> Acquisition<'a> {
     pub(super) fn value(&self, point: &[f64]) -> f64 {
         let improvement = self.best.map_or(0.0, |best| {
             let (mean, var) = self.gp.posterior(point);
-            if self.exploit {
-                return mean;
-            }
-            log_expected_improvement(mean, var + STABILIZING_NOISE, best)
+            self.improvement(mean, var, best)
         });
         let feasibility: f64 = self
             .constraints
