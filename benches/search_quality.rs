@@ -29,8 +29,8 @@
 //! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget (its
 //! last `TUNE_GP_EXPLOIT_LAST` trials where its mean is best), and
 //! `TUNE_BENCH_ONLY=gp-noisy` the same with the values observed through noise.
-//! `TUNE_BENCH_ONLY=equal-time` runs `auto` against TPE given the same wall time
-//! (docs/benchmarks/auto.md).
+//! `TUNE_BENCH_ONLY=equal-time` runs `auto` against TPE given the same wall time, and
+//! `TUNE_BENCH_ONLY=slots` `auto` with `TUNE_BENCH_SLOTS` trials at once (docs/benchmarks/auto.md).
 
 use tune_testkit::functions;
 use tune_testkit::runs;
@@ -44,7 +44,7 @@ use std::time::Instant;
 use tune_search::gp::{GpOptions, GpSearch};
 use tune_search::{
     AutoOptions, AutoSearch, History, Mode, RandomSearch, Searcher, Space, Status, SweepShape, Tpe,
-    TpeOptions,
+    TpeOptions, EXPLOIT_FRACTION,
 };
 
 /// Peer medians from benches/peers/README.md: optuna random, optuna TPE (5.0 default =
@@ -85,15 +85,32 @@ fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
 
 /// The regret of the best of `budget` trials of `searcher` on `b`, one at a time.
 fn final_regret_within(searcher: &mut dyn Searcher, b: &functions::Benchmark, budget: u64) -> f64 {
+    final_regret_in_slots(searcher, b, budget, 1)
+}
+
+/// The regret of the best of `budget` trials of `searcher` on `b` with `slots` running at
+/// once: each new trial is suggested while the others run, and trials end in the order they
+/// started (equal durations).
+fn final_regret_in_slots(
+    searcher: &mut dyn Searcher,
+    b: &functions::Benchmark,
+    budget: u64,
+    slots: u64,
+) -> f64 {
     let mut h = History::new(Mode::Min);
     let mut best = f64::INFINITY;
+    let mut running = std::collections::VecDeque::new();
     for id in 0..budget {
+        if running.len() as u64 == slots {
+            let (ended, v) = running.pop_front().expect("a running trial");
+            h.report(ended, 1, v);
+            h.set_status(ended, Status::Completed);
+        }
         let p = searcher.suggest(id, &h).expect("a suggestion");
         let v = (b.f)(&p);
         best = best.min(v);
         h.record(id, p, Status::Running);
-        h.report(id, 1, v);
-        h.set_status(id, Status::Completed);
+        running.push_back((id, v));
     }
     best - b.known_min
 }
@@ -116,6 +133,10 @@ fn main() {
     }
     if only == "equal-time" {
         equal_time_table(seeds);
+        return;
+    }
+    if only == "slots" {
+        slots_table(seeds);
         return;
     }
     if only == "gp-options" {
@@ -407,6 +428,51 @@ fn auto_table(seeds: u64) {
         "auto at or below tune gp on {vs_gp}/{n}, at or below tune tpe on {vs_tpe}/{n}",
         n = all.len()
     );
+}
+
+/// `auto` at half of each development function's budget with `TUNE_BENCH_SLOTS` (4) trials
+/// running at once, with and without its last tenth by the GP's mean: what the exploiting
+/// window does when several of its trials are suggested before the first ends.
+fn slots_table(seeds: u64) {
+    let slots: u64 = std::env::var("TUNE_BENCH_SLOTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    println!(
+        "auto at half the budget, {slots} trials at once, {seeds} seeds: median final regret \
+         (mean log10 regret)"
+    );
+    println!();
+    println!("| function (half budget) | exploit fraction 0 | default ({EXPLOIT_FRACTION}) |");
+    println!("|---|---|---|");
+    for b in functions::all() {
+        let budget = b.budget / 2;
+        let regrets = |fraction: f64| {
+            in_parallel(seeds, |s| {
+                let options = AutoOptions {
+                    gp_exploit_fraction: fraction,
+                    ..AutoOptions::default()
+                };
+                let mut a = AutoSearch::new(
+                    b.space.clone(),
+                    s,
+                    fifo_of(budget),
+                    TpeOptions::default(),
+                    &options,
+                );
+                final_regret_in_slots(&mut a, &b, budget, slots)
+            })
+        };
+        let (none, default) = (regrets(0.0), regrets(EXPLOIT_FRACTION));
+        println!(
+            "| {} ({budget}) | {:.3e} ({:.2}) | {:.3e} ({:.2}) |",
+            b.name,
+            median(none.clone()),
+            mean_log10(&none),
+            median(default.clone()),
+            mean_log10(&default)
+        );
+    }
 }
 
 /// `TUNE_GP_OPTS` (JSON), the GP's defaults without it.
