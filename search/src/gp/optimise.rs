@@ -13,6 +13,8 @@ use super::{lbfgs_minimise, LastAnswer};
 /// Added to the posterior variance in the acquisition, so that it stays finite at observed
 /// points.
 pub(super) const STABILIZING_NOISE: f64 = 1e-12;
+/// ln(1/2): a constraint's process predicts it met where the log probability is above.
+const LN_HALF: f64 = -std::f64::consts::LN_2;
 /// L-BFGS iterations per continuous step, and its tolerance on the gradient (Optuna's
 /// `max_iters` and `pgtol = sqrt(1e-4)`).
 pub(super) const LOCAL_ITERATIONS: u64 = 200;
@@ -181,6 +183,27 @@ impl<'a> Acquisition<'a> {
         }
     }
 
+    /// Whether the acquisition is the mean (there is an incumbent to exploit).
+    fn exploiting(&self) -> bool {
+        self.exploit && self.best.is_some()
+    }
+
+    /// A constraint's term, given the log probability that it is met and its gradient: that
+    /// log probability with log EI (Optuna's LogCEI). Exploiting, nothing where the
+    /// constraint's process predicts it met (a probability of at least one half) and the
+    /// shortfall elsewhere, so that the mean's best among the points predicted feasible wins:
+    /// on the bound where the constraint is active at the minimum, where the full log
+    /// probability would hold the point inside it.
+    fn feasibility(&self, (value, gradient): (f64, Vec<f64>)) -> (f64, Vec<f64>) {
+        if !self.exploiting() {
+            (value, gradient)
+        } else if value >= LN_HALF {
+            (0.0, vec![0.0; gradient.len()])
+        } else {
+            (value - LN_HALF, gradient)
+        }
+    }
+
     /// The improvement term at a point with posterior `mean` and `var`: log EI over `best`,
     /// or the mean itself when exploiting.
     fn improvement(&self, mean: f64, var: f64, best: f64) -> f64 {
@@ -207,8 +230,15 @@ impl<'a> Acquisition<'a> {
         let mut feasibilities = vec![-0.0; points.len()];
         for (gp, threshold) in self.constraints {
             for (sum, (mean, var)) in feasibilities.iter_mut().zip(gp.posteriors(points)) {
-                *sum +=
-                    log_probability_above(mean, var + STABILIZING_NOISE, &[], &[], *threshold).0;
+                *sum += self
+                    .feasibility(log_probability_above(
+                        mean,
+                        var + STABILIZING_NOISE,
+                        &[],
+                        &[],
+                        *threshold,
+                    ))
+                    .0;
             }
         }
         improvements
@@ -228,7 +258,14 @@ impl<'a> Acquisition<'a> {
             .iter()
             .map(|(gp, threshold)| {
                 let (mean, var) = gp.posterior(point);
-                log_probability_above(mean, var + STABILIZING_NOISE, &[], &[], *threshold).0
+                self.feasibility(log_probability_above(
+                    mean,
+                    var + STABILIZING_NOISE,
+                    &[],
+                    &[],
+                    *threshold,
+                ))
+                .0
             })
             .sum();
         improvement + feasibility
@@ -255,8 +292,13 @@ impl<'a> Acquisition<'a> {
         };
         for (gp, threshold) in self.constraints {
             let (mean, var, dmean, dvar) = gp.posterior_with_gradient(point);
-            let (v, g) =
-                log_probability_above(mean, var + STABILIZING_NOISE, &dmean, &dvar, *threshold);
+            let (v, g) = self.feasibility(log_probability_above(
+                mean,
+                var + STABILIZING_NOISE,
+                &dmean,
+                &dvar,
+                *threshold,
+            ));
             value += v;
             for (total, g) in gradient.iter_mut().zip(g) {
                 *total += g;

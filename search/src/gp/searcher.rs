@@ -50,7 +50,8 @@ pub struct GpOptions {
     /// Off, only completed trials are modelled (with ASHA, those trained to `max_t`).
     pub rung_model: bool,
     /// Trials from this id on are suggested where the process's mean is best (pure
-    /// exploitation, no exploration term): `auto` sets it to spend a sweep's last trials
+    /// exploitation, no exploration term), among the points the constraints' processes
+    /// predict feasible: `auto` sets it to spend a sweep's last trials
     /// refining its incumbent ([`crate::AutoOptions::gp_exploit_fraction`]). Not a spec key:
     /// an id is the sweep's budget's, not the model's.
     #[serde(skip)]
@@ -696,6 +697,32 @@ mod tests {
             assert_eq!(mean_only.value(&at), model.posterior(&at).0);
             assert_eq!(mean_only.values(&[at.to_vec()])[0], model.posterior(&at).0);
         }
+    }
+
+    #[test]
+    fn exploiting_under_an_active_constraint_it_goes_to_the_predicted_bound() {
+        // Minimise x over [0, 1] where x >= 0.3 (0.3 - x <= 0): the minimum is on the bound.
+        // The mean alone is best at 0, and with the full log probability of feasibility the
+        // point stays inside (0.30084); the mean among the points predicted feasible is best
+        // on the predicted bound (0.29998).
+        let space = Space::builder().uniform("x", 0.0, 1.0).build().unwrap();
+        let options = GpOptions {
+            exploit_from: Some(10),
+            ..Default::default()
+        };
+        let mut gp = GpSearch::new(space, 0, options).unwrap();
+        let mut history = History::new(Mode::Min);
+        for id in 0..10u64 {
+            let x = 0.05 + 0.1 * id as f64;
+            let mut p = Params::default();
+            p.insert("x", crate::Value::Float(x));
+            history.record(id, p, Status::Running);
+            history.report(id, 1, x);
+            history.report_constraints(id, &[0.3 - x]);
+            history.set_status(id, Status::Completed);
+        }
+        let x = gp.suggest(10, &history).unwrap().f64("x").unwrap();
+        assert!((x - 0.3).abs() < 3e-4, "{x}");
     }
 
     #[test]
