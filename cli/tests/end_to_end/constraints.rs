@@ -1,6 +1,6 @@
 //! `[constraints]` through the real binary: a TPE sweep that ends with its best trial within
-//! its bound where the unconstrained sweep's best is outside it, an NSGA-II front of feasible
-//! trials only, and the specs and reports refused.
+//! its bound where the unconstrained sweep's best is outside it, GP and `auto` sweeps that
+//! close in on it, an NSGA-II front of feasible trials only, and the specs and reports refused.
 
 use crate::common;
 
@@ -109,6 +109,37 @@ fn a_constrained_gp_sweep_closes_in_on_the_bound() {
     for t in &trials[5..] {
         assert!(x(t) < 0.53, "{t}");
     }
+}
+
+#[test]
+fn an_auto_sweep_under_a_constraint_ends_on_its_bound() {
+    // The default search: a GP (10 random trials, then log EI), and the last tenth (trials 18
+    // and 19) where its mean is best among the points its constraint's process predicts
+    // feasible: trial 18 on the bound x = 0.5 (past it by 7e-7, so infeasible: a point on the
+    // predicted bound is on either side of it). Trial 19's best is trial 18's point again,
+    // and no point is suggested twice (`avoid_repeats`): it takes the best other of the
+    // acquisition's preliminary samples, inside the bound.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let top = "metric = \"loss\"\nsamples = 20";
+    run_ok(&mut tune_run(
+        &spec(tmp.path(), top, "memory_mb = { max = 2000 }"),
+        &dir,
+    ));
+    let trials = export_json(&dir);
+    assert_eq!(trials.len(), 20);
+    for t in &trials[18..] {
+        let reason = t["suggested_by"]["reason"].as_str().unwrap();
+        assert_eq!(t["suggested_by"]["algorithm"], "gp", "{t}");
+        assert!(
+            reason.ends_with("the last 2 of 20 trials go where its mean is best"),
+            "{reason}"
+        );
+    }
+    assert!((x(&trials[18]) - 0.5).abs() < 1e-4, "{}", trials[18]);
+    assert!((0.4..0.5).contains(&x(&trials[19])), "{}", trials[19]);
+    let best = lowest_value(trials.iter().filter(|t| t["feasible"] == true));
+    assert!((0.499..=0.5).contains(&x(best)), "{best}");
 }
 
 #[test]
