@@ -128,32 +128,14 @@ fn main() {
         tpe_tables(seeds);
     }
     let timing_trials = if full { 331 } else { 30 };
-    if only == "auto" {
-        auto_table(seeds);
-        return;
-    }
-    if only == "equal-time" {
-        equal_time_table(seeds);
-        return;
-    }
-    if only == "slots" {
-        slots_table(seeds);
-        return;
-    }
-    if only == "constrained" {
-        constrained_table(seeds);
-        return;
-    }
-    if only == "gp-options" {
-        gp_options_trial(seeds);
-        return;
-    }
-    if only == "gp-noisy" {
-        gp_noisy_trial(seeds);
-        return;
-    }
     match only.as_str() {
         "tpe" => {}
+        "auto" => auto_table(seeds),
+        "equal-time" => equal_time_table(seeds),
+        "slots" => slots_table(seeds),
+        "constrained" => constrained_table(seeds),
+        "gp-options" => gp_options_trial(seeds),
+        "gp-noisy" => gp_noisy_trial(seeds),
         "gp-timing" => gp_timing(timing_trials),
         _ => gp_tables(seeds, timing_trials),
     }
