@@ -31,7 +31,9 @@
 //! `TUNE_BENCH_ONLY=gp-noisy` the same with the values observed through noise.
 //! `TUNE_BENCH_ONLY=equal-time` runs `auto` against TPE given the same wall time, and
 //! `TUNE_BENCH_ONLY=slots` `auto` with `TUNE_BENCH_SLOTS` trials at once, and
-//! `TUNE_BENCH_ONLY=constrained` `auto` beside TPE under constraints (docs/benchmarks/auto.md).
+//! `TUNE_BENCH_ONLY=constrained` `auto` beside TPE under constraints, and
+//! `TUNE_BENCH_ONLY=auto-noisy` `auto` with its values seen through noise
+//! (docs/benchmarks/auto.md).
 
 use tune_testkit::functions;
 use tune_testkit::runs;
@@ -136,6 +138,7 @@ fn main() {
         "constrained" => constrained_table(seeds),
         "gp-options" => gp_options_trial(seeds),
         "gp-noisy" => gp_noisy_trial(seeds),
+        "auto-noisy" => auto_noisy_trial(seeds),
         "gp-timing" => gp_timing(timing_trials),
         _ => gp_tables(seeds, timing_trials),
     }
@@ -678,7 +681,6 @@ fn gp_options_trial(seeds: u64) {
 /// observed value, median and mean log10 over the seeds. The check that a change made for
 /// exact objectives does not cost noisy ones.
 fn gp_noisy_trial(seeds: u64) {
-    use rand::{Rng, SeedableRng};
     let options = gp_options_from_env();
     let fraction = budget_fraction_from_env(1.0);
     println!(
@@ -686,45 +688,104 @@ fn gp_noisy_trial(seeds: u64) {
     );
     println!("|---|---|---|---|---|");
     for b in functions::all() {
-        let mut random = RandomSearch::new(b.space.clone(), 12_345);
-        let empty = History::new(Mode::Min);
-        let values: Vec<f64> = (0..1000)
-            .map(|id| (b.f)(&random.suggest(id, &empty).expect("a random point")))
-            .collect();
-        let mean = values.iter().sum::<f64>() / values.len() as f64;
-        let spread =
-            (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len() as f64).sqrt();
+        let spread = spread_of(&b);
         let budget = ((b.budget as f64) * fraction).round() as u64;
         let mut row = format!("| {} ({budget}) |", b.name);
         for level in [0.01, 0.1] {
-            let sd = level * spread;
             let regrets = in_parallel(seeds, |s| {
                 let mut gp =
                     GpSearch::new(b.space.clone(), s, options.clone()).expect("a GP space");
-                let mut rng = rand::rngs::StdRng::seed_from_u64(s);
-                let mut h = History::new(Mode::Min);
-                let (mut best_seen, mut best_true) = (f64::INFINITY, f64::INFINITY);
-                for id in 0..budget {
-                    let p = gp.suggest(id, &h).expect("a suggestion");
-                    let exact = (b.f)(&p);
-                    // Box-Muller: a standard normal from two uniforms.
-                    let (u, v): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
-                    let seen =
-                        exact + sd * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
-                    if seen < best_seen {
-                        (best_seen, best_true) = (seen, exact);
-                    }
-                    h.record(id, p, Status::Running);
-                    h.report(id, 1, seen);
-                    h.set_status(id, Status::Completed);
-                }
-                best_true - b.known_min
+                noisy_regret(&mut gp, &b, budget, level * spread, s)
             });
             let log = mean_log10(&regrets);
             row += &format!(" {:.3e} | {log:.2} |", median(regrets));
         }
         println!("{row}");
     }
+}
+
+/// `auto` at half of each development function's budget with its values observed through
+/// noise, with and without its last tenth by the GP's mean: whether the greedy end is still
+/// worth it when a trial's value is not its truth.
+fn auto_noisy_trial(seeds: u64) {
+    println!(
+        "auto at half the budget, values seen through noise (a share of the values' spread), \
+         {seeds} seeds: median true regret of the best trial seen (mean log10)"
+    );
+    println!();
+    println!(
+        "| function (budget) | noise 1 %, fraction 0 | noise 1 %, default | noise 10 %, fraction 0 | noise 10 %, default |"
+    );
+    println!("|---|---|---|---|---|");
+    for b in functions::all() {
+        let spread = spread_of(&b);
+        let budget = b.budget / 2;
+        let mut row = format!("| {} ({budget}) |", b.name);
+        for level in [0.01, 0.1] {
+            for fraction in [0.0, EXPLOIT_FRACTION] {
+                let regrets = in_parallel(seeds, |s| {
+                    let options = AutoOptions {
+                        gp_exploit_fraction: fraction,
+                        ..AutoOptions::default()
+                    };
+                    let mut a = AutoSearch::new(
+                        b.space.clone(),
+                        s,
+                        fifo_of(budget),
+                        TpeOptions::default(),
+                        &options,
+                    );
+                    noisy_regret(&mut a, &b, budget, level * spread, s)
+                });
+                row += &format!(
+                    " {:.3e} ({:.2}) |",
+                    median(regrets.clone()),
+                    mean_log10(&regrets)
+                );
+            }
+        }
+        println!("{row}");
+    }
+}
+
+/// The standard deviation of `b`'s values over 1,000 random points: the scale of the noise.
+fn spread_of(b: &functions::Benchmark) -> f64 {
+    let mut random = RandomSearch::new(b.space.clone(), 12_345);
+    let empty = History::new(Mode::Min);
+    let values: Vec<f64> = (0..1000)
+        .map(|id| (b.f)(&random.suggest(id, &empty).expect("a random point")))
+        .collect();
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len() as f64).sqrt()
+}
+
+/// The true regret of the trial with the best value seen, of `budget` trials of `searcher`
+/// on `b` (one at a time) whose values are seen with normal noise of deviation `sd`.
+fn noisy_regret(
+    searcher: &mut dyn Searcher,
+    b: &functions::Benchmark,
+    budget: u64,
+    sd: f64,
+    seed: u64,
+) -> f64 {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut h = History::new(Mode::Min);
+    let (mut best_seen, mut best_true) = (f64::INFINITY, f64::INFINITY);
+    for id in 0..budget {
+        let p = searcher.suggest(id, &h).expect("a suggestion");
+        let exact = (b.f)(&p);
+        // Box-Muller: a standard normal from two uniforms.
+        let (u, v): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
+        let seen = exact + sd * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+        if seen < best_seen {
+            (best_seen, best_true) = (seen, exact);
+        }
+        h.record(id, p, Status::Running);
+        h.report(id, 1, seen);
+        h.set_status(id, Status::Completed);
+    }
+    best_true - b.known_min
 }
 
 /// `benches/peers/optuna_gp.py` with `args` after the folder of peer scripts it imports from.
