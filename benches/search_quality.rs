@@ -73,13 +73,18 @@ const SMAC_BO: [(&str, Option<f64>); 6] = [
     ("MixedOptNet", Some(1.11e-9)),
 ];
 
-/// What `auto` knows of a one-objective FIFO sweep of `samples` trials: the shape
-/// `tune run` gives it.
-fn fifo_of(samples: u64) -> SweepShape {
-    SweepShape {
+/// `auto` as `tune run` gives it a one-objective FIFO sweep of `samples` trials, with the
+/// last `exploit_fraction` of them where its GP's mean is best.
+fn auto_fifo(space: &Space, seed: u64, samples: u64, exploit_fraction: f64) -> AutoSearch {
+    let shape = SweepShape {
         samples: Some(samples),
         ..SweepShape::default()
-    }
+    };
+    let options = AutoOptions {
+        gp_exploit_fraction: exploit_fraction,
+        ..AutoOptions::default()
+    };
+    AutoSearch::new(space.clone(), seed, shape, TpeOptions::default(), &options)
 }
 
 fn final_regret(searcher: &mut dyn Searcher, b: &functions::Benchmark) -> f64 {
@@ -163,13 +168,7 @@ fn equal_time_table(seeds: u64) {
             let runs: Vec<(f64, f64, f64, f64)> = {
                 let results = std::sync::Mutex::new(Vec::new());
                 in_parallel(seeds, |s| {
-                    let mut auto = AutoSearch::new(
-                        b.space.clone(),
-                        s,
-                        fifo_of(b.budget),
-                        TpeOptions::default(),
-                        &AutoOptions::default(),
-                    );
+                    let mut auto = auto_fifo(&b.space, s, b.budget, EXPLOIT_FRACTION);
                     let (auto_regret, auto_s) =
                         timed_regret(&mut auto, &b, b.budget, trial_s, None);
                     let mut tpe = Tpe::new(b.space.clone(), s, tpe_options());
@@ -332,13 +331,7 @@ fn auto_table(seeds: u64) {
     let mut vs_smac = (0, 0, 0);
     let auto = |b: &functions::Benchmark, budget: u64| {
         median(in_parallel(seeds, |s| {
-            let mut a = AutoSearch::new(
-                b.space.clone(),
-                s,
-                fifo_of(budget),
-                TpeOptions::default(),
-                &AutoOptions::default(),
-            );
+            let mut a = auto_fifo(&b.space, s, budget, EXPLOIT_FRACTION);
             final_regret_within(&mut a, b, budget)
         }))
     };
@@ -391,13 +384,7 @@ fn auto_table(seeds: u64) {
     let (mut vs_gp, mut vs_tpe) = (0, 0);
     for b in &all {
         let auto = in_parallel(seeds, |s| {
-            let mut a = AutoSearch::new(
-                b.space.clone(),
-                s,
-                fifo_of(b.budget),
-                TpeOptions::default(),
-                &AutoOptions::default(),
-            );
+            let mut a = auto_fifo(&b.space, s, b.budget, EXPLOIT_FRACTION);
             final_regret(&mut a, b)
         });
         let gp = gp_regrets(b, seeds, GpOptions::default());
@@ -447,17 +434,7 @@ fn slots_table(seeds: u64) {
     for b in functions::all() {
         let auto = |budget: u64, fraction: f64| {
             in_parallel(seeds, |s| {
-                let options = AutoOptions {
-                    gp_exploit_fraction: fraction,
-                    ..AutoOptions::default()
-                };
-                let mut a = AutoSearch::new(
-                    b.space.clone(),
-                    s,
-                    fifo_of(budget),
-                    TpeOptions::default(),
-                    &options,
-                );
+                let mut a = auto_fifo(&b.space, s, budget, fraction);
                 final_regret_in_slots(&mut a, &b, budget, slots)
             })
         };
@@ -592,17 +569,7 @@ fn constrained_table(seeds: u64) {
     for c in constrained_functions() {
         let auto = |fraction: f64| {
             in_parallel(seeds, |s| {
-                let options = AutoOptions {
-                    gp_exploit_fraction: fraction,
-                    ..AutoOptions::default()
-                };
-                let mut a = AutoSearch::new(
-                    c.space.clone(),
-                    s,
-                    fifo_of(c.budget),
-                    TpeOptions::default(),
-                    &options,
-                );
+                let mut a = auto_fifo(&c.space, s, c.budget, fraction);
                 feasible_regret(&mut a, &c)
             })
         };
@@ -724,17 +691,7 @@ fn auto_noisy_trial(seeds: u64) {
         for level in [0.01, 0.1] {
             for fraction in [0.0, EXPLOIT_FRACTION] {
                 let regrets = in_parallel(seeds, |s| {
-                    let options = AutoOptions {
-                        gp_exploit_fraction: fraction,
-                        ..AutoOptions::default()
-                    };
-                    let mut a = AutoSearch::new(
-                        b.space.clone(),
-                        s,
-                        fifo_of(budget),
-                        TpeOptions::default(),
-                        &options,
-                    );
+                    let mut a = auto_fifo(&b.space, s, budget, fraction);
                     noisy_regret(&mut a, &b, budget, level * spread, s)
                 });
                 row += &format!(
