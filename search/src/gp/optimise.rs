@@ -188,13 +188,21 @@ impl<'a> Acquisition<'a> {
         self.exploit && self.best.is_some()
     }
 
-    /// A constraint's term, given the log probability that it is met and its gradient: that
-    /// log probability with log EI (Optuna's LogCEI). Exploiting, nothing where the
-    /// constraint's process predicts it met (a probability of at least one half) and the
-    /// shortfall elsewhere, so that the mean's best among the points predicted feasible wins:
-    /// on the bound where the constraint is active at the minimum, where the full log
-    /// probability would hold the point inside it.
-    fn feasibility(&self, (value, gradient): (f64, Vec<f64>)) -> (f64, Vec<f64>) {
+    /// A constraint's term at a point where its process has posterior `mean` and `var` (with
+    /// their gradients, or none for the value alone): the log probability that it is met,
+    /// with log EI (Optuna's LogCEI). Exploiting, nothing where the process predicts it met (a
+    /// probability of at least one half) and the shortfall elsewhere, so that the mean's best
+    /// among the points predicted feasible wins: on the bound where the constraint is active
+    /// at the minimum, where the full log probability would hold the point inside it.
+    fn constraint_term(
+        &self,
+        (mean, var): (f64, f64),
+        dmean: &[f64],
+        dvar: &[f64],
+        threshold: f64,
+    ) -> (f64, Vec<f64>) {
+        let (value, gradient) =
+            log_probability_above(mean, var + STABILIZING_NOISE, dmean, dvar, threshold);
         if !self.exploiting() {
             (value, gradient)
         } else if value >= LN_HALF {
@@ -229,16 +237,8 @@ impl<'a> Acquisition<'a> {
         // Summed as `value` sums them (from -0.0, as f64's `Sum` starts).
         let mut feasibilities = vec![-0.0; points.len()];
         for (gp, threshold) in self.constraints {
-            for (sum, (mean, var)) in feasibilities.iter_mut().zip(gp.posteriors(points)) {
-                *sum += self
-                    .feasibility(log_probability_above(
-                        mean,
-                        var + STABILIZING_NOISE,
-                        &[],
-                        &[],
-                        *threshold,
-                    ))
-                    .0;
+            for (sum, posterior) in feasibilities.iter_mut().zip(gp.posteriors(points)) {
+                *sum += self.constraint_term(posterior, &[], &[], *threshold).0;
             }
         }
         improvements
@@ -257,15 +257,8 @@ impl<'a> Acquisition<'a> {
             .constraints
             .iter()
             .map(|(gp, threshold)| {
-                let (mean, var) = gp.posterior(point);
-                self.feasibility(log_probability_above(
-                    mean,
-                    var + STABILIZING_NOISE,
-                    &[],
-                    &[],
-                    *threshold,
-                ))
-                .0
+                self.constraint_term(gp.posterior(point), &[], &[], *threshold)
+                    .0
             })
             .sum();
         improvement + feasibility
@@ -292,13 +285,7 @@ impl<'a> Acquisition<'a> {
         };
         for (gp, threshold) in self.constraints {
             let (mean, var, dmean, dvar) = gp.posterior_with_gradient(point);
-            let (v, g) = self.feasibility(log_probability_above(
-                mean,
-                var + STABILIZING_NOISE,
-                &dmean,
-                &dvar,
-                *threshold,
-            ));
+            let (v, g) = self.constraint_term((mean, var), &dmean, &dvar, *threshold);
             value += v;
             for (total, g) in gradient.iter_mut().zip(g) {
                 *total += g;
