@@ -604,9 +604,10 @@ fn budget_fraction_from_env(default: f64) -> f64 {
 }
 
 /// tune's GP with the options `TUNE_GP_OPTS` gives (JSON, the defaults otherwise) on
-/// `TUNE_BENCH_FUNCTIONS` (all six otherwise) at `TUNE_BENCH_BUDGET_FRACTION` of each budget
-/// (default 0.5): median, mean log10 regret and how many runs came within 0.01. For trying a
-/// change to the GP on the development functions before it becomes a default.
+/// `TUNE_BENCH_FUNCTIONS` (any of the bench's, the six development ones otherwise) at
+/// `TUNE_BENCH_BUDGET_FRACTION` of each budget (default 0.5): median, mean log10 regret and
+/// how many runs came within 0.01. For trying a change to the GP on the development functions
+/// before it becomes a default (and on a held-out one, after, to see where it loses).
 fn gp_options_trial(seeds: u64) {
     let options = gp_options_from_env();
     let fraction = budget_fraction_from_env(0.5);
@@ -616,9 +617,14 @@ fn gp_options_trial(seeds: u64) {
         .and_then(|v| v.parse().ok());
     println!("| function (budget) | median | mean log10 | within 0.01 |");
     println!("|---|---|---|---|");
-    for b in functions::all().into_iter().filter(|b| {
-        only.as_ref()
-            .is_none_or(|o| o.split(',').any(|n| n == b.name))
+    let every = functions::all()
+        .into_iter()
+        .chain(functions::held_out())
+        .chain(functions::validation());
+    // The six development functions unless `TUNE_BENCH_FUNCTIONS` names others.
+    for b in every.filter(|b| match &only {
+        Some(o) => o.split(',').any(|n| n == b.name),
+        None => functions::all().iter().any(|d| d.name == b.name),
     }) {
         let budget = ((b.budget as f64) * fraction).round() as u64;
         let regrets = in_parallel(seeds, |s| {

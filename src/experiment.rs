@@ -70,12 +70,13 @@ impl StoreLocation {
 /// trial's `failed_attempts`, which `max_failures` counts (before, it counted every attempt).
 /// 7: ASHA's `grace_period` left unset (a sixteenth of `max_t`) unless the spec sets it.
 /// 8: the GP's `minimum_noise` (`gp_minimum_noise` under `auto`). 9: `auto`'s
-/// `gp_under_rungs`. 10: `auto`'s `gp_exploit_fraction`.
-pub const FORMAT: u32 = 10;
+/// `gp_under_rungs`. 10: `auto`'s `gp_exploit_fraction`. 11: `auto`'s `gp_kernel` (and the
+/// GP's `kernel`).
+pub const FORMAT: u32 = 11;
 /// The layouts this build reads: 1 (the spec's options stored only where set) reads as 2 does,
 /// each missing setting taking its default; 1 to 5 as the builds that wrote them ran them
 /// (`read_as_written`).
-pub const FORMATS_READ: [u32; 10] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+pub const FORMATS_READ: [u32; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
 
 /// Settings added since a meta's layout, set to what the build that wrote it did, so that a
 /// sweep resumed by this build decides as the one it started in would have: before format 3,
@@ -85,7 +86,9 @@ pub const FORMATS_READ: [u32; 10] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
 /// counted every attempt a trial had started (one a kill of tune interrupted too), so each
 /// counts as failed; before 7, ASHA's first rung was at step 1 unless set; before 8, the GP's
 /// noise floor (`gp` and `auto`'s) was Optuna's 1e-6; before 9, `auto` gave sweeps under ASHA
-/// or HyperBand to TPE; before 10, `auto`'s GP suggested every trial by expected improvement.
+/// or HyperBand to TPE; before 10, `auto`'s GP suggested every trial by expected improvement;
+/// before 11, `auto`'s GP had a Matérn 5/2 kernel (the GP's `kernel`, new in 11, defaults to
+/// the 5/2 every earlier build ran).
 fn read_as_written(stored: &mut StoredExperiment) {
     if stored.meta.format < 6 {
         for t in &mut stored.trials {
@@ -113,14 +116,17 @@ fn read_as_written(stored: &mut StoredExperiment) {
             }
             gp.minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
         }
-        crate::spec::SearchSpec::Auto(auto) if meta.format < 10 => {
+        crate::spec::SearchSpec::Auto(auto) if meta.format < 11 => {
             if meta.format < 8 {
                 auto.gp_minimum_noise = tune_search::gp::GpOptions::OPTUNA_MINIMUM_NOISE;
             }
             if meta.format < 9 {
                 auto.gp_under_rungs = false;
             }
-            auto.gp_exploit_fraction = 0.0;
+            if meta.format < 10 {
+                auto.gp_exploit_fraction = 0.0;
+            }
+            auto.gp_kernel = Some(tune_search::gp::Matern::FiveHalves);
         }
         _ => {}
     }
@@ -778,6 +784,21 @@ mod tests {
         assert_eq!(fraction(7), 0.0);
         assert_eq!(fraction(9), 0.0);
         assert_eq!(fraction(10), tune_search::EXPLOIT_FRACTION);
+    }
+
+    #[test]
+    fn autos_gp_kernel_is_matern_52_before_format_11_and_the_spaces_after() {
+        use crate::spec::SearchSpec;
+        use tune_search::gp::Matern;
+        let kernel = |format| match read_in_format(format, |_| {}).search.algorithm {
+            SearchSpec::Auto(auto) => (auto.gp_kernel, auto.gp_exploit_fraction),
+            other => panic!("{other:?}"),
+        };
+        let five = Some(Matern::FiveHalves);
+        assert_eq!(kernel(9), (five, 0.0));
+        assert_eq!(kernel(10), (five, tune_search::EXPLOIT_FRACTION));
+        // From 11 the space picks it (`tune_search::auto_gp_kernel`).
+        assert_eq!(kernel(11), (None, tune_search::EXPLOIT_FRACTION));
     }
 
     #[test]

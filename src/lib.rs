@@ -85,7 +85,7 @@ pub use trial::{
     budget_by_seq, budget_of_reports, now_ms, rfc3339, steps_trained, Lineage, Trial, TrialResult,
 };
 pub use tune_schedulers::{AshaConfig, AshaVariant, HyperBandConfig, MedianConfig, PbtConfig};
-pub use tune_search::gp::GpOptions;
+pub use tune_search::gp::{GpOptions, Matern};
 pub use tune_search::{
     params_digits, value_brief, value_digits, value_short, value_text, AutoOptions, Condition,
     Domain, DomainError, FieldError, Mode, Nsga2Options, ParamError, Params, PriorTrial, Space,

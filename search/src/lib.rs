@@ -34,8 +34,8 @@ mod space_serde;
 mod tpe;
 
 pub use auto::{
-    gp_options as auto_gp_options, AutoChoice, AutoOptions, AutoPick, AutoSearch, EarlyStopping,
-    SweepShape, EXPLOIT_FRACTION, GP_TRIALS,
+    gp_kernel as auto_gp_kernel, gp_options as auto_gp_options, AutoChoice, AutoOptions, AutoPick,
+    AutoSearch, EarlyStopping, SweepShape, EXPLOIT_FRACTION, GP_TRIALS,
 };
 pub use domain::{Domain, DomainError};
 pub use field::FieldError;

@@ -28,7 +28,7 @@ fn auto_says_what_it_chose_and_why_in_the_log_status_and_export() {
     let out = run_ok(&mut tune_run(&spec, &dir));
     let log = stderr(&out);
     assert!(
-        log.contains("search: gp from trial 0 on (one objective over 2 numeric and 0 categorical parameters, fewer than 250 trials completed)"),
+        log.contains("search: gp from trial 0 on (one objective over 2 numeric and 0 categorical parameters (Matérn 3/2), fewer than 250 trials completed)"),
         "{log}"
     );
     let status = run_ok(tune().arg("status").arg(&dir));
@@ -39,11 +39,11 @@ fn auto_says_what_it_chose_and_why_in_the_log_status_and_export() {
         "{status}"
     );
     assert!(
-        status.contains("trial 11 by gp (one objective over 2 numeric and 0 categorical parameters, fewer than 250 trials completed; the last 1 of 12 trials go where its mean is best)"),
+        status.contains("trial 11 by gp (one objective over 2 numeric and 0 categorical parameters (Matérn 3/2), fewer than 250 trials completed; the last 1 of 12 trials go where its mean is best)"),
         "{status}"
     );
     assert!(
-        log.contains("search: gp from trial 11 on (one objective over 2 numeric and 0 categorical parameters, fewer than 250 trials completed; the last 1 of 12 trials go where its mean is best)"),
+        log.contains("search: gp from trial 11 on (one objective over 2 numeric and 0 categorical parameters (Matérn 3/2), fewer than 250 trials completed; the last 1 of 12 trials go where its mean is best)"),
         "{log}"
     );
     for t in export_json(&dir) {

@@ -233,7 +233,7 @@ const CASES: &[(&str, Input, i32, &str)] = &[
             X,
         ),
         2,
-        "unknown field `n_startup_trials`, expected one of `gp_minimum_noise`, `gp_under_rungs`, `gp_exploit_fraction`",
+        "unknown field `n_startup_trials`, expected one of `gp_minimum_noise`, `gp_under_rungs`, `gp_exploit_fraction`, `gp_kernel`",
     ),
     (
         "auto's share of trials by the mean above 1",
@@ -243,6 +243,15 @@ const CASES: &[(&str, Input, i32, &str)] = &[
         ),
         2,
         "[search] `gp_exploit_fraction`: expected a number in [0, 1], found 2",
+    ),
+    (
+        "auto's kernel not a Matérn it has",
+        Spec(
+            "samples = 2\n[search]\nalgorithm = \"auto\"\ngp_kernel = \"matern12\"",
+            X,
+        ),
+        2,
+        "unknown variant `matern12`, expected `matern52` or `matern32`",
     ),
     (
         "tpe option of the wrong type",

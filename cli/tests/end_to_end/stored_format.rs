@@ -8,7 +8,7 @@ use std::path::Path;
 
 use common::*;
 use serde_json::Value as Json;
-use tune::{AshaConfig, SchedulerSpec, SearchSpec, TpeOptions};
+use tune::{AshaConfig, Matern, SchedulerSpec, SearchSpec, TpeOptions};
 
 /// The fixture, unpacked into `dir` (sled's data file is kept gzipped).
 fn unpack_format1(dir: &Path) {
@@ -194,21 +194,31 @@ fn a_gp_sweep_stored_before_format_4_keeps_standardised_values_and_repeats() {
 }
 
 #[test]
-fn an_auto_sweep_stored_before_format_8_keeps_its_gps_noise_floor() {
+fn an_auto_sweep_stored_before_format_8_or_11_keeps_its_gps_noise_floor_and_kernel() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("auto");
     let text =
         "name = \"auto\"\nmetric = \"loss\"\nsamples = 4\n[objective]\ncommand = [\"true\"]\n\
                 [space]\nx = { uniform = [0.0, 1.0] }\n";
     let spec = tune::ExperimentSpec::from_toml(text, Path::new("space.toml")).unwrap();
-    let floor = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm {
-        SearchSpec::Auto(o) => o.gp_minimum_noise,
+    let gp = |exp: &tune::experiment::Experiment| match &exp.stored.meta.spec.search.algorithm {
+        SearchSpec::Auto(o) => (o.gp_minimum_noise, o.gp_kernel),
         other => panic!("not auto: {other:?}"),
     };
+    let floor = tune::GpOptions::default().minimum_noise;
     let exp = tune::experiment::Experiment::create(&dir, &spec, Some(text)).unwrap();
-    assert_eq!(floor(&exp), tune::GpOptions::default().minimum_noise);
+    // Unset: the space picks it (Matérn 3/2 here, without choices).
+    assert_eq!(gp(&exp), (floor, None));
+    let exp = reopened_as_format(exp, &dir, 10);
+    assert_eq!(gp(&exp), (floor, Some(Matern::FiveHalves)));
     let exp = reopened_as_format(exp, &dir, 7);
-    assert_eq!(floor(&exp), tune::GpOptions::OPTUNA_MINIMUM_NOISE);
+    assert_eq!(
+        gp(&exp),
+        (
+            tune::GpOptions::OPTUNA_MINIMUM_NOISE,
+            Some(Matern::FiveHalves)
+        )
+    );
 }
 
 /// The experiment record in the sled store under `dir`, as the bytes stored hold it.

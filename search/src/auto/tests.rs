@@ -317,3 +317,60 @@ fn a_fifo_sweep_of_known_size_spends_its_last_tenth_where_the_gps_mean_is_best()
     };
     assert_eq!(bad.validate().unwrap_err().key, "gp_exploit_fraction");
 }
+
+#[test]
+fn the_gp_gets_matern_32_where_the_sweep_ends_greedy_and_no_parameter_is_a_choice() {
+    let space = Space::builder()
+        .uniform("x", -2.0, 2.0)
+        .loguniform("lr", 1e-4, 1e-1)
+        .build()
+        .unwrap();
+    let h = completed(&space, 20);
+    let auto = |space: &Space, shape, options: &AutoOptions| {
+        AutoSearch::new(space.clone(), 1, shape, TpeOptions::default(), options)
+    };
+    let kernel_of = |a: &AutoSearch| a.gp.as_ref().unwrap().kernel();
+    let fifo = SweepShape {
+        samples: Some(50),
+        ..SweepShape::default()
+    };
+    let a = auto(&space, fifo, &AutoOptions::default());
+    assert_eq!(kernel_of(&a), Matern::ThreeHalves);
+    let reason = a.decide(20, &h).reason;
+    assert!(
+        reason.contains("parameters (Matérn 3/2), fewer"),
+        "{reason}"
+    );
+    // No known end (its samples unknown, or trials stopped at rungs): 5/2; the budget given
+    // later (a resume with `--samples`) switches it, as it moves the greedy tenth.
+    for shape in [
+        SweepShape::default(),
+        SweepShape {
+            early_stopping: EarlyStopping::Rungs,
+            ..fifo
+        },
+    ] {
+        let a = auto(&space, shape, &AutoOptions::default());
+        assert_eq!(kernel_of(&a), Matern::FiveHalves);
+        assert!(a.decide(20, &h).reason.contains("(Matérn 5/2)"));
+    }
+    let mut a = auto(&space, SweepShape::default(), &AutoOptions::default());
+    a.set_samples(50);
+    assert_eq!(kernel_of(&a), Matern::ThreeHalves);
+    assert!(a.decide(20, &h).reason.contains("(Matérn 3/2)"));
+    // A choice among the parameters: 5/2; `gp_kernel` set: that, on any space.
+    let mixed = numeric();
+    assert_eq!(
+        kernel_of(&auto(&mixed, fifo, &AutoOptions::default())),
+        Matern::FiveHalves
+    );
+    let set = AutoOptions {
+        gp_kernel: Some(Matern::ThreeHalves),
+        ..AutoOptions::default()
+    };
+    assert_eq!(kernel_of(&auto(&mixed, fifo, &set)), Matern::ThreeHalves);
+    assert_eq!(
+        kernel_of(&auto(&space, SweepShape::default(), &set)),
+        Matern::ThreeHalves
+    );
+}

@@ -4,7 +4,7 @@
 use argmin::core::{CostFunction, Gradient};
 
 use super::linalg::GpError;
-use super::model::{GpRegressor, KernelParams, PairDiffs};
+use super::model::{GpRegressor, KernelParams, Matern, PairDiffs};
 use super::{lbfgs_minimise, LastAnswer};
 
 /// Optuna's log prior of the kernel parameters (optuna/_gp/prior.py), without constants:
@@ -31,6 +31,7 @@ pub(super) struct Fitting<'a> {
     pub(super) minimum_noise: f64,
     /// A noiseless objective: the noise stays at the minimum.
     pub(super) deterministic: bool,
+    pub(super) kernel: Matern,
     pub(super) last: &'a LastAnswer<LossAndGradient>,
 }
 
@@ -47,6 +48,7 @@ impl Fitting<'_> {
             } else {
                 self.minimum_noise + raw[dims + 1].exp()
             },
+            kernel: self.kernel,
         }
     }
 
@@ -146,13 +148,14 @@ impl Gradient for Fitting<'_> {
 
 /// The process fitted to `y` at `x`: kernel parameters maximising the marginal likelihood plus
 /// Optuna's priors, by L-BFGS from `start` (the last fit's, or [`KernelParams::ones`]), then
-/// from the ones if that fails, else the ones unfitted (as Optuna falls back).
+/// from the ones if that fails, else the ones unfitted (as Optuna falls back); `kernel` is
+/// the smoothness of the process fitted (`start`'s is not read).
 ///
 /// ```
-/// use tune_search::gp::fit;
+/// use tune_search::gp::{fit, Matern};
 /// let x: Vec<Vec<f64>> = (0..12).map(|i| vec![i as f64 / 11.0]).collect();
 /// let y: Vec<f64> = x.iter().map(|p| (6.0 * p[0]).sin()).collect();
-/// let gp = fit(&x, &y, &[false], 1e-6, false, None);
+/// let gp = fit(&x, &y, &[false], Matern::FiveHalves, 1e-6, false, None);
 /// let (mean, _) = gp.posterior(&[0.5]);
 /// assert!((mean - 3f64.sin()).abs() < 0.05, "{mean}");
 /// ```
@@ -160,6 +163,7 @@ pub fn fit(
     x: &[Vec<f64>],
     y: &[f64],
     categorical: &[bool],
+    kernel: Matern,
     minimum_noise: f64,
     deterministic: bool,
     start: Option<&KernelParams>,
@@ -173,9 +177,13 @@ pub fn fit(
         diffs: &diffs,
         minimum_noise,
         deterministic,
+        kernel,
         last: &last,
     };
-    let ones = KernelParams::ones(categorical.len());
+    let ones = KernelParams {
+        kernel,
+        ..KernelParams::ones(categorical.len())
+    };
     for from in start.into_iter().chain([&ones]) {
         if let Some(gp) = lbfgs(&problem, from) {
             return gp;

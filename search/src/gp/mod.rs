@@ -45,7 +45,7 @@ pub use acquisition::{
 };
 pub use fit::fit;
 pub use linalg::GpError;
-pub use model::{GpRegressor, KernelParams};
+pub use model::{GpRegressor, KernelParams, Matern};
 pub use searcher::{GpOptions, GpSearch};
 pub use space::{ConditionalSpace, UnitSpace};
 

@@ -1,7 +1,59 @@
 //! The regressor: the kernel, the process conditioned on the trials, its posterior.
 //! Its linear algebra is in `linalg.rs`, its fitting in `fit.rs`.
 
+use serde::{Deserialize, Serialize};
+
 use super::linalg::*;
+
+/// The Matérn kernel's smoothness: 5/2 (Optuna's GPSampler, twice differentiable) or 3/2
+/// (HEBO's, once), whose process follows a ridge or a funnel more closely between trials.
+///
+/// ```
+/// use tune_search::gp::Matern;
+/// assert_eq!(serde_json::to_string(&Matern::ThreeHalves).unwrap(), "\"matern32\"");
+/// assert_eq!(Matern::default(), Matern::FiveHalves);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Matern {
+    /// Matérn 5/2: `"matern52"`.
+    #[default]
+    #[serde(rename = "matern52")]
+    FiveHalves,
+    /// Matérn 3/2: `"matern32"`.
+    #[serde(rename = "matern32")]
+    ThreeHalves,
+}
+
+impl Matern {
+    /// Its name for people.
+    ///
+    /// ```
+    /// assert_eq!(tune_search::gp::Matern::ThreeHalves.name(), "Matérn 3/2");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Matern::FiveHalves => "Matérn 5/2",
+            Matern::ThreeHalves => "Matérn 3/2",
+        }
+    }
+
+    /// The kernel at a squared (scaled) distance `d2`, and its derivative in `d2`.
+    #[inline(always)]
+    fn at(self, d2: f64) -> (f64, f64) {
+        match self {
+            Matern::FiveHalves => {
+                let s = (5.0 * d2).sqrt();
+                let e = exp_nonpositive(-s);
+                (e * (5.0 / 3.0 * d2 + s + 1.0), -5.0 / 6.0 * (s + 1.0) * e)
+            }
+            Matern::ThreeHalves => {
+                let s = (3.0 * d2).sqrt();
+                let e = exp_nonpositive(-s);
+                (e * (s + 1.0), -1.5 * e)
+            }
+        }
+    }
+}
 
 /// The kernel's parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,6 +64,8 @@ pub struct KernelParams {
     pub kernel_scale: f64,
     /// The observation noise's variance.
     pub noise_var: f64,
+    /// The kernel's smoothness (fixed, not fitted).
+    pub kernel: Matern,
 }
 
 impl KernelParams {
@@ -21,16 +75,9 @@ impl KernelParams {
             inverse_squared_lengthscales: vec![1.0; dims],
             kernel_scale: 1.0,
             noise_var: 1.0,
+            kernel: Matern::FiveHalves,
         }
     }
-}
-
-/// Matérn 5/2 of a squared (scaled) distance `d2`, and its derivative in `d2`.
-#[inline(always)]
-fn matern52(d2: f64) -> (f64, f64) {
-    let s = (5.0 * d2).sqrt();
-    let e = exp_nonpositive(-s);
-    (e * (5.0 / 3.0 * d2 + s + 1.0), -5.0 / 6.0 * (s + 1.0) * e)
 }
 
 /// e^x for x <= 0 (NaN stays NaN), within 1 ulp, 0 below -708 (where e^x < 3.4e-308): fdlibm's
@@ -196,7 +243,7 @@ impl GpRegressor {
         // was a function of its own, built for the baseline).
         let mut derivatives = vec![(0.0, 0.0); d2.len()];
         for (out, &d) in derivatives.iter_mut().zip(&d2) {
-            *out = matern52(d);
+            *out = params.kernel.at(d);
         }
         let mut pair = derivatives.iter();
         for a in 0..n {
@@ -259,7 +306,7 @@ impl GpRegressor {
             for i in 0..m {
                 let d2 =
                     scaled_pair_distance(&squared_diffs(&x[m], &x[i], &self.categorical), params);
-                let mut t = params.kernel_scale * matern52(d2).0;
+                let mut t = params.kernel_scale * params.kernel.at(d2).0;
                 for k in 0..i {
                     t -= upper[k * n + i] * upper[k * n + m];
                 }
@@ -330,10 +377,10 @@ impl GpRegressor {
     /// (the same arithmetic, without fused multiply-adds: the results are the same to the bit).
     ///
     /// ```
-    /// use tune_search::gp::fit;
+    /// use tune_search::gp::{fit, Matern};
     /// let x: Vec<Vec<f64>> = (0..12).map(|i| vec![i as f64 / 11.0]).collect();
     /// let y: Vec<f64> = x.iter().map(|p| (6.0 * p[0]).sin()).collect();
-    /// let gp = fit(&x, &y, &[false], 1e-6, false, None);
+    /// let gp = fit(&x, &y, &[false], Matern::FiveHalves, 1e-6, false, None);
     /// let points = vec![vec![0.25], vec![0.5], vec![0.75]];
     /// for (point, batched) in points.iter().zip(gp.posteriors(&points)) {
     ///     assert_eq!(batched, gp.posterior(point));
@@ -410,7 +457,7 @@ impl GpRegressor {
     fn kernel_row(&self, point: &[f64], k: &mut [f64]) {
         self.scaled_squared_distances(point, k);
         for kj in k.iter_mut() {
-            *kj = self.params.kernel_scale * matern52(*kj).0;
+            *kj = self.params.kernel_scale * self.params.kernel.at(*kj).0;
         }
     }
 
@@ -457,7 +504,7 @@ impl GpRegressor {
         // d k_j / d d2_j, then k_j itself, across trials.
         let mut dm = vec![0.0; n];
         for (kj, dmj) in k.iter_mut().zip(&mut dm) {
-            let (m, d) = matern52(*kj);
+            let (m, d) = self.params.kernel.at(*kj);
             (*kj, *dmj) = (scale * m, d);
         }
         let mean = in_order_dot(&k, &self.alpha);
@@ -603,7 +650,7 @@ fn scaled_squared_distance(
 #[inline(always)]
 fn kernel(params: &KernelParams, a: &[f64], b: &[f64], categorical: &[bool]) -> f64 {
     let d2 = scaled_squared_distance(params, a, b, categorical);
-    params.kernel_scale * matern52(d2).0
+    params.kernel_scale * params.kernel.at(d2).0
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! prefix and gets the same parameters).
 
 use super::fit::fit;
-use super::model::{GpRegressor, KernelParams};
+use super::model::{GpRegressor, KernelParams, Matern};
 
 /// How many of `n` training points the kernel is fitted on under `growth`: the largest size of
 /// the schedule at or below `n` (`n` itself where `growth` is 0: every suggestion fits).
@@ -45,6 +45,7 @@ pub(super) struct Fitter<'a> {
     pub categorical: &'a [bool],
     pub minimum_noise: f64,
     pub deterministic: bool,
+    pub kernel: Matern,
 }
 
 impl Fitter<'_> {
@@ -53,6 +54,7 @@ impl Fitter<'_> {
             x,
             y,
             self.categorical,
+            self.kernel,
             self.minimum_noise,
             self.deterministic,
             None,
@@ -75,10 +77,12 @@ impl KernelMemo {
     ) -> GpRegressor {
         let size = fitted_prefix(x.len(), growth);
         let (x_prefix, values_prefix) = (&x[..size], &values[..size]);
-        let remembered = self
-            .params
-            .as_ref()
-            .filter(|_| size < x.len() && self.x == x_prefix && self.values == values_prefix);
+        let remembered = self.params.as_ref().filter(|p| {
+            p.kernel == fitter.kernel
+                && size < x.len()
+                && self.x == x_prefix
+                && self.values == values_prefix
+        });
         let params = match remembered {
             Some(params) => params.clone(),
             None => {
@@ -142,6 +146,7 @@ mod tests {
             categorical: &[false],
             minimum_noise: 1e-6,
             deterministic: false,
+            kernel: Matern::FiveHalves,
         };
         let mut memo = KernelMemo::default();
         let (x, v) = points(23);
@@ -170,6 +175,18 @@ mod tests {
             fitter.fit(&x[..22], &changed[..22]).params()
         );
         assert_ne!(other.params(), whole.params());
+        // The same prefix with another kernel (an `auto` sweep given a budget) is fitted
+        // afresh with it.
+        let rougher = Fitter {
+            kernel: Matern::ThreeHalves,
+            ..fitter
+        };
+        let with_32 = memo.model(&rougher, (&x, &changed, &y(&changed)), 0.1, y);
+        assert_eq!(
+            with_32.params(),
+            rougher.fit(&x[..22], &changed[..22]).params()
+        );
+        assert_eq!(with_32.params().kernel, Matern::ThreeHalves);
         // Growth 0: the whole set, every time.
         let every = memo.model(&fitter, (&x, &changed, &y(&changed)), 0.0, y);
         assert_eq!(fitted_on(&memo), 23);

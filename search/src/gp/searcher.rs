@@ -4,7 +4,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::model::GpRegressor;
+use super::model::{GpRegressor, Matern};
 use super::optimise::{local_search, Acquisition};
 use super::refit::{Fitter, KernelMemo};
 use super::space::{ConditionalSpace, UnitSpace};
@@ -56,6 +56,9 @@ pub struct GpOptions {
     /// an id is the sweep's budget's, not the model's.
     #[serde(skip)]
     pub exploit_from: Option<u64>,
+    /// The Matérn kernel's smoothness, of the objective's process and the constraints':
+    /// `"matern52"` (Optuna's) or `"matern32"` (HEBO's; `auto`'s, [`crate::AutoOptions::gp_kernel`]).
+    pub kernel: Matern,
 }
 
 impl GpOptions {
@@ -117,6 +120,7 @@ impl Default for GpOptions {
             minimum_noise: 1e-12,
             rung_model: false,
             exploit_from: None,
+            kernel: Matern::FiveHalves,
         }
     }
 }
@@ -181,6 +185,10 @@ impl GpSearch {
     /// let options = GpOptions { n_startup_trials: 0, ..Default::default() };
     /// assert_eq!(GpSearch::new(space, 0, options).unwrap().startup_trials(), 2);
     /// ```
+    pub fn startup_trials(&self) -> usize {
+        self.options.n_startup_trials.max(2) as usize
+    }
+
     /// Sets [`GpOptions::exploit_from`]: trials from this id on go where the mean is best.
     pub(crate) fn set_exploit_from(&mut self, from: Option<u64>) {
         self.options.exploit_from = from;
@@ -191,8 +199,15 @@ impl GpSearch {
         self.options.exploit_from
     }
 
-    pub fn startup_trials(&self) -> usize {
-        self.options.n_startup_trials.max(2) as usize
+    /// Sets [`GpOptions::kernel`] (the fits remembered with another kernel are not reused).
+    pub(crate) fn set_kernel(&mut self, kernel: Matern) {
+        self.options.kernel = kernel;
+    }
+
+    /// [`GpOptions::kernel`].
+    #[cfg(test)]
+    pub(crate) fn kernel(&self) -> Matern {
+        self.options.kernel
     }
 
     /// The completed trials' points, values (oriented to maximise and standardised) and
@@ -256,6 +271,7 @@ impl GpSearch {
             categorical,
             minimum_noise: self.options.minimum_noise,
             deterministic: self.options.deterministic_objective,
+            kernel: self.options.kernel,
         }
     }
 
@@ -658,6 +674,7 @@ mod tests {
             &set.x,
             &set.y,
             &[false; 2],
+            Matern::FiveHalves,
             GpOptions::OPTUNA_MINIMUM_NOISE,
             false,
             None,
@@ -753,6 +770,7 @@ mod tests {
                 &set.x,
                 &set.y,
                 &[false; 6],
+                Matern::FiveHalves,
                 GpOptions::OPTUNA_MINIMUM_NOISE,
                 false,
                 None,

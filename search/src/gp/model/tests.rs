@@ -175,6 +175,7 @@ fn a_process_extended_by_more_points_is_the_one_made_on_all_of_them_to_the_bit()
         inverse_squared_lengthscales: vec![3.0, 0.5, 1.5],
         kernel_scale: 1.3,
         noise_var: 1e-4,
+        kernel: Matern::FiveHalves,
     };
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for (old, n) in [(1, 2), (5, 6), (10, 29), (28, 29)] {
@@ -253,6 +254,29 @@ fn the_posterior_of_two_points_worked_by_hand() {
 }
 
 #[test]
+fn the_matern_32_posterior_of_two_points_worked_by_hand() {
+    // k(0, 1) = e^-sqrt3 (1 + sqrt3) = 0.4833577245965077, k(0.5, .) = e^-sqrt(3/4) (1 + sqrt(3/4))
+    // = 0.7848876539574506; y = (1, 1), so the mean at 0.5 is 2 k(0.5, .) / (1 + n + k(0, 1)).
+    let (m01, mh) = (0.4833577245965077, 0.7848876539574506);
+    let params = KernelParams {
+        kernel: Matern::ThreeHalves,
+        ..params(1e-4)
+    };
+    let gp = GpRegressor::new(
+        vec![vec![0.0], vec![1.0]],
+        vec![1.0, 1.0],
+        vec![false],
+        params,
+    )
+    .unwrap();
+    let (mean, var) = gp.posterior(&[0.5]);
+    let den = 1.0 + 1e-4 + m01;
+    assert!((mean - 2.0 * mh / den).abs() < 1e-12, "{mean}");
+    assert!((mean - 1.0581867497045603).abs() < 1e-12);
+    assert!((var - (1.0 - 2.0 * mh * mh / den)).abs() < 1e-12, "{var}");
+}
+
+#[test]
 fn posteriors_in_blocks_are_each_points_posterior_to_the_bit() {
     // Where the CPU has AVX2 the blocks run in its build, the single points in the
     // portable one: this holds the two builds to the same bits as well.
@@ -263,7 +287,15 @@ fn posteriors_in_blocks_are_each_points_posterior_to_the_bit() {
         .map(|i| vec![unit(i, 0), unit(i, 1), (i % 3) as f64])
         .collect();
     let y: Vec<f64> = x.iter().map(|p| (4.0 * p[0]).sin() - p[1] + p[2]).collect();
-    let gp = fit(&x, &y, &[false, false, true], 1e-6, false, None);
+    let gp = fit(
+        &x,
+        &y,
+        &[false, false, true],
+        Matern::FiveHalves,
+        1e-6,
+        false,
+        None,
+    );
     let points: Vec<Vec<f64>> = (0..21)
         .map(|i| vec![unit(i + 50, 0), unit(i + 50, 1), (i % 3) as f64])
         .collect();
@@ -287,12 +319,19 @@ fn the_posteriors_gradient_matches_finite_differences() {
         })
         .collect();
     let y: Vec<f64> = x.iter().map(|p| p[0].sin() + 0.3 * p[1] - p[2]).collect();
-    let params = KernelParams {
-        inverse_squared_lengthscales: vec![3.0, 1.0, 0.5],
-        kernel_scale: 1.3,
-        noise_var: 1e-3,
-    };
-    let gp = GpRegressor::new(x, y, vec![false, true, false], params).unwrap();
+    for kernel in [Matern::FiveHalves, Matern::ThreeHalves] {
+        let params = KernelParams {
+            inverse_squared_lengthscales: vec![3.0, 1.0, 0.5],
+            kernel_scale: 1.3,
+            noise_var: 1e-3,
+            kernel,
+        };
+        let gp = GpRegressor::new(x.clone(), y.clone(), vec![false, true, false], params).unwrap();
+        posterior_gradient_matches_finite_differences(&gp);
+    }
+}
+
+fn posterior_gradient_matches_finite_differences(gp: &GpRegressor) {
     let point = [0.42, 2.0, 0.13];
     let (mean, var, dmean, dvar) = gp.posterior_with_gradient(&point);
     assert_eq!((mean, var), gp.posterior(&point));
@@ -326,7 +365,7 @@ fn categorical_dimensions_use_the_hamming_distance() {
     let near = kernel(&p, &[0.0, 2.0], &[0.0, 3.0], &[false, true]);
     let far = kernel(&p, &[0.0, 2.0], &[0.0, 7.0], &[false, true]);
     assert_eq!(near, far); // any two different choices are one apart
-    assert_eq!(near, matern52(1.0).0);
+    assert_eq!(near, Matern::FiveHalves.at(1.0).0);
     assert_eq!(kernel(&p, &[0.3, 2.0], &[0.3, 2.0], &[false, true]), 1.0);
 }
 
@@ -360,6 +399,7 @@ fn the_avx2_build_of_the_loss_is_the_portable_one_to_the_bit() {
         diffs: &diffs,
         minimum_noise: 1e-6,
         deterministic: false,
+        kernel: Matern::FiveHalves,
         last: &last,
     };
     let raw = vec![0.7, -0.2, 0.1, 0.4, -3.0];
@@ -377,7 +417,10 @@ fn the_loss_gradient_matches_finite_differences() {
         .map(|i| vec![(i as f64 * 0.37) % 1.0, (i * 3 % 4) as f64])
         .collect();
     let y: Vec<f64> = x.iter().map(|p| p[0].sin() + 0.3 * p[1]).collect();
-    for deterministic in [false, true] {
+    let cases = [false, true].into_iter().flat_map(|deterministic| {
+        [Matern::FiveHalves, Matern::ThreeHalves].map(|kernel| (deterministic, kernel))
+    });
+    for (deterministic, kernel) in cases {
         let diffs = PairDiffs::new(&x, &[false, true]);
         let last = LastAnswer::default();
         let problem = Fitting {
@@ -387,6 +430,7 @@ fn the_loss_gradient_matches_finite_differences() {
             diffs: &diffs,
             minimum_noise: 1e-6,
             deterministic,
+            kernel,
             last: &last,
         };
         let raw = vec![0.3, -0.5, 0.2, -2.0];
@@ -401,7 +445,7 @@ fn the_loss_gradient_matches_finite_differences() {
             let numeric = (at(h) - at(-h)) / (2.0 * h);
             assert!(
                 (numeric - gradient[j]).abs() < 1e-5 * (1.0 + numeric.abs()),
-                "deterministic {deterministic}, parameter {j}: {numeric} against {}",
+                "deterministic {deterministic}, {kernel:?}, parameter {j}: {numeric} against {}",
                 gradient[j]
             );
         }
@@ -423,6 +467,7 @@ fn likelihood_and_fit_agree_with_optunas_on_its_own_fits() {
             inverse_squared_lengthscales: get("inverse_squared_lengthscales"),
             kernel_scale: case["kernel_scale"].as_f64().unwrap(),
             noise_var: case["noise_var"].as_f64().unwrap(),
+            kernel: Matern::FiveHalves,
         };
         let diffs = PairDiffs::new(&x, &categorical);
         let last = LastAnswer::default();
@@ -433,6 +478,7 @@ fn likelihood_and_fit_agree_with_optunas_on_its_own_fits() {
             diffs: &diffs,
             minimum_noise: 1e-6,
             deterministic: false,
+            kernel: Matern::FiveHalves,
             last: &last,
         };
         let loss = |p: &KernelParams| problem.loss_and_gradient(&problem.raw_exact(p)).unwrap().0;
@@ -444,7 +490,7 @@ fn likelihood_and_fit_agree_with_optunas_on_its_own_fits() {
             loss(&theirs)
         );
         // And the fit finds Optuna's optimum: the loss to 1e-3, each parameter to 2 %.
-        let ours = fit(&x, &y, &categorical, 1e-6, false, None);
+        let ours = fit(&x, &y, &categorical, Matern::FiveHalves, 1e-6, false, None);
         let p = ours.params();
         assert!(
             (loss(p) - expected).abs() < 1e-3,
@@ -478,11 +524,20 @@ fn fitting_raises_the_penalised_likelihood_and_finds_the_relevant_dimension() {
         diffs: &diffs,
         minimum_noise: 1e-6,
         deterministic: false,
+        kernel: Matern::FiveHalves,
         last: &last,
     };
     let start = problem.raw(&KernelParams::ones(2));
     let before = problem.loss_and_gradient(&start).unwrap().0;
-    let gp = fit(&x, &y, &[false, false], 1e-6, false, None);
+    let gp = fit(
+        &x,
+        &y,
+        &[false, false],
+        Matern::FiveHalves,
+        1e-6,
+        false,
+        None,
+    );
     let after = problem
         .loss_and_gradient(&problem.raw(gp.params()))
         .unwrap()
