@@ -285,8 +285,6 @@ pub struct AutoSearch {
     /// Its settings: the share of the budget the GP ends on where its mean is best, and the
     /// kernel where set.
     options: AutoOptions,
-    /// The GP's kernel ([`gp_kernel`]), for the reason.
-    gp_kernel: Matern,
 }
 
 impl AutoSearch {
@@ -300,11 +298,10 @@ impl AutoSearch {
         options: &AutoOptions,
     ) -> AutoSearch {
         let gp_at_rungs = shape.early_stopping == EarlyStopping::Rungs && options.gp_under_rungs;
-        let kernel = gp_kernel(&space, &shape, options);
         let gp = GpOptions {
             rung_model: gp_at_rungs,
             exploit_from: exploit_from(&shape, options.gp_exploit_fraction),
-            kernel,
+            kernel: gp_kernel(&space, &shape, options),
             ..gp_options(&space, options)
         };
         AutoSearch {
@@ -312,7 +309,6 @@ impl AutoSearch {
             gp: GpSearch::new(space.clone(), seed, gp).ok(),
             gp_at_rungs,
             options: options.clone(),
-            gp_kernel: kernel,
             space,
             shape,
         }
@@ -401,7 +397,7 @@ impl AutoSearch {
             reason: format!(
                 "one objective over {numbers} numeric and {choices} categorical parameters \
                  ({}), {modelled_so_far}{refining}",
-                self.gp_kernel.name()
+                gp_kernel(&self.space, &self.shape, &self.options).name()
             ),
         }
     }
@@ -423,10 +419,10 @@ impl Searcher for AutoSearch {
     fn set_samples(&mut self, samples: u64) {
         self.shape.samples = Some(samples);
         let from = exploit_from(&self.shape, self.options.gp_exploit_fraction);
-        self.gp_kernel = gp_kernel(&self.space, &self.shape, &self.options);
+        let kernel = gp_kernel(&self.space, &self.shape, &self.options);
         if let Some(gp) = &mut self.gp {
             gp.set_exploit_from(from);
-            gp.set_kernel(self.gp_kernel);
+            gp.set_kernel(kernel);
         }
     }
 
