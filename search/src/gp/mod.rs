@@ -1,6 +1,6 @@
 //! Bayesian optimisation with a Gaussian process (`algorithm = "gp"`), built as Optuna 5's
 //! `GPSampler` builds its own (optuna/_gp/) so that the two can be compared: a Matérn 5/2
-//! kernel with one inverse squared length scale per dimension (Hamming distance on
+//! kernel (3/2 with `GpOptions::kernel`) with one inverse squared length scale per dimension (Hamming distance on
 //! categorical ones), a kernel scale and a noise variance, fitted by maximising the marginal
 //! likelihood plus Optuna's priors, in log space, with `argmin`'s L-BFGS; log expected
 //! improvement maximised from scrambled Sobol points by L-BFGS on continuous coordinates and
