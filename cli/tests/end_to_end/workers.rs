@@ -1473,6 +1473,43 @@ fn coordinators_killed_at_each_point_of_a_restart_lose_no_step_and_decide_as_uni
     );
 }
 
+/// Fails the chaos run that has not ended: kills what still runs and prints each process's
+/// output with `tune status`, so that a run stuck under load says where it was.
+fn chaos_run_did_not_end(
+    url: &str,
+    round: usize,
+    coord: Option<Proc>,
+    workers: &mut [Option<Proc>],
+) -> ! {
+    let mut report = format!("the chaos run did not end (coordinator round {round})\n");
+    let live = coord
+        .map(|c| ("the coordinator".to_string(), c))
+        .into_iter()
+        .chain(
+            workers
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, w)| Some((format!("worker {i}"), w.take()?))),
+        );
+    for (what, mut proc) in live {
+        proc.kill().ok();
+        let out = finish(proc, &what);
+        report += &format!(
+            "--- {what}:\n{}{}\n",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+    }
+    let status = tune()
+        .args(["status", "t", "--store", url])
+        .output()
+        .unwrap();
+    panic!(
+        "{report}--- status:\n{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+}
+
 /// The chaos run of the lost-step report, seeded and bounded: HyperBand's band (R = 81, eta =
 /// 3, 143 checkpointing trials) kept in PostgreSQL, a coordinator without slots and three
 /// workers of one slot each sharing the trial folders, `max_failures = 100`. The coordinator
@@ -1483,7 +1520,8 @@ fn coordinators_killed_at_each_point_of_a_restart_lose_no_step_and_decide_as_uni
 /// switch), and started again. Every crash is at an exact event; only the interleaving varies,
 /// and nothing asserted depends on it. `TUNE_TEST_CHAOS_SEED` runs another seed.
 ///
-/// A failure prints the failing round's output and `tune status`. Two runs of one build
+/// A failure prints the failing round's output and `tune status`; a run that has not ended
+/// after 15 minutes (35-80 s is usual) prints every live process's output with it. Two runs of one build
 /// (2026-12-01, a target folder shared with another checkout) ended early ("no trial
 /// completed"); 92 runs since, on four builds with both cores busy, did not.
 #[test]
@@ -1541,7 +1579,9 @@ fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers(
     let (mut coordinator_kills, mut worker_kills) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(900);
     while coord.is_some() || workers.iter().any(Option::is_some) {
-        assert!(Instant::now() < deadline, "the chaos run did not end");
+        if Instant::now() >= deadline {
+            chaos_run_did_not_end(&url, round, coord.take(), &mut workers);
+        }
         if let Some(c) = coord.as_mut() {
             if c.try_wait().unwrap().is_some() {
                 let out = finish(coord.take().unwrap(), "a coordinator");
