@@ -27,7 +27,8 @@
 //!
 //! `TUNE_BENCH_ONLY=auto` gives docs/benchmarks/auto.md's tables; `TUNE_BENCH_ONLY=gp-options`
 //! runs the GP with `TUNE_GP_OPTS` (JSON) at `TUNE_BENCH_BUDGET_FRACTION` of each budget (its
-//! last `TUNE_GP_EXPLOIT_LAST` trials where its mean is best), and
+//! last `TUNE_GP_EXPLOIT_LAST` trials where its mean is best; `TUNE_BENCH_PER_SEED=1` prints
+//! each function's regrets, sorted, to stderr), and
 //! `TUNE_BENCH_ONLY=gp-noisy` the same with the values observed through noise.
 //! `TUNE_BENCH_ONLY=equal-time` runs `auto` against TPE given the same wall time, and
 //! `TUNE_BENCH_ONLY=slots` `auto` with `TUNE_BENCH_SLOTS` trials at once, and
@@ -635,6 +636,15 @@ fn gp_options_trial(seeds: u64) {
             let mut gp = GpSearch::new(b.space.clone(), s, options).expect("a GP space");
             final_regret_within(&mut gp, &b, budget)
         });
+        if std::env::var_os("TUNE_BENCH_PER_SEED").is_some() {
+            let mut sorted = regrets.clone();
+            sorted.sort_by(f64::total_cmp);
+            eprintln!(
+                "{}: {:?}",
+                b.name,
+                sorted.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>()
+            );
+        }
         let within = regrets.iter().filter(|r| **r < 0.01).count();
         let log = mean_log10(&regrets);
         println!(
