@@ -1521,9 +1521,11 @@ fn chaos_run_did_not_end(
 /// and nothing asserted depends on it. `TUNE_TEST_CHAOS_SEED` runs another seed.
 ///
 /// A failure prints the failing round's output and `tune status`; a run that has not ended
-/// after 15 minutes (35-80 s is usual) prints every live process's output with it. Two runs of one build
-/// (2026-12-01, a target folder shared with another checkout) ended early ("no trial
-/// completed"); 92 runs since, on four builds with both cores busy, did not.
+/// after 15 minutes (35-120 s is usual with both cores busy) prints every live process's
+/// output with them. Two runs of one build (2026-12-01, a target folder shared with another
+/// checkout) ended early ("no trial completed"); one loaded suite run (2026-12-06, seed 57)
+/// passed the deadline, before it printed anything; 20 loaded runs since (seeds 1-20 and 57,
+/// two at a time beside two `yes`) and two loaded suite runs passed.
 #[test]
 fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers() {
     use rand::{Rng, SeedableRng};
