@@ -1405,6 +1405,15 @@ fn share_trial_folders(spec: &Path, shared: &Path) {
     std::fs::write(spec, text).unwrap();
 }
 
+/// `tune status t --store URL`'s stdout, whatever its exit: what a failing test prints.
+fn status_in(url: &str) -> String {
+    let out = tune()
+        .args(["status", "t", "--store", url])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `tune check t --store URL`: its exit code and stdout.
 fn check_in(url: &str) -> (Option<i32>, String) {
     let out = tune()
@@ -1500,14 +1509,7 @@ fn chaos_run_did_not_end(
             stderr(&out)
         );
     }
-    let status = tune()
-        .args(["status", "t", "--store", url])
-        .output()
-        .unwrap();
-    panic!(
-        "{report}--- status:\n{}",
-        String::from_utf8_lossy(&status.stdout)
-    );
+    panic!("{report}--- status:\n{}", status_in(url));
 }
 
 /// The chaos run of the lost-step report, seeded and bounded: HyperBand's band (R = 81, eta =
@@ -1592,15 +1594,11 @@ fn a_band_on_three_workers_survives_seeded_kills_of_its_coordinator_and_workers(
                     round += 1;
                     coord = Some(start_coordinator(round, &plan.pop().unwrap_or_default()));
                 } else if !out.status.success() {
-                    let status = tune()
-                        .args(["status", "t", "--store", &url])
-                        .output()
-                        .unwrap();
                     panic!(
                         "round {round}: {}{}\nstatus:\n{}",
                         String::from_utf8_lossy(&out.stdout),
                         stderr(&out),
-                        String::from_utf8_lossy(&status.stdout)
+                        status_in(&url)
                     );
                 }
             }
